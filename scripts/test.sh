@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it: install, make Slurm available, run pytest.
+#   tier 1 (unit) and tier 2 (multi-process, gloo on CPU) always run;
+#   tier 3 (real Slurm) starts a throw-away cluster from tests/slurm/harness and stops it by PID.
+#   Slurm is installed from Debian's packages when missing and we are root; otherwise those tests skip with a reason.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+bash scripts/install.sh test
+if [ -x tests/slurm/harness/install.sh ]; then
+  bash tests/slurm/harness/install.sh || echo "scaletrain tests: Slurm could not be installed; Slurm tests will skip" >&2
+fi
+exec "$PY" -m pytest -q -p no:cacheprovider "$@"

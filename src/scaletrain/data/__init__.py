@@ -1,0 +1,1 @@
+"""Distributed data: sharded loaders with exact resume, metric reductions, LR scaling."""

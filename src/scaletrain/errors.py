@@ -1,0 +1,87 @@
+"""One exception hierarchy for scaletrain, each class with its process exit code.
+
+Errors carry a one-line message and a hint that names the fix. The CLI renders them once,
+at its edge, as::
+
+    scaletrain: error: <message>
+      HINT: <hint>
+
+and exits with ``exit_code``; user errors never show a traceback. Library callers catch
+``ScaletrainError`` (or a subclass) like any exception.
+
+Exit codes:
+    1  a failure at run time (a worker crashed, a job failed, lint found errors)
+    2  usage: bad flags or values, unknown cluster/partition, file not found, impossible plan
+    3  the environment contradicts itself or the job (ranks, GPUs, variables)
+    4  Slurm is missing or refused the job
+"""
+
+from __future__ import annotations
+
+
+class ScaletrainError(Exception):
+    """Base class. ``message`` is one line; ``hint`` says how to fix it (may be empty)."""
+
+    exit_code: int = 1
+
+    def __init__(self, message: str, hint: str = "", *, exit_code: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        if exit_code is not None:
+            self.exit_code = exit_code
+
+    def __str__(self) -> str:
+        return f"{self.message} HINT: {self.hint}" if self.hint else self.message
+
+    def render(self, prog: str = "scaletrain") -> str:
+        """The text the CLI prints: one line, plus one HINT line when there is a hint."""
+        text = f"{prog}: error: {self.message}"
+        if self.hint:
+            text += f"\n  HINT: {self.hint}"
+        return text
+
+
+class UsageError(ScaletrainError):
+    """Bad command-line input: a flag value, a missing file, an unknown name."""
+
+    exit_code = 2
+
+
+class ProfileError(UsageError):
+    """A cluster profile is unknown, unreadable or inconsistent."""
+
+
+class PlanError(UsageError):
+    """The request cannot be turned into a job on this cluster (limits, partitions, account)."""
+
+
+class StrategyError(UsageError):
+    """A parallel strategy or precision that cannot run here; the hint names one that can."""
+
+
+class DistEnvError(ScaletrainError):
+    """The process environment contradicts itself or the allocation (ranks, sizes, GPUs)."""
+
+    exit_code = 3
+
+
+class LaunchError(ScaletrainError):
+    """Workers could not be started (port in use, rendezvous failure, no such script)."""
+
+    exit_code = 1
+
+
+class WorkerFailedError(LaunchError):
+    """A worker process exited non-zero or died from a signal."""
+
+    def __init__(self, message: str, hint: str = "", *, exit_code: int = 1,
+                 rank: int | None = None) -> None:
+        super().__init__(message, hint, exit_code=exit_code)
+        self.rank = rank
+
+
+class SlurmError(ScaletrainError):
+    """Slurm's commands are missing, or sbatch/scontrol refused or failed."""
+
+    exit_code = 4

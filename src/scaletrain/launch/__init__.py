@@ -1,0 +1,1 @@
+"""Local launch: `scaletrain run`, built on torch's elastic agent."""

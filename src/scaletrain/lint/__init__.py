@@ -1,0 +1,1 @@
+"""`scaletrain lint`: rules that check existing Slurm batch scripts."""

@@ -1,0 +1,1 @@
+"""Parallel strategies (DDP, ZeRO/FSDP2, HSDP, offload, pipeline), precision, memory estimates."""

@@ -1,0 +1,1 @@
+"""Job planning and Slurm script rendering: pure functions, dataclasses in, text out."""

@@ -1,0 +1,1 @@
+"""The one package that shells out to Slurm (sbatch, scontrol, sinfo, squeue)."""

@@ -1,0 +1,107 @@
+"""Shared fixtures. Hygiene fixtures fail any test that leaks state into the next one:
+environment variables, a live process group, threads, or child processes."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SEEDS = REPO.parent / "shared" / "seeds"
+
+# Variables that legitimately change under pytest itself.
+_ENV_IGNORE = {"PYTEST_CURRENT_TEST"}
+
+
+def _children(pid: int) -> set[int]:
+    """Direct child processes of ``pid`` (Linux /proc), as a set of PIDs."""
+    kids: set[int] = set()
+    task_dir = Path(f"/proc/{pid}/task")
+    if not task_dir.exists():
+        return kids
+    for task in task_dir.iterdir():
+        try:
+            text = (task / "children").read_text()
+        except OSError:
+            continue
+        kids.update(int(p) for p in text.split())
+    return kids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.fixture(autouse=True)
+def _hygiene():
+    env_before = {k: v for k, v in os.environ.items() if k not in _ENV_IGNORE}
+    threads_before = {t.ident for t in threading.enumerate()}
+    kids_before = _children(os.getpid())
+    yield
+    problems: list[str] = []
+
+    env_after = {k: v for k, v in os.environ.items() if k not in _ENV_IGNORE}
+    if env_after != env_before:
+        changed = sorted(k for k in env_before.keys() | env_after.keys()
+                         if env_before.get(k) != env_after.get(k))
+        os.environ.clear()
+        os.environ.update(env_before)
+        problems.append(f"environment variables leaked: {changed}")
+
+    if "torch.distributed" in sys.modules:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+            problems.append("a torch.distributed process group was left initialised")
+
+    deadline = time.monotonic() + 5.0
+    while True:
+        leaked_threads = [t for t in threading.enumerate()
+                          if t.ident not in threads_before and t.is_alive() and not t.daemon]
+        leaked_kids = [p for p in _children(os.getpid()) - kids_before if _alive(p)]
+        if not (leaked_threads or leaked_kids) or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    if leaked_threads:
+        problems.append(f"threads leaked: {[t.name for t in leaked_threads]}")
+    if leaked_kids:
+        for pid in leaked_kids:  # stop what the test started, by PID
+            try:
+                os.kill(pid, 9)
+            except OSError:
+                pass
+        problems.append(f"child processes leaked: {leaked_kids}")
+
+    if problems:
+        pytest.fail("hygiene: " + "; ".join(problems), pytrace=False)
+
+
+@pytest.fixture
+def clean_env(monkeypatch):
+    """Remove every launcher variable so detectors see a bare process; returns monkeypatch."""
+    prefixes = ("SLURM_", "OMPI_", "PMI_", "PMIX_", "MPI_LOCAL", "TORCHELASTIC_", "MV2_")
+    names = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
+             "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
+             "HIP_VISIBLE_DEVICES", "OMP_NUM_THREADS"}
+    for key in list(os.environ):
+        if key in names or key.startswith(prefixes):
+            monkeypatch.delenv(key, raising=False)
+    return monkeypatch
+
+
+@pytest.fixture
+def seeds_dir() -> Path:
+    """../shared/seeds beside the repository (the requirement documents)."""
+    if not SEEDS.is_dir():
+        pytest.skip(f"seed documents not found at {SEEDS}")
+    return SEEDS
