@@ -14,8 +14,9 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 SEEDS = REPO.parent / "shared" / "seeds"
 
-# Variables that legitimately change under pytest itself.
-_ENV_IGNORE = {"PYTEST_CURRENT_TEST"}
+# Variables that legitimately change under pytest itself, or that torch sets in os.environ on
+# its own the first time an optimizer is built (inductor's cache folder) - not our code's doing.
+_ENV_IGNORE = {"PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR"}
 
 
 def _children(pid: int) -> set[int]:

@@ -1,0 +1,382 @@
+"""Find out how this process was launched and what its place in the job is; change nothing.
+
+One small read-only class per launcher, each reading a table of variable names, tried in a
+fixed order: torchrun (also ``scaletrain run``, Accelerate and DeepSpeed, which export the
+same contract), Slurm's srun, Open MPI, MPICH/Intel MPI/PMI, and finally a single local
+process. torchrun comes before Slurm because torchrun runs inside Slurm jobs. Slurm steps
+back when an MPI launcher's world size disagrees with ``SLURM_NTASKS``: then ``mpirun`` started
+the ranks inside one Slurm task per node, and the nearest launcher is the one that knows.
+
+:func:`detect` has no side effects: no process group, no device change, no ``os.environ``
+write, and no torch import (the device comes from the visible-GPU variables; ``init()``
+checks it against torch). Contradictory environments raise :class:`DistEnvError` with the
+variables named and a HINT.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any, ClassVar
+
+from scaletrain.errors import DistEnvError
+from scaletrain.runtime.device import guess_device
+from scaletrain.runtime.env import Env
+from scaletrain.runtime.nodelist import first_host, parse_tasks_per_node
+
+# MASTER_PORT under Slurm: every task computes the same port from the job id, without talking.
+# 10000..29999 lies below Linux's ephemeral range (32768-60999), so outgoing connections on
+# the node never hold it, and 20000 ports make two jobs on one node unlikely to collide.
+# Shell form, for batch scripts: $((10000 + SLURM_JOB_ID % 20000)).
+PORT_BASE = 10000
+PORT_SPAN = 20000
+# The same formula as shell arithmetic, for generated scripts and lint hints.
+PORT_SHELL_EXPR = f"$(({PORT_BASE} + SLURM_JOB_ID % {PORT_SPAN}))"
+DEFAULT_PORT = 29500
+CLUSTER_VAR = "SCALETRAIN_CLUSTER"
+
+
+def port_from_job_id(job_id: str) -> int:
+    """A rendezvous port derived from a job id: ``10000 + id % 20000`` (crc32 if not numeric)."""
+    text = job_id.strip()
+    number = int(text) if text.isdigit() else zlib.crc32(text.encode())
+    return PORT_BASE + number % PORT_SPAN
+
+
+def _int(environ: Mapping[str, str], name: str, *, minimum: int = 0) -> int | None:
+    """An integer variable, None when unset; DistEnvError when not an integer >= minimum."""
+    raw = environ.get(name)
+    if raw is None or raw.strip() == "":
+        return None
+    text = raw.strip()
+    try:
+        value = int(text)
+    except ValueError:
+        raise DistEnvError(f"{name}={raw!r} is not an integer",
+                           f"unset {name} or give it a whole number") from None
+    if value < minimum:
+        raise DistEnvError(f"{name}={raw!r} must be >= {minimum}",
+                           f"unset {name} or give it a value >= {minimum}")
+    return value
+
+
+def _first(environ: Mapping[str, str], names: tuple[str, ...], *,
+           minimum: int = 0) -> tuple[int | None, str]:
+    """The first set variable of ``names`` as an integer, with its name."""
+    for name in names:
+        value = _int(environ, name, minimum=minimum)
+        if value is not None:
+            return value, name
+    return None, names[0]
+
+
+def _check(*, rank: tuple[int, str], world: tuple[int, str], local: tuple[int, str],
+           local_world: tuple[int, str], launcher: str) -> None:
+    """Ranks inside their sizes; messages name the variables that disagree."""
+    if rank[0] >= world[0]:
+        raise DistEnvError(f"{rank[1]}={rank[0]} is not below {world[1]}={world[0]}",
+                           f"the {launcher} variables contradict each other: launch again "
+                           f"instead of setting {rank[1]} by hand")
+    if local[0] >= local_world[0]:
+        raise DistEnvError(f"{local[1]}={local[0]} is not below {local_world[1]}={local_world[0]}",
+                           f"the {launcher} variables contradict each other: launch again "
+                           f"instead of setting {local[1]} by hand")
+    if local_world[0] > world[0]:
+        raise DistEnvError(f"{local_world[1]}={local_world[0]} exceeds {world[1]}={world[0]}",
+                           "processes per node cannot exceed the world size")
+
+
+def _master(environ: Mapping[str, str], addr: str, port: int) -> tuple[str, int]:
+    """A user-set MASTER_ADDR / MASTER_PORT always wins over what we derived."""
+    user_addr = environ.get("MASTER_ADDR", "").strip()
+    user_port = _int(environ, "MASTER_PORT", minimum=1)
+    if user_port is not None and user_port > 65535:
+        raise DistEnvError(f"MASTER_PORT={user_port} is not a TCP port",
+                           "use a port between 1024 and 65535")
+    return user_addr or addr, user_port if user_port is not None else port
+
+
+def _load_profile(name: str) -> Any | None:
+    """The cluster profile called ``name``, or None while the clusters package lacks profiles."""
+    try:
+        from scaletrain.clusters.profile import load_profile
+    except ImportError:
+        return None
+    return load_profile(name)
+
+
+def cluster_profile(environ: Mapping[str, str]) -> Any | None:
+    """The profile named by ``SCALETRAIN_CLUSTER`` (loaded lazily), or None."""
+    name = environ.get(CLUSTER_VAR, "").strip()
+    return _load_profile(name) if name else None
+
+
+class Detector:
+    """Base of the launcher detectors: ``detect(environ)`` returns an Env or None."""
+
+    name: ClassVar[str] = ""
+
+    @classmethod
+    def detect(cls, environ: Mapping[str, str]) -> Env | None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class TorchrunEnv(Detector):
+    """torchrun / ``scaletrain run`` / torch elastic: the env:// contract (seed 002)."""
+
+    name = "torchrun"
+    VARS: ClassVar[dict[str, str]] = {
+        "rank": "RANK", "local_rank": "LOCAL_RANK", "world_size": "WORLD_SIZE",
+        "local_world_size": "LOCAL_WORLD_SIZE", "node_rank": "GROUP_RANK",
+        "num_nodes": "GROUP_WORLD_SIZE", "run_id": "TORCHELASTIC_RUN_ID",
+        "restarts": "TORCHELASTIC_RESTART_COUNT",
+    }
+
+    @classmethod
+    def detect(cls, environ: Mapping[str, str]) -> Env | None:
+        v = cls.VARS
+        rank = _int(environ, v["rank"])
+        world = _int(environ, v["world_size"], minimum=1)
+        if rank is None and world is None:
+            return None
+        if rank is None or world is None:
+            have, missing = ("rank", "world_size") if world is None else ("world_size", "rank")
+            raise DistEnvError(f"{v[have]} is set but {v[missing]} is not",
+                               f"set both {v['rank']} and {v['world_size']} (torchrun "
+                               f"does), or unset {v[have]}")
+        local = _int(environ, v["local_rank"])
+        local_world = _int(environ, v["local_world_size"], minimum=1)
+        if local is None:  # a hand-made env:// setup on one node
+            local = rank if local_world is None else rank % local_world
+        if local_world is None:
+            local_world = world
+        _check(rank=(rank, v["rank"]), world=(world, v["world_size"]),
+               local=(local, v["local_rank"]), local_world=(local_world, v["local_world_size"]),
+               launcher=cls.name)
+        nodes = _int(environ, v["num_nodes"], minimum=1) or -(-world // local_world)
+        node = _int(environ, v["node_rank"])
+        node = rank // local_world if node is None else node
+        if node >= nodes:
+            raise DistEnvError(f"{v['node_rank']}={node} is not below {nodes} nodes",
+                               "the torchrun variables contradict each other")
+        if world > 1 and not environ.get("MASTER_ADDR", "").strip():
+            raise DistEnvError(f"{v['world_size']}={world} but MASTER_ADDR is not set",
+                               "export MASTER_ADDR (host of rank 0) and MASTER_PORT, or start "
+                               "the script with 'scaletrain run'")
+        addr, port = _master(environ, "127.0.0.1", DEFAULT_PORT)
+        extra = {k: environ[name] for k, name in (("run_id", v["run_id"]),
+                                                  ("restarts", v["restarts"]))
+                 if name in environ}
+        return Env(rank=rank, local_rank=local, world_size=world, local_world_size=local_world,
+                   node_rank=node, num_nodes=nodes, master_addr=addr, master_port=port,
+                   launcher=cls.name, job_id=environ.get(v["run_id"]) or None, extra=extra)
+
+
+class SlurmEnv(Detector):
+    """An srun task. Step values (``SLURM_STEP_*``) win over job values: a step may be smaller."""
+
+    name = "slurm"
+    VARS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "rank": ("SLURM_PROCID",), "local_rank": ("SLURM_LOCALID",),
+        "world_size": ("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS"),
+        "node_rank": ("SLURM_NODEID",),
+        # srun sets SLURM_NNODES to the step's node count; SLURM_JOB_NUM_NODES is the job's
+        "num_nodes": ("SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES"),
+        "tasks_per_node": ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"),
+        "nodelist": ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"),
+        "job_id": ("SLURM_JOB_ID", "SLURM_JOBID"), "step_id": ("SLURM_STEP_ID", "SLURM_STEPID"),
+    }
+    MPI_SIZES: ClassVar[tuple[str, ...]] = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+
+    @classmethod
+    def _get(cls, environ: Mapping[str, str], key: str) -> tuple[str | None, str]:
+        for name in cls.VARS[key]:
+            value = environ.get(name, "").strip()
+            if value:
+                return value, name
+        return None, cls.VARS[key][0]
+
+    @classmethod
+    def detect(cls, environ: Mapping[str, str]) -> Env | None:
+        job_id, _ = cls._get(environ, "job_id")
+        if job_id is None or "SLURM_PROCID" not in environ:
+            return None
+        step, _ = cls._get(environ, "step_id")
+        if step is None:
+            return cls._batch_step(environ, job_id)
+        world, world_var = _first(environ, cls.VARS["world_size"], minimum=1)
+        for mpi in cls.MPI_SIZES:  # mpirun inside a Slurm task: let the MPI detector answer
+            size = environ.get(mpi, "").strip()
+            if size and size != str(world):
+                return None
+        rank, rank_var = _first(environ, cls.VARS["rank"])
+        local, local_var = _first(environ, cls.VARS["local_rank"])
+        node, node_var = _first(environ, cls.VARS["node_rank"])
+        if rank is None:  # SLURM_PROCID set but empty: not an srun task
+            return None
+        if world is None:
+            raise DistEnvError(f"SLURM_PROCID is set but {world_var} is not",
+                               "run the program with srun inside the allocation")
+        local = rank if local is None else local
+        node = 0 if node is None else node
+        tpn_text, tpn_var = cls._get(environ, "tasks_per_node")
+        if tpn_text is not None:
+            tasks = parse_tasks_per_node(tpn_text, name=tpn_var)
+        else:  # without a task list assume one node holds everything
+            tasks = [world]
+        nodes, nodes_var = _first(environ, cls.VARS["num_nodes"], minimum=1)
+        if nodes is not None and nodes != len(tasks):
+            raise DistEnvError(f"{tpn_var}={tpn_text} lists {len(tasks)} nodes but "
+                               f"{nodes_var}={nodes}",
+                               "the Slurm variables contradict each other: were they set by hand?")
+        if sum(tasks) != world:
+            raise DistEnvError(f"{world_var}={world} but {tpn_var}={tpn_text} sums to "
+                               f"{sum(tasks)}",
+                               "the world size must match the tasks per node: relaunch with srun "
+                               "and matching --ntasks / --ntasks-per-node")
+        if node >= len(tasks):
+            raise DistEnvError(f"{node_var}={node} is not below {len(tasks)} nodes "
+                               f"({tpn_var}={tpn_text})",
+                               "the Slurm variables contradict each other")
+        local_world = tasks[node]
+        _check(rank=(rank, rank_var), world=(world, world_var), local=(local, local_var),
+               local_world=(local_world, f"{tpn_var}[{node}]"), launcher=cls.name)
+        nodelist, nodelist_var = cls._get(environ, "nodelist")
+        addr = "127.0.0.1"
+        extra: dict[str, str] = {"step_id": step}
+        if nodelist is not None:
+            addr = first_host(nodelist)
+            profile = cluster_profile(environ)
+            suffix = getattr(profile, "master_addr_suffix", "") or ""
+            addr += suffix  # JUWELS: rank 0's InfiniBand name is the host name plus 'i'
+            extra["nodelist"] = nodelist
+        addr, port = _master(environ, addr, port_from_job_id(job_id))
+        for key, name in (("cpus_per_task", "SLURM_CPUS_PER_TASK"),
+                          ("gpus_on_node", "SLURM_GPUS_ON_NODE")):
+            if environ.get(name):
+                extra[key] = environ[name]
+        return Env(rank=rank, local_rank=local, world_size=world, local_world_size=local_world,
+                   node_rank=node, num_nodes=len(tasks), master_addr=addr, master_port=port,
+                   launcher=cls.name, job_id=job_id, extra=extra)
+
+    @classmethod
+    def _batch_step(cls, environ: Mapping[str, str], job_id: str) -> Env:
+        """The batch script itself (no srun): one process, whatever --ntasks asked for.
+
+        Slurm exports SLURM_PROCID=0 and the job's SLURM_NTASKS into the batch step too; only
+        srun tasks carry SLURM_STEP_ID. Treating the batch step as rank 0 of NTASKS would wait
+        forever for peers that were never started, so it is a single process that remembers
+        the job (``init()`` warns when more tasks were asked for).
+        """
+        extra = {"slurm_batch_step": "1"}
+        ntasks = environ.get("SLURM_NTASKS", "").strip()
+        if ntasks:
+            extra["slurm_ntasks"] = ntasks
+        addr, port = _master(environ, "127.0.0.1", port_from_job_id(job_id))
+        return Env(master_addr=addr, master_port=port, launcher="local", job_id=job_id,
+                   extra=extra)
+
+
+class _MpiEnv(Detector):
+    """Shared logic for MPI launchers: ranks from a table; the address must come from somewhere."""
+
+    RANK: ClassVar[tuple[str, ...]] = ()
+    SIZE: ClassVar[tuple[str, ...]] = ()
+    LOCAL_RANK: ClassVar[tuple[str, ...]] = ()
+    LOCAL_SIZE: ClassVar[tuple[str, ...]] = ()
+    JOB: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def detect(cls, environ: Mapping[str, str]) -> Env | None:
+        rank, rank_var = _first(environ, cls.RANK)
+        if rank is None:
+            return None
+        world, world_var = _first(environ, cls.SIZE, minimum=1)
+        if world is None:
+            raise DistEnvError(f"{rank_var}={rank} is set but no world size ({', '.join(cls.SIZE)})",
+                               "launch with mpirun/mpiexec/srun so every rank knows the size")
+        local, local_var = _first(environ, cls.LOCAL_RANK)
+        local_world, local_world_var = _first(environ, cls.LOCAL_SIZE, minimum=1)
+        if local is None or local_world is None:  # no per-node layout: assume one node
+            local, local_var, local_world, local_world_var = rank, rank_var, world, world_var
+        _check(rank=(rank, rank_var), world=(world, world_var), local=(local, local_var),
+               local_world=(local_world, local_world_var), launcher=cls.name)
+        # MPI maps ranks block-wise by node by default, so node = rank // ranks per node.
+        nodes = -(-world // local_world)
+        node = min(rank // local_world, nodes - 1)
+        job = next((environ[n] for n in cls.JOB if environ.get(n)), None)
+        slurm_job = environ.get("SLURM_JOB_ID") or None
+        addr = "127.0.0.1"
+        nodelist = environ.get("SLURM_JOB_NODELIST", "").strip()
+        if nodes > 1 and nodelist:
+            addr = first_host(nodelist)
+        elif nodes > 1 and not environ.get("MASTER_ADDR", "").strip():
+            raise DistEnvError(f"{world_var}={world} over {nodes} nodes but MASTER_ADDR is not set",
+                               "export MASTER_ADDR=$(hostname) before mpirun and pass it to the "
+                               "ranks (mpirun -x MASTER_ADDR)")
+        port_key = slurm_job or job
+        addr, port = _master(environ, addr, port_from_job_id(port_key) if port_key else DEFAULT_PORT)
+        return Env(rank=rank, local_rank=local, world_size=world, local_world_size=local_world,
+                   node_rank=node, num_nodes=nodes, master_addr=addr, master_port=port,
+                   launcher=cls.name, job_id=slurm_job or job)
+
+
+class OpenMPIEnv(_MpiEnv):
+    """Open MPI's mpirun/prterun (``OMPI_COMM_WORLD_*``)."""
+
+    name = "openmpi"
+    RANK = ("OMPI_COMM_WORLD_RANK",)
+    SIZE = ("OMPI_COMM_WORLD_SIZE",)
+    LOCAL_RANK = ("OMPI_COMM_WORLD_LOCAL_RANK",)
+    LOCAL_SIZE = ("OMPI_COMM_WORLD_LOCAL_SIZE",)
+    JOB = ("OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE")
+
+
+class PMIEnv(_MpiEnv):
+    """MPICH / Intel MPI (Hydra) and other PMI/PMIx launchers."""
+
+    name = "pmi"
+    RANK = ("PMI_RANK", "PMIX_RANK")
+    SIZE = ("PMI_SIZE", "PMIX_SIZE")
+    LOCAL_RANK = ("MPI_LOCALRANKID", "PALS_LOCAL_RANKID")
+    LOCAL_SIZE = ("MPI_LOCALNRANKS", "PALS_LOCAL_SIZE")
+    JOB = ("PMI_JOBID", "PMIX_NAMESPACE")
+
+
+class LocalEnv(Detector):
+    """No launcher: rank 0 of 1. A user's MASTER_ADDR/MASTER_PORT are kept for the record."""
+
+    name = "local"
+
+    @classmethod
+    def detect(cls, environ: Mapping[str, str]) -> Env:
+        addr, port = _master(environ, "127.0.0.1", DEFAULT_PORT)
+        return Env(master_addr=addr, master_port=port, launcher=cls.name)
+
+
+# Fixed priority: torchrun runs inside Slurm jobs, and Slurm can start MPI programs.
+DETECTORS: tuple[type[Detector], ...] = (TorchrunEnv, SlurmEnv, OpenMPIEnv, PMIEnv, LocalEnv)
+
+
+def detect(environ: Mapping[str, str] | None = None) -> Env:
+    """This process's :class:`Env`, read from the launcher's variables, without side effects.
+
+    ``environ`` defaults to ``os.environ`` (read, never written). The device is the one
+    ``init()`` is expected to pick, from ``SCALETRAIN_DEVICE`` and the visible-GPU variables
+    (no torch import); ``init()`` confirms it with torch. Raises :class:`DistEnvError` when the
+    variables contradict each other.
+    """
+    env_map: Mapping[str, str] = os.environ if environ is None else environ
+    found: Env | None = None
+    for detector in DETECTORS:
+        found = detector.detect(env_map)
+        if found is not None:
+            break
+    if found is None:  # unreachable: LocalEnv always answers; kept for type checkers
+        found = LocalEnv.detect(env_map)
+    device = guess_device(local_rank=found.local_rank, local_world_size=found.local_world_size,
+                          environ=env_map)
+    backend = "nccl" if device.startswith("cuda") else "gloo"
+    return replace(found, device=device, backend=backend)

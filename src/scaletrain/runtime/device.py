@@ -1,0 +1,235 @@
+"""Which device a process trains on: GPUs visible to it, the one its local rank picks, checks.
+
+Two halves. The first reads only environment variables and device nodes, so
+``scaletrain.detect()`` can name the device without importing torch: ``CUDA_VISIBLE_DEVICES``
+(or ROCm's ``ROCR_VISIBLE_DEVICES``/``HIP_VISIBLE_DEVICES``), then Slurm's
+``SLURM_GPUS_ON_NODE``, then ``/dev/nvidiaN`` nodes and AMD's KFD topology. The second,
+:func:`resolve_device`, asks torch (the truth) at ``init()`` and validates the allocation:
+more local ranks than GPUs, an index out of range, GPUs allocated by Slurm but a torch
+without GPU support. ROCm builds of torch expose HIP devices through ``torch.cuda``, so both
+vendors are ``cuda:N`` here.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from scaletrain.errors import DistEnvError, UsageError
+
+VISIBLE_VARS = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
+# Set by Slurm when the job or step holds GPUs on this node.
+SLURM_GPU_VARS = ("SLURM_GPUS_ON_NODE", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS")
+DEVICE_VAR = "SCALETRAIN_DEVICE"
+_CPU_HINT = "set SCALETRAIN_DEVICE=cpu or call scaletrain.init(device='cpu') to run on the CPU"
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuView:
+    """The GPUs this process may use, as far as the environment tells.
+
+    Attributes:
+        count: number of visible GPUs (0 when none).
+        source: where the number came from, e.g. ``CUDA_VISIBLE_DEVICES=0,1``.
+        ids: the visible list's entries (physical indices or UUIDs), when a variable gave one.
+        allocated: GPUs the scheduler allocated to the job on this node (None if unknown).
+        from_env: True when a variable (not a device-node probe) gave the count.
+    """
+
+    count: int
+    source: str
+    ids: tuple[str, ...] = ()
+    allocated: int | None = None
+    from_env: bool = False
+
+
+def parse_visible(value: str) -> tuple[str, ...]:
+    """Entries of a ``CUDA_VISIBLE_DEVICES``-style list, as CUDA reads it.
+
+    CUDA stops at the first invalid entry and ``-1`` hides every device, so ``"0,1,-1,2"``
+    names two devices, ``""`` and ``"NoDevFiles"`` (old Slurm) none.
+    """
+    ids: list[str] = []
+    for item in value.split(","):
+        item = item.strip()
+        if not item or item.startswith("-") or item == "NoDevFiles":
+            break
+        ids.append(item)
+    return tuple(ids)
+
+
+def _slurm_allocated(environ: Mapping[str, str]) -> tuple[int | None, str]:
+    for name in SLURM_GPU_VARS:
+        value = environ.get(name, "").strip()
+        if not value:
+            continue
+        if name == "SLURM_GPUS_ON_NODE":
+            if value.isdigit():
+                return int(value), f"{name}={value}"
+            continue
+        ids = parse_visible(value)
+        return len(ids), f"{name}={value}"
+    return None, ""
+
+
+def _probe_device_nodes() -> tuple[int, str]:
+    """GPUs from device nodes, without a driver call: NVIDIA ``/dev/nvidiaN``, AMD KFD nodes."""
+    nvidia = [p for p in glob.glob("/dev/nvidia*") if re.fullmatch(r"/dev/nvidia\d+", p)]
+    if nvidia:
+        return len(nvidia), f"{len(nvidia)} /dev/nvidiaN device nodes"
+    amd = 0
+    for props in glob.glob("/sys/class/kfd/kfd/topology/nodes/*/properties"):
+        try:
+            text = open(props, encoding="ascii", errors="replace").read()
+        except OSError:
+            continue
+        # CPU nodes of the KFD topology report simd_count 0; GPU (GCD) nodes do not.
+        match = re.search(r"^simd_count\s+(\d+)", text, re.MULTILINE)
+        if match and int(match.group(1)) > 0:
+            amd += 1
+    if amd:
+        return amd, f"{amd} AMD GPUs in /sys/class/kfd"
+    return 0, "no GPU device nodes"
+
+
+def gpu_view(environ: Mapping[str, str] | None = None, *, probe: bool = True) -> GpuView:
+    """What the environment says about this process's GPUs; never imports torch."""
+    env = os.environ if environ is None else environ
+    allocated, alloc_src = _slurm_allocated(env)
+    for name in VISIBLE_VARS:
+        if name in env:
+            ids = parse_visible(env[name])
+            return GpuView(count=len(ids), source=f"{name}={env[name]}", ids=ids,
+                           allocated=allocated, from_env=True)
+    if allocated is not None:
+        return GpuView(count=allocated, source=alloc_src, allocated=allocated, from_env=True)
+    if not probe:
+        return GpuView(count=0, source="no GPU variables")
+    count, source = _probe_device_nodes()
+    return GpuView(count=count, source=source)
+
+
+def pick_gpu_index(*, local_rank: int, local_world_size: int, view: GpuView,
+                   share_ok: bool = False) -> int:
+    """The visible-GPU index for ``local_rank``, or DistEnvError when the node is over-subscribed.
+
+    Enough GPUs for every local rank: index = local rank (torchrun, srun with all GPUs
+    visible). One GPU visible to several local ranks is fine when Slurm bound one GPU to each
+    task (``--gpus-per-task``: the node holds enough GPUs) or when sharing was asked for
+    (``share_ok``: gloo/MPI backends, CUDA MPS); NCCL cannot put two ranks on one GPU.
+    """
+    n = view.count
+    if n >= local_world_size:
+        return local_rank
+    if n == 1 and (share_ok or (view.allocated or 0) >= local_world_size):
+        return 0
+    fix = (f"--ntasks-per-node={n} (one task per GPU) or --nproc-per-node {n}" if n > 1 else
+           "one process per GPU (--gpus-per-task=1), or init(backend='gloo') to share the GPU")
+    raise DistEnvError(
+        f"{local_world_size} processes on this node but {n} GPU{'s' if n != 1 else ''} "
+        f"visible ({view.source})", f"{fix}")
+
+
+def _torch_gpus() -> tuple[int, str]:
+    """torch's own GPU count (0 without GPU support) and a build description for messages."""
+    import torch
+
+    build = f"torch {torch.__version__}"
+    if not torch.cuda.is_available():
+        return 0, build
+    return int(torch.cuda.device_count()), build
+
+
+def normalize_request(device: str | None, environ: Mapping[str, str]) -> str:
+    """``device`` argument or ``SCALETRAIN_DEVICE``, checked: auto, cpu, cuda, cuda:N, mps."""
+    value = device if device is not None else environ.get(DEVICE_VAR, "").strip() or "auto"
+    value = value.strip().lower()
+    if value == "gpu":
+        value = "cuda"
+    if value in ("auto", "cpu", "cuda", "mps") or re.fullmatch(r"cuda:\d+", value):
+        return value
+    origin = "device=" if device is not None else f"{DEVICE_VAR}="
+    raise UsageError(f"{origin}{value!r} is not a device scaletrain knows",
+                     "use 'auto', 'cpu', 'cuda' or 'cuda:N'")
+
+
+def resolve_device(*, local_rank: int, local_world_size: int, requested: str,
+                   environ: Mapping[str, str], share_ok: bool = False,
+                   under_slurm: bool = False) -> str:
+    """The device this process trains on, validated against torch and the allocation.
+
+    ``requested`` comes from :func:`normalize_request`. Imports torch.
+    """
+    if requested == "cpu":
+        return "cpu"
+    if requested == "mps":
+        import torch
+
+        if not torch.backends.mps.is_available():
+            raise DistEnvError("device='mps' asked for but this torch sees no MPS device",
+                               _CPU_HINT)
+        return "mps"
+    view = gpu_view(environ, probe=False)
+    n, build = _torch_gpus()
+    if n == 0:
+        allocated = view.count if view.from_env else 0
+        if requested.startswith("cuda"):
+            raise DistEnvError(f"device={requested!r} asked for but {build} sees no GPU "
+                               f"({view.source})", _CPU_HINT)
+        if allocated and (under_slurm or view.allocated):
+            raise DistEnvError(
+                f"GPUs were allocated ({view.source}) but {build} has no GPU support",
+                f"install a CUDA or ROCm build of torch, or {_CPU_HINT}")
+        return "cpu"
+    # torch's count is the truth; keep the variable's text for the message.
+    torch_view = GpuView(count=n, source=(view.source if view.from_env
+                                          else f"torch.cuda.device_count()={n}"),
+                         ids=view.ids, allocated=view.allocated, from_env=view.from_env)
+    if requested.startswith("cuda:"):
+        index = int(requested.split(":", 1)[1])
+        if index >= n:
+            raise DistEnvError(f"device={requested!r} but only {n} GPU{'s' if n != 1 else ''} "
+                               f"visible ({torch_view.source})",
+                               f"use an index below {n}, or device='cuda' to pick by local rank")
+        return requested
+    index = pick_gpu_index(local_rank=local_rank, local_world_size=local_world_size,
+                           view=torch_view, share_ok=share_ok)
+    return f"cuda:{index}"
+
+
+def physical_gpu(device: str, environ: Mapping[str, str]) -> int | None:
+    """The node-level GPU number behind ``cuda:N`` (for CPU-affinity maps), when known.
+
+    With ``ROCR_VISIBLE_DEVICES=3`` (LUMI's per-task GPU selection) ``cuda:0`` is GCD 3.
+    """
+    if not device.startswith("cuda:"):
+        return None
+    index = int(device.split(":", 1)[1])
+    for name in VISIBLE_VARS:
+        if name in environ:
+            ids = parse_visible(environ[name])
+            if index < len(ids) and ids[index].isdigit():
+                return int(ids[index])
+            return None  # a UUID/MIG name, or a list torch disagrees with
+    return index
+
+
+def guess_device(*, local_rank: int, local_world_size: int,
+                 environ: Mapping[str, str]) -> str:
+    """The device ``init()`` is expected to choose, from the environment alone (no torch).
+
+    ``SCALETRAIN_DEVICE``, the visible-GPU variables and device nodes decide; ``init()``
+    checks the guess against torch. Over-subscription named by variables raises here too.
+    """
+    requested = normalize_request(None, environ)
+    if requested in ("cpu", "mps") or requested.startswith("cuda:"):
+        return requested
+    view = gpu_view(environ)
+    if view.count == 0:
+        return "cpu"
+    if not view.from_env:  # a device-node probe is only a hint; torch decides at init()
+        return f"cuda:{local_rank}" if local_rank < view.count else "cuda:0"
+    return f"cuda:{pick_gpu_index(local_rank=local_rank, local_world_size=local_world_size, view=view, share_ok=True)}"

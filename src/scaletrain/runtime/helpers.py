@@ -1,0 +1,115 @@
+"""Small rank-aware helpers: print from one rank, wait for all, let rank 0 go first.
+
+They work in every state a script can be in: after ``scaletrain.init()``, after the script's
+own ``init_process_group``, or with no process group at all (a single process: barrier is a
+no-op and main_first just runs the block). None of them imports torch unless a process group
+already exists, so ``scaletrain.print`` costs nothing in a script that never trains.
+"""
+
+from __future__ import annotations
+
+import builtins
+import sys
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any, Literal
+
+from scaletrain.errors import DistEnvError
+from scaletrain.runtime.detect import detect
+from scaletrain.runtime.init import current
+
+
+def _group() -> Any | None:
+    """torch.distributed when a default process group is live, else None (no import)."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return dist
+    return None
+
+
+def _rank_world() -> tuple[int, int]:
+    """(rank, world size): from init(), else the live group, else the launcher's variables."""
+    env = current()
+    if env is not None:
+        return env.rank, env.world_size
+    dist = _group()
+    if dist is not None:
+        return dist.get_rank(), dist.get_world_size()
+    env = detect()
+    return env.rank, env.world_size
+
+
+def print(*args: Any, ranks: Iterable[int] | Literal["all"] = (0,), **kwargs: Any) -> None:
+    """``print`` on the chosen ranks only: rank 0 by default.
+
+    ``ranks="all"`` prints everywhere with a ``[rank N]`` prefix (also added whenever several
+    ranks are chosen in a multi-process job, so lines can be told apart). Other keyword
+    arguments go to the builtin ``print``; output is flushed so ranks do not interleave
+    half lines.
+    """
+    rank, world = _rank_world()
+    if ranks == "all":
+        chosen = True
+        prefix = world > 1
+    else:
+        wanted = {int(r) for r in ranks}
+        chosen = rank in wanted
+        prefix = world > 1 and len(wanted) > 1
+    if not chosen:
+        return
+    kwargs.setdefault("flush", True)
+    if prefix:
+        builtins.print(f"[rank {rank}]", *args, **kwargs)
+    else:
+        builtins.print(*args, **kwargs)
+
+
+def barrier() -> None:
+    """Wait until every rank gets here. A no-op for a single process.
+
+    Raises :class:`DistEnvError` in a multi-process job without a process group: a barrier
+    that cannot wait for anyone would silently let ranks race.
+    """
+    dist = _group()
+    if dist is not None:
+        if dist.get_world_size() > 1:
+            env = current()
+            if env is not None and env.backend == "nccl" and env.device.startswith("cuda:"):
+                # name the GPU: NCCL would otherwise guess it from the rank
+                dist.barrier(device_ids=[int(env.device.split(":", 1)[1])])
+            else:
+                dist.barrier()
+        return
+    _, world = _rank_world()
+    if world > 1:
+        raise DistEnvError(f"barrier() in a job of {world} processes without a process group",
+                           "call scaletrain.init() first")
+
+
+@contextmanager
+def main_first(*, local: bool = False) -> Iterator[None]:
+    """Rank 0 runs the block first; the others wait, then run it themselves.
+
+    For work whose result the others reuse, such as a dataset download into a shared cache::
+
+        with scaletrain.main_first():
+            data = torchvision.datasets.CIFAR10(root, download=True)
+
+    ``local=True`` lets the first rank of each node go first (node-local scratch). If the
+    first rank's block raises, the others are still released (and will likely fail the same
+    way) instead of hanging in the barrier.
+    """
+    env = current()
+    if env is not None:
+        first = env.is_local_main if local else env.is_main
+    else:
+        rank, _ = _rank_world()
+        first = (detect().local_rank == 0) if local else rank == 0
+    if not first:
+        barrier()
+        yield
+        return
+    try:
+        yield
+    finally:
+        barrier()

@@ -1,0 +1,282 @@
+"""``scaletrain.init()``: detect the job, pick the device, start torch.distributed, validate.
+
+One code path from a laptop to many Slurm nodes::
+
+    env = scaletrain.init()        # rank 0 of 1 on a laptop; rank 13 of 16 under srun
+    model.to(env.device)
+
+Steps, in order: :func:`~scaletrain.runtime.detect.detect` (torchrun, Slurm, MPI, PMI or a
+single process); the device by local rank (``cuda:N``, ROCm's HIP devices alike; ``cpu``
+when asked with ``init(device='cpu')`` or ``SCALETRAIN_DEVICE=cpu``, even with GPUs
+allocated); the backend (nccl on GPUs, gloo on the CPU); ``init_process_group`` with an
+explicit ``tcp://MASTER_ADDR:MASTER_PORT`` so nothing is written to ``os.environ``
+(under torchrun the elastic agent's store is reused, as torch does for ``env://``); then
+CPU binding and intra-op threads.
+
+A single process gets a real one-rank process group too, on an in-memory ``HashStore`` (no
+port, no network): DDP, FSDP2 and the collective helpers then run unchanged at world size 1.
+The start-up timeout is long (30 min by default) because Slurm may start nodes minutes
+apart. ``init()`` is idempotent; :func:`shutdown` (also run at exit) destroys the group.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import timedelta
+
+from scaletrain.errors import DistEnvError, UsageError
+from scaletrain.runtime.affinity import (apply_binding, binding_mode, format_cores, plan_binding,
+                                         ranks_share_cpuset)
+from scaletrain.runtime.detect import cluster_profile, detect
+from scaletrain.runtime.device import normalize_request, physical_gpu, resolve_device
+from scaletrain.runtime.env import Env
+from scaletrain.runtime.threads import allowed_cpus, apply_threads, choose_threads
+
+STARTUP_TIMEOUT_S = 1800.0
+_BACKENDS = ("gloo", "nccl", "mpi", "ucc", "xccl")
+
+
+@dataclass(kw_only=True)
+class _Runtime:
+    """What init() did, so a second call can be checked and shutdown() can undo it."""
+
+    env: Env
+    requested_device: str
+    requested_backend: str | None
+    timeout_s: float
+    owns_group: bool
+    previous_threads: int | None = None
+    previous_affinity: set[int] | None = None
+
+
+_LOCK = threading.RLock()
+_STATE: _Runtime | None = None
+_ATEXIT_REGISTERED = False
+
+
+def current() -> Env | None:
+    """The Env of the last successful :func:`init`, or None before it (and after shutdown)."""
+    return _STATE.env if _STATE is not None else None
+
+
+def _normalize_backend(backend: str | None) -> str | None:
+    if backend is None:
+        return None
+    value = backend.strip().lower()
+    if value not in _BACKENDS:
+        raise UsageError(f"backend={backend!r} is not a torch.distributed backend",
+                         f"use one of {', '.join(_BACKENDS)}, or leave it out "
+                         "(nccl on GPUs, gloo on the CPU)")
+    return value
+
+
+def _check_same(state: _Runtime, device: str | None, backend: str | None,
+                timeout_s: float | None) -> None:
+    """A second init() must not ask for something else than the first one got."""
+    env = state.env
+    if device is not None:
+        want = normalize_request(device, os.environ)
+        same = (want in (state.requested_device, env.device, "auto")
+                or (want == "cuda" and env.device.startswith("cuda")))
+        if not same:
+            raise UsageError(f"scaletrain.init() already ran with device {env.device!r}; "
+                             f"called again with device={device!r}",
+                             "call scaletrain.shutdown() first, or pass the same device")
+    want_backend = _normalize_backend(backend)
+    if want_backend is not None and want_backend != env.backend:
+        raise UsageError(f"scaletrain.init() already ran with backend {env.backend!r}; "
+                         f"called again with backend={backend!r}",
+                         "call scaletrain.shutdown() first, or pass the same backend")
+    if timeout_s is not None and float(timeout_s) != state.timeout_s:
+        raise UsageError(f"scaletrain.init() already ran with timeout_s={state.timeout_s:g}; "
+                         f"called again with timeout_s={timeout_s!r}",
+                         "call scaletrain.shutdown() first, or pass the same timeout")
+
+
+def _init_method(env: Env) -> str:
+    host = f"[{env.master_addr}]" if ":" in env.master_addr else env.master_addr
+    return f"tcp://{host}:{env.master_port}"
+
+
+def _start_group(env: Env, backend: str, device: str, timeout: timedelta) -> None:
+    """init_process_group, with start-up failures turned into one-line errors."""
+    import torch
+    import torch.distributed as dist
+
+    kwargs: dict[str, object] = {"backend": backend, "timeout": timeout,
+                                 "rank": env.rank, "world_size": env.world_size}
+    if backend == "nccl" and device.startswith("cuda"):
+        kwargs["device_id"] = torch.device(device)  # eager NCCL init on the right GPU
+    if env.world_size == 1:
+        kwargs["store"] = dist.HashStore()  # one rank: no port, no network
+    else:
+        kwargs["init_method"] = _init_method(env)
+    try:
+        dist.init_process_group(**kwargs)  # type: ignore[arg-type]
+    except RuntimeError as exc:  # DistNetworkError / DistStoreError are RuntimeErrors
+        text = str(exc)
+        where = f"{env.master_addr}:{env.master_port}"
+        if "address already in use" in text.lower() or "EADDRINUSE" in text:
+            raise DistEnvError(f"rank {env.rank}: rendezvous port {where} is already in use",
+                               "set MASTER_PORT to a free port (or let scaletrain run pick one)"
+                               ) from exc
+        if "timed out" in text.lower() or "timeout" in text.lower():
+            raise DistEnvError(
+                f"rank {env.rank}: not all {env.world_size} processes reached the rendezvous at "
+                f"{where} within {timeout.total_seconds():g} s",
+                "check that every rank was started and can reach MASTER_ADDR "
+                "(firewall, NCCL_SOCKET_IFNAME), or raise init(timeout_s=...)") from exc
+        raise
+
+
+def _bind_and_thread(env: Env, environ: Mapping[str, str],
+                     state: _Runtime) -> dict[str, str]:
+    """CPU binding then intra-op threads; returns facts for Env.extra."""
+    facts: dict[str, str] = {}
+    allowed = allowed_cpus()
+    bound: tuple[int, ...] | None = None
+    if binding_mode(environ) == "auto":
+        profile = cluster_profile(environ)
+        gpu_map = getattr(profile, "gpu_cpu_map", None) if profile is not None else None
+        shared = ranks_share_cpuset(launcher=env.launcher, allowed=allowed,
+                                    local_world_size=env.local_world_size, environ=environ)
+        binding = plan_binding(allowed=allowed, local_rank=env.local_rank,
+                               local_world_size=env.local_world_size,
+                               gpu=physical_gpu(env.device, environ), gpu_cpu_map=gpu_map,
+                               shared=shared)
+        if binding is not None:
+            previous = apply_binding(binding)
+            if previous is not None:
+                state.previous_affinity = previous
+                bound = binding.cores
+                facts["cpu_bind"] = format_cores(binding.cores)
+                facts["cpu_bind_reason"] = binding.reason
+    per_slurm_task = env.local_world_size if (env.launcher == "torchrun"
+                                              and "SLURM_JOB_ID" in environ) else 1
+    choice = choose_threads(environ=environ, local_world_size=env.local_world_size,
+                            allowed_cpus=len(allowed), bound_cpus=len(bound) if bound else None,
+                            per_slurm_task=per_slurm_task)
+    state.previous_threads = apply_threads(choice)
+    facts["num_threads"] = str(choice.threads)
+    facts["threads_from"] = choice.source
+    return facts
+
+
+def _warn_batch_step(env: Env) -> None:
+    ntasks = env.extra.get("slurm_ntasks", "")
+    if env.extra.get("slurm_batch_step") and ntasks.isdigit() and int(ntasks) > 1:
+        warnings.warn(f"scaletrain: running as ONE process in the batch script of Slurm job "
+                      f"{env.job_id}, which asked for {ntasks} tasks; start the program with "
+                      "srun (or 'scaletrain run') to use them", RuntimeWarning, stacklevel=3)
+
+
+def init(*, device: str | None = None, backend: str | None = None,
+         timeout_s: float | None = None) -> Env:
+    """Join the job and return this process's :class:`Env`.
+
+    Args:
+        device: ``None``/``"auto"`` (GPU by local rank when torch sees GPUs, else CPU),
+            ``"cpu"`` (even with GPUs allocated), ``"cuda"``, ``"cuda:N"`` or ``"mps"``.
+            ``SCALETRAIN_DEVICE`` gives the same choice from outside.
+        backend: torch.distributed backend; default nccl on GPUs, gloo on the CPU. ``"gloo"``
+            also allows several local ranks to share one GPU (CUDA MPS).
+        timeout_s: start-up rendezvous and collective timeout (default 1800 s).
+
+    Idempotent: a second call returns the same Env; one with different arguments raises
+    UsageError. Raises :class:`DistEnvError` when the environment contradicts itself or the
+    allocation (more local ranks than GPUs, GPUs allocated to a CPU-only torch, ...).
+    """
+    global _STATE
+    with _LOCK:
+        if _STATE is not None:
+            _check_same(_STATE, device, backend, timeout_s)
+            return _STATE.env
+        if timeout_s is not None and not float(timeout_s) > 0:
+            raise UsageError(f"timeout_s={timeout_s!r} must be a positive number of seconds",
+                             "leave it out for the 30-minute start-up default")
+        environ = os.environ
+        env = detect(environ)
+        requested = normalize_request(device, environ)
+        want_backend = _normalize_backend(backend)
+        dev = resolve_device(local_rank=env.local_rank, local_world_size=env.local_world_size,
+                             requested=requested, environ=environ,
+                             share_ok=want_backend in ("gloo", "mpi"),
+                             under_slurm=bool(environ.get("SLURM_JOB_ID")))
+
+        import torch
+        import torch.distributed as dist
+
+        if not dist.is_available():
+            raise DistEnvError(f"torch {torch.__version__} was built without torch.distributed",
+                               "install an official torch wheel")
+        chosen_backend = want_backend or ("nccl" if dev.startswith("cuda") else "gloo")
+        if chosen_backend == "nccl" and not dev.startswith("cuda"):
+            raise UsageError(f"backend='nccl' needs a GPU but the device is {dev!r}",
+                             "use backend='gloo' on the CPU, or leave backend out")
+        if chosen_backend == "nccl" and not dist.is_nccl_available():
+            raise DistEnvError(f"torch {torch.__version__} has no NCCL/RCCL support",
+                               "install a CUDA or ROCm build of torch, or use backend='gloo'")
+        if dev.startswith("cuda"):
+            torch.cuda.set_device(int(dev.split(":", 1)[1]))
+        _warn_batch_step(env)
+
+        seconds = float(timeout_s) if timeout_s is not None else STARTUP_TIMEOUT_S
+        owns = False
+        if dist.is_initialized():  # the script made its own group: adopt it if it matches
+            if dist.get_rank() != env.rank or dist.get_world_size() != env.world_size:
+                raise DistEnvError(
+                    f"a process group already exists as rank {dist.get_rank()} of "
+                    f"{dist.get_world_size()} but {env.launcher} says rank {env.rank} of "
+                    f"{env.world_size}", "call scaletrain.init() instead of init_process_group()")
+            chosen_backend = str(dist.get_backend())
+        else:
+            _start_group(env, chosen_backend, dev, timedelta(seconds=seconds))
+            owns = True
+
+        env = replace(env, device=dev, backend=chosen_backend)
+        state = _Runtime(env=env, requested_device=requested, requested_backend=want_backend,
+                         timeout_s=seconds, owns_group=owns)
+        facts = _bind_and_thread(env, environ, state)
+        state.env = replace(env, extra={**env.extra, **facts})
+        _STATE = state
+        _register_atexit()
+        return state.env
+
+
+def _register_atexit() -> None:
+    global _ATEXIT_REGISTERED
+    if not _ATEXIT_REGISTERED:
+        atexit.register(shutdown)
+        _ATEXIT_REGISTERED = True
+
+
+def shutdown() -> None:
+    """Destroy the process group init() created and undo its CPU binding and thread count.
+
+    Safe to call twice, or without init(); a group the script created itself is left alone.
+    Runs at interpreter exit too.
+    """
+    global _STATE
+    with _LOCK:
+        state, _STATE = _STATE, None
+    if state is None:
+        return
+    import sys
+
+    dist = sys.modules.get("torch.distributed")
+    if state.owns_group and dist is not None and dist.is_initialized():
+        dist.destroy_process_group()
+    if state.previous_affinity:
+        try:
+            os.sched_setaffinity(0, state.previous_affinity)
+        except (AttributeError, OSError):
+            pass
+    if state.previous_threads is not None:
+        import torch
+
+        torch.set_num_threads(state.previous_threads)
