@@ -71,6 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = build_parser()
         args = parser.parse_args(args_list)
+        args._argv = tuple(args_list)  # the exact command, for generated scripts' provenance
         if not getattr(args, "func", None):
             parser.print_help()
             return 2

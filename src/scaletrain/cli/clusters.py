@@ -1,0 +1,137 @@
+"""``scaletrain clusters``: list the known cluster profiles, show one, or probe this cluster.
+
+    scaletrain clusters                  # table of every profile
+    scaletrain clusters lumi             # one profile in full
+    scaletrain clusters probe -o my.toml # build a profile from sinfo/scontrol (inside Slurm)
+
+``probe`` is implemented by ``scaletrain.clusters.probe.run_probe`` and imported only when used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from scaletrain.errors import UsageError
+
+DESCRIPTION = """\
+List the cluster profiles scaletrain knows (shipped, plus your own in $SCALETRAIN_CLUSTERS_DIR
+or ~/.config/scaletrain/clusters), show one in full, or probe the Slurm cluster you are on
+and write a profile for it."""
+
+EPILOG = """\
+examples:
+  scaletrain clusters
+  scaletrain clusters mahti
+  scaletrain clusters lumi --json
+  scaletrain clusters probe --output ~/.config/scaletrain/clusters/mycluster.toml --name mycluster
+  scaletrain clusters probe --partition gpu,gputest     # only these partitions
+"""
+
+
+def _list(as_json: bool) -> int:
+    from scaletrain.clusters.profile import list_profiles, load_profile
+
+    profiles = [load_profile(n) for n in list_profiles()]
+    if as_json:
+        print(json.dumps([{"name": p.name, "site": p.site, "gpus_per_node": p.gpus_per_node,
+                           "gpu_model": p.gpu_model, "partitions": list(p.partitions),
+                           "path": p.path} for p in profiles], indent=2))
+        return 0
+    rows = [("NAME", "SITE", "GPUS/NODE", "GPU", "PARTITIONS")]
+    for p in profiles:
+        parts = ", ".join(n for n, part in p.partitions.items() if not part.implicit) or (
+            "(routed by Slurm)" if p.scheduler == "slurm" else "(no Slurm)")
+        model = f"{p.gpu_model} {p.gpu_memory_gb:g}GB" if p.gpus_per_node else "none (CPU)"
+        rows.append((p.name, p.site[:38], str(p.gpus_per_node) if p.gpus_per_node else "-", model, parts))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    for r in rows:
+        print("  ".join(r[i].ljust(widths[i]) for i in range(4)) + "  " + r[4])
+    return 0
+
+
+def _show(name: str, as_json: bool) -> int:
+    from scaletrain.clusters.profile import load_profile, profile_to_dict
+
+    p = load_profile(name)
+    if as_json:
+        print(json.dumps(profile_to_dict(p), indent=2))
+        return 0
+    gpus = (f"{p.gpus_per_node} x {p.gpu_model} ({p.gpu_memory_gb:g} GB, {p.gpu_vendor})"
+            if p.gpus_per_node else "none: CPU worker processes")
+    request = {"gres_typed": f"--gres=gpu:{p.gres_type}:N", "gres": "--gres=gpu:N",
+               "gpus_per_node": "--gpus-per-node=N", "gpus_per_task": "--gpus-per-task=N"}[p.gpu_request]
+    lines = [
+        f"{p.name}: {p.description}",
+        f"  site:            {p.site}",
+        f"  GPUs per node:   {gpus}",
+        f"  CPU cores/node:  {p.cores_per_node} usable ({p.cores_per_gpu} per GPU)",
+        f"  memory/node:     {p.mem_per_node_gb:g} GB requestable; jobs ask: {p.mem_request}"
+        + (f" ({p.mem_per_gpu:g} GB per GPU)" if p.mem_request == "proportional" else ""),
+        f"  scheduler:       {p.scheduler}" + (f"; GPU request {request}" if p.scheduler == "slurm" else ""),
+        f"  account:         {'required (--account)' if p.account_required else 'optional'}",
+        f"  node scratch:    {p.scratch_var or 'none'}"
+        + (f" (ask --gres={p.scratch_gres}:GB, up to {p.scratch_max_gb:g})" if p.scratch_gres else ""),
+        f"  MASTER_ADDR:     first node's host name" + (f" + '{p.master_addr_suffix}'" if p.master_addr_suffix else ""),
+        f"  bandwidth:       intra-node {p.intra_node_gbps or '?'} Gbit/s per GPU, "
+        f"inter-node {p.inter_node_gbps or '?'} Gbit/s per node",
+        "  partitions:",
+    ]
+    for part in p.partitions.values():
+        limits = []
+        if part.max_gpus is not None:
+            limits.append(f"max {part.max_gpus} GPUs")
+        if part.max_nodes is not None:
+            limits.append(f"max {part.max_nodes} nodes")
+        if part.max_time:
+            limits.append(f"max {part.max_time}")
+        flags = [f for f, on in (("default", part.default), ("whole nodes", part.whole_node),
+                                 ("test", part.test), ("no --partition line", part.implicit)) if on]
+        lines.append(f"    {part.name:<12} {', '.join(limits + flags)}"
+                     + (f" - {part.description}" if part.description else ""))
+    if p.setup_lines:
+        lines.append("  set-up:")
+        lines += [f"    {s}" for s in p.setup_lines]
+    if p.env:
+        lines.append("  environment:     " + " ".join(f"{k}={v}" for k, v in p.env.items()))
+    if p.gpu_cpu_map:
+        lines.append("  GPU -> cores:    " + "; ".join(
+            f"{g}: {c[0]}-{c[-1]}" for g, c in sorted(p.gpu_cpu_map.items())))
+    for note in p.notes:
+        lines.append(f"  note: {note}")
+    lines.append("  sources:")
+    lines += [f"    {s}" for s in p.sources]
+    lines.append(f"  file: {p.path}")
+    print("\n".join(lines))
+    return 0
+
+
+def run_clusters(args: argparse.Namespace) -> int:
+    """CLI body of ``scaletrain clusters [NAME | probe ...]``."""
+    probe_flags = [f for f, v in (("--output", args.output), ("--name", args.name),
+                                  ("--partition", args.partition)) if v]
+    if args.cluster == "probe":
+        from scaletrain.clusters.probe import run_probe
+
+        return int(run_probe(args) or 0)
+    if probe_flags:
+        raise UsageError(f"{', '.join(probe_flags)} only go with 'probe'",
+                         "scaletrain clusters probe --output FILE [--name NAME] [--partition P]")
+    if args.cluster:
+        return _show(args.cluster, args.json)
+    return _list(args.json)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``clusters`` verb (with ``probe``)."""
+    p = subparsers.add_parser("clusters", help="list/show cluster profiles, or probe this Slurm cluster",
+                              description=DESCRIPTION, epilog=EPILOG,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("cluster", nargs="?", metavar="NAME|probe",
+                   help="a profile to show, or 'probe' to build one from this cluster's Slurm")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    g = p.add_argument_group("probe")
+    g.add_argument("--output", "-o", metavar="FILE", help="probe: write the profile here (default stdout)")
+    g.add_argument("--name", metavar="NAME", help="probe: profile name (default: Slurm's ClusterName)")
+    g.add_argument("--partition", metavar="P", help="probe: only these partitions (comma-separated)")
+    p.set_defaults(func=run_clusters)

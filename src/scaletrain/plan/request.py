@@ -1,0 +1,98 @@
+"""What the user asked for: a ``JobRequest``, and the parsing of its flag values.
+
+The request is plain data. ``scaletrain plan`` and ``scaletrain submit`` build it from the same
+flags (``scaletrain.cli.plan.add_plan_arguments`` / ``request_from_args``); the planner turns it
+and a cluster profile into a ``Plan`` without any I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from scaletrain.errors import UsageError
+
+# Launch modes. "Per GPU" modes start one Slurm task per GPU (srun is the process manager);
+# "per node" modes start one task per node that spawns one worker per GPU itself.
+LAUNCHERS: tuple[str, ...] = ("scaletrain", "torchrun", "srun", "lightning", "accelerate",
+                              "deepspeed", "mpi")
+PER_NODE_LAUNCHERS: frozenset[str] = frozenset({"torchrun", "accelerate", "deepspeed"})
+DEVICES: tuple[str, ...] = ("auto", "cpu")
+
+_MEM_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*$", re.IGNORECASE)
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobRequest:
+    """A job as the user describes it; every field maps to one ``plan``/``submit`` flag.
+
+    Exactly one of ``gpus`` and ``nodes`` is set; ``gpus_per_node`` only with ``nodes``.
+    ``mem_per_gpu_gb`` is in GB (``--mem-per-gpu 32G`` -> 32.0). ``stage_data_gb`` is the size
+    of ``stage_data`` as measured by the CLI (None when unknown), used to size node-local disk.
+    ``command`` is the argv that produced the request, recorded in the script's header.
+    """
+
+    cluster: str
+    script: str
+    script_args: tuple[str, ...] = ()
+    gpus: int | None = None
+    nodes: int | None = None
+    gpus_per_node: int | None = None
+    launcher: str = "scaletrain"
+    partition: str | None = None
+    time: str | None = None
+    account: str | None = None
+    cpus_per_gpu: int | None = None
+    mem_per_gpu_gb: float | None = None
+    container: str | None = None
+    stage_data: str | None = None
+    stage_data_gb: float | None = None
+    requeue: bool = False
+    device: str = "auto"
+    params: float | None = None
+    job_name: str | None = None
+    command: tuple[str, ...] = ()
+    # --profile FILE, absolute: exported as SCALETRAIN_CLUSTER so the job's runtime finds the same profile
+    profile_file: str | None = None
+
+    @property
+    def per_node_launcher(self) -> bool:
+        """True when the launcher runs one task per node (torchrun, accelerate, deepspeed)."""
+        return self.launcher in PER_NODE_LAUNCHERS
+
+
+def parse_mem_gb(text: str) -> float:
+    """A Slurm-style memory size (``32G``, ``32000M``, ``1T``, bare number = GB) in GB.
+
+    Slurm's units are binary (M = MiB, G = GiB); scaletrain keeps them: 32000M = 31.25 G.
+    """
+    m = _MEM_RE.match(str(text))
+    if not m:
+        raise UsageError(f"bad memory size {text!r}", "write it like 32G or 32000M")
+    value, unit = float(m.group(1)), m.group(2).upper()
+    factor = {"K": 1 / 1024 ** 2, "M": 1 / 1024, "G": 1.0, "T": 1024.0, "": 1.0}[unit]
+    gb = value * factor
+    if gb <= 0:
+        raise UsageError(f"memory size {text!r} must be positive", "write it like 32G or 32000M")
+    return gb
+
+
+def format_mem(gb: float) -> str:
+    """GB to Slurm's notation: whole GB as ``320G``, otherwise MiB (``32000M``)."""
+    if abs(gb - round(gb)) < 1e-9:
+        return f"{int(round(gb))}G"
+    # round down: rounding up could ask for a MiB more than the node has (and Slurm would refuse)
+    return f"{int(gb * 1024 + 1e-6)}M"
+
+
+def parse_params(text: str) -> float:
+    """A parameter count: ``7e9``, ``7B``, ``350M``, ``1.3b``, ``125000000``."""
+    s = str(text).strip().replace("_", "")
+    m = re.match(r"^(\d+(?:\.\d+)?(?:e\d+)?)\s*([KMBT]?)$", s, re.IGNORECASE)
+    if not m:
+        raise UsageError(f"bad parameter count {text!r}", "write it like 7e9, 7B or 350M")
+    scale = {"": 1, "K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}[m.group(2).upper()]
+    value = float(m.group(1)) * scale
+    if value < 1:
+        raise UsageError(f"parameter count {text!r} must be at least 1", "write it like 7e9")
+    return value

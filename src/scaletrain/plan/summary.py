@@ -1,0 +1,116 @@
+"""What a plan means, for people (``render_summary``) and for programs (``plan_to_dict``).
+
+``memory_table`` adds, for ``plan --params N``, the model state each GPU holds under every
+strategy, from ``scaletrain.parallel.memory.estimate_memory`` (which imports no torch when
+given a number).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from scaletrain.plan.planner import Plan
+from scaletrain.plan.request import format_mem
+
+TABLE_STRATEGIES: tuple[str, ...] = ("ddp", "zero1", "zero2", "zero3", "offload")
+# Activations, buffers and the allocator need room too: a strategy "fits" at 80% of the device.
+FIT_FRACTION = 0.8
+
+
+def _precision_for(plan: Plan) -> str:
+    # V100/P100 have no bf16 arithmetic worth using: mixed precision there means fp16.
+    model = plan.profile.gpu_model.upper()
+    if plan.device == "cpu" or plan.profile.gpu_vendor == "none":
+        return "fp32"
+    return "fp16" if model.startswith(("V100", "P100")) else "bf16"
+
+
+def memory_rows(plan: Plan, n_params: float, *, precision: str | None = None,
+                optimizer: str = "adam") -> list[dict[str, Any]]:
+    """One row per strategy: bytes per GPU (device), host bytes, and whether it fits."""
+    from scaletrain.parallel.memory import estimate_memory
+
+    prec = precision or _precision_for(plan)
+    device_bytes = plan.profile.gpu_memory_gb * 1024 ** 3
+    rows = []
+    for strategy in TABLE_STRATEGIES:
+        est = estimate_memory(int(n_params), optimizer=optimizer, precision=prec, strategy=strategy,
+                              world_size=max(1, plan.world_size))
+        fits = bool(device_bytes) and est.total <= FIT_FRACTION * device_bytes
+        rows.append({"strategy": strategy, "precision": prec, "optimizer": optimizer,
+                     "world_size": plan.world_size, "device_bytes": est.total, "host_bytes": est.host,
+                     "params_bytes": est.params, "grads_bytes": est.grads,
+                     "optimizer_bytes": est.optimizer_state, "fits": fits})
+    return rows
+
+
+def _gib(n: float) -> str:
+    return f"{n / 1024 ** 3:,.1f} GiB"
+
+
+def memory_table(plan: Plan, n_params: float) -> str:
+    """A text table of per-GPU model-state memory per strategy (activations not included)."""
+    rows = memory_rows(plan, n_params)
+    dev = plan.profile.gpu_memory_gb
+    head = (f"model state per GPU for {n_params:.3g} parameters, Adam, {rows[0]['precision']}, "
+            f"{plan.world_size} GPUs ({plan.profile.gpu_model}, {dev:g} GB each; "
+            f"'fits' leaves {100 - int(FIT_FRACTION * 100)}% for activations):")
+    lines = [head, f"  {'strategy':<9}{'per GPU':>14}{'host/rank':>14}  fits"]
+    for r in rows:
+        host = _gib(r["host_bytes"]) if r["host_bytes"] else "-"
+        lines.append(f"  {r['strategy']:<9}{_gib(r['device_bytes']):>14}{host:>14}  "
+                     f"{'yes' if r['fits'] else 'no'}")
+    return "\n".join(lines)
+
+
+def render_summary(plan: Plan) -> str:
+    """A few lines for stderr: layout, per-process resources, partition, GPU-hours, notes."""
+    p = plan
+    lines: list[str] = []
+    if p.scheduler != "slurm":
+        lines.append(f"scaletrain plan: {p.world_size} CPU worker process{'es' if p.world_size != 1 else ''} "
+                     f"on this machine ({p.profile.cores_per_node} cores), {p.threads_per_proc} "
+                     f"thread{'s' if p.threads_per_proc != 1 else ''} each")
+    else:
+        part = p.partition or "(chosen by Slurm)"
+        lines.append(f"scaletrain plan: {p.cluster}, partition {part}: {p.nodes} node{'s' if p.nodes != 1 else ''}"
+                     f" x {p.gpus_per_node} {p.profile.gpu_model} = {p.gpus} GPU{'s' if p.gpus != 1 else ''}, "
+                     f"{p.world_size} process{'es' if p.world_size != 1 else ''} ({p.launcher})")
+        mem = f", {format_mem(p.mem_per_proc_gb)} memory" if p.mem_per_proc_gb else ""
+        lines.append(f"  per process: 1 GPU, {p.threads_per_proc} CPU core{'s' if p.threads_per_proc != 1 else ''}"
+                     f"{mem}; Slurm tasks: {p.tasks_per_node} per node x {p.cpus_per_task} CPUs"
+                     + (f", --mem={p.mem}" if p.mem else ""))
+        lines.append(f"  time {p.time} -> {p.gpu_hours:g} GPU-hours"
+                     + (f" (billed for whole nodes: {p.nodes * p.profile.gpus_per_node * p.time_seconds / 3600:g})"
+                        if p.exclusive_nodes and not p.whole_nodes else ""))
+    if p.device == "cpu" and p.scheduler == "slurm":
+        lines.append("  device: cpu (SCALETRAIN_DEVICE=cpu; GPUs, if any, are left unused)")
+    if p.stage is not None:
+        lines.append(f"  data: {p.stage.source} -> {p.stage.scratch_var}/{p.stage.dest_name} on each node "
+                     "($SCALETRAIN_DATA)"
+                     + (f", {p.stage.disk_gb} GB node-local disk requested" if p.stage.disk_gb else ""))
+    for note in p.notes:
+        lines.append(f"  note: {note}")
+    if p.request.params:
+        lines.append(memory_table(p, p.request.params))
+    return "\n".join(lines)
+
+
+def plan_to_dict(plan: Plan) -> dict[str, Any]:
+    """The plan as JSON-ready data (the profile by name and path, the launch line included)."""
+    from scaletrain.plan.render import launch_command
+
+    out: dict[str, Any] = {}
+    for key, value in asdict(plan).items():
+        if key in ("profile",):
+            continue
+        out[key] = value
+    out["request"] = asdict(plan.request)
+    out["profile"] = {"name": plan.profile.name, "path": plan.profile.path}
+    out["sbatch"] = [[k, v] for k, v in plan.sbatch]
+    out["env"] = dict(plan.env)
+    out["launch"] = launch_command(plan)
+    if plan.request.params:
+        out["memory"] = memory_rows(plan, plan.request.params)
+    return out

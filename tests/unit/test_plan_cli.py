@@ -1,0 +1,181 @@
+"""``scaletrain plan`` on the command line: stdout/stderr split, --output, --json, --params,
+the flags shared with submit, exit code 2 with one line + HINT, and no torch at start-up."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from scaletrain.cli.main import main
+from scaletrain.cli.plan import add_plan_arguments, request_from_args
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_script_on_stdout_summary_on_stderr(capsys) -> None:
+    rc, out, err = run(capsys, "plan", "--cluster", "puhti", "--gpus", "8", "--account", "project_1",
+                       "--time", "02:00:00", "--", "train.py", "--lr", "0.1")
+    assert rc == 0
+    assert out.startswith("#!/bin/bash") and "#SBATCH" not in err
+    assert "# command: scaletrain plan --cluster puhti --gpus 8 --account project_1 --time 02:00:00 " \
+           "-- train.py --lr 0.1" in out
+    assert "srun --kill-on-bad-exit=1 python3 -u train.py --lr 0.1" in out
+    assert "2 nodes x 4 V100 = 8 GPUs, 8 processes" in err
+    assert "per process: 1 GPU, 10 CPU cores, 80G memory" in err
+    assert "partition gpu" in err and "16 GPU-hours" in err
+
+
+def test_output_file(capsys, tmp_path: Path) -> None:
+    target = tmp_path / "jobs" / "job.sh"
+    rc, out, err = run(capsys, "plan", "--cluster", "lumi", "--gpus", "4", "--account", "p",
+                       "--output", str(target), "--", "t.py")
+    assert rc == 0 and out == "" and f"wrote {target}" in err
+    assert target.read_text().startswith("#!/bin/bash") and target.stat().st_mode & 0o111
+
+
+def test_json(capsys) -> None:
+    rc, out, _ = run(capsys, "plan", "--cluster", "mahti", "--gpus", "2", "--account", "p",
+                     "--launcher", "accelerate", "--json", "--", "t.py", "x")
+    data = json.loads(out)
+    assert rc == 0 and data["partition"] == "gpusmall" and data["nodes"] == 1
+    assert data["tasks_per_node"] == 1 and data["cpus_per_task"] == 64
+    assert ["gres", "gpu:a100:2"] in data["sbatch"] and data["script"].startswith("#!/bin/bash")
+    assert data["launch"].startswith("srun --kill-on-bad-exit=1 accelerate launch")
+    assert data["request"]["script_args"] == ["x"]
+
+
+def test_params_memory_table(capsys) -> None:
+    rc, out, err = run(capsys, "plan", "--cluster", "lumi", "--gpus", "16", "--account", "p",
+                       "--params", "7e9", "--", "t.py")
+    assert rc == 0
+    lines = {ln.split()[0]: ln for ln in err.splitlines() if ln.startswith("  ") and ln.split()
+             and ln.split()[0] in ("ddp", "zero1", "zero2", "zero3", "offload")}
+    assert set(lines) == {"ddp", "zero1", "zero2", "zero3", "offload"}
+    # 7e9 params x 16 bytes (Adam, mixed precision) = 104.3 GiB replicated; zero3 over 16 GPUs = 6.5 GiB
+    assert "104.3 GiB" in lines["ddp"] and lines["ddp"].endswith("no")
+    assert "6.5 GiB" in lines["zero3"] and lines["zero3"].endswith("yes")
+    rc, out, _ = run(capsys, "plan", "--cluster", "lumi", "--gpus", "16", "--account", "p",
+                     "--params", "7B", "--json", "--", "t.py")
+    rows = {r["strategy"]: r for r in json.loads(out)["memory"]}
+    assert rows["zero3"]["device_bytes"] < rows["zero2"]["device_bytes"] < rows["ddp"]["device_bytes"]
+    assert rows["offload"]["device_bytes"] == 0 and rows["offload"]["host_bytes"] > 0
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--cluster", "nowhere", "--gpus", "1", "--", "t.py"], "unknown cluster 'nowhere' (known: beluga"),
+    (["--cluster", "puhti", "--gpus", "1", "--", "t.py"], "requires --account"),
+    (["--cluster", "puhti", "--gpus", "1", "--nodes", "1", "--account", "p", "--", "t.py"], "not both"),
+    (["--cluster", "puhti", "--account", "p", "--", "t.py"], "--gpus N or --nodes M"),
+    (["--cluster", "puhti", "--gpus", "1", "--account", "p"], "no training script"),
+    (["--gpus", "1", "--", "t.py"], "--cluster NAME is required"),
+    (["--cluster", "mahti", "--gpus", "4", "--partition", "gpusmall", "--account", "p", "--", "t.py"],
+     "at most 2 GPUs"),
+    (["--cluster", "puhti", "--gpus", "4", "--time", "9-00:00:00", "--account", "p", "--", "t.py"],
+     "above every GPU partition's limit"),
+    (["--cluster", "juwels-booster", "--gpus", "6", "--account", "p", "--", "t.py"], "not a multiple"),
+    (["--cluster", "lumi", "--gpus", "8", "--partition", "big-g", "--account", "p", "--", "t.py"],
+     "unknown partition 'big-g'"),
+    (["--cluster", "puhti", "--gpus", "1", "--mem-per-gpu", "lots", "--account", "p", "--", "t.py"],
+     "bad memory size"),
+    (["--cluster", "puhti", "--gpus", "1", "--launcher", "magic", "--", "t.py"], "invalid choice"),
+])
+def test_bad_input_exits_2_with_one_line_and_hint(capsys, argv, needle) -> None:
+    rc, out, err = run(capsys, "plan", *argv)
+    assert rc == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 2 and lines[0].startswith("scaletrain: error: ") and lines[1].startswith("  HINT: ")
+    assert needle in err and "Traceback" not in err
+
+
+def test_account_from_environment(capsys, monkeypatch) -> None:
+    monkeypatch.setenv("SBATCH_ACCOUNT", "project_env")
+    rc, out, _ = run(capsys, "plan", "--cluster", "puhti", "--gpus", "1", "--", "t.py")
+    assert rc == 0 and "#SBATCH --account=project_env" in out
+
+
+def test_profile_file_flag(capsys, tmp_path: Path) -> None:
+    from scaletrain.clusters.profile import _shipped_dir
+    text = (_shipped_dir() / "puhti.toml").read_text().replace('name = "puhti"', 'name = "mysite"')
+    f = tmp_path / "mysite.toml"
+    f.write_text(text)
+    rc, out, _ = run(capsys, "plan", "--profile", str(f), "--gpus", "2", "--account", "p", "--", "t.py")
+    # the job's runtime must find this profile without a user clusters folder: by its path
+    assert rc == 0 and f"export SCALETRAIN_CLUSTER={f}" in out and "for cluster mysite" in out
+
+
+def test_stage_data_size_is_measured(capsys, tmp_path: Path) -> None:
+    data = tmp_path / "d.tar"
+    data.write_bytes(b"x" * 1024)
+    rc, out, err = run(capsys, "plan", "--cluster", "mahti", "--gpus", "4", "--account", "p",
+                       "--stage-data", str(data), "--", "t.py")
+    assert rc == 0 and "--gres=gpu:a100:4,nvme:10" in out and f"'{data}'" not in out and str(data) in out
+
+
+def test_submit_gets_the_same_flags_and_request() -> None:
+    parser = argparse.ArgumentParser()
+    add_plan_arguments(parser)
+    args = parser.parse_args(["--cluster", "lumi", "--nodes", "2", "--launcher", "torchrun",
+                              "--mem-per-gpu", "32000M", "--params", "350M", "--requeue", "--account", "a",
+                              "--", "train.py", "--", "--x"])
+    req = request_from_args(args)
+    assert (req.cluster, req.nodes, req.launcher, req.requeue, req.account) == ("lumi", 2, "torchrun", True, "a")
+    assert req.mem_per_gpu_gb == 31.25 and req.params == 3.5e8
+    assert req.script == "train.py" and req.script_args == ("--", "--x")
+
+
+def test_flags_are_a_decision() -> None:
+    parser = argparse.ArgumentParser()
+    add_plan_arguments(parser)
+    flags = sorted(o for a in parser._actions for o in a.option_strings if o.startswith("--"))
+    assert flags == sorted([
+        "--help", "--cluster", "--profile", "--partition", "--account", "--gpus", "--nodes",
+        "--gpus-per-node", "--time", "--cpus-per-gpu", "--mem-per-gpu", "--launcher", "--device",
+        "--container", "--stage-data", "--requeue", "--job-name", "--params", "--output", "--json"])
+
+
+def test_plan_and_clusters_start_fast_without_torch() -> None:
+    code = ("import sys, time; t=time.perf_counter(); from scaletrain.cli.main import main; "
+            "import io, contextlib; buf=io.StringIO(); e=io.StringIO()\n"
+            "with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(e):\n"
+            "    rc=main(['plan','--cluster','lumi','--gpus','16','--account','p','--params','7e9','--','t.py'])\n"
+            "    rc2=main(['clusters'])\n"
+            "print(rc, rc2, 'torch' in sys.modules, round(time.perf_counter()-t, 3))")
+    best = None
+    for _ in range(2):   # shared 2-core machine: take the better of two
+        t0 = time.perf_counter()
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+        wall = time.perf_counter() - t0
+        assert r.returncode == 0, r.stderr
+        rc, rc2, has_torch, inner = r.stdout.split()
+        assert (rc, rc2, has_torch) == ("0", "0", "False")
+        best = min(best or 99.0, wall)
+    assert best < 1.5, f"plan start-up took {best:.2f}s"   # interpreter + plan + clusters; the 0.3 s
+    # budget for the verbs themselves is checked by the shared import test
+
+
+def test_rendered_scripts_pass_lint(capsys, tmp_path: Path) -> None:
+    """Cross-check with 'scaletrain lint': no error on what plan writes (issue 3, point 7)."""
+    pytest.importorskip("scaletrain.cli.lint")
+    files = []
+    for cluster, gpus in (("puhti", 8), ("mahti", 2), ("lumi", 16), ("narval", 4), ("juwels-booster", 8)):
+        for launcher in ("scaletrain", "torchrun", "srun", "accelerate", "deepspeed"):
+            f = tmp_path / f"{cluster}-{launcher}.sh"
+            assert main(["plan", "--cluster", cluster, "--gpus", str(gpus), "--launcher", launcher,
+                         "--account", "p", "--requeue", "--output", str(f), "--", "t.py", "$(id)"]) == 0
+            files.append((cluster, f))
+    capsys.readouterr()
+    for cluster in {c for c, _ in files}:
+        rc = main(["lint", "--cluster", cluster, *[str(f) for c, f in files if c == cluster]])
+        out, err = capsys.readouterr()
+        assert rc == 0, out + err
+        assert " error " not in out

@@ -1,0 +1,240 @@
+"""make_plan: the arithmetic (nodes, partition, tasks, CPUs, memory, GPU request) and every
+error message for bad input."""
+
+from __future__ import annotations
+
+import pytest
+
+from scaletrain.clusters.profile import load_profile
+from scaletrain.errors import PlanError, ProfileError, UsageError
+from scaletrain.plan.planner import make_plan
+from scaletrain.plan.request import JobRequest, format_mem, parse_mem_gb, parse_params
+
+
+def plan(cluster: str, **kw):
+    kw.setdefault("account", "project_1")
+    kw.setdefault("script", "train.py")
+    return make_plan(JobRequest(cluster=cluster, **kw), load_profile(cluster))
+
+
+def sb(p) -> dict[str, str]:
+    return dict(p.sbatch)
+
+
+# --------------------------------------------------------------------------- arithmetic
+
+@pytest.mark.parametrize("cluster,gpus,nodes,gpn,part,cpus,mem,gres_key,gres", [
+    ("puhti", 1, 1, 1, "gpu", 10, "80G", "gres", "gpu:v100:1"),
+    ("puhti", 4, 1, 4, "gpu", 10, "320G", "gres", "gpu:v100:4"),
+    ("puhti", 12, 3, 4, "gpu", 10, "320G", "gres", "gpu:v100:4"),
+    ("mahti", 1, 1, 1, "gpusmall", 32, None, "gres", "gpu:a100:1"),
+    ("mahti", 2, 1, 2, "gpusmall", 32, None, "gres", "gpu:a100:2"),
+    ("mahti", 3, 1, 3, "gpumedium", 42, None, "gres", "gpu:a100:3"),   # whole node: all cores
+    ("mahti", 4, 1, 4, "gpumedium", 32, None, "gres", "gpu:a100:4"),
+    ("mahti", 24, 6, 4, "gpumedium", 32, None, "gres", "gpu:a100:4"),
+    ("lumi", 3, 1, 3, "small-g", 7, "180G", "gpus-per-node", "3"),
+    ("lumi", 8, 1, 8, "standard-g", 7, "480G", "gpus-per-node", "8"),
+    ("lumi", 64, 8, 8, "standard-g", 7, "480G", "gpus-per-node", "8"),
+    ("juwels-booster", 8, 2, 4, "booster", 24, "0", "gres", "gpu:4"),
+    ("narval", 4, 1, 4, None, 12, "498G", "gres", "gpu:a100:4"),
+    ("cedar", 2, 1, 2, None, 6, "64000M", "gres", "gpu:p100:2"),
+    ("graham", 4, 2, 2, None, 16, "127488M", "gres", "gpu:p100:2"),  # capped at the node
+    ("beluga", 1, 1, 1, None, 10, "47616M", "gres", "gpu:v100:1"),
+])
+def test_one_task_per_gpu_layouts(cluster, gpus, nodes, gpn, part, cpus, mem, gres_key, gres) -> None:
+    p = plan(cluster, gpus=gpus)
+    lines = sb(p)
+    assert (p.nodes, p.gpus_per_node, p.partition) == (nodes, gpn, part)
+    assert (p.tasks_per_node, p.ntasks, p.world_size) == (gpn, gpn * nodes, gpus)
+    assert p.cpus_per_task == cpus and lines["cpus-per-task"] == str(cpus)
+    assert lines.get("mem") == mem
+    assert lines[gres_key] == gres
+    assert lines["nodes"] == str(nodes) and lines["ntasks-per-node"] == str(gpn)
+    assert ("partition" in lines) == (part is not None)
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "accelerate", "deepspeed"])
+def test_per_node_launchers_get_one_task_with_all_cores(launcher: str) -> None:
+    p = plan("puhti", gpus=8, launcher=launcher)
+    assert (p.tasks_per_node, p.gpus_per_task, p.cpus_per_task, p.threads_per_proc) == (1, 4, 40, 10)
+    p = plan("lumi", gpus=2, launcher=launcher)
+    assert (p.tasks_per_node, p.cpus_per_task, sb(p)["mem"]) == (1, 14, "120G")
+
+
+@pytest.mark.parametrize("launcher", ["scaletrain", "srun", "mpi", "lightning"])
+def test_per_gpu_launchers_get_one_task_per_gpu(launcher: str) -> None:
+    p = plan("mahti", gpus=8, launcher=launcher)
+    assert (p.tasks_per_node, p.ntasks, p.cpus_per_task) == (4, 8, 32)
+
+
+def test_nodes_and_gpus_per_node() -> None:
+    p = plan("puhti", nodes=3, gpus_per_node=2)
+    assert (p.nodes, p.gpus_per_node, p.gpus, sb(p)["gres"], sb(p)["mem"]) == (3, 2, 6, "gpu:v100:2", "160G")
+    p = plan("lumi", nodes=2)
+    assert (p.gpus, p.partition) == (16, "standard-g")
+
+
+def test_user_cpus_and_memory_override() -> None:
+    p = plan("puhti", gpus=2, cpus_per_gpu=4, mem_per_gpu_gb=parse_mem_gb("16G"))
+    assert (sb(p)["cpus-per-task"], sb(p)["mem"]) == ("4", "32G")
+    p = plan("mahti", gpus=4, mem_per_gpu_gb=100)
+    assert sb(p)["mem"] == "400G"      # Mahti writes --mem only when asked
+
+
+def test_partial_nodes_spread_evenly_on_shared_partitions_with_a_note() -> None:
+    p = plan("lumi", gpus=12)
+    assert (p.nodes, p.gpus_per_node, p.partition) == (2, 6, "small-g")
+    assert any("spread as 2 nodes x 6" in n for n in p.notes)
+    p = plan("puhti", gpus=6)
+    assert (p.nodes, p.gpus_per_node) == (2, 3)
+
+
+def test_whole_node_partition_single_gpu_is_allowed_when_nothing_shares() -> None:
+    p = plan("juwels-booster", gpus=1)
+    assert (p.cpus_per_task, sb(p)["mem"], p.partition) == (96, "0", "booster")
+    assert any("billed for 4 GPUs" in n for n in p.notes)
+
+
+def test_time_and_gpu_hours() -> None:
+    p = plan("puhti", gpus=8, time="2-00:00:00")
+    assert (p.time, sb(p)["time"], p.gpu_hours) == ("2-00:00:00", "2-00:00:00", 384.0)
+    assert plan("mahti", gpus=4, time="90").time == "01:30:00"
+
+
+def test_test_partition_only_when_named() -> None:
+    assert plan("puhti", gpus=4, time="00:10:00").partition == "gpu"
+    assert plan("puhti", gpus=4, time="00:10:00", partition="gputest").partition == "gputest"
+
+
+def test_requeue_signal_and_lines() -> None:
+    p = plan("puhti", gpus=4, requeue=True, time="04:00:00")
+    assert sb(p)["signal"] == "B:USR1@300" and "requeue" in sb(p)
+    assert plan("puhti", gpus=4, requeue=True, time="00:10:00").signal_seconds == 100
+    assert "signal" not in sb(plan("puhti", gpus=4))
+
+
+def test_environment_and_device() -> None:
+    env = dict(plan("lumi", gpus=8, device="cpu").env)
+    assert env["SCALETRAIN_CLUSTER"] == "lumi" and env["SCALETRAIN_DEVICE"] == "cpu"
+    assert env["NCCL_SOCKET_IFNAME"] == "hsn" and env["OMP_NUM_THREADS"] == "7"
+    assert "SCALETRAIN_DEVICE" not in dict(plan("puhti", gpus=1).env)
+
+
+def test_lumi_cpu_binding_from_the_gcd_map() -> None:
+    p = plan("lumi", gpus=8)
+    masks = p.cpu_bind.removeprefix("mask_cpu:").split(",")
+    assert masks[0] == "0xfe000000000000"              # GCD 0 -> cores 49-55
+    assert masks[4] == "0xfe"                          # GCD 4 -> cores 1-7
+    assert plan("lumi", gpus=4).cpu_bind is None       # shared node: Slurm picks the cores
+    assert plan("lumi", gpus=8, launcher="torchrun").cpu_bind is None
+    assert plan("puhti", gpus=4).cpu_bind is None
+
+
+def test_stage_data_sizes_node_local_disk() -> None:
+    p = plan("puhti", gpus=4, stage_data="/scratch/p/imagenet.tar", stage_data_gb=140.0)
+    assert p.stage.kind == "tar" and p.stage.dest_name == "imagenet" and p.stage.disk_gb == 154
+    assert sb(p)["gres"] == "gpu:v100:4,nvme:154"
+    p = plan("lumi", gpus=8, stage_data="/scratch/d.zip")
+    assert p.stage.disk_gb is None and "gres" not in sb(p) and p.stage.scratch_var == "/tmp"
+    p = plan("narval", gpus=4, stage_data="/project/data/")
+    assert (p.stage.kind, p.stage.scratch_var, p.stage.dest_name) == ("dir", "$SLURM_TMPDIR", "data")
+
+
+def test_local_profile_plans_cpu_workers_without_slurm() -> None:
+    prof = load_profile("local")
+    p = make_plan(JobRequest(cluster="local", gpus=min(2, prof.cores_per_node), script="t.py"), prof)
+    assert p.sbatch == () and p.scheduler == "none" and p.device == "cpu" and p.tasks_per_node == 1
+
+
+def test_plan_is_pure_and_deterministic() -> None:
+    assert plan("mahti", gpus=8, launcher="accelerate") == plan("mahti", gpus=8, launcher="accelerate")
+
+
+def test_units() -> None:
+    assert parse_mem_gb("32000M") == 31.25 and parse_mem_gb("1T") == 1024 and parse_mem_gb("64") == 64
+    assert format_mem(31.25) == "32000M" and format_mem(320.0) == "320G"
+    assert parse_params("7e9") == 7e9 and parse_params("350M") == 3.5e8 and parse_params("1.3B") == 1.3e9
+    with pytest.raises(UsageError):
+        parse_mem_gb("lots")
+    with pytest.raises(UsageError):
+        parse_params("big")
+
+
+# --------------------------------------------------------------------------- bad input
+
+def _err(exc_type, cluster: str, **kw) -> str:
+    with pytest.raises(exc_type) as info:
+        plan(cluster, **kw)
+    err = info.value
+    assert err.exit_code == 2 and err.hint and "\n" not in err.message
+    return f"{err.message} HINT: {err.hint}"
+
+
+def test_unknown_cluster_lists_known() -> None:
+    with pytest.raises(ProfileError) as info:
+        load_profile("hal9000")
+    assert "known: beluga, cedar, graham, juwels-booster, local, lumi, mahti, narval, puhti" in info.value.message
+
+
+def test_unknown_partition_lists_known() -> None:
+    text = _err(ProfileError, "mahti", gpus=2, partition="gpularge")
+    assert "unknown partition 'gpularge'" in text and "gpusmall, gpumedium, gputest" in text
+
+
+def test_not_a_multiple_on_whole_node_partition() -> None:
+    text = _err(PlanError, "juwels-booster", gpus=6)
+    assert "6 GPUs is not a multiple of the 4 GPUs" in text and "--gpus 4 or --gpus 8" in text
+    text = _err(PlanError, "lumi", gpus=12, partition="standard-g")
+    assert "not a multiple of the 8 GPUs" in text and "--gpus 8 or --gpus 16" in text
+
+
+def test_part_of_a_node_on_whole_node_partition_points_to_the_shared_one() -> None:
+    text = _err(PlanError, "lumi", gpus=4, partition="standard-g")
+    assert "allocates whole nodes" in text and "--partition small-g" in text
+
+
+def test_time_above_partition_limit() -> None:
+    text = _err(PlanError, "puhti", gpus=4, partition="gputest", time="01:00:00")
+    assert "above the 00:15:00 limit of partition 'gputest'" in text
+    text = _err(PlanError, "puhti", gpus=4, time="4-00:00:00")
+    assert "above every GPU partition's limit" in text and "--time 3-00:00:00" in text
+
+
+def test_more_gpus_than_partition_allows() -> None:
+    text = _err(PlanError, "mahti", gpus=4, partition="gpusmall")
+    assert "at most 2 GPUs, not 4" in text and "--partition gpumedium" in text
+    text = _err(PlanError, "mahti", gpus=28)
+    assert "no partition on mahti takes 28 GPUs" in text
+    text = _err(PlanError, "puhti", gpus=16, partition="gputest", time="00:10:00")
+    assert "at most 8 GPUs" in text
+
+
+def test_more_gpus_per_node_than_the_node_has() -> None:
+    assert "a puhti node has 4 GPUs, not 8" in _err(PlanError, "puhti", nodes=1, gpus_per_node=8)
+
+
+def test_missing_account_where_required() -> None:
+    text = _err(PlanError, "lumi", gpus=8, account=None)
+    assert "requires --account" in text and "SBATCH_ACCOUNT" in text
+
+
+def test_gpus_and_nodes_both_or_neither() -> None:
+    assert "not both" in _err(UsageError, "puhti", gpus=4, nodes=1)
+    assert "--gpus N or --nodes M" in _err(UsageError, "puhti")
+    assert "goes with --nodes" in _err(UsageError, "puhti", gpus=4, gpus_per_node=2)
+    assert "at least 1" in _err(UsageError, "puhti", gpus=0)
+
+
+def test_too_many_cores_or_memory() -> None:
+    assert "40 usable" in _err(PlanError, "puhti", gpus=4, cpus_per_gpu=20)
+    assert "offers 373G" in _err(PlanError, "puhti", gpus=4, mem_per_gpu_gb=200)
+
+
+def test_bad_launcher_device_time() -> None:
+    assert "unknown launcher" in _err(UsageError, "puhti", gpus=1, launcher="horovodrun")
+    assert "unknown device" in _err(UsageError, "puhti", gpus=1, device="tpu")
+    assert "bad time" in _err(ProfileError, "puhti", gpus=1, time="soon")
+
+
+def test_no_scratch_for_stage_data() -> None:
+    assert "no node-local scratch" in _err(PlanError, "juwels-booster", gpus=4, stage_data="/p/d.tar")
