@@ -1,0 +1,153 @@
+"""Lint a batch script: read it, pick the cluster, run every rule, return sorted findings.
+
+The cluster comes from, in order: ``--profile FILE``, ``--cluster NAME``, the script itself (its
+``#SBATCH --partition`` and GPU type match exactly one known profile), ``$SCALETRAIN_CLUSTER``.
+With none, only the cluster-independent rules run.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Mapping
+
+from scaletrain.errors import UsageError
+from scaletrain.lint import rules_cluster, rules_launch, rules_sbatch, rules_shell  # noqa: F401  (registers rules)
+from scaletrain.lint.findings import ERROR, RULES, Finding, LintContext
+from scaletrain.lint.job import read_request
+from scaletrain.lint.script import BatchScript, interpreter, parse_script
+
+if TYPE_CHECKING:
+    from scaletrain.clusters.profile import ClusterProfile
+
+_SHELLS = ("sh", "bash", "zsh", "ksh", "dash")
+_MAX_BYTES = 4 * 1024 * 1024
+
+
+@dataclass(kw_only=True)
+class LintResult:
+    """The findings for one file, and which cluster they were checked against."""
+
+    path: str
+    cluster: str | None
+    cluster_source: str             # "--cluster", "--profile", "detected from ...", "$SCALETRAIN_CLUSTER", ""
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def errors(self) -> int:
+        """Number of error findings."""
+        return sum(f.severity == ERROR for f in self.findings)
+
+    @property
+    def warnings(self) -> int:
+        """Number of warning findings."""
+        return sum(f.severity != ERROR for f in self.findings)
+
+
+def read_script(path: str) -> str:
+    """The text of a batch script; UsageError (exit 2) if it is unreadable, binary or not shell."""
+    p = Path(path)
+    hint = "pass a Slurm batch script (a shell script with #SBATCH lines)"
+    try:
+        if p.is_dir():
+            raise UsageError(f"{path}: is a directory, not a batch script", hint)
+        data = p.read_bytes()[:_MAX_BYTES]
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such file", "check the path") from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read: {exc.strerror or exc}", "check the path and its permissions") from None
+    if b"\0" in data:
+        raise UsageError(f"{path}: binary file, not a batch script", hint)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError(f"{path}: not a text file (not UTF-8)", hint) from None
+    first = text.split("\n", 1)[0]
+    if first.startswith("#!"):
+        interp = interpreter(first[2:])
+        if interp not in _SHELLS:
+            raise UsageError(f"{path}: a '{interp or first}' script, not a shell batch script", hint)
+    elif "#SBATCH" not in text:
+        raise UsageError(f"{path}: no '#!' line and no #SBATCH lines: not a Slurm batch script", hint)
+    if "#SBATCH" not in text and not re.search(r"\bsrun\b", text):
+        # options may come from the sbatch command line, but a script with neither is not a job
+        raise UsageError(f"{path}: no #SBATCH lines and no srun: not a Slurm batch script", hint)
+    return text
+
+
+def _profiles() -> tuple["ClusterProfile", ...]:
+    from scaletrain.clusters.profile import list_profiles, load_profile
+    return tuple(load_profile(name) for name in list_profiles())
+
+
+@lru_cache(maxsize=1)
+def _all_profiles() -> tuple["ClusterProfile", ...]:
+    return _profiles()
+
+
+def detect_cluster(script: BatchScript) -> tuple[str | None, str]:
+    """The one profile whose partitions (and GPU type) match the script, with how it was found."""
+    job = read_request(script)
+    if not job.partition:
+        return None, ""
+    try:
+        profiles = _all_profiles()
+    except ImportError:
+        return None, ""
+    by_partition = [p for p in profiles if job.partition in p.partitions]
+    if len(by_partition) == 1:
+        return by_partition[0].name, f"detected from partition '{job.partition}'"
+    # a partition name several clusters share (gputest): the GPU type tells them apart
+    gtype = (job.gpu_type or "").lower()
+    by_type = [p for p in by_partition if gtype and (p.gres_type or "").lower() == gtype]
+    if len(by_type) == 1:
+        return by_type[0].name, f"detected from partition '{job.partition}' + GPU type '{gtype}'"
+    return None, ""
+
+
+def choose_profile(script: BatchScript, *, cluster: str | None = None, profile_path: str | None = None,
+                   env: Mapping[str, str] | None = None) -> tuple["ClusterProfile | None", str]:
+    """The profile to check ``script`` against, and a few words on where it came from."""
+    env = os.environ if env is None else env
+    if profile_path or cluster:
+        from scaletrain.clusters.profile import load_profile
+        if profile_path:
+            return load_profile(profile_path), "--profile"
+        return load_profile(cluster), "--cluster"  # type: ignore[arg-type]
+    name, how = detect_cluster(script)
+    if name is None and env.get("SCALETRAIN_CLUSTER"):
+        name, how = env["SCALETRAIN_CLUSTER"], "$SCALETRAIN_CLUSTER"
+    if name is None:
+        return None, ""
+    from scaletrain.clusters.profile import load_profile
+    return load_profile(name), how
+
+
+def lint_text(text: str, *, path: str = "<script>", profile: "ClusterProfile | None" = None,
+              cluster_source: str = "", rules: set[str] | None = None) -> LintResult:
+    """Run the rules (all, or the ids in ``rules``) on ``text``; findings sorted by line."""
+    script = parse_script(text, path)
+    ctx = LintContext(script=script, profile=profile)
+    found: list[Finding] = []
+    for rule in RULES.values():
+        if rules is not None and rule.id not in rules:
+            continue
+        if rule.needs_cluster and profile is None:
+            continue
+        found.extend(rule.check(ctx))
+    unique = list(dict.fromkeys(found))
+    unique.sort(key=lambda f: (f.line, f.severity != ERROR, f.rule))
+    return LintResult(path=path, cluster=None if profile is None else profile.name,
+                      cluster_source=cluster_source, findings=unique)
+
+
+def lint_file(path: str, *, cluster: str | None = None, profile_path: str | None = None,
+              env: Mapping[str, str] | None = None) -> LintResult:
+    """Read, parse and lint one file (see the module docstring for how the cluster is chosen)."""
+    text = read_script(path)
+    script = parse_script(text, path)
+    profile, how = choose_profile(script, cluster=cluster, profile_path=profile_path, env=env)
+    return lint_text(text, path=path, profile=profile, cluster_source=how)

@@ -1,0 +1,252 @@
+"""Rules about how the program is started: srun tasks, torchrun, DeepSpeed and Accelerate.
+
+Two launch modes are valid under Slurm, and most mistakes mix them:
+- one task per GPU: ``srun python train.py`` with ``--ntasks-per-node`` = GPUs per node;
+- one task per node: ``srun torchrun --nproc-per-node=<GPUs per node> ...`` (or accelerate,
+  or the deepspeed launcher), with ``--ntasks-per-node=1``.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from scaletrain.lint.findings import ERROR, WARNING, Finding, LintContext, Step, finding, rule
+
+_LOCALHOSTS = {"localhost", "127.0.0.1", "0.0.0.0", "::1", "[::1]", "ip6-localhost"}
+
+
+def step_nodes(ctx: LintContext, step: Step) -> int:
+    """Nodes the srun step runs on (its -N, else the job's)."""
+    if step.srun is not None and step.srun.srun is not None:
+        n = ctx.resolve_int(step.srun.srun.options.get("nodes"))
+        if n:
+            return n
+    return ctx.job.node_count
+
+
+def step_tasks_per_node(ctx: LintContext, step: Step) -> int:
+    """Tasks per node of the srun step (its -n/--ntasks-per-node, else the job's)."""
+    if step.srun is not None and step.srun.srun is not None:
+        opts = step.srun.srun.options
+        tpn = ctx.resolve_int(opts.get("ntasks-per-node"))
+        if tpn:
+            return tpn
+        n = ctx.resolve_int(opts.get("ntasks"))
+        if n:
+            return max(1, -(-n // step_nodes(ctx, step)))
+    return ctx.job.tasks_per_node
+
+
+def _uses_mps(ctx: LintContext) -> bool:
+    # NVIDIA MPS shares one GPU between several processes on purpose (Alliance's MPS example)
+    return "nvidia-cuda-mps-control" in ctx.script.text
+
+
+def _launcher_name(step: Step) -> str:
+    inv = step.invocation
+    return {"torchrun": "torchrun", "scaletrain": "scaletrain run", "deepspeed": "the deepspeed launcher",
+            "accelerate": "accelerate launch"}.get(inv.kind, inv.program)
+
+
+# per-node process count option of each per-node launcher
+_NPROC_OPTION = {"torchrun": "nproc_per_node", "scaletrain": "nproc_per_node", "deepspeed": "num_gpus"}
+
+
+@rule("tasks-per-gpu", "one-task-per-GPU launch whose tasks per node differ from GPUs per node")
+def tasks_per_gpu(ctx: LintContext) -> Iterable[Finding]:
+    gpn = ctx.job.gpus_per_node
+    if not gpn:
+        return
+    for step in ctx.steps:
+        if step.invocation.kind != "python" or not step.under_srun or step.srun is None \
+                or step.srun.srun is None:
+            continue
+        tpn = step_tasks_per_node(ctx, step)
+        if tpn <= 1 or tpn == gpn:
+            continue
+        line = ctx.option_line("ntasks-per-node", "ntasks")
+        if tpn > gpn and not _uses_mps(ctx):
+            yield finding("tasks-per-gpu", ERROR, line,
+                          f"{tpn} tasks per node share {gpn} GPUs per node: srun starts one "
+                          f"process per task (line {step.line}), so processes collide on a GPU",
+                          f"#SBATCH --ntasks-per-node={gpn} (one task per GPU)")
+        elif tpn < gpn:
+            yield finding("tasks-per-gpu", WARNING, line,
+                          f"{tpn} tasks per node for {gpn} GPUs per node: unless each process "
+                          f"drives several GPUs itself, {gpn - tpn} GPUs per node stay idle",
+                          f"#SBATCH --ntasks-per-node={gpn}")
+
+
+@rule("torchrun-nproc", "torchrun (or scaletrain run, deepspeed --num_gpus) processes per node "
+      "different from the GPUs per node")
+def torchrun_nproc(ctx: LintContext) -> Iterable[Finding]:
+    gpn = ctx.job.gpus_per_node
+    if not gpn:
+        return
+    for step in ctx.steps:
+        inv = step.invocation
+        key = _NPROC_OPTION.get(inv.kind)
+        if key is None or key not in inv.launcher_opts:
+            continue
+        raw = inv.launcher_opts[key]
+        if raw in ("gpu", "auto", "cuda", "xpu"):
+            continue
+        nproc = ctx.resolve_int(raw)
+        if nproc is None or nproc == gpn:
+            continue
+        line = inv.launcher_words[key].line
+        flag = "--num_gpus" if key == "num_gpus" else "--nproc-per-node"
+        if nproc > gpn:
+            yield finding("torchrun-nproc", ERROR, line,
+                          f"{_launcher_name(step)} starts {nproc} processes per node but the job has "
+                          f"{gpn} GPUs per node", f"{flag}={gpn}")
+        else:
+            yield finding("torchrun-nproc", WARNING, line,
+                          f"{_launcher_name(step)} starts {nproc} processes per node on {gpn} GPUs per "
+                          f"node: {gpn - nproc} GPUs per node stay idle",
+                          f"{flag}={gpn}, or ask for {nproc} GPUs per node")
+
+
+@rule("launcher-tasks", "a per-node launcher started by a multi-task srun (N x N processes)")
+def launcher_tasks(ctx: LintContext) -> Iterable[Finding]:
+    for step in ctx.steps:
+        if not step.invocation.is_launcher or not step.under_srun or step.srun is None \
+                or step.srun.srun is None:
+            continue
+        tpn = step_tasks_per_node(ctx, step)
+        if tpn > 1:
+            name = _launcher_name(step)
+            yield finding("launcher-tasks", ERROR, step.line,
+                          f"{name} starts its own processes per node, but srun starts it {tpn} times "
+                          f"per node ({tpn} x its processes)",
+                          "#SBATCH --ntasks-per-node=1 (or 'srun --ntasks-per-node=1 ...'), or run "
+                          "the program with srun directly, one task per GPU")
+
+
+@rule("no-srun", "a multi-task or multi-node job whose program is not started by srun")
+def no_srun(ctx: LintContext) -> Iterable[Finding]:
+    job = ctx.job
+    nodes, tasks = job.node_count, job.total_tasks
+    launched = any(s.under_srun and s.invocation.is_program for s in ctx.steps)
+    for step in ctx.steps:
+        inv = step.invocation
+        if step.via_shell or step.under_srun or not inv.is_program:
+            continue
+        if inv.kind == "python" and (tasks > 1 or nodes > 1):
+            # with another program under srun, a bare python is likely set-up work (data prep)
+            sev = WARNING if launched else ERROR
+            yield finding("no-srun", sev, step.line,
+                          f"'{inv.program}' runs once, on the first node only, but the job asks for "
+                          f"{tasks} tasks on {nodes} node(s)",
+                          f"srun {' '.join(w.value for w in step.invocation.command.words[:3])} ...")
+        elif inv.is_launcher and nodes > 1:
+            if inv.kind == "deepspeed" and "hostfile" in inv.launcher_opts:
+                continue   # the deepspeed launcher reaches the other nodes itself (pdsh/ssh)
+            yield finding("no-srun", ERROR, step.line,
+                          f"{_launcher_name(step)} runs on the first node only, but the job has {nodes} nodes",
+                          "start it with 'srun --ntasks-per-node=1 ...' so it runs once on every node")
+
+
+@rule("torchrun-standalone", "multi-node torchrun with --standalone")
+def torchrun_standalone(ctx: LintContext) -> Iterable[Finding]:
+    for step in ctx.steps:
+        inv = step.invocation
+        if inv.kind not in ("torchrun", "scaletrain") or "standalone" not in inv.launcher_opts:
+            continue
+        if step_nodes(ctx, step) > 1:
+            yield finding("torchrun-standalone", ERROR, inv.launcher_words["standalone"].line,
+                          "--standalone makes each node its own 1-node job, but this step runs on "
+                          f"{step_nodes(ctx, step)} nodes",
+                          "drop --standalone; use --nnodes=$SLURM_NNODES --rdzv-backend=c10d "
+                          "--rdzv-endpoint=$(hostname):29400 --rdzv-id=$SLURM_JOB_ID")
+
+
+def _host(value: str) -> str:
+    host = value.rsplit(":", 1)[0] if value.count(":") == 1 or value.startswith("[") else value
+    return host.strip().lower()
+
+
+@rule("rendezvous-localhost", "multi-node rendezvous at localhost")
+def rendezvous_localhost(ctx: LintContext) -> Iterable[Finding]:
+    hint = "use the first node's host name: MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)"
+    for step in ctx.steps:
+        inv = step.invocation
+        if step_nodes(ctx, step) <= 1:
+            continue
+        for key in ("rdzv_endpoint", "master_addr", "main_process_ip"):
+            value = inv.launcher_opts.get(key)
+            if value and _host(value) in _LOCALHOSTS:
+                yield finding("rendezvous-localhost", ERROR, inv.launcher_words[key].line,
+                              f"--{key}={value} on a {step_nodes(ctx, step)}-node job: the other nodes "
+                              f"reach their own localhost and never meet", hint)
+    if ctx.job.node_count > 1:
+        for name in ("MASTER_ADDR", "RDZV_HOST"):
+            for word, _cmd in ctx.variables.get(name, []):
+                if not word.expansions and _host(word.value) in _LOCALHOSTS:
+                    yield finding("rendezvous-localhost", ERROR, word.line,
+                                  f"{name}={word.value} in a {ctx.job.node_count}-node job", hint)
+
+
+@rule("launcher-nodes", "torchrun --nnodes / accelerate --num_machines different from the step's nodes")
+def launcher_nodes(ctx: LintContext) -> Iterable[Finding]:
+    for step in ctx.steps:
+        inv = step.invocation
+        key = {"torchrun": "nnodes", "scaletrain": "nnodes", "accelerate": "num_machines",
+               "deepspeed": "num_nodes"}.get(inv.kind)
+        if key is None or key not in inv.launcher_opts or not step.under_srun:
+            continue
+        raw = inv.launcher_opts[key] or ""
+        if ":" in raw:          # elastic min:max
+            continue
+        n = ctx.resolve_int(raw)
+        nodes = step_nodes(ctx, step)
+        if n is not None and n != nodes:
+            yield finding("launcher-nodes", ERROR, inv.launcher_words[key].line,
+                          f"--{key}={raw} but srun starts it on {nodes} node(s): "
+                          + ("the nodes form separate jobs" if n < nodes else "the rendezvous waits forever"),
+                          f"--{key}=$SLURM_NNODES")
+
+
+@rule("node-rank-missing", "multi-node static rendezvous without a per-node rank")
+def node_rank_missing(ctx: LintContext) -> Iterable[Finding]:
+    for step in ctx.steps:
+        inv = step.invocation
+        if not step.under_srun or step_nodes(ctx, step) <= 1:
+            continue
+        if inv.kind in ("torchrun", "scaletrain"):
+            backend = (inv.launcher_opts.get("rdzv_backend") or "static").lower()
+            if backend != "static" or "standalone" in inv.launcher_opts or "node_rank" in inv.launcher_opts:
+                continue
+            yield finding("node-rank-missing", ERROR, step.line,
+                          f"multi-node {_launcher_name(step)} with static rendezvous but no --node-rank: "
+                          "every node claims rank 0", "add --node-rank=\\$SLURM_NODEID inside 'srun bash -c \"...\"', "
+                          "or use --rdzv-backend=c10d")
+        elif inv.kind == "accelerate" and "machine_rank" not in inv.launcher_opts \
+                and "num_machines" in inv.launcher_opts:
+            yield finding("node-rank-missing", ERROR, step.line,
+                          "multi-node accelerate launch without --machine_rank: every node claims rank 0",
+                          "--machine_rank=\\$SLURM_NODEID inside 'srun bash -c \"...\"'")
+
+
+@rule("accelerate-nproc", "accelerate --num_processes different from the job's GPUs")
+def accelerate_nproc(ctx: LintContext) -> Iterable[Finding]:
+    gpn = ctx.job.gpus_per_node
+    if not gpn:
+        return
+    for step in ctx.steps:
+        inv = step.invocation
+        if inv.kind != "accelerate" or "num_processes" not in inv.launcher_opts:
+            continue
+        n = ctx.resolve_int(inv.launcher_opts["num_processes"])
+        total = gpn * step_nodes(ctx, step)
+        if n is None or n == total:
+            continue
+        line = inv.launcher_words["num_processes"].line
+        if n > total:
+            yield finding("accelerate-nproc", ERROR, line,
+                          f"--num_processes={n} (the total over all nodes) but the job has {total} GPUs",
+                          f"--num_processes={total}")
+        else:
+            yield finding("accelerate-nproc", WARNING, line,
+                          f"--num_processes={n} on {total} GPUs: {total - n} stay idle",
+                          f"--num_processes={total}")

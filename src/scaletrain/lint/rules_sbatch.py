@@ -1,0 +1,106 @@
+"""Rules about the ``#SBATCH`` header and the file itself: placement, spelling, sbatch's refusals."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from typing import Iterable
+
+from scaletrain.lint.findings import ERROR, WARNING, Finding, LintContext, finding, rule
+
+# sbatch's long options (Slurm 23-24 man page). sbatch also takes any unambiguous prefix.
+SBATCH_OPTIONS = frozenset("""
+account acctg-freq array batch bb bbf begin chdir cluster-constraint
+clusters comment constraint container container-id contiguous core-spec cores-per-socket cpu-freq
+cpus-per-gpu cpus-per-task deadline delay-boot dependency distribution error exclude exclusive
+export export-file extra extra-node-info get-user-env gid gpu-bind gpu-freq gpus
+gpus-per-node gpus-per-socket gpus-per-task gres gres-flags help hint hold ignore-pbs
+input job-name kill-on-invalid-dep licenses mail-type mail-user mcs-label mem mem-bind
+mem-per-cpu mem-per-gpu mincpus network nice no-kill no-requeue nodefile nodelist
+nodes ntasks ntasks-per-core ntasks-per-gpu ntasks-per-node ntasks-per-socket open-mode output overcommit
+oversubscribe parsable partition power prefer priority profile propagate qos
+quiet reboot requeue reservation resv-ports segment signal sockets-per-node spread-job
+stepmgr switches test-only thread-spec threads-per-core time time-min tmp tres-bind
+tres-per-task uid usage use-min-nodes verbose version wait wait-all-nodes wckey
+wrap x11 immediate
+""".split())
+
+
+@rule("sbatch-option", "an #SBATCH option sbatch does not know (a warning: the list may lag Slurm)")
+def sbatch_option(ctx: LintContext) -> Iterable[Finding]:
+    for opt in ctx.script.options:
+        if len(opt.name) == 1 or opt.name in SBATCH_OPTIONS:
+            continue
+        prefixed = [o for o in SBATCH_OPTIONS if o.startswith(opt.name)]
+        if len(prefixed) == 1:
+            continue   # getopt accepts an unambiguous abbreviation
+        close = difflib.get_close_matches(opt.name, sorted(SBATCH_OPTIONS), n=1)
+        what = "ambiguous (" + ", ".join(sorted(prefixed)[:4]) + ")" if prefixed else "unknown"
+        yield finding("sbatch-option", WARNING, opt.line,
+                      f"--{opt.name} is {what} as an sbatch option: sbatch refuses to submit a script with one",
+                      f"did you mean --{close[0]}?" if close else "check 'man sbatch'")
+
+
+def _heredoc_lines(ctx: LintContext) -> set[int]:
+    lines: set[int] = set()
+    for cmd in ctx.script.commands:
+        for hd in cmd.heredocs:
+            lines.update(range(hd.line, hd.line + hd.body.count("\n") + 1))
+    return lines
+
+
+@rule("sbatch-after-command", "an #SBATCH line after the first command (Slurm ignores it)")
+def sbatch_after_command(ctx: LintContext) -> Iterable[Finding]:
+    skip = _heredoc_lines(ctx)
+    for number, line in enumerate(ctx.script.lines, start=1):
+        if number > ctx.script.header_end and line.startswith("#SBATCH") and number not in skip:
+            yield finding("sbatch-after-command", ERROR, number,
+                          f"'{line.strip()}' comes after the first command (line {ctx.script.header_end}): "
+                          "sbatch stops reading #SBATCH lines there and silently ignores it",
+                          "move every #SBATCH line above the first command")
+
+
+@rule("sbatch-typo", "a line that looks like #SBATCH but that Slurm does not read")
+def sbatch_typo(ctx: LintContext) -> Iterable[Finding]:
+    for number, line in enumerate(ctx.script.lines[:ctx.script.header_end - 1], start=1):
+        stripped = line.strip()
+        if line.startswith("#SBATCH"):
+            continue
+        if re.match(r"#\s*sbatch\b", stripped, re.IGNORECASE) and not stripped.startswith("##"):
+            yield finding("sbatch-typo", WARNING, number,
+                          f"'{stripped[:40]}' is not read by sbatch (only '#SBATCH' at the start of a line is)",
+                          "write it as '#SBATCH --option=value' at column 1, or '##SBATCH' to disable it on purpose")
+
+
+@rule("time-missing", "no --time (the partition default applies, often the maximum or very short)")
+def time_missing(ctx: LintContext) -> Iterable[Finding]:
+    if ctx.script.option("time") is None and ctx.script.options:
+        yield finding("time-missing", WARNING, ctx.script.options[0].line,
+                      "no #SBATCH --time: the partition's default limit applies",
+                      "#SBATCH --time=HH:MM:SS (a realistic limit also starts sooner)")
+
+
+@rule("mem-conflict", "more than one of --mem, --mem-per-cpu, --mem-per-gpu (sbatch rejects it)")
+def mem_conflict(ctx: LintContext) -> Iterable[Finding]:
+    given = [o for o in (ctx.script.option(n) for n in ("mem", "mem-per-cpu", "mem-per-gpu")) if o]
+    if len(given) > 1:
+        last = max(given, key=lambda o: o.line)
+        yield finding("mem-conflict", ERROR, last.line,
+                      f"{' and '.join('--' + o.name for o in given)} are mutually exclusive: sbatch refuses the job",
+                      "keep one of them")
+
+
+@rule("no-shebang", "no #! line (sbatch refuses a script without one)")
+def no_shebang(ctx: LintContext) -> Iterable[Finding]:
+    if ctx.script.shebang is None:
+        yield finding("no-shebang", WARNING, 1,
+                      "the first line is not '#!...': sbatch refuses to submit the file as it is",
+                      "make '#!/bin/bash' the first line")
+
+
+@rule("dos-line-endings", "Windows (CRLF) line endings (sbatch refuses the script)")
+def dos_line_endings(ctx: LintContext) -> Iterable[Finding]:
+    if ctx.script.crlf_line is not None:
+        yield finding("dos-line-endings", ERROR, ctx.script.crlf_line,
+                      "the file has DOS/Windows line breaks (\\r\\n): sbatch refuses it",
+                      "convert it: dos2unix FILE (or sed -i 's/\\r$//' FILE)")

@@ -1,0 +1,177 @@
+"""Rules about the script as shell text: where variables expand, #SBATCH placement, syntax.
+
+The batch script runs once, on the first node. Anything it expands (``$SLURM_NODEID`` in a
+double-quoted ``srun bash -c "..."`` body, say) is that node's value, copied to every task.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from typing import Iterable, Iterator
+
+from scaletrain.lint.findings import ERROR, WARNING, Finding, LintContext, finding, rule
+from scaletrain.lint.invocation import Invocation, classify
+from scaletrain.lint.script import Command, Word, interpreter
+
+# Variables whose value differs per task or per node: they must expand inside the task.
+PER_TASK = {"SLURM_NODEID", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_TASK_PID"}
+# Variables a user passes to a program expecting their value (besides SLURM_* and the script's own).
+_COMMON_ENV = {"HOME", "USER", "PWD", "TMPDIR", "LOCAL_SCRATCH", "SCRATCH", "PROJAPPL",
+               "WORK", "PROJECT", "HOSTNAME", "PATH", "MASTER_ADDR", "MASTER_PORT"}
+# Programs that read ``$`` themselves: a single-quoted ``$X`` there is meant literally.
+_LITERAL_OK = {"awk", "gawk", "mawk", "sed", "perl", "printf", "grep", "egrep", "find", "xargs",
+               "trap", "alias", "eval", "envsubst", "jq", "ssh", "sbatch", "parallel", "watch",
+               "expect", "cat", "tee", "sh", "bash", "zsh", "dash", "ksh"}
+_DEVICES = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
+
+
+def _srun_words(ctx: LintContext) -> Iterator[tuple[Word, Command, Invocation]]:
+    """Every word of every srun command line, with its command."""
+    for cmd in ctx.script.commands:
+        inv = classify(cmd)
+        if inv.srun is None:
+            continue
+        for w in cmd.words:
+            yield w, cmd, inv
+
+
+def _hint_for(name: str) -> str:
+    return f"escape it (\\${name}) inside the double quotes, or use single quotes: srun bash -c '... ${name} ...'"
+
+
+@rule("early-expansion", "a per-task variable ($SLURM_NODEID/$SLURM_PROCID/$SLURM_LOCALID) "
+      "expanded by the batch shell for srun")
+def early_expansion(ctx: LintContext) -> Iterable[Finding]:
+    used_in_srun: dict[str, int] = {}
+    for word, cmd, _inv in _srun_words(ctx):
+        for e in word.expansions:
+            if e.expands:
+                used_in_srun.setdefault(e.name, cmd.line)
+            if e.name in PER_TASK and e.expands:
+                yield finding("early-expansion", ERROR, e.line,
+                              f"${e.name} is expanded by the batch shell on the first node before srun "
+                              f"starts the tasks: every task gets that node's value",
+                              _hint_for(e.name))
+        for hd in cmd.heredocs:
+            for e in hd.expansions:
+                if e.name in PER_TASK and e.expands:
+                    yield finding("early-expansion", ERROR, e.line,
+                                  f"${e.name} in an unquoted here-document is expanded by the batch "
+                                  f"shell before srun starts the tasks",
+                                  f"quote the delimiter (<<'EOF') or escape it (\\${e.name})")
+    for name, entries in ctx.variables.items():
+        if name not in used_in_srun:
+            continue
+        for word, _cmd in entries:
+            for e in word.expansions:
+                if e.name in PER_TASK and e.expands:
+                    yield finding("early-expansion", ERROR, e.line,
+                                  f"${e.name} is expanded when {name} is assigned, on the first node; "
+                                  f"srun (line {used_in_srun[name]}) passes that one value to every task",
+                                  _hint_for(e.name))
+
+
+@rule("single-quoted-var", "a $VARIABLE inside single quotes passed to a program (never expanded)")
+def single_quoted_var(ctx: LintContext) -> Iterable[Finding]:
+    known = set(ctx.variables) | _COMMON_ENV
+    for cmd in ctx.script.commands:
+        inv = classify(cmd)
+        if not cmd.words or inv.kind == "shell" or inv.program in _LITERAL_OK \
+                or cmd.words[0].value in _LITERAL_OK or cmd.words[0].value in ("export", "local", "declare"):
+            continue
+        if inv.program.startswith("python") and any(w.value == "-c" for w in cmd.words):
+            continue
+        echo = inv.program == "echo" or cmd.words[0].value == "echo"
+        severity = WARNING if echo else ERROR
+        for word in cmd.words:
+            for e in word.expansions:
+                wanted = e.name.startswith("SLURM_") or (e.name in known and not echo)
+                if e.quote == "single" and wanted:
+                    yield finding("single-quoted-var", severity, e.line,
+                                  f"'${e.name}' is in single quotes: the program receives the text "
+                                  f"'${e.name}', not its value",
+                                  f"use double quotes: \"${e.name}\"")
+
+
+@rule("master-port", "a fixed MASTER_PORT (collides with other jobs on the same node)")
+def master_port(ctx: LintContext) -> Iterable[Finding]:
+    from scaletrain.runtime.detect import PORT_SHELL_EXPR  # the runtime's own formula
+
+    hint = f"derive it from the job id: MASTER_PORT={PORT_SHELL_EXPR}"
+    for word, _cmd in ctx.variables.get("MASTER_PORT", []):
+        if word.value.strip().isdigit():
+            yield finding("master-port", WARNING, word.line,
+                          f"MASTER_PORT={word.value.strip()} is fixed: two jobs sharing a node collide", hint)
+    for step in ctx.steps:
+        inv = step.invocation
+        for key in ("master_port", "main_process_port"):
+            value = inv.launcher_opts.get(key)
+            if value and value.isdigit():
+                yield finding("master-port", WARNING, inv.launcher_words[key].line,
+                              f"--{key}={value} is fixed: two jobs sharing a node collide", hint)
+
+
+@rule("visible-devices", "CUDA_VISIBLE_DEVICES (or ROCR/HIP) set by hand")
+def visible_devices(ctx: LintContext) -> Iterable[Finding]:
+    gpn = ctx.job.gpus_per_node
+    for name in _DEVICES:
+        for word, _cmd in ctx.variables.get(name, []):
+            value = word.value.strip()
+            if word.expansions:
+                continue
+            ids = [p for p in value.split(",") if p.strip()]
+            nums = [int(p) for p in ids if p.strip().isdigit()]
+            if gpn and (len(ids) > gpn or any(n >= gpn for n in nums)):
+                yield finding("visible-devices", ERROR, word.line,
+                              f"{name}={value} names devices outside the {gpn} GPU(s) per node the job "
+                              "asks for (Slurm numbers the allocated GPUs from 0)",
+                              f"remove it (Slurm sets {name}), or ask for {len(ids)} GPUs per node")
+            elif not gpn and ids:
+                yield finding("visible-devices", WARNING, word.line,
+                              f"{name}={value} but the job asks for no GPUs", "request GPUs, or remove it")
+            else:
+                yield finding("visible-devices", WARNING, word.line,
+                              f"{name} is set by hand: Slurm already sets it for the allocated GPUs and "
+                              "srun's per-task GPU binding relies on it",
+                              f"remove the line and let Slurm set {name}")
+
+
+def _merge_marker_lines(ctx: LintContext) -> list[int]:
+    return [n for n, line in enumerate(ctx.script.lines, start=1)
+            if re.match(r"(<{7}|>{7})( |$)", line)]
+
+
+@rule("merge-conflict", "unresolved merge-conflict markers")
+def merge_conflict(ctx: LintContext) -> Iterable[Finding]:
+    for number in _merge_marker_lines(ctx):
+        if ctx.script.lines[number - 1].startswith("<<<<<<<") or not any(
+                ln.startswith("<<<<<<<") for ln in ctx.script.lines):
+            yield finding("merge-conflict", ERROR, number,
+                          "unresolved merge conflict (<<<<<<< ... >>>>>>>)",
+                          "keep one side, delete the markers, and lint again")
+
+
+@rule("bash-syntax", "a shell syntax error (bash -n)")
+def bash_syntax(ctx: LintContext) -> Iterable[Finding]:
+    if _merge_marker_lines(ctx):
+        return   # the markers are the syntax error; merge-conflict reports them better
+    base = interpreter(ctx.script.shebang) or "bash"
+    exe = shutil.which("bash") if base not in ("sh", "dash", "zsh", "ksh") else shutil.which(base)
+    exe = exe or shutil.which("bash")
+    if exe is None:
+        return
+    try:
+        proc = subprocess.run([exe, "-n"], input=ctx.script.text, capture_output=True, text=True,
+                              timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return
+    seen: set[int] = set()
+    for line in proc.stderr.splitlines():
+        m = re.search(r"line (\d+): (.*)", line)
+        if not m or int(m.group(1)) in seen:
+            continue
+        seen.add(int(m.group(1)))
+        yield finding("bash-syntax", ERROR, int(m.group(1)), f"{base}: {m.group(2)}",
+                      "fix the shell syntax (check quotes, 'fi'/'done', and <placeholders> left in)")

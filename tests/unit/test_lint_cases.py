@@ -1,0 +1,40 @@
+"""Bad-script fixtures: each file in lint_cases/ names its cluster and the exact findings.
+
+Header comments: ``# cluster: NAME`` (or ``none``) and ``# expect: RULE-ID@LINE ...``. The test
+compares the full set of (rule, line) pairs, warnings included, so a missing finding and an
+extra one both fail.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from scaletrain.lint.engine import lint_file
+
+CASES = Path(__file__).parent / "lint_cases"
+FILES = sorted(CASES.glob("*.sh"))
+
+
+def _header(path: Path) -> tuple[str | None, set[tuple[str, int]]]:
+    text = path.read_text()
+    cluster = re.search(r"^# cluster: (\S+)", text, re.M).group(1)  # type: ignore[union-attr]
+    expect = re.search(r"^# expect: (.*)$", text, re.M).group(1)    # type: ignore[union-attr]
+    pairs = {(item.split("@")[0], int(item.split("@")[1])) for item in expect.split()}
+    return (None if cluster == "none" else cluster), pairs
+
+
+def test_enough_cases() -> None:
+    assert 6 <= len(FILES) <= 12
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
+def test_case_findings_exact(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SCALETRAIN_CLUSTER", raising=False)
+    cluster, expected = _header(path)
+    result = lint_file(str(path), cluster=cluster)
+    got = {(f.rule, f.line) for f in result.findings}
+    assert got == expected, "\n".join(f"{f.line}: {f.severity} {f.rule} {f.message}" for f in result.findings)
+    assert result.errors >= 1   # every case is a script that must not pass
