@@ -1,0 +1,170 @@
+"""``scaletrain submit``: ``plan`` plus one ``sbatch --parsable`` call, from a run folder.
+
+The script is written into the run folder first (``--run-dir``, default
+``./runs/<timestamp>-<name>/``) and sbatch is called from there, so the job's relative
+``--output`` files, the script and the job id all end up together. ``--dry-run`` stops before
+sbatch. ``--wait`` follows the job with ``scontrol show job`` until it ends, prints its output
+file and exits with the job's exit code.
+
+Ctrl-C during ``--wait`` stops *following* the job, not the job: it keeps its place in the queue
+or keeps running (queue time is precious, and an interrupted terminal is not a decision to
+cancel). The message says how to cancel it (``scancel ID``). Exit code 130.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import re
+import sys
+import time
+from pathlib import Path
+
+from scaletrain.errors import SlurmError, UsageError
+
+SCRIPT_NAME = "job.sh"
+JOB_ID_FILE = "job_id"
+
+EXAMPLES = """\
+examples:
+  scaletrain submit --cluster puhti --gpus 8 --account project_123 -- train.py --epochs 10
+  scaletrain submit --cluster lumi --nodes 2 --dry-run -- train.py      # write, do not submit
+  scaletrain submit --profile my.toml --nodes 2 --wait -- train.py      # follow it to the end
+
+The script goes to --run-dir (default ./runs/<timestamp>-<name>/), sbatch runs from there, and
+the job id is printed on stdout. With --wait, Ctrl-C stops following the job but does NOT
+cancel it (use 'scancel ID').
+"""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``submit`` verb: every ``plan`` flag plus the submission flags."""
+    try:
+        from scaletrain.cli.plan import add_plan_arguments
+    except ModuleNotFoundError as exc:  # plan not built yet: no submit verb, the others work
+        if exc.name != "scaletrain.cli.plan":
+            raise
+        return
+
+    parser = subparsers.add_parser(
+        "submit", help="write a Slurm script into a run folder and submit it with sbatch",
+        description="Plan a job like 'scaletrain plan', write the script into a run folder and "
+                    "submit it with 'sbatch --parsable'; prints the job id.",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_plan_arguments(parser)
+    for action in parser._actions:  # plan's output flags: accepted (same parser) but refused
+        if {"--output", "--json"} & set(action.option_strings):
+            action.help = argparse.SUPPRESS
+    group = parser.add_argument_group("submission")
+    group.add_argument("--run-dir", metavar="DIR",
+                       help="folder for the script, job id and output (default: "
+                            "./runs/<timestamp>-<name>/)")
+    group.add_argument("--dry-run", action="store_true",
+                       help="write the script into the run folder and stop before sbatch")
+    group.add_argument("--wait", action="store_true",
+                       help="follow the job to its end, print its output file and exit with the "
+                            "job's exit code (Ctrl-C stops following; the job keeps running)")
+    parser.set_defaults(func=run_submit)
+
+
+def _run_dir(args: argparse.Namespace, job_name: str) -> Path:
+    if getattr(args, "run_dir", None):
+        return Path(args.run_dir)
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", job_name).strip("._") or "job"
+    return Path("runs") / f"{stamp}-{safe}"
+
+
+def _write_script(run_dir: Path, text: str) -> Path:
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        path = run_dir / SCRIPT_NAME
+        path.write_text(text)
+    except OSError as exc:
+        raise UsageError(f"cannot write the job script into {run_dir}: {exc.strerror}",
+                         "choose a writable --run-dir") from None
+    return path
+
+
+def _read_output(path: str | None, wait_s: float = 5.0) -> str | None:
+    """The job's output file; a shared file system may show it a moment after the job ends."""
+    if not path or path == "/dev/null":
+        return None
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return Path(path).read_text(errors="replace")
+        except FileNotFoundError:
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.2)
+        except OSError:
+            return None
+
+
+def run_submit(args: argparse.Namespace) -> int:
+    """CLI body of ``scaletrain submit``; returns the exit code."""
+    from scaletrain.cli.plan import plan_from_args
+    from scaletrain.plan.render import render_script
+    from scaletrain.plan.summary import render_summary
+    from scaletrain.slurm import commands
+
+    for flag, value in (("--output", getattr(args, "output", None)), ("--json", getattr(args, "json", False))):
+        if value:
+            raise UsageError(f"{flag} is a 'plan' option; submit writes the script into its run folder",
+                             "use --run-dir DIR (and --dry-run to stop before sbatch), or 'scaletrain plan'")
+    plan = plan_from_args(args)
+    script_text = render_script(plan)
+    summary = render_summary(plan)
+    job_name = plan.job_name
+    run_dir = _run_dir(args, job_name)
+    script = _write_script(run_dir, script_text)
+    print(summary.rstrip("\n"), file=sys.stderr)
+    if args.dry_run:
+        print(f"scaletrain: dry run: wrote {script}; not submitted "
+              f"(submit it with: cd {run_dir} && sbatch {SCRIPT_NAME})", file=sys.stderr)
+        print(script)
+        return 0
+    try:
+        commands.which("sbatch")
+    except SlurmError as exc:
+        raise SlurmError(exc.message, f"the script is written to {script}; submit it where "
+                                      "Slurm is, or use 'scaletrain plan' / --dry-run") from None
+    job_id = commands.sbatch_parsable(SCRIPT_NAME, cwd=run_dir)
+    (run_dir / JOB_ID_FILE).write_text(job_id + "\n")
+    print(job_id, flush=True)
+    print(f"scaletrain: submitted job {job_id} from {run_dir}", file=sys.stderr, flush=True)
+    if not args.wait:
+        return 0
+    return _follow(job_id)
+
+
+def _follow(job_id: str) -> int:
+    """``--wait``: poll the job to its end, show its output, return its exit code."""
+    from scaletrain.slurm import commands
+
+    def show(info: commands.JobInfo) -> None:
+        where = f" on {info.node_list}" if info.node_list and info.state == "RUNNING" else ""
+        print(f"scaletrain: job {job_id} {info.state}{where}", file=sys.stderr, flush=True)
+
+    try:
+        info = commands.wait(job_id, poll=1.0, on_change=show)
+    except KeyboardInterrupt:
+        print(f"scaletrain: stopped following job {job_id}; it was NOT cancelled "
+              f"(cancel it with: scancel {job_id})", file=sys.stderr)
+        return 130
+    for label, path in (("output", info.stdout),
+                        ("error output", info.stderr if info.stderr != info.stdout else None)):
+        # a job cancelled before it started has no node and never wrote its file
+        text = _read_output(path, wait_s=5.0 if info.node_list else 0.0)
+        if text is None:
+            if path and path != "/dev/null":
+                print(f"scaletrain: job {label} file {path} not found", file=sys.stderr)
+            continue
+        print(f"scaletrain: ---- {label} of job {job_id} ({path}) ----", file=sys.stderr, flush=True)
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    code = info.returncode
+    reason = f", {info.reason}" if info.reason and info.reason != "None" else ""
+    print(f"scaletrain: job {job_id} {info.state} (exit code {code}{reason})", file=sys.stderr)
+    return code

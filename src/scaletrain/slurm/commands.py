@@ -1,0 +1,222 @@
+"""The only code in scaletrain that runs Slurm's commands (sbatch, scontrol, sinfo, scancel).
+
+Each wrapper is small and typed: it finds the command (``SlurmError`` with a hint when it is
+missing), runs it with an explicit environment (tests pass ``SLURM_CONF`` this way instead of
+changing ``os.environ``), and turns a failure into one line: Slurm's own last error line.
+
+Job state comes from ``scontrol show job -o ID``: unlike ``sacct`` it needs no slurmdbd, and a
+finished job stays visible for ``MinJobAge`` seconds (300 by default), which is plenty for
+``wait()`` polling every second or so.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+from scaletrain.errors import SlurmError
+from scaletrain.slurm.parse import (
+    FINAL_STATES,
+    parse_exit_code,
+    parse_job_id,
+    parse_record,
+    parse_records,
+)
+
+_WAIT_RETRIES = 5  # consecutive scontrol failures tolerated while waiting
+
+_INSTALL_HINT = ("run this on a Slurm login node (or load Slurm's module); "
+                 "'scaletrain plan' prints the script without Slurm")
+
+
+def which(command: str, env: Mapping[str, str] | None = None) -> str:
+    """The full path of a Slurm command, or ``SlurmError`` (exit 4) saying it is missing."""
+    path = (env or os.environ).get("PATH")
+    found = shutil.which(command, path=path)
+    if not found:
+        raise SlurmError(f"'{command}' not found: Slurm's commands are not on PATH", _INSTALL_HINT)
+    return found
+
+
+def _one_line(text: str) -> str:
+    """Slurm's most telling error line: the last 'error:'/'fatal:' line, else the last line."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    if not lines:
+        return "no output"
+    for line in reversed(lines):
+        if "error:" in line or "fatal:" in line:
+            return line
+    return lines[-1]
+
+
+def run_command(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
+                cwd: str | Path | None = None, timeout: float = 60.0) -> str:
+    """Run a Slurm command and return its stdout; any failure is one ``SlurmError`` line."""
+    exe = which(argv[0], env)
+    try:
+        proc = subprocess.run([exe, *argv[1:]], capture_output=True, text=True,
+                              env=dict(env) if env is not None else None,
+                              cwd=str(cwd) if cwd is not None else None, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise SlurmError(f"'{' '.join(argv)}' did not answer within {timeout:.0f} s",
+                         "is slurmctld up? try 'sinfo' or 'scontrol ping'") from None
+    except OSError as exc:
+        raise SlurmError(f"cannot run {argv[0]}: {exc.strerror}", _INSTALL_HINT) from None
+    if proc.returncode != 0:
+        raise SlurmError(f"{argv[0]} failed: {_one_line(proc.stderr or proc.stdout)}",
+                         "fix the request (see the message from Slurm) or check 'sinfo'")
+    return proc.stdout
+
+
+def sbatch_parsable(script_path: str | Path, *, cwd: str | Path | None = None,
+                    extra_args: Sequence[str] = (),
+                    env: Mapping[str, str] | None = None) -> str:
+    """Submit ``script_path`` with ``sbatch --parsable`` from ``cwd``; returns the job id.
+
+    ``cwd`` matters: it becomes the job's working directory and where relative
+    ``--output`` paths land.
+    """
+    out = run_command(["sbatch", "--parsable", *extra_args, str(script_path)],
+                      env=env, cwd=cwd)
+    try:
+        return parse_job_id(out)
+    except ValueError:
+        raise SlurmError(f"sbatch printed no job id: {_one_line(out)}",
+                         "check the script with 'scaletrain lint'") from None
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobInfo:
+    """What ``scontrol show job -o`` says about one job (the fields scaletrain uses)."""
+
+    job_id: str
+    state: str                      # PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT...
+    exit_code: int                  # the batch script's exit status
+    signal: int                     # the signal that ended it (0 if none)
+    reason: str = ""
+    stdout: str | None = None       # StdOut= path, already expanded by Slurm
+    stderr: str | None = None
+    node_list: str = ""
+    raw: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def finished(self) -> bool:
+        """True once the job is in a final state (nothing more will happen to it)."""
+        return self.state in FINAL_STATES
+
+    @property
+    def returncode(self) -> int:
+        """A process-style exit code: 0 only for COMPLETED, 128+signal when killed by one."""
+        if self.state == "COMPLETED" and self.exit_code == 0:
+            return 0
+        if self.exit_code:
+            return self.exit_code
+        if self.signal:
+            return 128 + self.signal
+        return 1
+
+
+def job_info_from_record(record: Mapping[str, str]) -> JobInfo:
+    """Build ``JobInfo`` from one parsed ``scontrol show job -o`` record."""
+    code, sig = parse_exit_code(record.get("ExitCode"))
+    # JobState can carry a suffix in some versions ("CANCELLED by 0"); the first word is the state.
+    state = (record.get("JobState") or "UNKNOWN").split()[0]
+    return JobInfo(job_id=record.get("JobId", ""), state=state, exit_code=code, signal=sig,
+                   reason=record.get("Reason", ""), stdout=record.get("StdOut") or None,
+                   stderr=record.get("StdErr") or None, node_list=record.get("NodeList", ""),
+                   raw=dict(record))
+
+
+def job_info(job_id: str, *, env: Mapping[str, str] | None = None) -> JobInfo:
+    """The job's current state from ``scontrol show job -o``; ``SlurmError`` if unknown."""
+    out = run_command(["scontrol", "show", "job", "-o", str(job_id)], env=env)
+    for line in out.splitlines():
+        record = parse_record(line)
+        if record.get("JobId") == str(job_id):
+            return job_info_from_record(record)
+    raise SlurmError(f"scontrol knows no job {job_id}",
+                     "finished jobs are forgotten after MinJobAge; check the job's output file")
+
+
+def wait(job_id: str, *, timeout: float | None = None, poll: float = 1.0,
+         max_poll: float = 10.0, env: Mapping[str, str] | None = None,
+         on_change: Callable[[JobInfo], None] | None = None) -> JobInfo:
+    """Poll until the job reaches a final state and return it; ``on_change`` sees each new state.
+
+    Polling starts every ``poll`` seconds and slows down by 20 % a round up to ``max_poll``:
+    sites ask users not to hammer slurmctld, and a long job needs no second-by-second check.
+    A few failed ``scontrol`` calls in a row (a busy slurmctld times out) are retried.
+    ``timeout`` (seconds, None = forever) raises ``SlurmError`` with the job still in the
+    queue: waiting gives up, the job is not cancelled.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    last_state = ""
+    failures = 0
+    delay = poll
+    while True:
+        try:
+            info = job_info(job_id, env=env)
+            failures = 0
+        except SlurmError:
+            failures += 1
+            if failures >= _WAIT_RETRIES:
+                raise
+            time.sleep(delay)
+            continue
+        if info.state != last_state:
+            last_state = info.state
+            if on_change is not None:
+                on_change(info)
+        if info.finished:
+            return info
+        if deadline is not None and time.monotonic() > deadline:
+            raise SlurmError(f"job {job_id} still {info.state} after {timeout:.0f} s",
+                             f"it keeps running; follow it with 'squeue -j {job_id}' "
+                             f"or stop it with 'scancel {job_id}'")
+        time.sleep(delay)
+        delay = min(max_poll, delay * 1.2)
+
+
+def cancel(job_id: str, *, env: Mapping[str, str] | None = None) -> None:
+    """Cancel a job with ``scancel`` (no error if it already ended)."""
+    run_command(["scancel", str(job_id)], env=env)
+
+
+def show_nodes(*, env: Mapping[str, str] | None = None) -> list[dict[str, str]]:
+    """``scontrol show node -o`` as parsed records, one per node."""
+    return parse_records(show_nodes_text(env=env))
+
+
+def show_nodes_text(*, env: Mapping[str, str] | None = None) -> str:
+    """The raw text of ``scontrol show node -o`` (kept for parsing and for bug reports)."""
+    return run_command(["scontrol", "show", "node", "-o"], env=env)
+
+
+def show_partitions_text(*, env: Mapping[str, str] | None = None) -> str:
+    """The raw text of ``scontrol show partition -o``."""
+    return run_command(["scontrol", "show", "partition", "-o"], env=env)
+
+
+def cluster_name(*, env: Mapping[str, str] | None = None) -> str | None:
+    """``ClusterName`` from ``scontrol show config``, or None if it cannot be read."""
+    try:
+        out = run_command(["scontrol", "show", "config"], env=env)
+    except SlurmError:
+        return None
+    for line in out.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() == "ClusterName":
+            return value.strip() or None
+    return None
+
+
+def sinfo(fmt: str = "%P %a %l %D %c %m %G %N", *,
+          env: Mapping[str, str] | None = None) -> list[list[str]]:
+    """``sinfo -h -o FMT`` split into rows of fields (whitespace-separated)."""
+    out = run_command(["sinfo", "-h", "-o", fmt], env=env)
+    return [line.split() for line in out.splitlines() if line.strip()]
