@@ -1,0 +1,386 @@
+"""``scaletrain.loader``: a DataLoader that shards by rank, advances its epoch by itself and
+resumes mid-epoch at exactly the next sample.
+
+What the seeds do by hand (a ``DistributedSampler``, ``shuffle=(sampler is None)``,
+``sampler.set_epoch(epoch)`` each epoch, ``num_workers`` matched to ``--cpus-per-task``,
+``batch_size`` per GPU) is done here once::
+
+    train = scaletrain.loader(dataset, global_batch_size=256)      # 256 / W per process
+    for epoch in range(epochs):
+        for x, y in train:                                         # epoch advances each pass
+            ...
+    state = train.state_dict()        # {"epoch", "consumed", "offset", "seed", "world_size", ...}
+    train.load_state_dict(state)      # next pass continues at the next sample
+
+Evaluation shards (``eval=True``) neither drop nor duplicate: each sample is seen exactly once
+across ranks, so ranks may get different numbers of samples and of batches (with ``n`` samples
+on ``W`` ranks, the first ``n % W`` ranks get one more). Consequence for collectives: do not
+call a collective per batch inside the evaluation loop (a rank with fewer batches would stop
+calling it and the others would hang); accumulate locally and reduce once after the loop with
+``scaletrain.all_reduce_mean(value, weight=n_seen)`` or ``scaletrain.gather_objects``. Forward
+passes are collectives under the sharded strategies (zero2/zero3/FSDP all-gather parameters):
+evaluate those with ``eval=False, drop_last=False`` (padded to equal shards; the few duplicate
+samples are counted twice) or on the unsharded model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Dataset, IterableDataset
+
+from scaletrain.data.lr import check_global_batch
+from scaletrain.data.sampler import ResumableDistributedSampler, ShardedIterable
+from scaletrain.errors import ScaletrainError, UsageError
+from scaletrain.runtime.env import Env
+
+AUTO_WORKERS_CAP = 8  # past ~8 workers per process, input pipelines rarely get faster
+
+
+def per_process_batch(batch_size: int | None, global_batch_size: int | None,
+                      world_size: int) -> int:
+    """The per-process batch from exactly one of ``batch_size`` (per process) and
+    ``global_batch_size`` (divided by ``world_size``). ``UsageError`` otherwise, naming the
+    nearest valid global sizes when the global one does not divide."""
+    if (batch_size is None) == (global_batch_size is None):
+        raise UsageError("pass exactly one of batch_size= (per process) and global_batch_size=",
+                         hint="global_batch_size=256 keeps the optimizer's batch fixed at any "
+                              "world size; batch_size=64 is per process (global = 64 x processes)")
+    name, value = (("batch_size", batch_size) if batch_size is not None
+                   else ("global_batch_size", global_batch_size))
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise UsageError(f"{name} must be a positive integer, got {value!r}",
+                         hint=f"e.g. {name}=64")
+    if batch_size is not None:
+        return batch_size
+    assert global_batch_size is not None  # narrowed above; not user input
+    if global_batch_size % world_size == 0:
+        return global_batch_size // world_size
+    below = global_batch_size // world_size * world_size
+    above = below + world_size
+    options = [f"{g} ({g // world_size} per process)" for g in (below, above) if g > 0]
+    raise UsageError(
+        f"global_batch_size={global_batch_size} is not divisible by {world_size} processes",
+        hint=f"use global_batch_size={' or '.join(options)}, or pass batch_size= per process")
+
+
+def auto_num_workers(env: Env, cap: int = AUTO_WORKERS_CAP) -> int:
+    """DataLoader workers for this process: the CPUs it may run on, minus one for the main
+    process, at most ``cap``; 0 on a one-core share.
+
+    The CPU set is ``os.sched_getaffinity(0)`` (what Slurm's ``--cpus-per-task`` binding or
+    ``taskset`` gives). When it is the whole machine yet several ranks share the node (no
+    binding), each rank counts only its ``1/local_world_size`` share, so N ranks do not each
+    start a machine's worth of workers.
+    """
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    if cpus >= (os.cpu_count() or cpus) and env.local_world_size > 1:
+        cpus = max(1, cpus // env.local_world_size)
+    return max(0, min(cap, cpus - 1))
+
+
+def _initialised_env() -> Env | None:
+    try:
+        from scaletrain.runtime.init import current
+    except ImportError:  # runtime not built in this tree
+        return None
+    try:
+        return current()
+    except ScaletrainError:
+        return None
+
+
+def resolve_env(env: Env | None = None, *, rank: int | None = None,
+                world_size: int | None = None) -> Env:
+    """The rank and world size to shard for: ``env`` if given; else the Env of
+    ``scaletrain.init()``; else a live torch.distributed process group; else
+    ``scaletrain.detect()``; else a single process. ``rank=``/``world_size=`` override."""
+    if env is None:
+        env = _initialised_env()
+    if env is None:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            # a group the user started without scaletrain.init(): its rank is the truth
+            on_gpu = dist.get_backend() == "nccl" and torch.cuda.is_available()
+            env = Env(rank=dist.get_rank(), world_size=dist.get_world_size(),
+                      local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
+                      device=f"cuda:{torch.cuda.current_device()}" if on_gpu else "cpu",
+                      backend=str(dist.get_backend()))
+    if env is None:
+        try:
+            from scaletrain.runtime.detect import detect
+        except ImportError:
+            env = Env()
+        else:
+            env = detect()
+    if rank is not None or world_size is not None:
+        env = dataclasses.replace(env, rank=env.rank if rank is None else rank,
+                                  world_size=env.world_size if world_size is None else world_size)
+    if env.world_size < 1 or not 0 <= env.rank < env.world_size:
+        raise UsageError(f"rank {env.rank} is not in a world of {env.world_size} processes",
+                         hint="pass 0 <= rank < world_size, or let scaletrain.init() detect them")
+    return env
+
+
+class DistributedLoader(DataLoader):
+    """A DataLoader over this rank's shard, with automatic epochs and exact resume.
+
+    ``epoch`` is the epoch of the current pass (or of the next one between passes); set it to
+    jump to an epoch's start. Each new ``iter()`` is a new pass: the first continues where the
+    state says (0 at first, or what ``load_state_dict`` restored); after a finished pass, or one
+    left part-way (``break``), the next pass is the next epoch. A user's own
+    ``loader.sampler.set_epoch(e)`` between passes is followed (so the seeds' loops still work).
+
+    The resume point counts batches handed to the caller in the main process — not batches
+    prefetched by workers — so it is exact with ``num_workers > 0``.
+    """
+
+    def __init__(self, dataset: Dataset, *, env: Env, per_process_batch: int, mode: str,
+                 shuffle: bool, seed: int, drop_last: bool, **kwargs: Any) -> None:
+        self.env = env
+        self.mode = mode  # "drop" | "pad" | "eval"
+        self.seed = seed
+        self._epoch = 0
+        self._consumed = 0          # samples of this rank's current epoch already handed out
+        self._offset = 0            # global positions of this epoch consumed by another world size
+        self._in_pass = False       # a pass was started and has not finished
+        self._batches_done = 0      # batches handed out in the current pass
+        self._iterable = isinstance(dataset, IterableDataset)
+        sampler: ResumableDistributedSampler | None = None
+        if self._iterable:
+            dataset = ShardedIterable(dataset, rank=env.rank, world_size=env.world_size,
+                                      batch_size=per_process_batch, mode=mode)
+        else:
+            sampler = ResumableDistributedSampler(
+                dataset, num_replicas=env.world_size, rank=env.rank, shuffle=shuffle, seed=seed,
+                drop_last=(mode == "drop"), even=(mode != "eval"))
+        # Worker processes seed their RNGs from the DataLoader's generator. Left to torch's
+        # global RNG, ranks that seeded torch alike (for identical model init) would draw
+        # identical random augmentations; a generator per rank and epoch makes them differ
+        # across ranks and repeat for the same seed and epoch.
+        self._own_generator = kwargs.get("generator") is None
+        if self._own_generator:
+            kwargs["generator"] = torch.Generator()
+        super().__init__(dataset, batch_size=per_process_batch, sampler=sampler,
+                         drop_last=drop_last, **kwargs)
+        self._goto(0)
+
+    # -- state ---------------------------------------------------------------------------
+    def _goto(self, epoch: int, consumed: int = 0, offset: int = 0) -> None:
+        """Make the next pass start at ``consumed`` samples (``offset`` global positions) into
+        ``epoch``, and tell the sampler (map-style) or the sharded iterable."""
+        self._epoch, self._consumed, self._offset = epoch, consumed, offset
+        self._in_pass, self._batches_done = False, 0
+        if isinstance(self.sampler, ResumableDistributedSampler):
+            self.sampler._sync(epoch=epoch, start=consumed, offset=offset)
+        elif isinstance(self.dataset, ShardedIterable):
+            self.dataset.epoch = epoch
+            self.dataset.start = consumed
+
+    def _pass_samples(self) -> int | None:
+        """Samples this rank's whole current epoch holds, or None for an unsized iterable."""
+        if isinstance(self.sampler, ResumableDistributedSampler):
+            return self.sampler.num_samples
+        if isinstance(self.dataset, ShardedIterable):
+            return self.dataset.epoch_len()
+        return None
+
+    @property
+    def epoch(self) -> int:
+        """The epoch of the current pass, or of the next pass between passes."""
+        sampler = self.sampler
+        if isinstance(sampler, ResumableDistributedSampler) and sampler.user_epoch_set:
+            return sampler.epoch  # the user's set_epoch, applied when the next pass starts
+        return self._epoch
+
+    @epoch.setter
+    def epoch(self, value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise UsageError(f"epoch must be a non-negative integer, got {value!r}",
+                             hint="e.g. loader.epoch = 3 starts the next pass at epoch 3")
+        self._goto(value)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Same as ``loader.epoch = epoch``: the next pass starts epoch ``epoch`` from its start."""
+        self.epoch = epoch
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the next sample comes from: ``epoch``, ``consumed`` (samples of that epoch this
+        rank already handed out), ``offset`` (positions consumed before a world-size change),
+        ``seed``, ``world_size``, ``rank``, ``mode``. In training mode every rank's state has
+        the same numbers, so rank 0's is enough; evaluation shards differ per rank."""
+        epoch, consumed, offset = self._epoch, self._consumed, self._offset
+        total = self._pass_samples()
+        # a pass whose last batch was handed out is over: say "next epoch, from its start"
+        if total is not None and consumed > 0 and (
+                consumed >= total or (self._in_pass and self._batches_done >= len(self))):
+            epoch, consumed, offset = epoch + 1, 0, 0
+        return {"epoch": epoch, "consumed": consumed, "offset": offset, "seed": self.seed,
+                "world_size": self.env.world_size, "rank": self.env.rank, "mode": self.mode}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue at ``state``: the next pass starts where the saved loader would have.
+
+        Same world size: exactly the next sample, in the same order. Another world size, in
+        training mode on a map-style dataset: the rest of the epoch's global order is sharded
+        over the new world, so no sample of the epoch is repeated or skipped (apart from the
+        usual padding or truncation), though batches differ from an uninterrupted run. Other
+        cases of a changed world mid-epoch, and another seed, raise ``UsageError``.
+        """
+        try:
+            epoch, consumed = int(state["epoch"]), int(state["consumed"])
+            offset = int(state.get("offset", 0))
+            seed, world = int(state["seed"]), int(state["world_size"])
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise UsageError(f"not a scaletrain loader state: {exc!s}",
+                             hint="pass what loader.state_dict() returned") from None
+        if seed != self.seed:
+            raise UsageError(f"loader state has seed={seed}, this loader seed={self.seed}",
+                             hint=f"build the loader with seed={seed} to resume its order")
+        if world != self.env.world_size and (consumed or offset):
+            if self.mode == "eval" or state.get("mode") == "eval" \
+                    or not isinstance(self.sampler, ResumableDistributedSampler):
+                raise UsageError(
+                    f"loader state is {consumed} samples into epoch {epoch} on {world} "
+                    f"processes; this job has {self.env.world_size}",
+                    hint="resume an evaluation or iterable-dataset loader with the same number "
+                         "of processes, or from a state taken at an epoch boundary")
+            # rank r consumed positions r, r+W, ..., so together the first consumed*W of the
+            # epoch's (padded or truncated) global order: continue after them
+            offset, consumed = offset + consumed * world, 0
+        self._goto(epoch, consumed, offset)
+        if offset and self._pass_samples() == 0:  # nothing left of that epoch on any rank
+            self._goto(epoch + 1)
+
+    # -- iteration -----------------------------------------------------------------------
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        sampler = self.sampler
+        if isinstance(sampler, ResumableDistributedSampler) and sampler.user_epoch_set:
+            self._goto(sampler.epoch)  # the user's own set_epoch, as in the seeds' loops
+        elif self._in_pass:  # the previous pass was left part-way: this one is the next epoch
+            self._goto(self._epoch + 1)
+        self._in_pass = True
+        if self._own_generator and self.generator is not None:
+            mixed = ((self.seed * 1_000_003 + self.env.rank) * 1_000_033 + self._epoch)
+            self.generator.manual_seed(mixed % (2**63))
+        return self._run_pass(super().__iter__())
+
+    def _run_pass(self, batches: Iterator[Any]) -> Iterator[Any]:
+        total = self._pass_samples()
+        assert self.batch_size is not None  # always set by __init__
+        for batch in batches:
+            self._batches_done += 1
+            self._consumed += self.batch_size
+            if total is not None:
+                self._consumed = min(self._consumed, total)
+            yield batch
+        self._goto(self._epoch + 1)
+
+    def close(self) -> None:
+        """Stop persistent workers now (they otherwise live as long as the loader)."""
+        it = getattr(self, "_iterator", None)
+        if it is not None and hasattr(it, "_shutdown_workers"):
+            it._shutdown_workers()
+        self._iterator = None
+
+
+def loader(dataset: Dataset, batch_size: int | None = None, global_batch_size: int | None = None,
+           shuffle: bool | None = None, drop_last: bool | None = None,
+           num_workers: int | str = "auto", seed: int = 0, eval: bool = False,
+           collate_fn: Callable[[list[Any]], Any] | None = None, pin_memory: bool | None = None,
+           persistent_workers: bool | None = None, env: Env | None = None, *,
+           rank: int | None = None, world_size: int | None = None, group: Any = None,
+           base_world_size: int | None = 1, **dataloader_kwargs: Any) -> DistributedLoader:
+    """A DataLoader over this process's shard of ``dataset``.
+
+    Args:
+        dataset: map-style (sharded by a resumable ``DistributedSampler``) or iterable (rank
+            ``r`` takes every ``W``-th item; workers split the rank's batches). An iterable
+            dataset is not shuffled here: if it has ``set_epoch(epoch)``, that is called in
+            every worker before each pass so it can reshuffle itself.
+        batch_size: samples per process per step. Exactly one of this and ``global_batch_size``.
+        global_batch_size: samples per optimizer step over all processes, divided by the world
+            size (``UsageError`` naming the nearest valid sizes if it does not divide).
+        shuffle: reshuffle every epoch (seeded by ``seed + epoch``); default True, False in eval.
+        drop_last: training default True: every rank gets ``n // W`` samples and only full
+            batches. False: shards padded with repeated samples to equal size
+            (DistributedSampler's behaviour), last batch may be short. Not allowed with eval.
+        num_workers: ``"auto"`` (see ``auto_num_workers``) or a number.
+        seed: the shuffle seed; the same on every rank.
+        eval: evaluation shard: no shuffle, no drop, no padding; each sample exactly once
+            across ranks, ranks may get different numbers of batches (see the module doc).
+        pin_memory: default: True when the process's device is CUDA.
+        persistent_workers: default True when ``num_workers > 0`` (map-style datasets);
+            iterable datasets re-create workers each pass so epoch and resume reach them.
+        env: the Env to shard for; default ``scaletrain.init()``'s, then the live process
+            group, then ``scaletrain.detect()``. ``rank``/``world_size`` override it.
+        group: shard over this process group instead (e.g. the data-parallel group of a
+            pipeline or hybrid layout: ranks of one pipeline replica then read the same data,
+            and ``global_batch_size`` is divided by the data-parallel size only).
+        base_world_size: the number of processes the learning rate was tuned for (default 1).
+            With ``batch_size=`` on another world size, a ``GlobalBatchWarning`` says the global
+            batch changed and how to scale the learning rate. None: no check.
+        **dataloader_kwargs: passed to ``torch.utils.data.DataLoader`` (prefetch_factor,
+            worker_init_fn, multiprocessing_context, ...); ``sampler``/``batch_sampler`` are ours.
+
+    Returns:
+        A ``DistributedLoader`` (a DataLoader): iterate it, ``len()`` is this rank's batches in
+        the current pass, ``.epoch``, ``.state_dict()``/``.load_state_dict()``, ``.close()``.
+    """
+    for key in ("sampler", "batch_sampler"):
+        if key in dataloader_kwargs:
+            raise UsageError(f"scaletrain.loader chooses the {key} itself",
+                             hint="drop the sampler argument; shuffle=, seed= and eval= control "
+                                  "the order, or use torch's DataLoader directly")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise UsageError(f"seed must be a non-negative integer, got {seed!r}",
+                         hint="use the same seed on every rank, e.g. seed=0")
+    if group is not None:
+        import torch.distributed as dist
+
+        rank, world_size = dist.get_rank(group), dist.get_world_size(group)
+        if rank < 0:
+            raise UsageError("this process is not a member of the group passed to loader()",
+                             hint="pass the data-parallel group this rank belongs to")
+    env = resolve_env(env, rank=rank, world_size=world_size)
+    per = per_process_batch(batch_size, global_batch_size, env.world_size)
+    if eval:
+        if drop_last:
+            raise UsageError("eval=True never drops samples, drop_last=True contradicts it",
+                             hint="leave drop_last unset with eval=True")
+        mode, shuffle, drop_last = "eval", bool(shuffle), False
+    else:
+        shuffle = True if shuffle is None else shuffle
+        drop_last = True if drop_last is None else drop_last
+        mode = "drop" if drop_last else "pad"
+        if batch_size is not None:
+            check_global_batch(per, env.world_size, base_world_size=base_world_size,
+                               is_main=env.is_main)
+    if num_workers == "auto":
+        num_workers = auto_num_workers(env)
+    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
+        raise UsageError(f"num_workers must be 'auto' or a non-negative integer, got {num_workers!r}",
+                         hint="num_workers='auto' uses the CPUs given to this process")
+    iterable = isinstance(dataset, IterableDataset)
+    if persistent_workers is None:
+        persistent_workers = num_workers > 0 and not iterable
+    elif persistent_workers and iterable:
+        raise UsageError("persistent_workers=True with an IterableDataset would keep the first "
+                         "epoch's shard position in the workers",
+                         hint="leave persistent_workers unset for iterable datasets")
+    if persistent_workers and num_workers == 0:
+        persistent_workers = False
+    if pin_memory is None:
+        pin_memory = env.device.startswith("cuda") and torch.cuda.is_available()
+    return DistributedLoader(dataset, env=env, per_process_batch=per, mode=mode, shuffle=shuffle,
+                             seed=seed, drop_last=drop_last, num_workers=num_workers,
+                             collate_fn=collate_fn, pin_memory=pin_memory,
+                             persistent_workers=persistent_workers, **dataloader_kwargs)

@@ -1,0 +1,91 @@
+"""Metric reductions across ranks: means of losses and accuracies, gathering small results.
+
+Both helpers are identities in a single process, so the same evaluation code runs on 1 or N
+processes. They are collectives when a process group exists: every rank must call them, the
+same number of times, in the same order — call them after the evaluation loop, not per batch
+(evaluation shards may give ranks different numbers of batches; see ``scaletrain.loader``).
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from scaletrain.errors import UsageError
+
+
+def _world(group: Any = None) -> int:
+    if not (dist.is_available() and dist.is_initialized()):
+        return 1
+    return dist.get_world_size(group)
+
+
+def _comm_device(group: Any = None) -> torch.device:
+    # NCCL reduces only CUDA tensors; gloo (and the CPU part of "cpu:gloo,cuda:nccl") takes CPU ones.
+    backend = str(dist.get_backend(group)).lower()
+    if backend == "nccl" or (backend.startswith("cuda") and "cpu" not in backend):
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def all_reduce_mean(value: float | int | torch.Tensor, *, weight: float | int | None = None,
+                    group: Any = None) -> float | torch.Tensor:
+    """Mean of ``value`` over the ranks of ``group`` (default: all ranks).
+
+    ``value`` is a Python number (returns a ``float``) or a tensor (returns a new tensor of the
+    same shape, device and floating dtype; the input is not modified; integer tensors come back
+    as float64). With ``weight=`` the mean is weighted: ``sum(value_r * weight_r) /
+    sum(weight_r)`` — pass the number of samples a rank evaluated, so uneven evaluation shards
+    give the exact dataset mean (a rank with no samples passes ``weight=0``). All weights 0
+    gives NaN. Without a process group, or with one rank, it returns ``value`` (as a float for
+    numbers). It is a collective: every rank must call it.
+    """
+    if weight is not None and (isinstance(weight, bool) or not isinstance(weight, numbers.Real)
+                               or weight < 0):
+        raise UsageError(f"weight must be a non-negative number, got {weight!r}",
+                         hint="pass the number of samples this rank evaluated, e.g. weight=len(shard)")
+    is_tensor = isinstance(value, torch.Tensor)
+    if not is_tensor and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
+        raise UsageError(f"all_reduce_mean takes a number or a tensor, got {type(value).__name__}",
+                         hint="reduce a loss as loss.detach() or float(loss)")
+    if _world(group) == 1:
+        return value if is_tensor else float(value)
+
+    device = _comm_device(group)
+    if is_tensor:
+        out_dtype = value.dtype if value.is_floating_point() else torch.float64
+        flat = value.detach().to(device=device, dtype=torch.float64).reshape(-1)
+    else:
+        out_dtype = torch.float64
+        flat = torch.tensor([float(value)], dtype=torch.float64, device=device)
+    if weight is None:
+        # a plain mean: sum of values, then divide by the number of ranks
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=group)
+        mean = flat / _world(group)
+    else:
+        # one collective for numerator and denominator together
+        w = float(weight)
+        packed = torch.cat([flat * w, torch.tensor([w], dtype=torch.float64, device=device)])
+        dist.all_reduce(packed, op=dist.ReduceOp.SUM, group=group)
+        mean = packed[:-1] / packed[-1]
+    if not is_tensor:
+        return float(mean.item())
+    return mean.reshape(value.shape).to(device=value.device, dtype=out_dtype)
+
+
+def gather_objects(obj: Any, *, group: Any = None) -> list[Any]:
+    """Every rank's ``obj`` (picklable), as a list indexed by rank in ``group``.
+
+    ``[obj]`` without a process group. Meant for small results (per-rank predictions of an
+    evaluation shard, counts, timings): objects are pickled and exchanged whole. On NCCL the
+    current CUDA device must be this rank's (``scaletrain.init()`` sets it). A collective.
+    """
+    world = _world(group)
+    if world == 1:
+        return [obj]
+    out: list[Any] = [None] * world
+    dist.all_gather_object(out, obj, group=group)
+    return out
