@@ -1,0 +1,53 @@
+"""The ``ddp`` strategy: torch's DistributedDataParallel, with an actionable unused-parameter error."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scaletrain.errors import StrategyError
+
+_UNUSED_MARKERS = ("Expected to have finished reduction in the prior iteration",
+                   "did not receive grad", "find_unused_parameters")
+
+
+def _ddp_class() -> type:
+    from torch.nn.parallel import DistributedDataParallel
+
+    class ScaletrainDDP(DistributedDataParallel):
+        """DistributedDataParallel whose unused-parameter error says how to fix it.
+
+        DDP raises that error at the *next* forward, as a RuntimeError with a page of text;
+        we re-raise it as a StrategyError with the hint (the original stays chained).
+        """
+
+        def forward(self, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return super().forward(*args, **kwargs)
+            except RuntimeError as err:
+                if any(marker in str(err) for marker in _UNUSED_MARKERS) and \
+                        not self.find_unused_parameters:
+                    raise StrategyError(
+                        "DDP: some parameters got no gradient in the previous step, so their "
+                        "all-reduce never finished",
+                        hint="setup(..., find_unused_parameters=True), or make every parameter "
+                             "take part in the loss") from err
+                raise
+
+    return ScaletrainDDP
+
+
+def apply(model: Any, env: Any, options: Any) -> Any:
+    """Wrap ``model`` (already on ``env.device``) in DistributedDataParallel."""
+    import torch
+
+    device = torch.device(env.device)
+    kwargs: dict[str, Any] = {
+        "static_graph": options.static_graph,
+        "find_unused_parameters": options.find_unused_parameters,
+    }
+    if options.bucket_cap_mb is not None:
+        kwargs["bucket_cap_mb"] = options.bucket_cap_mb
+    if device.type in ("cuda", "xpu"):
+        # One device per process: DDP wants that device named; on CPU it must get none.
+        kwargs["device_ids"] = [device.index if device.index is not None else 0]
+    return _ddp_class()(model, **kwargs)

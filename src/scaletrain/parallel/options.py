@@ -1,0 +1,220 @@
+"""Strategies as data: the table of strategies, their options, and the validated degrees.
+
+A strategy name resolves to a :class:`StrategySpec` (what the engine does: replicate,
+shard, reshard after forward, offload) and, once the world size is known, to a
+:class:`ParallelDims` (how many ranks replicate, how many shard), validated against the
+world size like torchtitan's ``ParallelDims``. ``setup()`` reads these objects; it never
+branches on the strategy's name. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from scaletrain.errors import StrategyError
+
+
+@dataclass(frozen=True, kw_only=True)
+class StrategySpec:
+    """What one strategy asks of PyTorch's engine.
+
+    Attributes:
+        name: canonical name (``zero3``, not its alias ``fsdp``).
+        engine: ``none`` (no wrapping), ``ddp`` (DistributedDataParallel), ``fsdp``
+            (FSDP2 ``fully_shard``), ``pipeline`` (torch.distributed.pipelining) or
+            ``auto`` (chosen later from a memory estimate).
+        shard_optimizer: optimizer state sharded over data-parallel ranks (ZeRO-1 and up).
+        shard_grads: gradients sharded (ZeRO-2 and up).
+        shard_params: parameters stay sharded outside forward/backward (ZeRO-3).
+        offload: parameters, gradients and optimizer state live in host memory.
+        hybrid: shard inside a node, replicate across nodes (2-D mesh).
+        summary: one line for messages and ``scaletrain plan``.
+    """
+
+    name: str
+    engine: str
+    shard_optimizer: bool = False
+    shard_grads: bool = False
+    shard_params: bool = False
+    offload: bool = False
+    hybrid: bool = False
+    summary: str = ""
+
+    @property
+    def reshard_after_forward(self) -> bool:
+        """FSDP2 frees the gathered parameters after forward only when parameters are sharded."""
+        return self.shard_params
+
+
+STRATEGIES: dict[str, StrategySpec] = {
+    "none": StrategySpec(name="none", engine="none",
+                         summary="one process, no wrapping"),
+    "ddp": StrategySpec(name="ddp", engine="ddp",
+                        summary="DistributedDataParallel: full replica per rank, gradients all-reduced"),
+    "zero1": StrategySpec(name="zero1", engine="ddp", shard_optimizer=True,
+                          summary="DDP + ZeroRedundancyOptimizer: optimizer state sharded"),
+    "zero2": StrategySpec(name="zero2", engine="fsdp", shard_optimizer=True, shard_grads=True,
+                          summary="FSDP2, parameters kept after forward: gradients and optimizer "
+                                  "state sharded"),
+    "zero3": StrategySpec(name="zero3", engine="fsdp", shard_optimizer=True, shard_grads=True,
+                          shard_params=True,
+                          summary="FSDP2 full sharding: parameters, gradients, optimizer state"),
+    "hsdp": StrategySpec(name="hsdp", engine="fsdp", shard_optimizer=True, shard_grads=True,
+                         shard_params=True, hybrid=True,
+                         summary="FSDP2 sharded inside a node, replicated across nodes"),
+    "offload": StrategySpec(name="offload", engine="fsdp", shard_optimizer=True, shard_grads=True,
+                            shard_params=True, offload=True,
+                            summary="FSDP2 full sharding with state in host memory (CPUOffloadPolicy)"),
+    "pipeline": StrategySpec(name="pipeline", engine="pipeline",
+                             summary="model split into stages over ranks (torch.distributed.pipelining)"),
+    "auto": StrategySpec(name="auto", engine="auto",
+                         summary="the first of ddp, zero2, zero3, offload that fits in memory"),
+}
+
+ALIASES: dict[str, str] = {"fsdp": "zero3", "fsdp2": "zero3", "zero": "zero3", "single": "none"}
+
+# The order `auto` tries, cheapest communication first.
+AUTO_ORDER: tuple[str, ...] = ("ddp", "zero2", "zero3", "offload")
+
+
+def resolve_strategy(name: str) -> StrategySpec:
+    """The spec for ``name`` (case-insensitive, aliases allowed); StrategyError lists the names."""
+    if not isinstance(name, str):
+        raise StrategyError(f"strategy must be a name, got {type(name).__name__}",
+                            hint=f"use one of: {', '.join(STRATEGIES)}")
+    key = name.strip().lower()
+    key = ALIASES.get(key, key)
+    spec = STRATEGIES.get(key)
+    if spec is None:
+        known = ", ".join([*STRATEGIES, *(f"{a} (= {t})" for a, t in ALIASES.items())])
+        raise StrategyError(f"unknown strategy {name!r}", hint=f"use one of: {known}")
+    return spec
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParallelDims:
+    """Validated degrees of parallelism: ``replicate * shard * pipeline == world_size``.
+
+    ``replicate`` ranks hold identical copies (DDP replicas, the outer dimension of HSDP);
+    ``shard`` ranks split one copy (FSDP); ``pipeline`` ranks hold different stages.
+    """
+
+    world_size: int
+    replicate: int = 1
+    shard: int = 1
+    pipeline: int = 1
+
+    def __post_init__(self) -> None:
+        for dim in ("world_size", "replicate", "shard", "pipeline"):
+            value = getattr(self, dim)
+            if not isinstance(value, int) or value < 1:
+                raise StrategyError(f"{dim} must be a positive integer, got {value!r}",
+                                    hint="degrees of parallelism are counts of ranks")
+        product = self.replicate * self.shard * self.pipeline
+        if product != self.world_size:
+            raise StrategyError(
+                f"replicate {self.replicate} x shard {self.shard} x pipeline {self.pipeline} = "
+                f"{product} ranks, but the world has {self.world_size}",
+                hint="choose degrees whose product is the number of processes "
+                     f"(e.g. mesh_shape=({self.world_size // max(self.shard, 1) or 1}, "
+                     f"{self.shard}) if that divides)")
+
+    @property
+    def data_parallel(self) -> int:
+        """Ranks that see different data: replicas times shards."""
+        return self.replicate * self.shard
+
+    @property
+    def mesh_shape(self) -> tuple[int, ...]:
+        """DeviceMesh shape for FSDP: 2-D ``(replicate, shard)`` for HSDP, else 1-D."""
+        return (self.replicate, self.shard) if self.replicate > 1 and self.shard > 1 else (
+            self.replicate * self.shard,)
+
+
+def dims_for(spec: StrategySpec, *, world_size: int, local_world_size: int, num_nodes: int,
+             mesh_shape: tuple[int, int] | None = None,
+             pipeline_stages: int | None = None) -> ParallelDims:
+    """The degrees a strategy implies for this world; StrategyError when they cannot fit.
+
+    ``pipeline_stages`` (pipeline only, default: one stage per rank) leaves
+    ``world_size / stages`` pipeline replicas for data parallelism.
+    """
+    if spec.hybrid:
+        if mesh_shape is None:
+            if num_nodes * local_world_size != world_size:
+                raise StrategyError(
+                    f"hsdp needs the same number of ranks on every node; {world_size} ranks on "
+                    f"{num_nodes} nodes with {local_world_size} per node do not divide evenly",
+                    hint="pass mesh_shape=(replicas, shards) explicitly")
+            mesh_shape = (num_nodes, local_world_size)
+        if len(mesh_shape) != 2:
+            raise StrategyError(f"hsdp mesh_shape must have two entries, got {mesh_shape!r}",
+                                hint="mesh_shape=(replicas, shards), e.g. (2, 2) for 4 ranks")
+        replicate, shard = (int(v) for v in mesh_shape)
+        if replicate * shard != world_size:
+            raise StrategyError(
+                f"hsdp mesh_shape {tuple(mesh_shape)} holds {replicate * shard} ranks, "
+                f"but the world has {world_size}",
+                hint=f"use a mesh whose product is {world_size}, e.g. "
+                     f"{_factor_pair(world_size, local_world_size)}")
+        return ParallelDims(world_size=world_size, replicate=replicate, shard=shard)
+    if mesh_shape is not None:
+        raise StrategyError(f"mesh_shape applies to hsdp only, not {spec.name}",
+                            hint="drop mesh_shape, or use strategy='hsdp'")
+    if spec.engine == "fsdp":
+        return ParallelDims(world_size=world_size, shard=world_size)
+    if spec.engine == "pipeline":
+        stages = pipeline_stages or world_size
+        if world_size % stages:
+            raise StrategyError(f"{stages} pipeline stages do not divide {world_size} ranks",
+                                hint="use a number of stages that divides the world size")
+        return ParallelDims(world_size=world_size, pipeline=stages,
+                            replicate=world_size // stages)
+    return ParallelDims(world_size=world_size, replicate=world_size)
+
+
+def _factor_pair(world_size: int, preferred_shard: int) -> tuple[int, int]:
+    shard = preferred_shard if preferred_shard > 0 and world_size % preferred_shard == 0 else 1
+    return (world_size // shard, shard)
+
+
+@dataclass(kw_only=True)
+class StrategyOptions:
+    """Knobs for the strategies; each one is ignored by strategies it does not concern.
+
+    Attributes:
+        bucket_cap_mb: DDP gradient bucket size in MiB (PyTorch's default 25 when None).
+        static_graph: DDP ``static_graph`` (the graph is the same every step).
+        find_unused_parameters: DDP looks for parameters that got no gradient (slower).
+        min_params: FSDP wraps each child module holding at least this many parameters
+            (not already covered by a wrapped descendant), then the root.
+        wrap: FSDP wraps every module of these classes instead (e.g. transformer blocks).
+        mesh_shape: HSDP ``(replicas, shards)``; default ``(num_nodes, ranks per node)``.
+        extra: strategy-specific options passed through (the pipeline strategy's).
+    """
+
+    bucket_cap_mb: float | None = None
+    static_graph: bool = False
+    find_unused_parameters: bool = False
+    min_params: int = 1_000_000
+    wrap: tuple[type, ...] | None = None
+    mesh_shape: tuple[int, int] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.bucket_cap_mb is not None and self.bucket_cap_mb <= 0:
+            raise StrategyError(f"bucket_cap_mb must be positive, got {self.bucket_cap_mb}",
+                                hint="25 is PyTorch's default")
+        if self.min_params < 0:
+            raise StrategyError(f"min_params must be >= 0, got {self.min_params}",
+                                hint="e.g. min_params=1_000_000")
+        if self.wrap is not None:
+            wrap = (self.wrap,) if isinstance(self.wrap, type) else tuple(self.wrap)
+            bad = [w for w in wrap if not isinstance(w, type)]
+            if bad:
+                raise StrategyError(f"wrap must list module classes, got {bad!r}",
+                                    hint="e.g. wrap=[TransformerBlock]")
+            self.wrap = wrap
+        if self.mesh_shape is not None:
+            self.mesh_shape = tuple(self.mesh_shape)  # type: ignore[assignment]

@@ -1,0 +1,407 @@
+"""Pipeline parallelism: the model cut into stages over ranks, micro-batches, GPipe or 1F1B.
+
+Built on ``torch.distributed.pipelining`` (``PipelineStage`` + ``ScheduleGPipe`` /
+``Schedule1F1B``), optionally with data parallelism across pipeline replicas (the seeds'
+"model + data parallel"). ``scaletrain.setup(model, opt, strategy="pipeline", ...)`` calls
+``apply`` below; it can also be called directly::
+
+    pipe, opt = pipeline.apply(model, opt, env, split_points=["layer3"], n_microbatches=4,
+                               schedule="1f1b", loss_fn=F.cross_entropy,
+                               example_input=x)          # x only needed to trace non-Sequential
+    for x, y in loader:                                  # every rank sees its replica's batch
+        loss = pipe.step(x, y)                           # a tensor on the last stage, else None
+
+Layout. ``S`` stages, ``W`` ranks, ``D = W / S`` pipeline replicas on a 2-D DeviceMesh
+``("dp", "pp")`` of shape ``(D, S)``: rank ``r`` runs stage ``r % S`` of replica ``r // S``,
+so one replica's stages are neighbouring ranks (the same node, where activations travel
+fastest). Each rank holds only its stage's parameters and optimizer state; the stage
+module is wrapped in DDP (or FSDP2, ``data_parallel="fsdp"``) over the ``dp`` group so
+its gradients are averaged across replicas. ``PipelineModel.stage_of`` says which stage
+owns which parameter (by the model's own names) and ``full_state_dict()`` gathers them all.
+
+Numerics. The schedule splits the batch into equal micro-batches, divides gradients by
+their number, and DDP averages over replicas; with a mean-reduced loss this is the
+gradient of the whole global batch, the same as one process (tests/multiproc prove it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from scaletrain.errors import DistEnvError, StrategyError
+from scaletrain.parallel.pipeline_split import StageSplit, microbatch_of, split_model
+
+__all__ = ["PipelineModel", "apply", "SCHEDULES"]
+
+SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b")
+_DATA_PARALLEL: tuple[str, ...] = ("ddp", "fsdp")
+
+
+def _schedule_class(name: str) -> type:
+    from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe
+
+    key = name.lower().replace("-", "").replace("_", "")
+    table = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
+    if key not in table:
+        raise StrategyError(f"unknown pipeline schedule {name!r}",
+                            hint=f"use one of: {', '.join(SCHEDULES)}")
+    return table[key]
+
+
+def _batch_size(batch: Any) -> int | None:
+    first = batch[0] if isinstance(batch, tuple) and batch else batch
+    return int(first.shape[0]) if isinstance(first, torch.Tensor) and first.dim() else None
+
+
+def _check_divisible(batch: Any, n_microbatches: int, what: str) -> None:
+    size = _batch_size(batch)
+    if size is not None and size % n_microbatches:
+        lower = size - size % n_microbatches
+        raise StrategyError(
+            f"{what} of {size} samples does not split into {n_microbatches} equal "
+            "micro-batches",
+            hint=f"use a batch of {lower or n_microbatches} or {lower + n_microbatches} per "
+                 f"replica, or an n_microbatches that divides {size}")
+
+
+class PipelineModel:
+    """One rank's share of a pipeline-parallel model, and its train step.
+
+    Attributes:
+        stage_index: this rank's stage (0 = the first).
+        n_stages: stages per pipeline.
+        dp_size, dp_rank: pipeline replicas and this rank's replica.
+        module: the stage module (unwrapped) as run here.
+        stage: the ``torch.distributed.pipelining.PipelineStage``.
+        schedule: the ``ScheduleGPipe``/``Schedule1F1B`` driving it.
+        optimizer: the optimizer over this stage's parameters (``step()`` uses it).
+        stage_of: the model's parameter name -> the stage that owns it.
+    """
+
+    def __init__(self, *, split: StageSplit, stage_index: int, dp_size: int, dp_rank: int,
+                 module: nn.Module, wrapped: nn.Module, stage: Any, schedule: Any,
+                 optimizer: torch.optim.Optimizer | None, n_microbatches: int,
+                 mesh: Any, broadcast_loss: bool, traced_batch: int | None = None) -> None:
+        self.stage_index = stage_index
+        self.n_stages = split.n_stages
+        self.dp_size = dp_size
+        self.dp_rank = dp_rank
+        self.module = module
+        self.wrapped = wrapped
+        self.stage = stage
+        self.schedule = schedule
+        self.optimizer = optimizer
+        self.n_microbatches = n_microbatches
+        self.mesh = mesh
+        self.broadcast_loss = broadcast_loss
+        self.method = split.method
+        self.traced_batch = traced_batch
+        self.stage_of: dict[str, int] = split.owner_of()
+        self._local_names: dict[str, str] = dict(split.param_names[stage_index])
+
+    @property
+    def is_first(self) -> bool:
+        """True on the stage that takes the inputs."""
+        return self.stage_index == 0
+
+    @property
+    def is_last(self) -> bool:
+        """True on the stage that computes the loss."""
+        return self.stage_index == self.n_stages - 1
+
+    def named_parameters(self) -> list[tuple[str, nn.Parameter]]:
+        """This stage's parameters under the original model's names (DTensors under FSDP)."""
+        return [(self._local_names.get(n, n), p) for n, p in self.module.named_parameters()]
+
+    def parameters(self) -> list[nn.Parameter]:
+        """This stage's parameters (e.g. for gradient clipping)."""
+        return [p for _, p in self.named_parameters()]
+
+    def train(self, mode: bool = True) -> PipelineModel:
+        """Set training mode on this stage's module."""
+        self.module.train(mode)
+        return self
+
+    def eval(self) -> PipelineModel:
+        """Set evaluation mode on this stage's module."""
+        return self.train(False)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise StrategyError(
+            "a pipeline model is not called like a module: its stages live on other ranks",
+            hint="train with loss = pipe.step(inputs, targets) on every rank")
+
+    def step(self, inputs: Any = None, targets: torch.Tensor | None = None, *,
+             broadcast_loss: bool | None = None) -> torch.Tensor | None:
+        """One optimizer step on one batch of this replica: zero_grad, pipeline, step.
+
+        Every rank of the pipeline calls it with the same batch (the first stage uses the
+        inputs, the last the targets; others may pass None). The batch is split into
+        ``n_microbatches`` equal micro-batches.
+
+        Returns:
+            The batch's mean loss (detached) on the last stage, None elsewhere; with
+            ``broadcast_loss`` every rank gets the mean over all replicas (one all-reduce).
+        """
+        if self.is_first:
+            if inputs is None:
+                raise StrategyError("the first pipeline stage needs the inputs",
+                                    hint="call pipe.step(inputs, targets) on every rank")
+            _check_divisible(inputs, self.n_microbatches, "a batch")
+        if self.is_last:
+            if targets is None:
+                raise StrategyError("the last pipeline stage needs the targets",
+                                    hint="call pipe.step(inputs, targets) on every rank")
+            _check_divisible(targets, self.n_microbatches, "a batch of targets")
+        self._check_traced_size(inputs if self.is_first else targets)
+        if self.optimizer is not None:
+            self.optimizer.zero_grad(set_to_none=True)
+        losses: list[torch.Tensor] = []
+        args = (inputs if isinstance(inputs, tuple) else (inputs,)) if self.is_first else ()
+        device = self.stage.device
+        args = tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
+        if self.is_last:
+            self.schedule.step(*args, target=targets.to(device), losses=losses,
+                               return_outputs=False)
+        else:
+            self.schedule.step(*args, return_outputs=False)
+        if self.optimizer is not None:
+            self.optimizer.step()
+        loss = torch.stack([l.detach() for l in losses]).mean() if self.is_last else None
+        if self.broadcast_loss if broadcast_loss is None else broadcast_loss:
+            # the last stage of each replica contributes its loss; the sum over all ranks
+            # divided by the replicas is the global mean, known everywhere
+            total = loss.clone() if loss is not None else torch.zeros((), device=device)
+            dist.all_reduce(total)
+            loss = total / self.dp_size
+        return loss
+
+    @torch.no_grad()
+    def evaluate(self, inputs: Any = None, targets: torch.Tensor | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Forward only (validation): ``(outputs, mean loss)`` of a batch on the last stage.
+
+        Every rank of the pipeline calls it (first stage: inputs; last stage: targets);
+        None on the other stages. No gradients, no optimizer step.
+        """
+        if self.is_first:
+            if inputs is None:
+                raise StrategyError("the first pipeline stage needs the inputs",
+                                    hint="call pipe.evaluate(inputs, targets) on every rank")
+            _check_divisible(inputs, self.n_microbatches, "a batch")
+            self._check_traced_size(inputs)
+        if self.is_last and targets is None:
+            raise StrategyError("the last pipeline stage needs the targets",
+                                hint="call pipe.evaluate(inputs, targets) on every rank")
+        device = self.stage.device
+        args = (inputs if isinstance(inputs, tuple) else (inputs,)) if self.is_first else ()
+        args = tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
+        if not self.is_last:
+            self.schedule.eval(*args)
+            return None
+        losses: list[torch.Tensor] = []
+        outputs = self.schedule.eval(*args, target=targets.to(device), losses=losses)
+        return outputs, torch.stack(losses).mean()
+
+    def _check_traced_size(self, batch: Any) -> None:
+        size = _batch_size(batch)
+        if self.traced_batch is not None and size is not None and size != self.traced_batch:
+            raise StrategyError(
+                f"this pipeline was traced with batches of {self.traced_batch} samples, "
+                f"got {size}",
+                hint="tracing fixes the shapes: keep the batch size of example_input "
+                     "(drop_last=True in the loader), or pass stages=[...] instead")
+
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        """Every stage's parameters, full size on the CPU, under the model's names.
+
+        A collective: call it on all ranks. FSDP shards are gathered within the replica
+        first, then the stages' dicts over the pipeline group.
+        """
+        local: dict[str, torch.Tensor] = {}
+        for name, p in self.named_parameters():
+            t = p.full_tensor() if hasattr(p, "full_tensor") else p
+            local[name] = t.detach().cpu().clone()
+        gathered: list[Any] = [None] * self.n_stages
+        dist.all_gather_object(gathered, local, group=self.mesh.get_group("pp"))
+        full: dict[str, torch.Tensor] = {}
+        for part in gathered:
+            full.update(part)
+        return full
+
+    @torch.no_grad()
+    def load_full_state_dict(self, full: dict[str, torch.Tensor]) -> None:
+        """Copy this stage's parameters out of a full dict (as ``full_state_dict()`` gives).
+
+        A collective under FSDP (each replica's shard is cut from the full tensor); call it
+        on all ranks. Keys of other stages are ignored; a missing key of this stage raises.
+        """
+        missing = [name for name, _ in self.named_parameters() if name not in full]
+        if missing:
+            raise StrategyError(f"the state dict lacks {len(missing)} parameter(s) of stage "
+                                f"{self.stage_index}, e.g. {missing[0]!r}",
+                                hint="pass a dict from full_state_dict() of the same model")
+        for name, p in self.named_parameters():
+            src = full[name].to(device=p.device, dtype=p.dtype)
+            if hasattr(p, "device_mesh"):  # a DTensor shard (FSDP across replicas)
+                from torch.distributed.tensor import distribute_tensor
+
+                p.to_local().copy_(distribute_tensor(src, p.device_mesh, p.placements)
+                                   .to_local())
+            else:
+                p.copy_(src)
+
+    def describe(self) -> str:
+        """Which stage owns which parameters, and where this rank sits."""
+        lines = [f"pipeline: {self.n_stages} stages x {self.dp_size} replica(s), "
+                 f"{self.n_microbatches} micro-batches, "
+                 f"{type(self.schedule).__name__}, split {self.method}; this rank: stage "
+                 f"{self.stage_index} of replica {self.dp_rank}"]
+        for s in range(self.n_stages):
+            names = [n for n, owner in self.stage_of.items() if owner == s]
+            shown = ", ".join(names[:8]) + (f", ... ({len(names)} tensors)"
+                                            if len(names) > 8 else "")
+            lines.append(f"  stage {s}: {shown or '(no parameters)'}")
+        return "\n".join(lines)
+
+
+def _rebuild_optimizer(optimizer: torch.optim.Optimizer, old_to_new: dict[int, nn.Parameter]
+                       ) -> torch.optim.Optimizer:
+    """The same optimizer class and per-group settings over this stage's parameters only."""
+    if optimizer.state:
+        raise StrategyError("the optimizer has already taken steps",
+                            hint="call setup(strategy='pipeline') before the first "
+                                 "optimizer.step()")
+    groups = []
+    for group in optimizer.param_groups:
+        params = [old_to_new[id(p)] for p in group["params"] if id(p) in old_to_new]
+        if params:
+            groups.append({**{k: v for k, v in group.items() if k != "params"},
+                           "params": params})
+    if not groups:
+        # a stage without trainable parameters still needs an optimizer object to step
+        groups = [{"params": []}]
+    try:
+        return type(optimizer)(groups, **optimizer.defaults)
+    except Exception as exc:
+        raise StrategyError(
+            f"cannot rebuild {type(optimizer).__name__} over the stage's parameters: {exc}",
+            hint="use a torch.optim optimizer, or build it over pipe.parameters() "
+                 "after setup()") from exc
+
+
+def apply(model: nn.Module | None, optimizer: torch.optim.Optimizer | None, env: Any = None,
+          *, split_points: Sequence[str] | None = None,
+          stages: Sequence[nn.Module] | None = None, n_microbatches: int = 4,
+          schedule: str = "1f1b", loss_fn: Callable[..., torch.Tensor] | None = None,
+          example_input: Any = None, data_parallel: str = "ddp",
+          broadcast_loss: bool = False) -> tuple[PipelineModel, torch.optim.Optimizer | None]:
+    """Cut ``model`` into stages over the ranks and return this rank's ``PipelineModel``.
+
+    Args:
+        model: the whole model (its parameter names are kept); may be None with ``stages``.
+        optimizer: built over the whole model; rebuilt (same class and group settings)
+            over this stage's parameters and returned. Must not have stepped yet.
+        env: the ``scaletrain.Env`` (device); None means the CPU.
+        split_points: module names; each starts a new stage (cut before it).
+        stages: explicit stage modules instead, in order.
+        n_microbatches: micro-batches per batch; the batch must divide evenly.
+        schedule: ``"1f1b"`` (less activation memory) or ``"gpipe"``.
+        loss_fn: ``loss_fn(output, target)``, mean-reduced, run on the last stage.
+        example_input: one batch as given to ``step()``; needed to trace a model that is
+            not an ``nn.Sequential`` (tracing fixes that batch's shapes).
+        data_parallel: ``"ddp"`` or ``"fsdp"`` across pipeline replicas (W / stages > 1).
+        broadcast_loss: make ``step()`` return the global mean loss on every rank.
+
+    Raises:
+        StrategyError: a bad option (the hint names the fix); DistEnvError: no process
+        group, or a world size that the stages do not divide.
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        raise DistEnvError("pipeline parallelism needs the process group",
+                           hint="call scaletrain.init() first and start with "
+                                "'scaletrain run --nproc-per-node N script.py'")
+    if loss_fn is None:
+        raise StrategyError("pipeline training needs loss_fn=: the last stage computes the loss",
+                            hint="pass loss_fn=torch.nn.functional.cross_entropy (mean-reduced)")
+    if isinstance(n_microbatches, bool) or not isinstance(n_microbatches, int) \
+            or n_microbatches < 1:
+        raise StrategyError(f"n_microbatches must be a positive integer, got {n_microbatches!r}",
+                            hint="use at least the number of stages, e.g. n_microbatches=4")
+    if data_parallel not in _DATA_PARALLEL:
+        raise StrategyError(f"unknown data_parallel {data_parallel!r} for the pipeline",
+                            hint=f"use one of: {', '.join(_DATA_PARALLEL)}")
+    schedule_cls = _schedule_class(schedule)
+    world, rank = dist.get_world_size(), dist.get_rank()
+    n_stages = (len([split_points] if isinstance(split_points, str) else split_points) + 1
+                if split_points is not None else len(stages or ()))
+    if n_stages >= 2 and world % n_stages:
+        raise DistEnvError(
+            f"{world} ranks cannot be divided into pipelines of {n_stages} stages",
+            hint=f"start a multiple of {n_stages} processes (e.g. --nproc-per-node "
+                 f"{n_stages * max(1, world // n_stages)}), or use {world} stages")
+    if schedule_cls.__name__ == "Schedule1F1B" and n_microbatches < n_stages:
+        raise StrategyError(f"1F1B needs at least as many micro-batches as stages "
+                            f"({n_microbatches} < {n_stages})",
+                            hint=f"use n_microbatches={n_stages} or more, or schedule='gpipe'")
+    example_mb = None
+    if example_input is not None:
+        _check_divisible(example_input, n_microbatches, "example_input")
+        first = next(iter(model.parameters()), None) if model is not None else None
+        example_mb = tuple(a.to(first.device) if first is not None and
+                           isinstance(a, torch.Tensor) else a
+                           for a in microbatch_of(example_input, n_microbatches))
+    split = split_model(model, split_points=split_points, stages=stages,
+                        example_microbatch=example_mb)
+    n_stages = split.n_stages
+    dp_size = world // n_stages
+    stage_index, dp_rank = rank % n_stages, rank // n_stages
+
+    device = torch.device(getattr(env, "device", None) or "cpu")
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh(device.type, (dp_size, n_stages), mesh_dim_names=("dp", "pp"))
+    before = dict(split.modules[stage_index].named_parameters())
+    module = split.modules[stage_index].to(device)
+    wrapped: nn.Module = module
+    if dp_size > 1 and data_parallel == "ddp":
+        from torch.nn.parallel import DistributedDataParallel
+
+        # find_unused_parameters=True: the stage runs its micro-batches' forwards under
+        # no_sync and prepares DDP's reducer itself before the last backward. Without the
+        # flag, DDP's bucket rebuild at the second step fails an internal check (torch
+        # 2.13: "rebuilt parameter indices size is not same as original model parameters
+        # size", 8 vs 4); with it DDP skips that rebuild, at the cost of one graph walk.
+        wrapped = DistributedDataParallel(
+            module, process_group=mesh.get_group("dp"), find_unused_parameters=True,
+            device_ids=[device.index] if device.type == "cuda" else None)
+    elif dp_size > 1:
+        from torch.distributed.fsdp import fully_shard
+
+        # keep parameters gathered across the micro-batches of one step (ZeRO-2 style):
+        # re-gathering them for every micro-batch would multiply the traffic
+        wrapped = fully_shard(module, mesh=mesh["dp"], reshard_after_forward=False)
+    # .to(device) and FSDP may replace the parameter objects; the user's optimizer holds
+    # the originals (shared with the stage module before that), so map them by name
+    after = dict(module.named_parameters())
+    old_to_new = {id(p): after[n] for n, p in before.items() if n in after}
+    new_optimizer = _rebuild_optimizer(optimizer, old_to_new) if optimizer is not None else None
+
+    from torch.distributed.pipelining import PipelineStage
+
+    stage = PipelineStage(wrapped, stage_index, n_stages, device, group=mesh.get_group("pp"))
+    sched = schedule_cls(stage, n_microbatches=n_microbatches, loss_fn=loss_fn,
+                         scale_grads=True)
+    pipe = PipelineModel(split=split, stage_index=stage_index, dp_size=dp_size,
+                         dp_rank=dp_rank, module=module, wrapped=wrapped, stage=stage,
+                         schedule=sched, optimizer=new_optimizer,
+                         n_microbatches=n_microbatches, mesh=mesh,
+                         broadcast_loss=broadcast_loss,
+                         traced_batch=_batch_size(example_input)
+                         if split.method == "traced" else None)
+    return pipe, new_optimizer

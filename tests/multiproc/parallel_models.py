@@ -1,0 +1,91 @@
+"""Tiny models shared by the parallel-strategy workers: the CIFAR CNN and a transformer block."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class CifarCNN(nn.Module):
+    """The examples' CNN: conv 3->6 k5, pool, conv 6->16 k5, pool, fc 400->120->84->10."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 6, 5)
+        self.pool = nn.MaxPool2d(2, 2)
+        self.conv2 = nn.Conv2d(6, 16, 5)
+        self.fc1 = nn.Linear(16 * 5 * 5, 120)
+        self.fc2 = nn.Linear(120, 84)
+        self.fc3 = nn.Linear(84, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.pool(F.relu(self.conv1(x)))
+        x = self.pool(F.relu(self.conv2(x)))
+        x = torch.flatten(x, 1)
+        x = F.relu(self.fc1(x))
+        x = F.relu(self.fc2(x))
+        return self.fc3(x)
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: causal self-attention + MLP."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.ln2 = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
+        return x + self.mlp(self.ln2(x))
+
+
+class TinyTransformer(nn.Module):
+    """Input projection, one transformer block, mean-pooled classifier head (10 classes)."""
+
+    def __init__(self, dim: int = 32, heads: int = 4, in_dim: int = 16) -> None:
+        super().__init__()
+        self.embed = nn.Linear(in_dim, dim)
+        self.block = Block(dim, heads)
+        self.head = nn.Linear(dim, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.block(self.embed(x)).mean(dim=1))
+
+
+MODELS = {"cnn": CifarCNN, "transformer": TinyTransformer}
+INPUT_SHAPES = {"cnn": (3, 32, 32), "transformer": (8, 16)}
+
+
+def make_data(model: str, steps: int, global_batch: int, seed: int = 1234):
+    """``steps`` global batches (inputs, labels), identical on every process."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(steps, global_batch, *INPUT_SHAPES[model], generator=g)
+    y = torch.randint(0, 10, (steps, global_batch), generator=g)
+    return x, y
+
+
+def make_optimizer(kind: str, model: nn.Module):
+    """Two param groups (matrices with weight decay, vectors without, a different lr), so a
+    strategy that rebuilds the optimizer must keep per-group hyper-parameters to match."""
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    other = [p for p in model.parameters() if p.ndim < 2]
+    if kind == "sgd":
+        return torch.optim.SGD([{"params": decay, "weight_decay": 1e-2},
+                                {"params": other, "lr": 0.02}], lr=0.05, momentum=0.9)
+    if kind == "adam":
+        # eps=1e-6, not 1e-8: Adam divides each gradient element by its own running
+        # magnitude, so fp32 summation-order noise (one batch of 64 vs. two of 32) in small
+        # elements grows to ~8e-5 after 5 steps with eps=1e-8; at 1e-6 it stays ~3e-6.
+        return torch.optim.Adam([{"params": decay, "weight_decay": 1e-2},
+                                 {"params": other, "lr": 5e-4}], lr=1e-3, eps=1e-6)
+    raise ValueError(kind)
