@@ -2,30 +2,17 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 
-class CifarCNN(nn.Module):
-    """The examples' CNN: conv 3->6 k5, pool, conv 6->16 k5, pool, fc 400->120->84->10."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(3, 6, 5)
-        self.pool = nn.MaxPool2d(2, 2)
-        self.conv2 = nn.Conv2d(6, 16, 5)
-        self.fc1 = nn.Linear(16 * 5 * 5, 120)
-        self.fc2 = nn.Linear(120, 84)
-        self.fc3 = nn.Linear(84, 10)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.pool(F.relu(self.conv1(x)))
-        x = self.pool(F.relu(self.conv2(x)))
-        x = torch.flatten(x, 1)
-        x = F.relu(self.fc1(x))
-        x = F.relu(self.fc2(x))
-        return self.fc3(x)
+# The CNN is the example's own class, so the tests train exactly what users run.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+from cifar10_cnn import Net as CifarCNN  # noqa: E402
 
 
 class Block(nn.Module):

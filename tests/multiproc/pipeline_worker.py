@@ -29,23 +29,7 @@ GLOBAL_BATCH = 64
 N_MICRO = 4
 
 
-class CNN(nn.Module):
-    """The examples' CIFAR-10 CNN (seeds: PyTorch multi-GPU pages), functional forward."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(3, 6, 5)
-        self.pool = nn.MaxPool2d(2, 2)
-        self.conv2 = nn.Conv2d(6, 16, 5)
-        self.fc1 = nn.Linear(16 * 5 * 5, 120)
-        self.fc2 = nn.Linear(120, 84)
-        self.fc3 = nn.Linear(84, 10)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.pool(F.relu(self.conv1(x)))
-        x = self.pool(F.relu(self.conv2(x)))
-        x = torch.flatten(x, 1)
-        return self.fc3(F.relu(self.fc2(F.relu(self.fc1(x)))))
+from parallel_models import CifarCNN as CNN  # noqa: E402  (the example's CNN)
 
 
 class MeanPool(nn.Module):

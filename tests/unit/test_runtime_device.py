@@ -127,3 +127,18 @@ def test_physical_gpu():
     assert physical_gpu("cuda:2", {}) == 2
     assert physical_gpu("cuda:0", {"CUDA_VISIBLE_DEVICES": "GPU-8f1b"}) is None
     assert physical_gpu("cpu", {}) is None
+
+
+def test_procs_per_gpu_places_k_ranks_on_each_gpu(torch_gpus):
+    """`scaletrain run --procs-per-gpu 2` on 2 GPUs: local ranks 0,1 -> cuda:0, 2,3 -> cuda:1."""
+    torch_gpus(2)
+    env = {"CUDA_VISIBLE_DEVICES": "0,1"}
+    got = [resolve(environ=env, local_rank=r, lws=4, share_ok=True, procs_per_gpu=2)
+           for r in range(4)]
+    assert got == ["cuda:0", "cuda:0", "cuda:1", "cuda:1"]
+    # without gloo (share_ok) NCCL cannot share a GPU: the over-subscription error stands
+    with pytest.raises(DistEnvError, match="4 processes on this node but 2 GPUs"):
+        resolve(environ=env, local_rank=3, lws=4, procs_per_gpu=2)
+    # K too small for the ranks on the node is still an error
+    with pytest.raises(DistEnvError):
+        resolve(environ=env, local_rank=5, lws=6, share_ok=True, procs_per_gpu=2)

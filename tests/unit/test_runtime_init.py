@@ -204,3 +204,19 @@ def test_binding_wiring_uses_profile_map_and_physical_gpu(monkeypatch):
                                             "ROCR_VISIBLE_DEVICES": "3",
                                             "SCALETRAIN_CPU_BIND": "none"}, state)
     assert applied == [] and "cpu_bind" not in facts
+
+
+def test_launcher_backend_and_procs_per_gpu_variables(local):
+    """`scaletrain run --procs-per-gpu` tells workers gloo through SCALETRAIN_BACKEND."""
+    local.setenv("SCALETRAIN_BACKEND", "gloo")
+    local.setenv("SCALETRAIN_PROCS_PER_GPU", "2")
+    env = init()
+    assert env.backend == "gloo" and env.device == "cpu"
+    shutdown()
+    local.setenv("SCALETRAIN_PROCS_PER_GPU", "zero")
+    with pytest.raises(DistEnvError, match="SCALETRAIN_PROCS_PER_GPU='zero'"):
+        init()
+    local.delenv("SCALETRAIN_PROCS_PER_GPU")
+    local.setenv("SCALETRAIN_BACKEND", "carrier-pigeon")
+    with pytest.raises(UsageError, match="carrier-pigeon"):
+        init()

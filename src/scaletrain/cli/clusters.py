@@ -72,7 +72,7 @@ def _show(name: str, as_json: bool) -> int:
         f"  account:         {'required (--account)' if p.account_required else 'optional'}",
         f"  node scratch:    {p.scratch_var or 'none'}"
         + (f" (ask --gres={p.scratch_gres}:GB, up to {p.scratch_max_gb:g})" if p.scratch_gres else ""),
-        f"  MASTER_ADDR:     first node's host name" + (f" + '{p.master_addr_suffix}'" if p.master_addr_suffix else ""),
+        "  MASTER_ADDR:     first node's host name" + (f" + '{p.master_addr_suffix}'" if p.master_addr_suffix else ""),
         f"  bandwidth:       intra-node {p.intra_node_gbps or '?'} Gbit/s per GPU, "
         f"inter-node {p.inter_node_gbps or '?'} Gbit/s per node",
         "  partitions:",

@@ -13,7 +13,6 @@ the shipped files. Loading never imports torch; only the ``local`` profile looks
 from __future__ import annotations
 
 import os
-import re
 import sys
 from dataclasses import dataclass
 from importlib import resources
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from scaletrain.errors import ProfileError
+from scaletrain.slurm.parse import format_time, parse_time_seconds  # Slurm's time syntax, one parser
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -29,7 +29,6 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 GPU_REQUESTS = ("gres_typed", "gres", "gpus_per_node", "gpus_per_task")
 MEM_REQUESTS = ("proportional", "whole_node", "none")
-_TIME_RE = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,30 +128,14 @@ class ClusterProfile:
 
 def parse_time(text: str) -> int:
     """Slurm time ``[D-]HH:MM:SS`` (also ``MM``, ``MM:SS``, ``D-HH``, ``D-HH:MM``) to seconds."""
-    text = str(text).strip()
-    m = _TIME_RE.match(text)
-    if not m:
-        raise ProfileError(f"bad time {text!r}", "write it as HH:MM:SS or D-HH:MM:SS, e.g. 01:30:00")
-    days, a, b, c = m.groups()
-    parts = [int(x) for x in (a, b, c) if x is not None]
-    if days is not None:  # D-HH, D-HH:MM, D-HH:MM:SS
-        h, mi, s = (parts + [0, 0])[:3]
-        return int(days) * 86400 + h * 3600 + mi * 60 + s
-    if len(parts) == 1:   # minutes
-        return parts[0] * 60
-    if len(parts) == 2:   # MM:SS
-        return parts[0] * 60 + parts[1]
-    h, mi, s = parts
-    return h * 3600 + mi * 60 + s
-
-
-def format_time(seconds: int) -> str:
-    """Seconds to Slurm's ``HH:MM:SS`` (``D-HH:MM:SS`` past a day)."""
-    days, rest = divmod(int(seconds), 86400)
-    h, rest = divmod(rest, 3600)
-    mi, s = divmod(rest, 60)
-    hms = f"{h:02d}:{mi:02d}:{s:02d}"
-    return f"{days}-{hms}" if days else hms
+    try:
+        seconds = parse_time_seconds(str(text))
+    except ValueError:
+        seconds = None
+    if seconds is None:  # malformed, or a limit word such as UNLIMITED where a time is needed
+        raise ProfileError(f"bad time {str(text).strip()!r}",
+                           "write it as HH:MM:SS or D-HH:MM:SS, e.g. 01:30:00")
+    return seconds
 
 
 # --------------------------------------------------------------------------- locating files

@@ -1,1 +1,8 @@
-"""Local launch: `scaletrain run`, built on torch's elastic agent."""
+"""Local launch: `scaletrain run`, built on torch's elastic agent.
+
+Modules: ``spec`` (request -> validated ``LaunchPlan``, pure), ``gpus`` (visible GPU count
+without torch), ``threads`` (CPU threads per worker), ``ports`` (fixed-port checks),
+``output`` (rank prefixes, ``--ranks 0``, captured stderr), ``failure`` (the error for a failed
+worker), ``mps`` (CUDA MPS daemon for ``--procs-per-gpu``), ``local`` (runs a plan with
+``elastic_launch``). Nothing here imports torch at import time.
+"""

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 
 from scaletrain.lint.script import BatchScript
+from scaletrain.slurm.parse import parse_time_seconds
 
 _UNITS_MB = {"K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0 * 1024.0}
 
@@ -35,40 +36,11 @@ def parse_memory_mb(text: str | None) -> float | None:
 
 
 def parse_time_s(text: str | None) -> int | None:
-    """Slurm time (``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``) in seconds."""
-    if text is None:
+    """Slurm time in seconds; ``None`` when absent, unlimited or unreadable (lint reports, never raises)."""
+    try:
+        return parse_time_seconds(text)
+    except ValueError:
         return None
-    text = text.strip()
-    if text.lower() in ("infinite", "unlimited"):
-        return None
-    days = 0
-    if "-" in text:
-        d, _, text = text.partition("-")
-        if not d.isdigit():
-            return None
-        days = int(d)
-        parts = text.split(":")
-        if not all(p.isdigit() for p in parts) or len(parts) > 3:
-            return None
-        nums = [int(p) for p in parts] + [0] * (3 - len(parts))
-        return days * 86400 + nums[0] * 3600 + nums[1] * 60 + nums[2]
-    parts = text.split(":")
-    if not all(p.isdigit() for p in parts) or not 1 <= len(parts) <= 3:
-        return None
-    nums = [int(p) for p in parts]
-    if len(nums) == 1:
-        return nums[0] * 60
-    if len(nums) == 2:
-        return nums[0] * 60 + nums[1]
-    return nums[0] * 3600 + nums[1] * 60 + nums[2]
-
-
-def format_time(seconds: int) -> str:
-    """Seconds as Slurm's ``D-HH:MM:SS`` (or ``HH:MM:SS`` under a day)."""
-    d, rem = divmod(seconds, 86400)
-    h, rem = divmod(rem, 3600)
-    m, s = divmod(rem, 60)
-    return f"{d}-{h:02d}:{m:02d}:{s:02d}" if d else f"{h:02d}:{m:02d}:{s:02d}"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -11,7 +11,8 @@ import re
 from typing import Iterable
 
 from scaletrain.lint.findings import ERROR, WARNING, Finding, LintContext, finding, rule
-from scaletrain.lint.job import format_time, parse_time_s
+from scaletrain.lint.job import parse_time_s
+from scaletrain.slurm.parse import format_time
 
 
 def _node_severity(ctx: LintContext) -> tuple[str, str]:

@@ -24,6 +24,9 @@ VISIBLE_VARS = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEV
 # Set by Slurm when the job or step holds GPUs on this node.
 SLURM_GPU_VARS = ("SLURM_GPUS_ON_NODE", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS")
 DEVICE_VAR = "SCALETRAIN_DEVICE"
+# Set by `scaletrain run --procs-per-gpu K` for its workers (the seeds' MPS recipe).
+BACKEND_VAR = "SCALETRAIN_BACKEND"            # "gloo": NCCL refuses two ranks on one GPU
+PROCS_PER_GPU_VAR = "SCALETRAIN_PROCS_PER_GPU"  # K: local rank r uses GPU r // K
 _CPU_HINT = "set SCALETRAIN_DEVICE=cpu or call scaletrain.init(device='cpu') to run on the CPU"
 
 
@@ -113,15 +116,19 @@ def gpu_view(environ: Mapping[str, str] | None = None, *, probe: bool = True) ->
 
 
 def pick_gpu_index(*, local_rank: int, local_world_size: int, view: GpuView,
-                   share_ok: bool = False) -> int:
+                   share_ok: bool = False, procs_per_gpu: int = 1) -> int:
     """The visible-GPU index for ``local_rank``, or DistEnvError when the node is over-subscribed.
 
     Enough GPUs for every local rank: index = local rank (torchrun, srun with all GPUs
     visible). One GPU visible to several local ranks is fine when Slurm bound one GPU to each
     task (``--gpus-per-task``: the node holds enough GPUs) or when sharing was asked for
     (``share_ok``: gloo/MPI backends, CUDA MPS); NCCL cannot put two ranks on one GPU.
+    ``procs_per_gpu`` K > 1 (``scaletrain run --procs-per-gpu K``) places local ranks
+    K at a time on each GPU: index = local_rank // K.
     """
     n = view.count
+    if procs_per_gpu > 1 and share_ok and n * procs_per_gpu >= local_world_size:
+        return local_rank // procs_per_gpu
     if n >= local_world_size:
         return local_rank
     if n == 1 and (share_ok or (view.allocated or 0) >= local_world_size):
@@ -158,7 +165,7 @@ def normalize_request(device: str | None, environ: Mapping[str, str]) -> str:
 
 def resolve_device(*, local_rank: int, local_world_size: int, requested: str,
                    environ: Mapping[str, str], share_ok: bool = False,
-                   under_slurm: bool = False) -> str:
+                   under_slurm: bool = False, procs_per_gpu: int = 1) -> str:
     """The device this process trains on, validated against torch and the allocation.
 
     ``requested`` comes from :func:`normalize_request`. Imports torch.
@@ -196,7 +203,7 @@ def resolve_device(*, local_rank: int, local_world_size: int, requested: str,
                                f"use an index below {n}, or device='cuda' to pick by local rank")
         return requested
     index = pick_gpu_index(local_rank=local_rank, local_world_size=local_world_size,
-                           view=torch_view, share_ok=share_ok)
+                           view=torch_view, share_ok=share_ok, procs_per_gpu=procs_per_gpu)
     return f"cuda:{index}"
 
 

@@ -33,7 +33,8 @@ from scaletrain.errors import DistEnvError, UsageError
 from scaletrain.runtime.affinity import (apply_binding, binding_mode, format_cores, plan_binding,
                                          ranks_share_cpuset)
 from scaletrain.runtime.detect import cluster_profile, detect
-from scaletrain.runtime.device import normalize_request, physical_gpu, resolve_device
+from scaletrain.runtime.device import (BACKEND_VAR, normalize_request, physical_gpu,
+                                       resolve_device, PROCS_PER_GPU_VAR)
 from scaletrain.runtime.env import Env
 from scaletrain.runtime.threads import allowed_cpus, apply_threads, choose_threads
 
@@ -62,6 +63,16 @@ _ATEXIT_REGISTERED = False
 def current() -> Env | None:
     """The Env of the last successful :func:`init`, or None before it (and after shutdown)."""
     return _STATE.env if _STATE is not None else None
+
+
+def _procs_per_gpu(environ: Mapping[str, str]) -> int:
+    text = environ.get(PROCS_PER_GPU_VAR, "").strip()
+    if not text:
+        return 1
+    if not text.isdigit() or int(text) < 1:
+        raise DistEnvError(f"{PROCS_PER_GPU_VAR}={text!r} is not a positive integer",
+                           "unset it, or launch with scaletrain run --procs-per-gpu K")
+    return int(text)
 
 
 def _normalize_backend(backend: str | None) -> str | None:
@@ -202,11 +213,15 @@ def init(*, device: str | None = None, backend: str | None = None,
         environ = os.environ
         env = detect(environ)
         requested = normalize_request(device, environ)
-        want_backend = _normalize_backend(backend)
+        # `scaletrain run --procs-per-gpu K` asks its workers, through these two variables, for
+        # gloo (NCCL refuses two ranks on one GPU) and K ranks per GPU; an argument wins.
+        want_backend = _normalize_backend(backend if backend is not None
+                                          else environ.get(BACKEND_VAR) or None)
         dev = resolve_device(local_rank=env.local_rank, local_world_size=env.local_world_size,
                              requested=requested, environ=environ,
                              share_ok=want_backend in ("gloo", "mpi"),
-                             under_slurm=bool(environ.get("SLURM_JOB_ID")))
+                             under_slurm=bool(environ.get("SLURM_JOB_ID")),
+                             procs_per_gpu=_procs_per_gpu(environ))
 
         import torch
         import torch.distributed as dist

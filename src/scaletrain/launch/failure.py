@@ -1,0 +1,108 @@
+"""Turn the elastic agent's report of failed workers into one clear error.
+
+When one rank crashes, the agent stops the others (SIGTERM, then SIGKILL) and reports every
+non-zero exit, including those it caused itself, and ranks that died because their peer
+vanished (gloo "Connection closed by peer"). The user needs the root cause: the first rank
+that failed for a reason of its own, its exit code or signal, and the end of its stderr.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from scaletrain.errors import WorkerFailedError
+from scaletrain.launch.output import tail_lines
+
+# Exits the agent's own shutdown causes (negative = killed by that signal; 128+N = a
+# Python handler that exited with the conventional code).
+_STOPPED_BY_US = {-signal.SIGTERM, -signal.SIGKILL, 128 + signal.SIGTERM, 128 + signal.SIGKILL}
+
+# stderr lines of a rank that failed only because another rank went away first.
+_PEER_LOSS_MARKERS = (
+    "Connection closed by peer", "Connection reset by peer", "Broken pipe",
+    "DistNetworkError", "recvValue failed", "sendBytes failed", "Socket Timeout",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FailedRank:
+    """One failed worker, as reported by the agent."""
+
+    rank: int
+    local_rank: int
+    pid: int
+    exitcode: int          # negative: killed by signal -exitcode
+    stderr_tail: tuple[str, ...] = ()
+
+    @property
+    def how(self) -> str:
+        """``exited with code 3`` or ``was killed by SIGSEGV (signal 11)``."""
+        if self.exitcode < 0:
+            try:
+                name = signal.Signals(-self.exitcode).name
+            except ValueError:
+                name = "an unknown signal"
+            return f"was killed by {name} (signal {-self.exitcode})"
+        return f"exited with code {self.exitcode}"
+
+    @property
+    def looks_secondary(self) -> bool:
+        """True when this rank most likely died because of another rank or of our shutdown."""
+        if self.exitcode in _STOPPED_BY_US:
+            return True
+        return any(m in line for line in self.stderr_tail for m in _PEER_LOSS_MARKERS)
+
+
+def collect_failures(failures: Mapping[int, object], stderr_paths: Mapping[int, str],
+                     tail: int = 15) -> list[FailedRank]:
+    """``ChildFailedError.failures`` (global rank -> ProcessFailure), in the agent's order."""
+    out = []
+    for rank, failure in failures.items():
+        local_rank = int(getattr(failure, "local_rank"))
+        out.append(FailedRank(
+            rank=int(rank), local_rank=local_rank, pid=int(getattr(failure, "pid")),
+            exitcode=int(getattr(failure, "exitcode")),
+            stderr_tail=tuple(tail_lines(stderr_paths.get(local_rank), tail)),
+        ))
+    return out
+
+
+def root_cause(failed: list[FailedRank]) -> FailedRank:
+    """The first failure that is not a consequence of another (the agent lists them in order)."""
+    for item in failed:
+        if not item.looks_secondary:
+            return item
+    return failed[0]
+
+
+def exit_code_for(item: FailedRank) -> int:
+    """The launcher's exit code: the worker's own code when it is a plain one, 128+N for signal N."""
+    if item.exitcode < 0:
+        return 128 + (-item.exitcode)
+    if 0 < item.exitcode < 126:
+        return item.exitcode
+    return 1
+
+
+def render_tail(item: FailedRank) -> str:
+    """The block printed before the error line: the failed rank's last stderr lines."""
+    if not item.stderr_tail:
+        return f"scaletrain: rank {item.rank} wrote nothing to stderr"
+    body = "\n".join(f"  | {line}" for line in item.stderr_tail)
+    return f"scaletrain: last lines of rank {item.rank}'s stderr:\n{body}"
+
+
+def worker_failed_error(failed: list[FailedRank], node_rank: int = 0) -> WorkerFailedError:
+    """The one-line error for the root cause, naming the rank, and what happened to the rest."""
+    cause = root_cause(failed)
+    rest = "; the other workers were stopped"
+    where = f" on node {node_rank}" if node_rank else ""
+    message = (f"rank {cause.rank} (local rank {cause.local_rank}{where}, pid {cause.pid}) "
+               f"{cause.how}{rest}")
+    if cause.exitcode < 0 and -cause.exitcode == signal.SIGKILL:
+        hint = "SIGKILL often means out of memory (check `dmesg`); use a smaller batch or fewer ranks"
+    else:
+        hint = "the lines above are that rank's stderr; fix the error and run again"
+    return WorkerFailedError(message, hint, exit_code=exit_code_for(cause), rank=cause.rank)

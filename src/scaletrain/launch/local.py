@@ -1,0 +1,158 @@
+"""Run a ``LaunchPlan`` on this node with torch's elastic agent (what torchrun runs).
+
+We build a ``LaunchConfig`` and call ``elastic_launch``: rendezvous, the torchrun environment
+contract for every worker, process supervision, output teeing and shutdown are all torch's.
+What we add is around it: the worker environment (threads, backend for shared GPUs), a
+fixed-port check, the MPS daemon, and one readable error for a failed worker.
+
+The agent writes ``os.environ`` and installs signal handlers in the calling process; both
+are restored when ``launch`` returns, so calling it from Python leaves no trace.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+
+from scaletrain.errors import LaunchError
+from scaletrain.launch.failure import collect_failures, render_tail, worker_failed_error
+from scaletrain.launch.mps import mps_daemon
+from scaletrain.launch.output import make_logs_specs, prefix_template
+from scaletrain.launch.ports import check_port_free
+from scaletrain.launch.spec import LaunchPlan
+
+# How often the agent polls its workers (torchrun's default). Lower costs CPU on small
+# machines; higher delays noticing a finished or failed worker.
+MONITOR_INTERVAL_S = 0.1
+# Seconds between SIGTERM and SIGKILL when the launcher is interrupted (torch's default is
+# 30). A worker blocked in a collective dies at SIGTERM; a checkpointing handler gets this
+# long. (After a worker *failure* torch's process context uses its own fixed 30 s.)
+SHUTDOWN_TIMEOUT_S = 15
+_HANDLED_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
+
+
+@contextmanager
+def _scoped_environ(extra: Mapping[str, str]) -> Iterator[None]:
+    """Add ``extra`` to os.environ (the agent copies it into every worker), then restore it."""
+    saved = dict(os.environ)
+    os.environ.update(extra)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+@contextmanager
+def _scoped_signal_handlers() -> Iterator[None]:
+    saved = {}
+    for name in _HANDLED_SIGNALS:
+        sig = getattr(signal, name, None)
+        if sig is not None:
+            saved[sig] = signal.getsignal(sig)
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            try:
+                signal.signal(sig, handler)
+            except (ValueError, TypeError):  # not the main thread, or a C-level handler
+                pass
+
+
+def _config(plan: LaunchPlan, logs_specs: object):
+    from torch.distributed.launcher.api import LaunchConfig
+
+    rdzv_configs: dict[str, object] = {}
+    if plan.rdzv_backend == "static":
+        rdzv_configs["rank"] = plan.node_rank
+        run_id = os.environ.get("SLURM_JOB_ID", "scaletrain")  # the same on every node
+    else:
+        run_id = uuid.uuid4().hex
+    shutdown = os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT")
+    return LaunchConfig(
+        min_nodes=plan.nnodes, max_nodes=plan.nnodes, nproc_per_node=plan.nproc_per_node,
+        run_id=run_id, role="default", rdzv_endpoint=plan.rdzv_endpoint,
+        rdzv_backend=plan.rdzv_backend, rdzv_configs=rdzv_configs,
+        max_restarts=plan.max_restarts, monitor_interval=MONITOR_INTERVAL_S,
+        start_method="spawn", log_line_prefix_template=prefix_template(plan.ranks),
+        local_addr=plan.local_addr, logs_specs=logs_specs,  # type: ignore[arg-type]
+        shutdown_timeout=int(shutdown) if shutdown else SHUTDOWN_TIMEOUT_S,
+    )
+
+
+def _quiet_agent_logs() -> None:
+    """Hide the agent's own warnings ("Sending process N closing signal") unless LOGLEVEL asks.
+
+    We report failures ourselves, once; torchrun users who want the agent's log set LOGLEVEL.
+    """
+    import logging
+
+    if os.environ.get("LOGLEVEL"):
+        return
+    for name in list(logging.Logger.manager.loggerDict):
+        if name.startswith("torch.distributed.elastic") or name.startswith("torch.distributed.launcher"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+def _launch_error(exc: BaseException, plan: LaunchPlan) -> LaunchError:
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if "address already in use" in str(exc).lower() or "EADDRINUSE" in str(exc):
+        return LaunchError(f"the rendezvous port at {plan.rdzv_endpoint} is already in use",
+                           "pick another with --master-port P, or unset MASTER_PORT")
+    if plan.rdzv_backend == "static" and plan.node_rank > 0:
+        return LaunchError(f"could not join the rendezvous at {plan.rdzv_endpoint}: {text}",
+                           "start node rank 0 with the same --master-addr/--master-port, and "
+                           "check that this node can reach it")
+    return LaunchError(f"workers could not be started: {type(exc).__name__}: {text}",
+                       "run again with LOGLEVEL=INFO for the elastic agent's log")
+
+
+def launch(plan: LaunchPlan) -> int:
+    """Start ``plan``'s workers, wait for them, and return 0 (or raise WorkerFailedError).
+
+    Raises ``LaunchError`` when workers cannot start, ``WorkerFailedError`` naming the rank
+    when one fails. A SIGINT/SIGTERM to the launcher stops the workers and returns 128+N.
+    """
+    if plan.master_port_fixed is not None:
+        check_port_free(plan.master_port_fixed, where="--master-port/MASTER_PORT")
+
+    from torch.distributed.elastic.multiprocessing import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import elastic_launch
+
+    _quiet_agent_logs()
+
+    log_dir = tempfile.mkdtemp(prefix="scaletrain_run_")
+    logs_specs = make_logs_specs(log_dir, ranks=plan.ranks, node_rank=plan.node_rank)
+    try:
+        with mps_daemon(plan.procs_per_gpu is not None and plan.gpus > 0) as mps_env, \
+                _scoped_environ({**plan.worker_env, **mps_env}), _scoped_signal_handlers():
+            config = _config(plan, logs_specs)
+            try:
+                elastic_launch(config, plan.entrypoint)(*plan.args)
+            except ChildFailedError as exc:
+                failed = collect_failures(exc.failures, logs_specs.stderr_paths)
+                error = worker_failed_error(failed, plan.node_rank)
+                cause = next(f for f in failed if f.rank == error.rank)
+                sys.stdout.flush()
+                print(render_tail(cause), file=sys.stderr)
+                raise error from None
+            except SignalException as exc:
+                sys.stdout.flush()
+                print(f"scaletrain: received {exc.sigval.name}; stopped the workers",
+                      file=sys.stderr)
+                return 128 + int(exc.sigval)
+            except (LaunchError, KeyboardInterrupt):
+                raise
+            except Exception as exc:  # rendezvous/store failures: one line, no traceback
+                raise _launch_error(exc, plan) from exc
+    finally:
+        shutil.rmtree(log_dir, ignore_errors=True)
+    return 0

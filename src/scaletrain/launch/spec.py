@@ -1,0 +1,198 @@
+"""What ``scaletrain run`` was asked for, and the validated plan the elastic agent runs.
+
+``plan_launch`` is a pure function: the request, the environment and the GPU count in, a
+``LaunchPlan`` out (or a ``UsageError`` with the fix). Nothing here imports torch or touches
+``os.environ``; ``scaletrain.launch.local`` turns the plan into processes.
+
+Rendezvous, deliberately:
+- one node, nothing fixed: the "standalone" c10d rendezvous on ``localhost:0``; the store
+  binds a kernel-chosen free port, so concurrent launches never collide;
+- a ``MASTER_PORT`` (or ``--master-port``) given on one node, or several nodes: a static
+  rendezvous at MASTER_ADDR:MASTER_PORT hosted by node rank 0, like torchrun's static mode.
+A user's ``MASTER_ADDR``/``MASTER_PORT`` is used as is; a flag that contradicts it is an error.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from scaletrain.errors import UsageError
+from scaletrain.launch.ports import DEFAULT_MASTER_PORT
+from scaletrain.launch.threads import ThreadBudget, thread_budget
+# Variables the runtime (scaletrain.init) reads; the launcher sets them only when asked.
+from scaletrain.runtime.device import BACKEND_VAR, PROCS_PER_GPU_VAR
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunRequest:
+    """The user's request, as given on the command line (values not yet checked)."""
+
+    target: str                        # script path, or module name when ``module`` is True
+    args: tuple[str, ...] = ()         # passed to the script verbatim
+    module: bool = False
+    nproc_per_node: int | str = "auto"  # an int, or "auto" = visible GPUs (1 without any)
+    nnodes: int = 1
+    node_rank: int = 0
+    master_addr: str | None = None
+    master_port: int | None = None
+    max_restarts: int = 0
+    ranks: str = "all"                 # "all": every rank's lines prefixed; "0": rank 0 only
+    procs_per_gpu: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaunchPlan:
+    """Everything the elastic agent needs, resolved and checked."""
+
+    entrypoint: str                    # the Python interpreter
+    args: tuple[str, ...]              # ``-u SCRIPT ARGS`` or ``-u -m MODULE ARGS``
+    nproc_per_node: int
+    nnodes: int
+    node_rank: int
+    rdzv_backend: str                  # "c10d" (one node, free port) or "static"
+    rdzv_endpoint: str
+    local_addr: str | None             # MASTER_ADDR given to workers on a single node
+    master_port_fixed: int | None      # a port the user fixed; checked before launch
+    max_restarts: int
+    ranks: str
+    threads: ThreadBudget
+    gpus: int
+    procs_per_gpu: int | None
+    worker_env: dict[str, str] = field(default_factory=dict)  # added to each worker's environment
+
+    def describe(self) -> str:
+        """One line for the launcher's start-up message."""
+        where = "standalone" if self.rdzv_backend == "c10d" else f"static {self.rdzv_endpoint}"
+        nodes = f", node {self.node_rank}/{self.nnodes}" if self.nnodes > 1 else ""
+        return (f"{self.nproc_per_node} worker(s) per node{nodes}, rendezvous {where}, "
+                f"{self.threads.per_worker} thread(s) each ({self.threads.source})")
+
+
+def _positive(name: str, value: int, hint: str) -> None:
+    if value < 1:
+        raise UsageError(f"{name} must be at least 1, got {value}", hint)
+
+
+def _resolve_target(req: RunRequest) -> tuple[str, ...]:
+    if req.module:
+        top = req.target.split(".")[0]
+        # find_spec on the top-level name imports nothing (a dotted name would import parents).
+        if not top or importlib.util.find_spec(top) is None:
+            raise UsageError(f"no module named {req.target!r}",
+                             "check the name and that its package is installed or on PYTHONPATH")
+        return ("-u", "-m", req.target, *req.args)
+    if not os.path.isfile(req.target):
+        hint = ("to run a module use -m NAME" if not req.target.endswith(".py")
+                else "check the path (it is relative to the current directory)")
+        raise UsageError(f"script not found: {req.target}", hint)
+    return ("-u", req.target, *req.args)
+
+
+def _resolve_nproc(req: RunRequest, gpus: int) -> int:
+    devices = max(gpus, 1)  # without a GPU the CPU is the one "device"
+    if req.procs_per_gpu is not None:
+        _positive("--procs-per-gpu", req.procs_per_gpu, "use --procs-per-gpu 2 or more")
+        wanted = devices * req.procs_per_gpu
+        if req.nproc_per_node != "auto" and int(req.nproc_per_node) != wanted:
+            raise UsageError(
+                f"--nproc-per-node {req.nproc_per_node} contradicts --procs-per-gpu "
+                f"{req.procs_per_gpu} with {devices} device(s) ({wanted} processes)",
+                "give only --procs-per-gpu K; the process count follows from it")
+        return wanted
+    if req.nproc_per_node == "auto":
+        return devices
+    try:
+        nproc = int(req.nproc_per_node)
+    except ValueError:
+        raise UsageError(f"--nproc-per-node must be a number or 'auto', got {req.nproc_per_node!r}",
+                         "e.g. --nproc-per-node 2") from None
+    _positive("--nproc-per-node", nproc, "e.g. --nproc-per-node 2, or auto (one per GPU)")
+    if gpus and nproc > gpus:
+        raise UsageError(
+            f"--nproc-per-node {nproc} is more than the {gpus} GPU(s) visible here",
+            f"use --nproc-per-node {gpus} (or auto); to put several ranks on one GPU use "
+            f"--procs-per-gpu K; to run on the CPU set CUDA_VISIBLE_DEVICES=''")
+    return nproc
+
+
+def _check_agrees(flag: str, flag_value: object, var: str, env: Mapping[str, str]) -> None:
+    if flag_value is not None and var in env and str(flag_value) != env[var]:
+        raise UsageError(f"{flag} {flag_value} contradicts {var}={env[var]} in the environment",
+                         f"drop {flag} or unset {var}; scaletrain never overrides your {var}")
+
+
+def _parse_port(value: str, where: str) -> int:
+    if not value.isdigit() or not 0 < int(value) < 65536:
+        raise UsageError(f"{where} must be a TCP port number (1-65535), got {value!r}",
+                         "e.g. --master-port 29500")
+    return int(value)
+
+
+def plan_launch(req: RunRequest, *, environ: Mapping[str, str], gpus: int) -> LaunchPlan:
+    """Check ``req`` against the environment and return the plan, or raise UsageError."""
+    _positive("--nnodes", req.nnodes, "e.g. --nnodes 2")
+    if req.nnodes == 1 and req.node_rank != 0:
+        raise UsageError("--node-rank needs --nnodes > 1", "e.g. --nnodes 2 --node-rank 1")
+    if not 0 <= req.node_rank < req.nnodes:
+        raise UsageError(f"--node-rank {req.node_rank} is outside 0..{req.nnodes - 1} "
+                         f"for --nnodes {req.nnodes}",
+                         "node ranks count from 0: give each node a distinct one below --nnodes")
+    if req.max_restarts < 0:
+        raise UsageError(f"--max-restarts must be 0 or more, got {req.max_restarts}",
+                         "use 0 to fail at the first crash")
+    if req.ranks not in ("all", "0"):
+        raise UsageError(f"--ranks must be 'all' or '0', got {req.ranks!r}", "e.g. --ranks 0")
+    _check_agrees("--master-addr", req.master_addr, "MASTER_ADDR", environ)
+    _check_agrees("--master-port", req.master_port, "MASTER_PORT", environ)
+
+    args = _resolve_target(req)
+    nproc = _resolve_nproc(req, gpus)
+    addr = req.master_addr or environ.get("MASTER_ADDR") or None
+    port: int | None = None
+    if req.master_port is not None:
+        port = _parse_port(str(req.master_port), "--master-port")
+    elif environ.get("MASTER_PORT"):
+        port = _parse_port(environ["MASTER_PORT"], "MASTER_PORT")
+
+    if req.nnodes == 1 and port is None:
+        backend, endpoint, local_addr = "c10d", "localhost:0", addr
+    else:
+        if req.nnodes > 1 and addr is None:
+            raise UsageError(f"--nnodes {req.nnodes} needs the address of node rank 0",
+                             "add --master-addr HOST (the same on every node), or set MASTER_ADDR")
+        addr = addr or "127.0.0.1"
+        port = port if port is not None else DEFAULT_MASTER_PORT
+        backend, endpoint, local_addr = "static", f"{addr}:{port}", None
+        if req.max_restarts:
+            # torch's static rendezvous keeps one store across restarts, and the restarted
+            # workers read the previous attempt's addresses (pytorch/pytorch#135712).
+            raise UsageError(
+                "--max-restarts needs the single-node rendezvous with a port scaletrain picks",
+                "on one node unset MASTER_PORT / drop --master-port; on several nodes restart the "
+                "job from its checkpoint instead (torch's static rendezvous cannot restart)")
+
+    threads = thread_budget(nproc, environ)
+    worker_env: dict[str, str] = {}
+    if not threads.user_set:
+        worker_env["OMP_NUM_THREADS"] = str(threads.per_worker)
+    if req.max_restarts and backend == "c10d":
+        # Restarted workers must not share the agent's store with the failed attempt: its keys
+        # would send them to dead peers (pytorch/pytorch#135712). Rank 0 then hosts a fresh store.
+        worker_env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+    if req.procs_per_gpu is not None:
+        # NCCL refuses two ranks on one device; gloo works (through CUDA MPS on a GPU).
+        worker_env[BACKEND_VAR] = "gloo"
+        worker_env[PROCS_PER_GPU_VAR] = str(req.procs_per_gpu)
+
+    return LaunchPlan(
+        entrypoint=sys.executable, args=args, nproc_per_node=nproc, nnodes=req.nnodes,
+        node_rank=req.node_rank, rdzv_backend=backend, rdzv_endpoint=endpoint,
+        local_addr=local_addr,
+        master_port_fixed=port if (backend == "static" and req.node_rank == 0) else None,
+        max_restarts=req.max_restarts, ranks=req.ranks, threads=threads, gpus=gpus,
+        procs_per_gpu=req.procs_per_gpu, worker_env=worker_env,
+    )

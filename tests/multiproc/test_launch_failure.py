@@ -1,0 +1,100 @@
+"""A failing worker: `scaletrain run` names the rank, stops the rest, leaves nothing behind.
+
+Three launches: rank 1 raises while rank 0 sleeps (only the launcher can stop it); a job
+that fails on its first attempt and succeeds on the one --max-restarts 1 allows; and SIGTERM
+to the launcher of a sleeping job.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from workers import launcher_cmd, worker_env
+
+pytestmark = pytest.mark.multiproc
+
+WORKER = Path(__file__).with_name("launch_fail_worker.py")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.fixture(scope="module")
+def crashed(tmp_path_factory):
+    out = tmp_path_factory.mktemp("crash")
+    start = time.monotonic()
+    proc = subprocess.run([*launcher_cmd(2), str(WORKER), str(out), "raise"], env=worker_env(),
+                          capture_output=True, text=True, timeout=120)
+    elapsed = time.monotonic() - start
+    pids = {int(p.name[3]): int(p.read_text()) for p in out.glob("pid*.attempt0")}
+    return proc, elapsed, pids
+
+
+def test_exits_non_zero_quickly(crashed):
+    proc, elapsed, pids = crashed
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # the worker's own exit code
+    assert elapsed < 30
+    assert sorted(pids) == [0, 1]  # both workers really ran
+
+
+def test_error_names_the_rank_and_shows_its_stderr(crashed):
+    proc, _, _ = crashed
+    err = proc.stderr
+    assert "scaletrain: error: rank 1 (local rank 1" in err
+    assert "exited with code 1" in err
+    tail = err.split("last lines of rank 1's stderr:", 1)[1]
+    assert "ValueError: boom-from-rank-1" in tail
+    assert "Traceback" not in err.split("scaletrain: error:", 1)[1]  # no launcher traceback
+
+
+def test_no_worker_survives(crashed):
+    _, _, pids = crashed
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(_alive(p) for p in pids.values()):
+        time.sleep(0.1)
+    survivors = [p for p in pids.values() if _alive(p)]
+    for pid in survivors:  # clean up before failing
+        os.kill(pid, 9)
+    assert not survivors
+
+
+def test_max_restarts_retries_the_group(tmp_path):
+    proc = subprocess.run([*launcher_cmd(2, ["--max-restarts", "1"]), str(WORKER), str(tmp_path),
+                           "flaky"], env=worker_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "[rank 0] attempt 1 ok" in proc.stdout and "[rank 1] attempt 1 ok" in proc.stdout
+    assert len(list(tmp_path.glob("pid*.attempt0"))) == 2
+    assert len(list(tmp_path.glob("pid*.attempt1"))) == 2
+
+
+def test_sigterm_to_launcher_stops_workers(tmp_path):
+    proc = subprocess.Popen([*launcher_cmd(2), str(WORKER), str(tmp_path), "sleep"],
+                            env=worker_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 90
+        while len(list(tmp_path.glob("pid*.attempt0"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        pids = [int(p.read_text()) for p in tmp_path.glob("pid*.attempt0")]
+        assert len(pids) == 2, "workers did not start"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "received SIGTERM" in err
+    survivors = [p for p in pids if _alive(p)]
+    for pid in survivors:
+        os.kill(pid, 9)
+    assert not survivors
