@@ -7,33 +7,13 @@ from pathlib import Path
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 
-# The CNN is the example's own class, so the tests train exactly what users run.
+# The CNN and the transformer block are the examples' own classes, so the tests train
+# exactly what users run.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 from cifar10_cnn import Net as CifarCNN  # noqa: E402
-
-
-class Block(nn.Module):
-    """Pre-norm transformer block: causal self-attention + MLP."""
-
-    def __init__(self, dim: int, heads: int) -> None:
-        super().__init__()
-        self.heads = heads
-        self.ln1 = nn.LayerNorm(dim)
-        self.qkv = nn.Linear(dim, 3 * dim)
-        self.proj = nn.Linear(dim, dim)
-        self.ln2 = nn.LayerNorm(dim)
-        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
-        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
-        return x + self.mlp(self.ln2(x))
+from strategies_gpt import Block  # noqa: E402
 
 
 class TinyTransformer(nn.Module):
