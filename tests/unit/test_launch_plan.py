@@ -14,7 +14,8 @@ import pytest
 from scaletrain.errors import LaunchError, UsageError
 from scaletrain.launch.failure import (FailedRank, exit_code_for, render_tail, root_cause,
                                        worker_failed_error)
-from scaletrain.launch.gpus import count_visible_gpus, parse_visible_devices
+from scaletrain.launch.gpus import count_visible_gpus
+from scaletrain.runtime.device import parse_visible
 from scaletrain.launch.output import console_filter, tail_lines
 from scaletrain.launch.ports import check_port_free, port_is_free
 from scaletrain.launch.spec import RunRequest, plan_launch
@@ -162,7 +163,7 @@ def test_user_omp_num_threads_wins_and_is_not_rewritten(script):
     ("GPU-8f1c2e4a-aaaa,GPU-11112222-bbbb", 2), ("MIG-1234abcd", 1), ("0, 1", 2),
 ])
 def test_parse_visible_devices(value, count):
-    assert parse_visible_devices(value) == count
+    assert len(parse_visible(value)) == count
 
 
 def test_visible_device_variables_decide_without_probing():

@@ -14,6 +14,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from scaletrain.runtime.threads import allowed_cpus, choose_threads
+
 
 @dataclass(frozen=True, kw_only=True)
 class ThreadBudget:
@@ -24,27 +26,19 @@ class ThreadBudget:
     user_set: bool = False
 
 
-def available_cores(environ: Mapping[str, str] | None = None) -> tuple[int, str]:
-    """Cores this launcher may use and why: Slurm's ``SLURM_CPUS_PER_TASK`` or the affinity mask."""
-    env = os.environ if environ is None else environ
-    slurm = env.get("SLURM_CPUS_PER_TASK", "").strip()
-    if slurm.isdigit() and int(slurm) > 0:
-        return int(slurm), f"SLURM_CPUS_PER_TASK={slurm}"
-    try:
-        cores = len(os.sched_getaffinity(0))  # honours taskset/cgroup pinning, unlike cpu_count()
-        return cores, f"{cores} cores in this process's affinity mask"
-    except (AttributeError, OSError):  # not Linux
-        cores = os.cpu_count() or 1
-        return cores, f"{cores} cores"
-
-
 def thread_budget(local_workers: int, environ: Mapping[str, str] | None = None) -> ThreadBudget:
-    """Threads per worker for ``local_workers`` processes on this node; a user's value wins."""
+    """Threads per worker for ``local_workers`` processes on this node; a user's value wins.
+
+    The arithmetic is the runtime's (:func:`scaletrain.runtime.threads.choose_threads`): the
+    cores this launcher was given (``SLURM_CPUS_PER_TASK``, else its affinity mask) shared by
+    the workers, at least 1 each. The launcher differs only in leaving any ``OMP_NUM_THREADS``
+    the user set untouched, even one torch would ignore.
+    """
     env = os.environ if environ is None else environ
     user = env.get("OMP_NUM_THREADS", "").strip()
     if user:
         return ThreadBudget(per_worker=int(user) if user.isdigit() else 1,
                             source=f"OMP_NUM_THREADS={user} (set by you)", user_set=True)
-    cores, why = available_cores(env)
-    per = max(1, cores // max(1, local_workers))
-    return ThreadBudget(per_worker=per, source=f"{why} / {local_workers} local workers")
+    choice = choose_threads(environ=env, local_world_size=local_workers,
+                            allowed_cpus=len(allowed_cpus()), per_slurm_task=local_workers)
+    return ThreadBudget(per_worker=choice.threads, source=choice.source)
