@@ -12,9 +12,8 @@ import re
 from dataclasses import dataclass
 
 from scaletrain.lint.script import BatchScript
-from scaletrain.slurm.parse import parse_time_seconds
+from scaletrain.slurm.parse import parse_mem_mib, parse_time_seconds
 
-_UNITS_MB = {"K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0 * 1024.0}
 
 
 def parse_int(text: str | None) -> int | None:
@@ -27,12 +26,7 @@ def parse_int(text: str | None) -> int | None:
 
 def parse_memory_mb(text: str | None) -> float | None:
     """Slurm memory (``64G``, ``32000M``, ``500``=MB, ``0``=all of the node) in MB."""
-    if text is None:
-        return None
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGTkmgt])?[Bb]?\s*", text)
-    if not m:
-        return None
-    return float(m.group(1)) * _UNITS_MB[(m.group(2) or "M").upper()]
+    return parse_mem_mib(text)
 
 
 def parse_time_s(text: str | None) -> int | None:

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 
 from scaletrain.errors import UsageError
+from scaletrain.slurm.parse import parse_mem_mib
 
 # Launch modes. "Per GPU" modes start one Slurm task per GPU (srun is the process manager);
 # "per node" modes start one task per node that spawns one worker per GPU itself.
@@ -19,7 +20,6 @@ LAUNCHERS: tuple[str, ...] = ("scaletrain", "torchrun", "srun", "lightning", "ac
 PER_NODE_LAUNCHERS: frozenset[str] = frozenset({"torchrun", "accelerate", "deepspeed"})
 DEVICES: tuple[str, ...] = ("auto", "cpu")
 
-_MEM_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*$", re.IGNORECASE)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,12 +66,10 @@ def parse_mem_gb(text: str) -> float:
 
     Slurm's units are binary (M = MiB, G = GiB); scaletrain keeps them: 32000M = 31.25 G.
     """
-    m = _MEM_RE.match(str(text))
-    if not m:
+    mib = parse_mem_mib(text, default_unit="G")
+    if mib is None:
         raise UsageError(f"bad memory size {text!r}", "write it like 32G or 32000M")
-    value, unit = float(m.group(1)), m.group(2).upper()
-    factor = {"K": 1 / 1024 ** 2, "M": 1 / 1024, "G": 1.0, "T": 1024.0, "": 1.0}[unit]
-    gb = value * factor
+    gb = mib / 1024
     if gb <= 0:
         raise UsageError(f"memory size {text!r} must be positive", "write it like 32G or 32000M")
     return gb

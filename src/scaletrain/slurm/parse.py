@@ -129,6 +129,24 @@ def parse_time_seconds(text: str | None) -> int | None:
     return (nums[0] * 60 + nums[1]) * 60 + nums[2]
 
 
+_MEM = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*$", re.IGNORECASE)
+_MEM_UNITS_MIB = {"K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0 * 1024.0}
+
+
+def parse_mem_mib(text: str | None, *, default_unit: str = "M") -> float | None:
+    """A Slurm memory size (``64G``, ``32000M``, ``1T``, ``500``) in MiB; ``None`` if unreadable.
+
+    Slurm's units are binary (M = MiB, G = GiB) and a bare number means ``default_unit``:
+    MiB for ``--mem`` as sbatch reads it; callers with their own convention pass another.
+    """
+    if text is None:
+        return None
+    match = _MEM.match(str(text))
+    if not match:
+        return None
+    return float(match.group(1)) * _MEM_UNITS_MIB[(match.group(2) or default_unit).upper()]
+
+
 def format_time(seconds: int) -> str:
     """Seconds as ``HH:MM:SS``, or ``D-HH:MM:SS`` from one day up (what sbatch --time accepts)."""
     days, rest = divmod(int(seconds), 86400)
