@@ -14,9 +14,9 @@ import errno
 import socket
 
 from scaletrain.errors import LaunchError
-
-# torchrun's default, used when several nodes must agree on a port and none was given.
-DEFAULT_MASTER_PORT = 29500
+# torchrun's default, used when several nodes must agree on a port and none was given; the
+# runtime assumes the same one.
+from scaletrain.runtime.detect import DEFAULT_PORT as DEFAULT_MASTER_PORT
 
 
 def port_is_free(port: int) -> bool:
