@@ -170,7 +170,7 @@ def test_srun_mode_sets_torch_env_from_slurm(fakebin) -> None:
 def test_master_address_suffix_and_port_formula(fakebin) -> None:
     argv, _ = fakebin(render("juwels-booster", gpus=8))
     assert argv[argv.index("ENV") + 2:] == ["nodeAi", "13456"]   # 10000 + 123456 % 20000
-    from scaletrain.runtime.detect import port_from_job_id
+    from scaletrain.contract import port_from_job_id
     assert port_from_job_id("123456") == 13456
 
 

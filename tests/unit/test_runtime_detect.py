@@ -12,8 +12,9 @@ import pytest
 from scaletrain.errors import DistEnvError, UsageError
 from scaletrain.runtime import detect as detect_mod
 from scaletrain.runtime import device as device_mod
+from scaletrain.contract import port_from_job_id
 from scaletrain.runtime.detect import (DETECTORS, LocalEnv, OpenMPIEnv, PMIEnv, SlurmEnv,
-                                       TorchrunEnv, detect, port_from_job_id)
+                                       TorchrunEnv, detect)
 
 
 @pytest.fixture(autouse=True)

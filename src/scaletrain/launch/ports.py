@@ -16,7 +16,6 @@ import socket
 from scaletrain.errors import LaunchError
 # torchrun's default, used when several nodes must agree on a port and none was given; the
 # runtime assumes the same one.
-from scaletrain.runtime.detect import DEFAULT_PORT as DEFAULT_MASTER_PORT  # noqa: F401 (re-exported)
 
 
 def port_is_free(port: int) -> bool:

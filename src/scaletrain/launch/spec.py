@@ -20,11 +20,10 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from scaletrain.contract import BACKEND_VAR, DEFAULT_PORT, PROCS_PER_GPU_VAR
 from scaletrain.errors import UsageError
-from scaletrain.launch.ports import DEFAULT_MASTER_PORT
 from scaletrain.launch.threads import ThreadBudget, thread_budget
 # Variables the runtime (scaletrain.init) reads; the launcher sets them only when asked.
-from scaletrain.runtime.device import BACKEND_VAR, PROCS_PER_GPU_VAR
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -165,7 +164,7 @@ def plan_launch(req: RunRequest, *, environ: Mapping[str, str], gpus: int) -> La
             raise UsageError(f"--nnodes {req.nnodes} needs the address of node rank 0",
                              "add --master-addr HOST (the same on every node), or set MASTER_ADDR")
         addr = addr or "127.0.0.1"
-        port = port if port is not None else DEFAULT_MASTER_PORT
+        port = port if port is not None else DEFAULT_PORT
         backend, endpoint, local_addr = "static", f"{addr}:{port}", None
         if req.max_restarts:
             # torch's static rendezvous keeps one store across restarts, and the restarted

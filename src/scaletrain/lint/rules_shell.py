@@ -97,7 +97,7 @@ def single_quoted_var(ctx: LintContext) -> Iterable[Finding]:
 
 @rule("master-port", "a fixed MASTER_PORT (collides with other jobs on the same node)")
 def master_port(ctx: LintContext) -> Iterable[Finding]:
-    from scaletrain.runtime.detect import PORT_SHELL_EXPR  # the runtime's own formula
+    from scaletrain.contract import PORT_SHELL_EXPR  # the runtime's own formula
 
     hint = f"derive it from the job id: MASTER_PORT={PORT_SHELL_EXPR}"
     for word, _cmd in ctx.variables.get("MASTER_PORT", []):

@@ -14,7 +14,7 @@ from scaletrain._version import __version__
 from scaletrain.plan.planner import Plan, StagePlan
 
 # one formula for MASTER_PORT, shared with the runtime (scaletrain.init under Slurm) and lint
-from scaletrain.runtime.detect import PORT_SHELL_EXPR
+from scaletrain.contract import PORT_SHELL_EXPR
 
 q = shlex.quote
 

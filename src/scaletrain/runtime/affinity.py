@@ -20,9 +20,9 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from scaletrain.contract import BIND_VAR
 from scaletrain.errors import UsageError
 
-BIND_VAR = "SCALETRAIN_CPU_BIND"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -16,34 +16,15 @@ variables named and a HINT.
 from __future__ import annotations
 
 import os
-import zlib
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, ClassVar
 
+from scaletrain.contract import CLUSTER_VAR, DEFAULT_PORT, port_from_job_id
 from scaletrain.errors import DistEnvError
 from scaletrain.runtime.device import guess_device
 from scaletrain.runtime.env import Env
 from scaletrain.runtime.nodelist import first_host, parse_tasks_per_node
-
-# MASTER_PORT under Slurm: every task computes the same port from the job id, without talking.
-# 10000..29999 lies below Linux's ephemeral range (32768-60999), so outgoing connections on
-# the node never hold it, and 20000 ports make two jobs on one node unlikely to collide.
-# Shell form, for batch scripts: $((10000 + SLURM_JOB_ID % 20000)).
-PORT_BASE = 10000
-PORT_SPAN = 20000
-# The same formula as shell arithmetic, for generated scripts and lint hints.
-PORT_SHELL_EXPR = f"$(({PORT_BASE} + SLURM_JOB_ID % {PORT_SPAN}))"
-DEFAULT_PORT = 29500
-CLUSTER_VAR = "SCALETRAIN_CLUSTER"
-
-
-def port_from_job_id(job_id: str) -> int:
-    """A rendezvous port derived from a job id: ``10000 + id % 20000`` (crc32 if not numeric)."""
-    text = job_id.strip()
-    number = int(text) if text.isdigit() else zlib.crc32(text.encode())
-    return PORT_BASE + number % PORT_SPAN
-
 
 def _int(environ: Mapping[str, str], name: str, *, minimum: int = 0) -> int | None:
     """An integer variable, None when unset; DistEnvError when not an integer >= minimum."""

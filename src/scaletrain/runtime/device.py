@@ -18,15 +18,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from scaletrain.contract import BACKEND_VAR, DEVICE_VAR, PROCS_PER_GPU_VAR
 from scaletrain.errors import DistEnvError, UsageError
 
 VISIBLE_VARS = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
 # Set by Slurm when the job or step holds GPUs on this node.
 SLURM_GPU_VARS = ("SLURM_GPUS_ON_NODE", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS")
-DEVICE_VAR = "SCALETRAIN_DEVICE"
 # Set by `scaletrain run --procs-per-gpu K` for its workers (the seeds' MPS recipe).
-BACKEND_VAR = "SCALETRAIN_BACKEND"            # "gloo": NCCL refuses two ranks on one GPU
-PROCS_PER_GPU_VAR = "SCALETRAIN_PROCS_PER_GPU"  # K: local rank r uses GPU r // K
 _CPU_HINT = "set SCALETRAIN_DEVICE=cpu or call scaletrain.init(device='cpu') to run on the CPU"
 
 

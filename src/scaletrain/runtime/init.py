@@ -34,8 +34,8 @@ from scaletrain.errors import DistEnvError, UsageError
 from scaletrain.runtime.affinity import (apply_binding, binding_mode, format_cores, plan_binding,
                                          ranks_share_cpuset)
 from scaletrain.runtime.detect import cluster_profile, detect
-from scaletrain.runtime.device import (BACKEND_VAR, normalize_request, physical_gpu,
-                                       resolve_device, PROCS_PER_GPU_VAR)
+from scaletrain.contract import BACKEND_VAR, PROCS_PER_GPU_VAR
+from scaletrain.runtime.device import normalize_request, physical_gpu, resolve_device
 from scaletrain.runtime.env import Env
 from scaletrain.runtime.threads import allowed_cpus, apply_threads, choose_threads
 

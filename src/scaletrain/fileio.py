@@ -1,0 +1,63 @@
+"""Files that appear whole or not at all.
+
+Everything scaletrain writes for a user (a batch script, a run folder's files, a checkpoint's
+marker, a report) goes through :func:`atomic_write`: the content is written to a temporary file
+beside the target, flushed and fsynced, then renamed over the target. A crash, a kill or an
+encoding error part-way leaves the previous file untouched (never truncated) and no partial new
+one; a reader sees the old content or the new, nothing in between.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+
+def fsync_dir(directory: str | os.PathLike[str]) -> None:
+    """Make a rename or creation inside ``directory`` durable (no-op where unsupported)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: str | os.PathLike[str], data: str | bytes, *, mode: int | None = None,
+                 encoding: str = "utf-8") -> Path:
+    """Write ``data`` to ``path`` atomically (temporary file, fsync, rename); returns the path.
+
+    Text is encoded *before* anything touches the disk, so an argument that cannot be encoded
+    raises without creating or truncating a file. ``mode`` sets the permission bits (default:
+    those of the file being replaced, else 0o666 less the umask).
+    """
+    target = Path(path)
+    payload = data.encode(encoding) if isinstance(data, str) else bytes(data)
+    if mode is None:
+        try:
+            mode = target.stat().st_mode & 0o7777
+        except OSError:
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(payload)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    fsync_dir(target.parent)
+    return target

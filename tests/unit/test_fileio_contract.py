@@ -1,0 +1,55 @@
+"""The two leaf modules every stage shares: atomic files and the launcher<->runtime contract."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from scaletrain import contract
+from scaletrain.fileio import atomic_write
+
+
+def test_atomic_write_replaces_whole_and_keeps_mode(tmp_path):
+    target = tmp_path / "job.sh"
+    target.write_text("old\n")
+    target.chmod(0o750)
+    atomic_write(target, "new\n")
+    assert target.read_text() == "new\n"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o750
+    assert os.listdir(tmp_path) == ["job.sh"]  # no temporary left behind
+
+
+def test_atomic_write_unencodable_text_leaves_old_file(tmp_path):
+    target = tmp_path / "job.sh"
+    target.write_text("precious\n")
+    with pytest.raises(UnicodeEncodeError):
+        atomic_write(target, "x \udcff y")  # a surrogate from a non-UTF-8 argv byte
+    assert target.read_text() == "precious\n"
+    assert os.listdir(tmp_path) == ["job.sh"]
+
+
+def test_atomic_write_new_file_bytes(tmp_path):
+    target = tmp_path / "blob"
+    atomic_write(target, b"\x00\x01")
+    assert target.read_bytes() == b"\x00\x01"
+
+
+def test_port_formula_and_shell_form_agree():
+    job = 123456
+    assert contract.port_from_job_id(str(job)) == 10000 + job % 20000 == 13456
+    # the shell form is the same arithmetic, as bash evaluates it
+    expr = contract.PORT_SHELL_EXPR.replace("SLURM_JOB_ID", str(job))
+    assert eval(expr[3:-2]) == 13456  # strip "$((" and "))"
+    assert contract.port_from_job_id("abc") == contract.port_from_job_id("abc")
+    assert contract.PORT_BASE <= contract.port_from_job_id("abc") < contract.PORT_BASE + contract.PORT_SPAN
+
+
+def test_exit_stopped_does_not_collide_with_cli_codes():
+    from scaletrain import errors
+
+    codes = {cls.exit_code for cls in vars(errors).values()
+             if isinstance(cls, type) and issubclass(cls, errors.ScaletrainError)}
+    assert codes == {1, 2, 3, 4}
+    assert contract.EXIT_STOPPED not in codes | {0}
