@@ -10,6 +10,7 @@ here, in one leaf module that imports nothing of scaletrain, so no side has to r
 from __future__ import annotations
 
 import zlib
+from collections.abc import Mapping, Sequence
 
 # MASTER_PORT under Slurm: every task computes the same port from the job id, without talking.
 # 10000..29999 lies below Linux's ephemeral range (32768-60999), so outgoing connections on
@@ -28,11 +29,50 @@ BACKEND_VAR = "SCALETRAIN_BACKEND"            # "gloo": NCCL refuses two ranks o
 PROCS_PER_GPU_VAR = "SCALETRAIN_PROCS_PER_GPU"  # K: local rank r uses GPU r // K
 BIND_VAR = "SCALETRAIN_CPU_BIND"              # "auto" or "none"
 DATA_VAR = "SCALETRAIN_DATA"                  # where --stage-data copied the data on each node
+# The cluster profile's GPU -> nearest CPU cores map ("0:49-55;1:57-63"), exported by a generated
+# script so the runtime can bind torchrun's workers without reading the profile itself.
+GPU_CPU_MAP_VAR = "SCALETRAIN_GPU_CPU_MAP"
 
 # Exit code of a process that stopped on purpose at a time limit or preemption after its
 # state was saved: "try again later" (BSD sysexits EX_TEMPFAIL). A batch script requeues the
 # job only when its tasks ended with this code.
 EXIT_STOPPED = 75
+
+
+def format_cores(cores: Sequence[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``'0-2,5'`` (taskset's list form)."""
+    out: list[str] = []
+    ordered = sorted(set(cores))
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        out.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
+def format_gpu_cpu_map(cmap: Mapping[int, Sequence[int]]) -> str:
+    """``{0: [49..55], 1: [57..63]}`` -> ``'0:49-55;1:57-63'`` (the value of GPU_CPU_MAP_VAR)."""
+    return ";".join(f"{gpu}:{format_cores(cmap[gpu])}" for gpu in sorted(cmap))
+
+
+def parse_gpu_cpu_map(text: str) -> dict[int, tuple[int, ...]]:
+    """The inverse of :func:`format_gpu_cpu_map`; ValueError names the entry it cannot read."""
+    out: dict[int, tuple[int, ...]] = {}
+    for entry in filter(None, (e.strip() for e in text.split(";"))):
+        gpu, sep, cores = entry.partition(":")
+        if not sep or not gpu.strip().isdigit():
+            raise ValueError(f"{entry!r} is not GPU:CORES")
+        found: list[int] = []
+        for item in filter(None, (c.strip() for c in cores.split(","))):
+            low, _, high = item.partition("-")
+            if not low.isdigit() or (high and not high.isdigit()):
+                raise ValueError(f"{entry!r}: {item!r} is not a core or a range of cores")
+            found.extend(range(int(low), int(high or low) + 1))
+        out[int(gpu)] = tuple(found)
+    return out
 
 
 def port_from_job_id(job_id: str) -> int:

@@ -288,3 +288,16 @@ def test_parallel_modules_do_not_import_torch_at_import():
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_setup_without_a_model_is_a_usage_error():
+    from scaletrain.errors import UsageError
+
+    with pytest.raises(UsageError) as info:
+        scaletrain.setup(None, None, env=ONE)
+    assert "model" in str(info.value) and "setup(model" in info.value.hint
+    with pytest.raises(UsageError, match="got a str"):
+        scaletrain.setup("resnet50", env=ONE)
+    model = _model()
+    with pytest.raises(UsageError, match="optimizer"):
+        scaletrain.setup(model, model, env=ONE)  # arguments swapped or mistyped

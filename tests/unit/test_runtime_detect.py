@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from types import SimpleNamespace
 
 import pytest
 
@@ -104,12 +103,19 @@ def test_slurm_allocation_without_task_is_local():
     assert env.launcher == "local" and env.world_size == 1
 
 
-def test_slurm_master_addr_suffix_from_profile(monkeypatch):
-    profiles = {"juwels-booster": SimpleNamespace(master_addr_suffix="i", gpu_cpu_map=None)}
-    monkeypatch.setattr(detect_mod, "_load_profile", profiles.__getitem__)
-    env = detect({**SLURM, "SCALETRAIN_CLUSTER": "juwels-booster",
-                  "SLURM_JOB_NODELIST": "jwb[0001-0004]", "SLURM_JOB_NUM_NODES": "4"})
+def test_slurm_script_master_addr_wins_and_no_profile_is_read():
+    """A generated JUWELS script exports MASTER_ADDR with the InfiniBand suffix; the runtime
+    takes it as it is and never reads a cluster profile (an unknown name changes nothing)."""
+    env = detect({**SLURM, "SCALETRAIN_CLUSTER": "no-such-cluster", "MASTER_ADDR": "jwb0001i",
+                  "SLURM_JOB_NODELIST": "jwb[0001-0004]"})
     assert env.master_addr == "jwb0001i"
+    code = ("import sys, scaletrain.runtime.init, scaletrain.runtime.detect as d; "
+            "d.detect({'SLURM_JOB_ID': '1', 'SLURM_STEP_ID': '0', 'SLURM_PROCID': '0', "
+            "'SLURM_NTASKS': '1', 'SCALETRAIN_CLUSTER': 'lumi'}); "
+            "print(sorted(m for m in sys.modules if m.startswith('scaletrain.clusters')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 def test_openmpi():
@@ -288,23 +294,6 @@ def test_detect_imports_no_torch():
     assert out.stdout.strip() == "False"
 
 
-def test_real_juwels_profile_gives_infiniband_master_addr():
-    pytest.importorskip("scaletrain.clusters.profile")
-    env = detect({**SLURM, "SCALETRAIN_CLUSTER": "juwels-booster",
-                  "SLURM_JOB_NODELIST": "jwb[0001-0004]"})
-    assert env.master_addr == "jwb0001i"
-    env = detect({**SLURM, "SCALETRAIN_CLUSTER": "lumi"})  # no suffix there
-    assert env.master_addr == "nid007"
-
-
-def test_unknown_cluster_profile_is_an_error():
-    pytest.importorskip("scaletrain.clusters.profile")
-    from scaletrain.errors import ProfileError
-
-    with pytest.raises(ProfileError, match="unknown cluster"):
-        detect({**SLURM, "SCALETRAIN_CLUSTER": "no-such-cluster"})
-
-
 def test_slurm_one_node_step_in_two_node_job_real_values():
     # `srun --nodes=1 --ntasks=2 -w n2` in a 2-node job, variables as Slurm 22.05 set them
     env = detect({"SLURM_JOB_ID": "12", "SLURM_STEP_ID": "1", "SLURM_PROCID": "1",
@@ -317,3 +306,35 @@ def test_slurm_one_node_step_in_two_node_job_real_values():
              "SLURM_NTASKS": "2", "SLURM_JOB_NUM_NODES": "2", "SLURM_NNODES": "1",
              "SLURM_TASKS_PER_NODE": "2", "SLURM_JOB_NODELIST": "n[1-2]"}
     assert detect(older).num_nodes == 1  # no STEP_NUM_NODES: SLURM_NNODES is the step's
+
+
+# --- torchrun variables beside Slurm's: a launcher inside a task, or a contradiction -----------
+
+def test_hand_set_torchrun_variables_contradicting_slurm_fail_fast():
+    """RANK/WORLD_SIZE that no launcher set (no torchrun agent, no LOCAL_RANK) and that
+    disagree with the Slurm task would wait 30 minutes for a rank 0 that never starts."""
+    env = {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29999",
+           "SLURM_JOB_ID": "77", "SLURM_PROCID": "0", "SLURM_NTASKS": "1"}
+    with pytest.raises(DistEnvError) as info:
+        detect(env)
+    text = str(info.value)
+    assert "RANK=1" in text and "SLURM_PROCID=0" in text and "\n" not in text
+    assert "unset RANK" in info.value.hint
+    with pytest.raises(DistEnvError, match="SLURM_NTASKS=2"):  # srun step, world disagrees
+        detect({**env, "SLURM_STEP_ID": "0", "SLURM_NTASKS": "2", "SLURM_PROCID": "1",
+                "WORLD_SIZE": "4"})
+
+
+def test_torchrun_inside_slurm_is_no_contradiction():
+    # torchrun (one agent per node) in the batch step of a 1-task job: rank 1 of 2 is fine
+    batch = {"SLURM_JOB_ID": "77", "SLURM_PROCID": "0", "SLURM_NTASKS": "1"}
+    workers = {**TORCHRUN, "RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1",
+               "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "0", "GROUP_WORLD_SIZE": "1"}
+    assert detect({**batch, **workers}).rank == 1
+    # `srun torchrun`: SLURM_PROCID is the agent's task, the ranks are torchrun's
+    assert detect({**SLURM, **TORCHRUN}).rank == 3
+    # a launcher that sets LOCAL_RANK (DeepSpeed, torch.distributed.launch) inside a task
+    assert detect({**batch, "RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1",
+                   "MASTER_ADDR": "n1"}).rank == 1
+    # hand-exported from Slurm's own values (RANK=$SLURM_PROCID ...): they agree
+    assert detect({**SLURM, "RANK": "5", "WORLD_SIZE": "7", "MASTER_ADDR": "n1"}).rank == 5

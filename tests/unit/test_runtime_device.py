@@ -5,17 +5,21 @@ from __future__ import annotations
 import pytest
 
 from scaletrain.errors import DistEnvError, UsageError
-from scaletrain.runtime import device as dev
 from scaletrain.runtime.device import (GpuView, gpu_view, normalize_request, parse_visible,
-                                       physical_gpu, pick_gpu_index, resolve_device)
+                                       physical_gpu, pick_gpu_index)
+from scaletrain.runtime.env import Placement
+from scaletrain.runtime.resolve import Request, choose_device
+
+_TORCH: dict[str, tuple[int, str]] = {}
 
 
 @pytest.fixture
-def torch_gpus(monkeypatch):
+def torch_gpus():
     """Set how many GPUs 'torch' sees, without a GPU."""
     def set_count(n: int, build: str = "torch 2.13.0+cu126") -> None:
-        monkeypatch.setattr(dev, "_torch_gpus", lambda: (n, build))
-    return set_count
+        _TORCH["gpus"] = (n, build)
+    yield set_count
+    _TORCH.clear()
 
 
 @pytest.mark.parametrize(("value", "ids"), [
@@ -68,9 +72,36 @@ def test_normalize_request():
         normalize_request("cuda:x", {})
 
 
-def resolve(requested="auto", environ=None, local_rank=0, lws=1, **kw):
-    return resolve_device(local_rank=local_rank, local_world_size=lws, requested=requested,
-                          environ=environ or {}, **kw)
+def resolve(requested="auto", environ=None, local_rank=0, lws=1, *, share_ok=False,
+            procs_per_gpu=1, under_slurm=False):
+    """init()'s device decision: the environment's view, counted by (simulated) torch."""
+    n, build = _TORCH["gpus"]
+    request = Request(device=requested, backend="gloo" if share_ok else None,
+                      procs_per_gpu=procs_per_gpu)
+    placement = Placement(local_rank=local_rank, local_world_size=lws, world_size=lws,
+                          rank=local_rank)
+    return choose_device(placement, request, gpu_view(environ or {}, probe=False),
+                         torch_gpus=n, build=build, under_slurm=under_slurm)
+
+
+def test_detect_and_init_decide_alike():
+    """scaletrain.detect() (GPUs from variables) and init() (torch's count) agree when torch
+    sees what the variables say - including the sharing rules (gloo may share, NCCL not)."""
+    env = {"CUDA_VISIBLE_DEVICES": "0"}
+    placement = Placement(local_rank=1, local_world_size=2, world_size=2, rank=1)
+    for request in (Request(), Request(backend="gloo")):
+        from_env = _outcome(lambda: choose_device(placement, request, gpu_view(env)))
+        from_torch = _outcome(lambda: choose_device(placement, request,
+                                                    gpu_view(env, probe=False), torch_gpus=1))
+        assert from_env == from_torch
+    assert _outcome(lambda: choose_device(placement, Request(), gpu_view(env))) == "DistEnvError"
+
+
+def _outcome(call):
+    try:
+        return call()
+    except DistEnvError:
+        return "DistEnvError"
 
 
 def test_resolve_by_local_rank(torch_gpus):

@@ -181,29 +181,30 @@ def test_main_first_releases_others_when_first_raises(local):
     assert current() is not None
 
 
-def test_binding_wiring_uses_profile_map_and_physical_gpu(monkeypatch):
-    """init's CPU-binding step: LUMI profile, task sees GCD 3 as cuda:0 -> CCD cores 25-31."""
-    pytest.importorskip("scaletrain.clusters.profile")
-    applied = []
-    monkeypatch.setattr(init_mod, "allowed_cpus", lambda: list(range(64)))
-    monkeypatch.setattr(init_mod, "apply_binding",
-                        lambda b: applied.append(b.cores) or set(range(64)))
-    monkeypatch.setattr(init_mod, "apply_threads", lambda choice: None)
-    env = scaletrain.Env(rank=3, local_rank=3, world_size=8, local_world_size=8,
-                         device="cuda:0", backend="nccl", launcher="slurm")
-    state = init_mod._Runtime(env=env, requested_device="auto", requested_backend=None,
-                              timeout_s=1.0, owns_group=True)
-    facts = init_mod._bind_and_thread(env, {"SCALETRAIN_CLUSTER": "lumi",
-                                            "ROCR_VISIBLE_DEVICES": "3",
-                                            "SLURM_CPUS_PER_TASK": "7"}, state)
-    assert applied == [tuple(range(25, 32))]
+def test_cpu_plan_uses_the_exported_map_and_physical_gpu():
+    """LUMI: the generated script exports the profile's GPU->cores map; a task that sees
+    GCD 3 as cuda:0 is bound to that GCD's CCD, cores 25-31. No profile is read here."""
+    from scaletrain.clusters.profile import load_profile
+    from scaletrain.contract import GPU_CPU_MAP_VAR, format_gpu_cpu_map
+    from scaletrain.runtime.env import Placement
+    from scaletrain.runtime.resolve import plan_cpus
+
+    environ = {GPU_CPU_MAP_VAR: format_gpu_cpu_map(load_profile("lumi").gpu_cpu_map),
+               "ROCR_VISIBLE_DEVICES": "3", "SLURM_CPUS_PER_TASK": "7", "SLURM_JOB_ID": "1"}
+    placement = Placement(rank=3, local_rank=3, world_size=8, local_world_size=8,
+                          launcher="slurm")
+    plan = plan_cpus(placement, "cuda:0", environ, allowed=range(64))
+    assert plan.binding is not None and plan.binding.cores == tuple(range(25, 32))
+    facts = plan.facts()
     assert facts["cpu_bind"] == "25-31" and "GPU 3" in facts["cpu_bind_reason"]
     assert facts["num_threads"] == "7"
-    applied.clear()
-    facts = init_mod._bind_and_thread(env, {"SCALETRAIN_CLUSTER": "lumi",
-                                            "ROCR_VISIBLE_DEVICES": "3",
-                                            "SCALETRAIN_CPU_BIND": "none"}, state)
-    assert applied == [] and "cpu_bind" not in facts
+    # an srun task already bound to exactly those cores: nothing to do
+    assert plan_cpus(placement, "cuda:0", environ, allowed=range(25, 32)).binding is None
+    off = plan_cpus(placement, "cuda:0", {**environ, "SCALETRAIN_CPU_BIND": "none"},
+                    allowed=range(64))
+    assert off.binding is None and "cpu_bind" not in off.facts()
+    with pytest.raises(DistEnvError, match="SCALETRAIN_GPU_CPU_MAP"):
+        plan_cpus(placement, "cuda:0", {GPU_CPU_MAP_VAR: "3:x-y"}, allowed=range(64))
 
 
 def test_launcher_backend_and_procs_per_gpu_variables(local):

@@ -39,12 +39,7 @@ cancel it (use 'scancel ID').
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``submit`` verb: every ``plan`` flag plus the submission flags."""
-    try:
-        from scaletrain.cli.plan import add_plan_arguments
-    except ModuleNotFoundError as exc:  # plan not built yet: no submit verb, the others work
-        if exc.name != "scaletrain.cli.plan":
-            raise
-        return
+    from scaletrain.cli.plan import add_plan_arguments
 
     parser = subparsers.add_parser(
         "submit", help="write a Slurm script into a run folder and submit it with sbatch",

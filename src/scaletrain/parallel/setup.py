@@ -27,7 +27,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from scaletrain.errors import StrategyError
+from scaletrain.errors import StrategyError, UsageError
 from scaletrain.parallel.options import (
     ParallelDims,
     StrategyOptions,
@@ -78,6 +78,7 @@ def setup(model: Any, optimizer: Any = None, *, strategy: str = "ddp", precision
     spec = resolve_strategy(strategy)
     prec = resolve_precision(precision)
     opts = _split_options(spec, options)
+    _check_inputs(model, optimizer, spec, opts)
     env = _current_env(env)
     messages: list[str] = []
 
@@ -149,15 +150,29 @@ def _apply_strategy(model: Any, optimizer: Any, env: Any, spec: StrategySpec, di
 
         return fsdp.apply(model, optimizer, env, spec, dims, opts, prec)
     if spec.engine == "pipeline":
-        try:
-            from scaletrain.parallel import pipeline
-        except ImportError as err:
-            raise StrategyError("the pipeline strategy is not available in this installation",
-                                hint="use ddp, zero2 or zero3") from err
+        from scaletrain.parallel import pipeline
+
         result = pipeline.apply(model, optimizer, env, **opts.extra)
         return result if isinstance(result, tuple) else (result, optimizer)
     raise StrategyError(f"strategy {spec.name!r} has no engine {spec.engine!r}",
                         hint="this is a bug in scaletrain; please report it")
+
+
+def _check_inputs(model: Any, optimizer: Any, spec: StrategySpec,
+                  opts: StrategyOptions) -> None:
+    """A model (a Module, unless the pipeline gets ``stages=``) and an optimizer or None."""
+    if model is None and not (spec.engine == "pipeline" and opts.extra.get("stages")):
+        raise UsageError("scaletrain.setup() needs the model to train, got None",
+                         "model, optimizer = scaletrain.setup(model, optimizer, strategy=...)")
+    if model is not None and not callable(getattr(model, "named_parameters", None)):
+        raise UsageError(f"scaletrain.setup() needs a torch.nn.Module as the model, got a "
+                         f"{type(model).__name__}",
+                         "model, optimizer = scaletrain.setup(model, optimizer, strategy=...)")
+    if optimizer is not None and not hasattr(optimizer, "param_groups"):
+        raise UsageError(f"scaletrain.setup() needs a torch optimizer (or None) as the "
+                         f"optimizer, got a {type(optimizer).__name__}",
+                         "build it before setup(): optimizer = torch.optim.AdamW(model."
+                         "parameters()); then scaletrain.setup(model, optimizer)")
 
 
 def _split_options(spec: StrategySpec, options: dict[str, Any]) -> StrategyOptions:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from scaletrain.contract import GPU_CPU_MAP_VAR, format_gpu_cpu_map
 from scaletrain.clusters.profile import ClusterProfile, Partition, format_time, parse_time
 from scaletrain.errors import PlanError, ProfileError, UsageError
 from scaletrain.plan.request import DEVICES, LAUNCHERS, JobRequest, format_mem
@@ -442,6 +443,8 @@ def _env(request: JobRequest, profile: ClusterProfile, *, threads: int,
          device: str) -> tuple[tuple[str, str], ...]:
     # a --profile file outside the profile folders is found by its path, a shipped one by name
     env: list[tuple[str, str]] = [("SCALETRAIN_CLUSTER", request.profile_file or profile.name)]
+    if profile.gpu_cpu_map:  # the runtime binds torchrun's workers with it (no profile read)
+        env.append((GPU_CPU_MAP_VAR, format_gpu_cpu_map(profile.gpu_cpu_map)))
     if device == "cpu":
         env.append(("SCALETRAIN_DEVICE", "cpu"))
     env.append(("OMP_NUM_THREADS", str(threads)))

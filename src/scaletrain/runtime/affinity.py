@@ -104,20 +104,6 @@ def ranks_share_cpuset(*, launcher: str, allowed: Sequence[int], local_world_siz
     return len(set(allowed)) >= (os.cpu_count() or 1)
 
 
-def format_cores(cores: Sequence[int]) -> str:
-    """``[0, 1, 2, 5]`` -> ``'0-2,5'`` (taskset's list form)."""
-    out: list[str] = []
-    ordered = sorted(set(cores))
-    i = 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-            j += 1
-        out.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
-        i = j + 1
-    return ",".join(out)
-
-
 def apply_binding(binding: Binding) -> set[int] | None:
     """Bind this process to ``binding.cores``; returns the previous mask (None if unsupported)."""
     try:

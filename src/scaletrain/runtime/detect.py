@@ -7,24 +7,28 @@ process. torchrun comes before Slurm because torchrun runs inside Slurm jobs. Sl
 back when an MPI launcher's world size disagrees with ``SLURM_NTASKS``: then ``mpirun`` started
 the ranks inside one Slurm task per node, and the nearest launcher is the one that knows.
 
-:func:`detect` has no side effects: no process group, no device change, no ``os.environ``
-write, and no torch import (the device comes from the visible-GPU variables; ``init()``
-checks it against torch). Contradictory environments raise :class:`DistEnvError` with the
-variables named and a HINT.
+The detectors answer "who am I in the job" (a :class:`Placement`: ranks, sizes, rendezvous)
+from the environment alone; no cluster profile is read (a generated script exports
+MASTER_ADDR, with the cluster's interface suffix, and the launcher's choices as
+``SCALETRAIN_*`` variables). :func:`detect` adds the device and backend through the same
+resolve step ``init()`` uses (``runtime.resolve``), counting GPUs from the environment.
+Nothing here has side effects: no process group, no device change, no ``os.environ`` write,
+no torch import. Contradictory environments raise :class:`DistEnvError` with the variables
+named and a HINT.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import replace
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from scaletrain.contract import CLUSTER_VAR, DEFAULT_PORT, port_from_job_id
+from scaletrain.contract import DEFAULT_PORT, port_from_job_id
 from scaletrain.errors import DistEnvError
-from scaletrain.runtime.device import guess_device
-from scaletrain.runtime.env import Env
+from scaletrain.runtime.device import gpu_view
+from scaletrain.runtime.env import Env, Placement
 from scaletrain.runtime.nodelist import first_host, parse_tasks_per_node
+from scaletrain.runtime.resolve import choose_backend, choose_device, read_request
 
 def _int(environ: Mapping[str, str], name: str, *, minimum: int = 0) -> int | None:
     """An integer variable, None when unset; DistEnvError when not an integer >= minimum."""
@@ -79,28 +83,39 @@ def _master(environ: Mapping[str, str], addr: str, port: int) -> tuple[str, int]
     return user_addr or addr, user_port if user_port is not None else port
 
 
-def _load_profile(name: str) -> Any | None:
-    """The cluster profile called ``name``, or None while the clusters package lacks profiles."""
-    try:
-        from scaletrain.clusters.profile import load_profile
-    except ImportError:
-        return None
-    return load_profile(name)
+def _agree_with_slurm(environ: Mapping[str, str], *, rank: int, world: int) -> None:
+    """Hand-set ``RANK``/``WORLD_SIZE`` must agree with the Slurm task this process is.
 
-
-def cluster_profile(environ: Mapping[str, str]) -> Any | None:
-    """The profile named by ``SCALETRAIN_CLUSTER`` (loaded lazily), or None."""
-    name = environ.get(CLUSTER_VAR, "").strip()
-    return _load_profile(name) if name else None
+    A launcher that starts workers inside a Slurm task gives them ranks of its own, and
+    ``SLURM_PROCID`` is the launcher's task: torchrun and ``scaletrain run`` mark their workers
+    with ``TORCHELASTIC_RUN_ID``, DeepSpeed and ``torch.distributed.launch`` with ``LOCAL_RANK``.
+    Without either mark the variables were set by hand or inherited from a shell, and this
+    process is the Slurm task itself: if they disagree, the rendezvous would wait 30 minutes
+    for ranks that nobody started.
+    """
+    if "TORCHELASTIC_RUN_ID" in environ or environ.get("LOCAL_RANK", "").strip():
+        return
+    job_id, _ = SlurmEnv._get(environ, "job_id")
+    procid = _int(environ, "SLURM_PROCID")
+    if job_id is None or procid is None:
+        return
+    ntasks, ntasks_var = _first(environ, SlurmEnv.VARS["world_size"], minimum=1)
+    if ntasks is None or (rank, world) == (procid, ntasks):
+        return
+    raise DistEnvError(f"RANK={rank} WORLD_SIZE={world} contradict this Slurm task "
+                       f"(SLURM_PROCID={procid} {ntasks_var}={ntasks}) and no launcher such as "
+                       "torchrun set them",
+                       "unset RANK and WORLD_SIZE (inherited from your shell?) so Slurm's "
+                       "variables decide, or start the ranks with torchrun or 'scaletrain run'")
 
 
 class Detector:
-    """Base of the launcher detectors: ``detect(environ)`` returns an Env or None."""
+    """Base of the launcher detectors: ``detect(environ)`` returns a Placement or None."""
 
     name: ClassVar[str] = ""
 
     @classmethod
-    def detect(cls, environ: Mapping[str, str]) -> Env | None:  # pragma: no cover - abstract
+    def detect(cls, environ: Mapping[str, str]) -> Placement | None:  # pragma: no cover - abstract
         raise NotImplementedError
 
 
@@ -116,7 +131,7 @@ class TorchrunEnv(Detector):
     }
 
     @classmethod
-    def detect(cls, environ: Mapping[str, str]) -> Env | None:
+    def detect(cls, environ: Mapping[str, str]) -> Placement | None:
         v = cls.VARS
         rank = _int(environ, v["rank"])
         world = _int(environ, v["world_size"], minimum=1)
@@ -127,6 +142,7 @@ class TorchrunEnv(Detector):
             raise DistEnvError(f"{v[have]} is set but {v[missing]} is not",
                                f"set both {v['rank']} and {v['world_size']} (torchrun "
                                f"does), or unset {v[have]}")
+        _agree_with_slurm(environ, rank=rank, world=world)
         local = _int(environ, v["local_rank"])
         local_world = _int(environ, v["local_world_size"], minimum=1)
         if local is None:  # a hand-made env:// setup on one node
@@ -150,7 +166,7 @@ class TorchrunEnv(Detector):
         extra = {k: environ[name] for k, name in (("run_id", v["run_id"]),
                                                   ("restarts", v["restarts"]))
                  if name in environ}
-        return Env(rank=rank, local_rank=local, world_size=world, local_world_size=local_world,
+        return Placement(rank=rank, local_rank=local, world_size=world, local_world_size=local_world,
                    node_rank=node, num_nodes=nodes, master_addr=addr, master_port=port,
                    launcher=cls.name, job_id=environ.get(v["run_id"]) or None, extra=extra)
 
@@ -180,7 +196,7 @@ class SlurmEnv(Detector):
         return None, cls.VARS[key][0]
 
     @classmethod
-    def detect(cls, environ: Mapping[str, str]) -> Env | None:
+    def detect(cls, environ: Mapping[str, str]) -> Placement | None:
         job_id, _ = cls._get(environ, "job_id")
         if job_id is None or "SLURM_PROCID" not in environ:
             return None
@@ -228,22 +244,21 @@ class SlurmEnv(Detector):
         addr = "127.0.0.1"
         extra: dict[str, str] = {"step_id": step}
         if nodelist is not None:
+            # JUWELS wants rank 0's InfiniBand name (host name + 'i'): a generated script
+            # exports that MASTER_ADDR, which wins below; `scaletrain lint` flags scripts without
             addr = first_host(nodelist)
-            profile = cluster_profile(environ)
-            suffix = getattr(profile, "master_addr_suffix", "") or ""
-            addr += suffix  # JUWELS: rank 0's InfiniBand name is the host name plus 'i'
             extra["nodelist"] = nodelist
         addr, port = _master(environ, addr, port_from_job_id(job_id))
         for key, name in (("cpus_per_task", "SLURM_CPUS_PER_TASK"),
                           ("gpus_on_node", "SLURM_GPUS_ON_NODE")):
             if environ.get(name):
                 extra[key] = environ[name]
-        return Env(rank=rank, local_rank=local, world_size=world, local_world_size=local_world,
+        return Placement(rank=rank, local_rank=local, world_size=world, local_world_size=local_world,
                    node_rank=node, num_nodes=len(tasks), master_addr=addr, master_port=port,
                    launcher=cls.name, job_id=job_id, extra=extra)
 
     @classmethod
-    def _batch_step(cls, environ: Mapping[str, str], job_id: str) -> Env:
+    def _batch_step(cls, environ: Mapping[str, str], job_id: str) -> Placement:
         """The batch script itself (no srun): one process, whatever --ntasks asked for.
 
         Slurm exports SLURM_PROCID=0 and the job's SLURM_NTASKS into the batch step too; only
@@ -256,7 +271,7 @@ class SlurmEnv(Detector):
         if ntasks:
             extra["slurm_ntasks"] = ntasks
         addr, port = _master(environ, "127.0.0.1", port_from_job_id(job_id))
-        return Env(master_addr=addr, master_port=port, launcher="local", job_id=job_id,
+        return Placement(master_addr=addr, master_port=port, launcher="local", job_id=job_id,
                    extra=extra)
 
 
@@ -270,7 +285,7 @@ class _MpiEnv(Detector):
     JOB: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
-    def detect(cls, environ: Mapping[str, str]) -> Env | None:
+    def detect(cls, environ: Mapping[str, str]) -> Placement | None:
         rank, rank_var = _first(environ, cls.RANK)
         if rank is None:
             return None
@@ -299,7 +314,7 @@ class _MpiEnv(Detector):
                                "ranks (mpirun -x MASTER_ADDR)")
         port_key = slurm_job or job
         addr, port = _master(environ, addr, port_from_job_id(port_key) if port_key else DEFAULT_PORT)
-        return Env(rank=rank, local_rank=local, world_size=world, local_world_size=local_world,
+        return Placement(rank=rank, local_rank=local, world_size=world, local_world_size=local_world,
                    node_rank=node, num_nodes=nodes, master_addr=addr, master_port=port,
                    launcher=cls.name, job_id=slurm_job or job)
 
@@ -332,32 +347,35 @@ class LocalEnv(Detector):
     name = "local"
 
     @classmethod
-    def detect(cls, environ: Mapping[str, str]) -> Env:
+    def detect(cls, environ: Mapping[str, str]) -> Placement:
         addr, port = _master(environ, "127.0.0.1", DEFAULT_PORT)
-        return Env(master_addr=addr, master_port=port, launcher=cls.name)
+        return Placement(master_addr=addr, master_port=port, launcher=cls.name)
 
 
 # Fixed priority: torchrun runs inside Slurm jobs, and Slurm can start MPI programs.
 DETECTORS: tuple[type[Detector], ...] = (TorchrunEnv, SlurmEnv, OpenMPIEnv, PMIEnv, LocalEnv)
 
 
-def detect(environ: Mapping[str, str] | None = None) -> Env:
-    """This process's :class:`Env`, read from the launcher's variables, without side effects.
-
-    ``environ`` defaults to ``os.environ`` (read, never written). The device is the one
-    ``init()`` is expected to pick, from ``SCALETRAIN_DEVICE`` and the visible-GPU variables
-    (no torch import); ``init()`` confirms it with torch. Raises :class:`DistEnvError` when the
-    variables contradict each other.
-    """
+def detect_placement(environ: Mapping[str, str] | None = None) -> Placement:
+    """Who this process is in the job, from the first detector that recognises its launcher."""
     env_map: Mapping[str, str] = os.environ if environ is None else environ
-    found: Env | None = None
     for detector in DETECTORS:
         found = detector.detect(env_map)
         if found is not None:
-            break
-    if found is None:  # unreachable: LocalEnv always answers; kept for type checkers
-        found = LocalEnv.detect(env_map)
-    device = guess_device(local_rank=found.local_rank, local_world_size=found.local_world_size,
-                          environ=env_map)
-    backend = "nccl" if device.startswith("cuda") else "gloo"
-    return replace(found, device=device, backend=backend)
+            return found
+    return LocalEnv.detect(env_map)  # unreachable: LocalEnv always answers
+
+
+def detect(environ: Mapping[str, str] | None = None) -> Env:
+    """This process's :class:`Env`, read from the launcher's variables, without side effects.
+
+    ``environ`` defaults to ``os.environ`` (read, never written). The device and backend come
+    from the resolve step ``init()`` uses, with GPUs counted from the visible-GPU variables
+    and device nodes instead of torch (no torch import); ``init()`` differs only where torch
+    sees otherwise. Raises :class:`DistEnvError` when the variables contradict each other.
+    """
+    env_map: Mapping[str, str] = os.environ if environ is None else environ
+    placement = detect_placement(env_map)
+    request = read_request(env_map)
+    device = choose_device(placement, request, gpu_view(env_map))
+    return placement.with_device(device=device, backend=choose_backend(request, device))

@@ -1,13 +1,13 @@
 """Which device a process trains on: GPUs visible to it, the one its local rank picks, checks.
 
-Two halves. The first reads only environment variables and device nodes, so
-``scaletrain.detect()`` can name the device without importing torch: ``CUDA_VISIBLE_DEVICES``
+:func:`gpu_view` reads only environment variables and device nodes, so
+``scaletrain.detect()`` can count GPUs without importing torch: ``CUDA_VISIBLE_DEVICES``
 (or ROCm's ``ROCR_VISIBLE_DEVICES``/``HIP_VISIBLE_DEVICES``), then Slurm's
-``SLURM_GPUS_ON_NODE``, then ``/dev/nvidiaN`` nodes and AMD's KFD topology. The second,
-:func:`resolve_device`, asks torch (the truth) at ``init()`` and validates the allocation:
-more local ranks than GPUs, an index out of range, GPUs allocated by Slurm but a torch
-without GPU support. ROCm builds of torch expose HIP devices through ``torch.cuda``, so both
-vendors are ``cuda:N`` here.
+``SLURM_GPUS_ON_NODE``, then ``/dev/nvidiaN`` nodes and AMD's KFD topology; :func:`torch_gpus`
+is torch's own count at ``init()``. The decision itself (which GPU, and whether the allocation
+can hold the local ranks) is ``runtime.resolve.choose_device``, one function for both.
+ROCm builds of torch expose HIP devices through ``torch.cuda``, so both vendors are
+``cuda:N`` here.
 """
 
 from __future__ import annotations
@@ -18,14 +18,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from scaletrain.contract import BACKEND_VAR, DEVICE_VAR, PROCS_PER_GPU_VAR
+from scaletrain.contract import DEVICE_VAR
 from scaletrain.errors import DistEnvError, UsageError
 
 VISIBLE_VARS = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
 # Set by Slurm when the job or step holds GPUs on this node.
 SLURM_GPU_VARS = ("SLURM_GPUS_ON_NODE", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS")
 # Set by `scaletrain run --procs-per-gpu K` for its workers (the seeds' MPS recipe).
-_CPU_HINT = "set SCALETRAIN_DEVICE=cpu or call scaletrain.init(device='cpu') to run on the CPU"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -138,7 +137,7 @@ def pick_gpu_index(*, local_rank: int, local_world_size: int, view: GpuView,
         f"visible ({view.source})", f"{fix}")
 
 
-def _torch_gpus() -> tuple[int, str]:
+def torch_gpus() -> tuple[int, str]:
     """torch's own GPU count (0 without GPU support) and a build description for messages."""
     import torch
 
@@ -161,50 +160,6 @@ def normalize_request(device: str | None, environ: Mapping[str, str]) -> str:
                      "use 'auto', 'cpu', 'cuda' or 'cuda:N'")
 
 
-def resolve_device(*, local_rank: int, local_world_size: int, requested: str,
-                   environ: Mapping[str, str], share_ok: bool = False,
-                   under_slurm: bool = False, procs_per_gpu: int = 1) -> str:
-    """The device this process trains on, validated against torch and the allocation.
-
-    ``requested`` comes from :func:`normalize_request`. Imports torch.
-    """
-    if requested == "cpu":
-        return "cpu"
-    if requested == "mps":
-        import torch
-
-        if not torch.backends.mps.is_available():
-            raise DistEnvError("device='mps' asked for but this torch sees no MPS device",
-                               _CPU_HINT)
-        return "mps"
-    view = gpu_view(environ, probe=False)
-    n, build = _torch_gpus()
-    if n == 0:
-        allocated = view.count if view.from_env else 0
-        if requested.startswith("cuda"):
-            raise DistEnvError(f"device={requested!r} asked for but {build} sees no GPU "
-                               f"({view.source})", _CPU_HINT)
-        if allocated and (under_slurm or view.allocated):
-            raise DistEnvError(
-                f"GPUs were allocated ({view.source}) but {build} has no GPU support",
-                f"install a CUDA or ROCm build of torch, or {_CPU_HINT}")
-        return "cpu"
-    # torch's count is the truth; keep the variable's text for the message.
-    torch_view = GpuView(count=n, source=(view.source if view.from_env
-                                          else f"torch.cuda.device_count()={n}"),
-                         ids=view.ids, allocated=view.allocated, from_env=view.from_env)
-    if requested.startswith("cuda:"):
-        index = int(requested.split(":", 1)[1])
-        if index >= n:
-            raise DistEnvError(f"device={requested!r} but only {n} GPU{'s' if n != 1 else ''} "
-                               f"visible ({torch_view.source})",
-                               f"use an index below {n}, or device='cuda' to pick by local rank")
-        return requested
-    index = pick_gpu_index(local_rank=local_rank, local_world_size=local_world_size,
-                           view=torch_view, share_ok=share_ok, procs_per_gpu=procs_per_gpu)
-    return f"cuda:{index}"
-
-
 def physical_gpu(device: str, environ: Mapping[str, str]) -> int | None:
     """The node-level GPU number behind ``cuda:N`` (for CPU-affinity maps), when known.
 
@@ -220,21 +175,3 @@ def physical_gpu(device: str, environ: Mapping[str, str]) -> int | None:
                 return int(ids[index])
             return None  # a UUID/MIG name, or a list torch disagrees with
     return index
-
-
-def guess_device(*, local_rank: int, local_world_size: int,
-                 environ: Mapping[str, str]) -> str:
-    """The device ``init()`` is expected to choose, from the environment alone (no torch).
-
-    ``SCALETRAIN_DEVICE``, the visible-GPU variables and device nodes decide; ``init()``
-    checks the guess against torch. Over-subscription named by variables raises here too.
-    """
-    requested = normalize_request(None, environ)
-    if requested in ("cpu", "mps") or requested.startswith("cuda:"):
-        return requested
-    view = gpu_view(environ)
-    if view.count == 0:
-        return "cpu"
-    if not view.from_env:  # a device-node probe is only a hint; torch decides at init()
-        return f"cuda:{local_rank}" if local_rank < view.count else "cuda:0"
-    return f"cuda:{pick_gpu_index(local_rank=local_rank, local_world_size=local_world_size, view=view, share_ok=True)}"

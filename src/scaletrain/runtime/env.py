@@ -1,17 +1,23 @@
 """The per-process view of a distributed job: who am I, how many of us, on which device.
 
-``Env`` is what ``scaletrain.detect()`` and ``scaletrain.init()`` return. It is frozen: code
-that needs another value builds a new one (``dataclasses.replace``). Nothing here imports torch.
+Two frozen records, built in this order and never patched afterwards:
+
+- :class:`Placement`: who this process is in the job (ranks, sizes, rendezvous), read from
+  the launcher's variables alone by ``runtime.detect``;
+- :class:`Env`: the placement plus the resolved device and backend (``runtime.resolve``), what
+  ``scaletrain.detect()`` and ``scaletrain.init()`` return.
+
+Nothing here imports torch.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 
 @dataclass(frozen=True, kw_only=True)
-class Env:
-    """One process's place in the job.
+class Placement:
+    """This process's place in the job, from the launcher's variables alone (no device).
 
     Attributes:
         rank: global rank, 0..world_size-1.
@@ -22,8 +28,6 @@ class Env:
         num_nodes: number of nodes in the job.
         master_addr: host of rank 0's rendezvous store.
         master_port: TCP port of that store.
-        device: ``"cpu"``, ``"cuda:N"`` (ROCm's HIP devices use the same name), or ``"mps"``.
-        backend: ``"nccl"`` on CUDA/ROCm, ``"gloo"`` on the CPU.
         launcher: which detector found the job: ``torchrun``, ``slurm``, ``openmpi``, ``pmi``, ``local``.
         job_id: the scheduler's job id, or the torchrun run id, or ``None``.
         extra: launcher-specific read-only facts (e.g. ``cpus_per_task``), for tools and messages.
@@ -37,8 +41,6 @@ class Env:
     num_nodes: int = 1
     master_addr: str = "127.0.0.1"
     master_port: int = 29500
-    device: str = "cpu"
-    backend: str = "gloo"
     launcher: str = "local"
     job_id: str | None = None
     extra: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
@@ -57,6 +59,26 @@ class Env:
     def distributed(self) -> bool:
         """True when there is more than one process."""
         return self.world_size > 1
+
+    def with_device(self, *, device: str, backend: str,
+                    facts: dict[str, str] | None = None) -> Env:
+        """The :class:`Env` of this placement on ``device``/``backend``; ``facts`` join ``extra``."""
+        values = {f.name: getattr(self, f.name) for f in fields(Placement) if f.name != "extra"}
+        return Env(**values, device=device, backend=backend,
+                   extra={**self.extra, **(facts or {})})
+
+
+@dataclass(frozen=True, kw_only=True)
+class Env(Placement):
+    """One process's place in the job and what it runs on: what ``init()`` returns.
+
+    Attributes (besides :class:`Placement`'s):
+        device: ``"cpu"``, ``"cuda:N"`` (ROCm's HIP devices use the same name), or ``"mps"``.
+        backend: ``"nccl"`` on CUDA/ROCm, ``"gloo"`` on the CPU.
+    """
+
+    device: str = "cpu"
+    backend: str = "gloo"
 
     def describe(self) -> str:
         """One line for logs: ``rank 3/8 (local 1/4, node 1/2) cuda:1 nccl via slurm job 42``."""

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from typing import Any, Literal
 
 from scaletrain.errors import DistEnvError
-from scaletrain.runtime.detect import detect
+from scaletrain.runtime.detect import detect_placement
 from scaletrain.runtime.init import current
 
 
@@ -35,8 +35,8 @@ def _rank_world() -> tuple[int, int]:
     dist = _group()
     if dist is not None:
         return dist.get_rank(), dist.get_world_size()
-    env = detect()
-    return env.rank, env.world_size
+    placement = detect_placement()  # who am I is enough: no device decision here
+    return placement.rank, placement.world_size
 
 
 def print(*args: Any, ranks: Iterable[int] | Literal["all"] = (0,), **kwargs: Any) -> None:
@@ -104,7 +104,7 @@ def main_first(*, local: bool = False) -> Iterator[None]:
         first = env.is_local_main if local else env.is_main
     else:
         rank, _ = _rank_world()
-        first = (detect().local_rank == 0) if local else rank == 0
+        first = (detect_placement().local_rank == 0) if local else rank == 0
     if not first:
         barrier()
         yield

@@ -5,13 +5,19 @@ One code path from a laptop to many Slurm nodes::
     env = scaletrain.init()        # rank 0 of 1 on a laptop; rank 13 of 16 under srun
     model.to(env.device)
 
-Steps, in order: :func:`~scaletrain.runtime.detect.detect` (torchrun, Slurm, MPI, PMI or a
-single process); the device by local rank (``cuda:N``, ROCm's HIP devices alike; ``cpu``
-when asked with ``init(device='cpu')`` or ``SCALETRAIN_DEVICE=cpu``, even with GPUs
-allocated); the backend (nccl on GPUs, gloo on the CPU); ``init_process_group`` with an
-explicit ``tcp://MASTER_ADDR:MASTER_PORT`` so nothing is written to ``os.environ``
-(under torchrun the elastic agent's store is reused, as torch does for ``env://``); then
-CPU binding and intra-op threads.
+Steps, in order (each decision made once, in the module named):
+
+1. who am I: ``runtime.detect`` reads the launcher's variables (torchrun, Slurm, MPI, PMI or
+   a single process) into a ``Placement``; the request is ``init()``'s arguments or the
+   launcher's ``SCALETRAIN_*`` variables;
+2. resolve: ``runtime.resolve`` picks the device by local rank (``cuda:N``, ROCm's HIP
+   devices alike; ``cpu`` when asked with ``init(device='cpu')`` or
+   ``SCALETRAIN_DEVICE=cpu``, even with GPUs allocated) with torch's GPU count, the backend
+   (nccl on GPUs, gloo on the CPU), the CPU binding and the intra-op threads, which are
+   applied before the group starts so its threads inherit them;
+3. the ``Env`` is built once from the placement and these choices;
+4. join: ``init_process_group`` with an explicit ``tcp://MASTER_ADDR:MASTER_PORT`` so
+   nothing is written to ``os.environ``, or the script's own group, adopted.
 
 A single process gets a real one-rank process group too, on an in-memory ``HashStore`` (no
 port, no network): DDP, FSDP2 and the collective helpers then run unchanged at world size 1.
@@ -27,22 +33,29 @@ import threading
 import time
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import timedelta
 
 from scaletrain.errors import DistEnvError, UsageError
-from scaletrain.runtime.affinity import (apply_binding, binding_mode, format_cores, plan_binding,
-                                         ranks_share_cpuset)
-from scaletrain.runtime.detect import cluster_profile, detect
-from scaletrain.contract import BACKEND_VAR, PROCS_PER_GPU_VAR
-from scaletrain.runtime.device import normalize_request, physical_gpu, resolve_device
-from scaletrain.runtime.env import Env
-from scaletrain.runtime.threads import allowed_cpus, apply_threads, choose_threads
+from scaletrain.runtime.affinity import apply_binding
+from scaletrain.runtime.detect import detect_placement
+from scaletrain.runtime.device import gpu_view, normalize_request, torch_gpus
+from scaletrain.runtime.env import Env, Placement
+from scaletrain.runtime.resolve import (CpuPlan, Request, choose_backend, choose_device,
+                                        normalize_backend, plan_cpus, read_request)
+from scaletrain.runtime.threads import allowed_cpus, apply_threads
 
 STARTUP_TIMEOUT_S = 1800.0
 SETTLE_TIMEOUT_S = 5.0
 _GLOO_WORKER = "pt_gloo_runloop"  # the name c10d gives ProcessGroupGloo's worker threads
-_BACKENDS = ("gloo", "nccl", "mpi", "ucc", "xccl")
+
+
+@dataclass(kw_only=True)
+class _CpuUndo:
+    """The affinity and thread count a process had before init() changed them."""
+
+    previous_threads: int | None = None
+    previous_affinity: set[int] | None = None
 
 
 @dataclass(kw_only=True)
@@ -54,8 +67,7 @@ class _Runtime:
     requested_backend: str | None
     timeout_s: float
     owns_group: bool
-    previous_threads: int | None = None
-    previous_affinity: set[int] | None = None
+    cpus: _CpuUndo
 
 
 _LOCK = threading.RLock()
@@ -66,27 +78,6 @@ _ATEXIT_REGISTERED = False
 def current() -> Env | None:
     """The Env of the last successful :func:`init`, or None before it (and after shutdown)."""
     return _STATE.env if _STATE is not None else None
-
-
-def _procs_per_gpu(environ: Mapping[str, str]) -> int:
-    text = environ.get(PROCS_PER_GPU_VAR, "").strip()
-    if not text:
-        return 1
-    if not text.isdigit() or int(text) < 1:
-        raise DistEnvError(f"{PROCS_PER_GPU_VAR}={text!r} is not a positive integer",
-                           "unset it, or launch with scaletrain run --procs-per-gpu K")
-    return int(text)
-
-
-def _normalize_backend(backend: str | None) -> str | None:
-    if backend is None:
-        return None
-    value = backend.strip().lower()
-    if value not in _BACKENDS:
-        raise UsageError(f"backend={backend!r} is not a torch.distributed backend",
-                         f"use one of {', '.join(_BACKENDS)}, or leave it out "
-                         "(nccl on GPUs, gloo on the CPU)")
-    return value
 
 
 def _check_same(state: _Runtime, device: str | None, backend: str | None,
@@ -101,7 +92,7 @@ def _check_same(state: _Runtime, device: str | None, backend: str | None,
             raise UsageError(f"scaletrain.init() already ran with device {env.device!r}; "
                              f"called again with device={device!r}",
                              "call scaletrain.shutdown() first, or pass the same device")
-    want_backend = _normalize_backend(backend)
+    want_backend = normalize_backend(backend)
     if want_backend is not None and want_backend != env.backend:
         raise UsageError(f"scaletrain.init() already ran with backend {env.backend!r}; "
                          f"called again with backend={backend!r}",
@@ -148,44 +139,68 @@ def _start_group(env: Env, backend: str, device: str, timeout: timedelta) -> Non
         raise
 
 
-def _bind_and_thread(env: Env, environ: Mapping[str, str],
-                     state: _Runtime) -> dict[str, str]:
-    """CPU binding then intra-op threads; returns facts for Env.extra."""
-    facts: dict[str, str] = {}
-    allowed = allowed_cpus()
-    bound: tuple[int, ...] | None = None
-    if binding_mode(environ) == "auto":
-        profile = cluster_profile(environ)
-        gpu_map = getattr(profile, "gpu_cpu_map", None) if profile is not None else None
-        shared = ranks_share_cpuset(launcher=env.launcher, allowed=allowed,
-                                    local_world_size=env.local_world_size, environ=environ)
-        binding = plan_binding(allowed=allowed, local_rank=env.local_rank,
-                               local_world_size=env.local_world_size,
-                               gpu=physical_gpu(env.device, environ), gpu_cpu_map=gpu_map,
-                               shared=shared)
-        if binding is not None:
-            previous = apply_binding(binding)
-            if previous is not None:
-                state.previous_affinity = previous
-                bound = binding.cores
-                facts["cpu_bind"] = format_cores(binding.cores)
-                facts["cpu_bind_reason"] = binding.reason
-    per_slurm_task = env.local_world_size if (env.launcher == "torchrun"
-                                              and "SLURM_JOB_ID" in environ) else 1
-    choice = choose_threads(environ=environ, local_world_size=env.local_world_size,
-                            allowed_cpus=len(allowed), bound_cpus=len(bound) if bound else None,
-                            per_slurm_task=per_slurm_task)
-    state.previous_threads = apply_threads(choice)
-    facts["num_threads"] = str(choice.threads)
-    facts["threads_from"] = choice.source
-    return facts
+def _apply_cpus(plan: CpuPlan, undo: _CpuUndo) -> CpuPlan:
+    """Bind and set threads as planned, noting in ``undo`` how to revert; returns what held."""
+    binding = plan.binding
+    if binding is not None:
+        previous = apply_binding(binding)
+        if previous is None:  # not Linux, or the cores vanished meanwhile
+            binding = None
+        else:
+            undo.previous_affinity = previous
+    undo.previous_threads = apply_threads(plan.threads)
+    return CpuPlan(binding=binding, threads=plan.threads)
 
 
-def _warn_batch_step(env: Env) -> None:
-    ntasks = env.extra.get("slurm_ntasks", "")
-    if env.extra.get("slurm_batch_step") and ntasks.isdigit() and int(ntasks) > 1:
+def _undo_cpus(undo: _CpuUndo) -> None:
+    if undo.previous_affinity:
+        try:
+            os.sched_setaffinity(0, undo.previous_affinity)
+        except (AttributeError, OSError):
+            pass
+    if undo.previous_threads is not None:
+        import torch
+
+        torch.set_num_threads(undo.previous_threads)
+
+
+def _resolve_on_torch(placement: Placement, request: Request,
+                      environ: Mapping[str, str]) -> tuple[str, str]:
+    """The resolve step against torch (the truth): device and backend, checked usable."""
+    import torch
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        raise DistEnvError(f"torch {torch.__version__} was built without torch.distributed",
+                           "install an official torch wheel")
+    if request.device == "mps" and not torch.backends.mps.is_available():
+        raise DistEnvError("device='mps' asked for but this torch sees no MPS device",
+                           "set SCALETRAIN_DEVICE=cpu or call scaletrain.init(device='cpu') "
+                           "to run on the CPU")
+    count, build = torch_gpus() if request.device not in ("cpu", "mps") else (0, "")
+    device = choose_device(placement, request, gpu_view(environ, probe=False),
+                           torch_gpus=count, build=build,
+                           under_slurm=bool(environ.get("SLURM_JOB_ID")))
+    backend = choose_backend(request, device)
+    if backend == "nccl" and not dist.is_nccl_available():
+        raise DistEnvError(f"torch {torch.__version__} has no NCCL/RCCL support",
+                           "install a CUDA or ROCm build of torch, or use backend='gloo'")
+    if dist.is_initialized():  # the script made its own group: adopt it if it matches
+        if dist.get_rank() != placement.rank or dist.get_world_size() != placement.world_size:
+            raise DistEnvError(
+                f"a process group already exists as rank {dist.get_rank()} of "
+                f"{dist.get_world_size()} but {placement.launcher} says rank {placement.rank} "
+                f"of {placement.world_size}",
+                "call scaletrain.init() instead of init_process_group()")
+        backend = str(dist.get_backend())
+    return device, backend
+
+
+def _warn_batch_step(placement: Placement) -> None:
+    ntasks = placement.extra.get("slurm_ntasks", "")
+    if placement.extra.get("slurm_batch_step") and ntasks.isdigit() and int(ntasks) > 1:
         warnings.warn(f"scaletrain: running as ONE process in the batch script of Slurm job "
-                      f"{env.job_id}, which asked for {ntasks} tasks; start the program with "
+                      f"{placement.job_id}, which asked for {ntasks} tasks; start the program with "
                       "srun (or 'scaletrain run') to use them", RuntimeWarning, stacklevel=3)
 
 
@@ -213,57 +228,47 @@ def init(*, device: str | None = None, backend: str | None = None,
         if timeout_s is not None and not float(timeout_s) > 0:
             raise UsageError(f"timeout_s={timeout_s!r} must be a positive number of seconds",
                              "leave it out for the 30-minute start-up default")
+        seconds = float(timeout_s) if timeout_s is not None else STARTUP_TIMEOUT_S
         environ = os.environ
-        env = detect(environ)
-        requested = normalize_request(device, environ)
-        # `scaletrain run --procs-per-gpu K` asks its workers, through these two variables, for
-        # gloo (NCCL refuses two ranks on one GPU) and K ranks per GPU; an argument wins.
-        want_backend = _normalize_backend(backend if backend is not None
-                                          else environ.get(BACKEND_VAR) or None)
-        dev = resolve_device(local_rank=env.local_rank, local_world_size=env.local_world_size,
-                             requested=requested, environ=environ,
-                             share_ok=want_backend in ("gloo", "mpi"),
-                             under_slurm=bool(environ.get("SLURM_JOB_ID")),
-                             procs_per_gpu=_procs_per_gpu(environ))
 
+        # 1. Who am I in the job (environment only), and what was asked for.
+        placement = detect_placement(environ)
+        request = read_request(environ, device=device, backend=backend)
+        _warn_batch_step(placement)
+
+        # 2. Resolve once: device and backend against torch, then CPU binding and threads.
+        dev, chosen_backend = _resolve_on_torch(placement, request, environ)
         import torch
         import torch.distributed as dist
 
-        if not dist.is_available():
-            raise DistEnvError(f"torch {torch.__version__} was built without torch.distributed",
-                               "install an official torch wheel")
-        chosen_backend = want_backend or ("nccl" if dev.startswith("cuda") else "gloo")
-        if chosen_backend == "nccl" and not dev.startswith("cuda"):
-            raise UsageError(f"backend='nccl' needs a GPU but the device is {dev!r}",
-                             "use backend='gloo' on the CPU, or leave backend out")
-        if chosen_backend == "nccl" and not dist.is_nccl_available():
-            raise DistEnvError(f"torch {torch.__version__} has no NCCL/RCCL support",
-                               "install a CUDA or ROCm build of torch, or use backend='gloo'")
         if dev.startswith("cuda"):
             torch.cuda.set_device(int(dev.split(":", 1)[1]))
-        _warn_batch_step(env)
-
-        seconds = float(timeout_s) if timeout_s is not None else STARTUP_TIMEOUT_S
+        undo = _CpuUndo()
         owns = False
-        if dist.is_initialized():  # the script made its own group: adopt it if it matches
-            if dist.get_rank() != env.rank or dist.get_world_size() != env.world_size:
-                raise DistEnvError(
-                    f"a process group already exists as rank {dist.get_rank()} of "
-                    f"{dist.get_world_size()} but {env.launcher} says rank {env.rank} of "
-                    f"{env.world_size}", "call scaletrain.init() instead of init_process_group()")
-            chosen_backend = str(dist.get_backend())
-        else:
-            _start_group(env, chosen_backend, dev, timedelta(seconds=seconds))
-            owns = True
+        try:
+            # bound before the group starts, so gloo's and NCCL's threads inherit the mask
+            cpus = _apply_cpus(plan_cpus(placement, dev, environ, allowed=allowed_cpus()), undo)
 
-        env = replace(env, device=dev, backend=chosen_backend)
-        state = _Runtime(env=env, requested_device=requested, requested_backend=want_backend,
-                         timeout_s=seconds, owns_group=owns)
-        facts = _bind_and_thread(env, environ, state)
-        state.env = replace(env, extra={**env.extra, **facts})
-        _STATE = state
+            # 3. The Env, built once.
+            env = placement.with_device(device=dev, backend=chosen_backend,
+                                        facts=cpus.facts())
+            # (hooks that need the Env but no process group yet go here)
+
+            # 4. Join: the process group (or the script's own, adopted in step 2).
+            if not dist.is_initialized():
+                _start_group(env, chosen_backend, dev, timedelta(seconds=seconds))
+                owns = True
+            # (hooks that need the process group go here)
+        except BaseException:
+            if owns and dist.is_initialized():
+                dist.destroy_process_group()
+            _undo_cpus(undo)
+            raise
+        _STATE = _Runtime(env=env, requested_device=request.device,
+                          requested_backend=request.backend, timeout_s=seconds,
+                          owns_group=owns, cpus=undo)
         _register_atexit()
-        return state.env
+        return env
 
 
 def _register_atexit() -> None:
@@ -292,15 +297,7 @@ def shutdown() -> None:
         dist.destroy_process_group()
     # gloo's worker threads may still be releasing finished work; exiting under them aborts
     _settle_gloo_workers()
-    if state.previous_affinity:
-        try:
-            os.sched_setaffinity(0, state.previous_affinity)
-        except (AttributeError, OSError):
-            pass
-    if state.previous_threads is not None:
-        import torch
-
-        torch.set_num_threads(state.previous_threads)
+    _undo_cpus(state.cpus)
 
 
 def _thread_activity(tid: str) -> tuple[str, str] | None:
