@@ -15,10 +15,22 @@ Typical use in a training script::
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scaletrain._version import __version__
 from scaletrain.errors import ScaletrainError
+
+if TYPE_CHECKING:  # the real signatures for type checkers and IDEs; nothing runs at import
+    from scaletrain.data.loader import loader
+    from scaletrain.data.lr import scale_lr
+    from scaletrain.data.metrics import all_reduce_mean, gather_objects
+    from scaletrain.parallel.memory import estimate_memory
+    from scaletrain.parallel.precision import accumulate, backward
+    from scaletrain.parallel.setup import setup
+    from scaletrain.runtime.detect import detect
+    from scaletrain.runtime.env import Env
+    from scaletrain.runtime.helpers import barrier, main_first, print, rank_print
+    from scaletrain.runtime.init import init, shutdown
 
 # public name -> module that defines it
 _LAZY: dict[str, str] = {
@@ -27,7 +39,8 @@ _LAZY: dict[str, str] = {
     "detect": "scaletrain.runtime.detect",
     "init": "scaletrain.runtime.init",
     "shutdown": "scaletrain.runtime.init",
-    "print": "scaletrain.runtime.helpers",
+    "rank_print": "scaletrain.runtime.helpers",
+    "print": "scaletrain.runtime.helpers",  # the same function; rank_print does not shadow
     "barrier": "scaletrain.runtime.helpers",
     "main_first": "scaletrain.runtime.helpers",
     # parallel strategies and precision
@@ -42,7 +55,9 @@ _LAZY: dict[str, str] = {
     "scale_lr": "scaletrain.data.lr",
 }
 
-__all__ = ["__version__", "ScaletrainError", *_LAZY]
+# `print` stays reachable as scaletrain.print but is left out of __all__, so that
+# `from scaletrain import *` does not replace the builtin print.
+__all__ = ["__version__", "ScaletrainError", *(name for name in _LAZY if name != "print")]
 
 
 def __getattr__(name: str) -> Any:
@@ -55,4 +70,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(__all__)
+    return sorted([*__all__, "print"])

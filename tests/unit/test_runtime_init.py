@@ -221,3 +221,12 @@ def test_launcher_backend_and_procs_per_gpu_variables(local):
     local.setenv("SCALETRAIN_BACKEND", "carrier-pigeon")
     with pytest.raises(UsageError, match="carrier-pigeon"):
         init()
+
+
+def test_rank_print_is_print_without_shadowing_the_builtin():
+    from scaletrain.runtime import helpers
+
+    assert scaletrain.rank_print is helpers.rank_print is scaletrain.print
+    namespace: dict = {}
+    exec("from scaletrain import *", namespace)
+    assert "print" not in namespace and namespace["rank_print"] is helpers.rank_print

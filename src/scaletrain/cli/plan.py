@@ -11,8 +11,13 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from scaletrain.errors import UsageError
+
+if TYPE_CHECKING:
+    from scaletrain.plan.planner import Plan
+    from scaletrain.plan.request import JobRequest
 
 DESCRIPTION = """\
 Turn "this script on N GPUs of cluster C" into a Slurm batch script: nodes, partition,
@@ -112,7 +117,7 @@ def _command(args: argparse.Namespace) -> tuple[str, ...]:
     return ("scaletrain", getattr(args, "verb", None) or "plan", "...")
 
 
-def request_from_args(args: argparse.Namespace):  # -> JobRequest (lazy import keeps start-up light)
+def request_from_args(args: argparse.Namespace) -> JobRequest:
     """Build the JobRequest from parsed ``add_plan_arguments`` flags (used by plan and submit)."""
     from scaletrain.plan.request import JobRequest, parse_mem_gb, parse_params
 
@@ -151,7 +156,7 @@ def request_from_args(args: argparse.Namespace):  # -> JobRequest (lazy import k
     )
 
 
-def plan_from_args(args: argparse.Namespace):  # -> Plan
+def plan_from_args(args: argparse.Namespace) -> Plan:
     """Load the profile and make the plan for parsed ``add_plan_arguments`` flags."""
     from scaletrain.clusters.profile import load_profile
     from scaletrain.plan.planner import make_plan

@@ -155,7 +155,7 @@ class DistributedLoader(DataLoader):
         self._batches_done = 0      # batches handed out in the current pass
         self._iterable = isinstance(dataset, IterableDataset)
         sampler: ResumableDistributedSampler | None = None
-        if self._iterable:
+        if isinstance(dataset, IterableDataset):  # as self._iterable, narrowed for mypy
             dataset = ShardedIterable(dataset, rank=env.rank, world_size=env.world_size,
                                       batch_size=per_process_batch, mode=mode)
         else:

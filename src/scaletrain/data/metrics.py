@@ -55,7 +55,7 @@ def all_reduce_mean(value: float | int | torch.Tensor, *, weight: float | int | 
         return value if is_tensor else float(value)
 
     device = _comm_device(group)
-    if is_tensor:
+    if isinstance(value, torch.Tensor):
         out_dtype = value.dtype if value.is_floating_point() else torch.float64
         flat = value.detach().to(device=device, dtype=torch.float64).reshape(-1)
     else:
@@ -71,7 +71,7 @@ def all_reduce_mean(value: float | int | torch.Tensor, *, weight: float | int | 
         packed = torch.cat([flat * w, torch.tensor([w], dtype=torch.float64, device=device)])
         dist.all_reduce(packed, op=dist.ReduceOp.SUM, group=group)
         mean = packed[:-1] / packed[-1]
-    if not is_tensor:
+    if not isinstance(value, torch.Tensor):
         return float(mean.item())
     return mean.reshape(value.shape).to(device=value.device, dtype=out_dtype)
 

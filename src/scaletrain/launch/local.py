@@ -19,6 +19,7 @@ import tempfile
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from scaletrain.errors import LaunchError
 from scaletrain.launch.failure import collect_failures, render_tail, worker_failed_error
@@ -26,6 +27,9 @@ from scaletrain.launch.mps import mps_daemon
 from scaletrain.launch.output import make_logs_specs, prefix_template
 from scaletrain.launch.ports import check_port_free
 from scaletrain.launch.spec import LaunchPlan
+
+if TYPE_CHECKING:
+    from torch.distributed.launcher.api import LaunchConfig
 
 # How often the agent polls its workers (torchrun's default). Lower costs CPU on small
 # machines; higher delays noticing a finished or failed worker.
@@ -66,7 +70,7 @@ def _scoped_signal_handlers() -> Iterator[None]:
                 pass
 
 
-def _config(plan: LaunchPlan, logs_specs: object):
+def _config(plan: LaunchPlan, logs_specs: object) -> LaunchConfig:
     from torch.distributed.launcher.api import LaunchConfig
 
     rdzv_configs: dict[str, object] = {}

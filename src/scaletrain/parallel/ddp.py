@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from scaletrain.errors import StrategyError
+from scaletrain.parallel.options import StrategyOptions
+from scaletrain.parallel.strategy import Context, Sharding
 
 _UNUSED_MARKERS = ("Expected to have finished reduction in the prior iteration",
                    "did not receive grad", "find_unused_parameters")
@@ -36,18 +38,34 @@ def _ddp_class() -> type:
     return ScaletrainDDP
 
 
-def apply(model: Any, env: Any, options: Any) -> Any:
-    """Wrap ``model`` (already on ``env.device``) in DistributedDataParallel."""
+def wrap(model: Any, device: str, options: StrategyOptions, *,
+         process_group: Any = None) -> Any:
+    """``model`` (already on ``device``) in DistributedDataParallel over ``process_group``.
+
+    ``process_group`` None means every rank (the default group).
+    """
     import torch
 
-    device = torch.device(env.device)
+    dev = torch.device(device)
     kwargs: dict[str, Any] = {
         "static_graph": options.static_graph,
         "find_unused_parameters": options.find_unused_parameters,
+        "process_group": process_group,
     }
     if options.bucket_cap_mb is not None:
         kwargs["bucket_cap_mb"] = options.bucket_cap_mb
-    if device.type in ("cuda", "xpu"):
+    if dev.type in ("cuda", "xpu"):
         # One device per process: DDP wants that device named; on CPU it must get none.
-        kwargs["device_ids"] = [device.index if device.index is not None else 0]
+        kwargs["device_ids"] = [dev.index if dev.index is not None else 0]
     return _ddp_class()(model, **kwargs)
+
+
+class DDPStrategy:
+    """``ddp``: a full replica per rank, gradients all-reduced over the ``replicate`` ranks."""
+
+    def apply(self, model: Any, optimizer: Any, ctx: Context) -> tuple[Any, Any]:
+        return wrap(model, ctx.env.device, ctx.options), optimizer
+
+    def sharding(self, model: Any, ctx: Context) -> Sharding:
+        return Sharding(strategy=ctx.spec.name, params="replicated", optimizer="replicated",
+                        dims=ctx.dims, mesh=ctx.mesh, data_rank=ctx.env.rank)

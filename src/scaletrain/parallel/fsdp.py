@@ -21,7 +21,9 @@ from typing import Any
 
 from scaletrain.errors import StrategyError
 from scaletrain.parallel import optim
+from scaletrain.parallel.options import StrategyOptions, StrategySpec
 from scaletrain.parallel.precision import PrecisionSpec, fsdp_mp_policy
+from scaletrain.parallel.strategy import Context, Sharding
 
 
 def wrap_targets(model: Any, *, min_params: int, wrap: tuple[type, ...] | None) -> list[Any]:
@@ -57,30 +59,15 @@ def wrap_targets(model: Any, *, min_params: int, wrap: tuple[type, ...] | None) 
     return targets
 
 
-def build_mesh(env: Any, dims: Any) -> Any:
-    """The DeviceMesh: 1-D over all ranks, or 2-D ``(replicate, shard)`` for HSDP."""
+def shard(model: Any, mesh: Any, *, spec: StrategySpec, options: StrategyOptions,
+          precision: PrecisionSpec) -> Any:
+    """``fully_shard`` the wrap targets bottom-up, then the root, over ``mesh``.
+
+    ``mesh`` is 1-D (shard) or 2-D (replicate, shard: HSDP), as ``fully_shard`` reads it.
+    """
     import torch
-    from torch.distributed.device_mesh import init_device_mesh
-
-    device_type = torch.device(env.device).type
-    shape = dims.mesh_shape
-    names = ("replicate", "shard") if len(shape) == 2 else ("shard",)
-    return init_device_mesh(device_type, shape, mesh_dim_names=names)
-
-
-def apply(model: Any, optimizer: Any, env: Any, spec: Any, dims: Any, options: Any,
-          precision: PrecisionSpec) -> tuple[Any, Any]:
-    """``fully_shard`` the model per ``spec``/``dims`` and rebuild the optimizer over its shards."""
-    import torch
-    import torch.distributed as dist
     from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
 
-    if not dist.is_initialized():
-        raise StrategyError(
-            f"strategy {spec.name!r} needs a process group, and none is initialised",
-            hint="start the script with `scaletrain run` (even for 1 process) or call "
-                 "scaletrain.init() first")
-    mesh = build_mesh(env, dims)
     if spec.offload:
         # Pinned host memory speeds up copies to a GPU; without an accelerator it cannot exist.
         offload: Any = CPUOffloadPolicy(pin_memory=torch.cuda.is_available())
@@ -88,13 +75,30 @@ def apply(model: Any, optimizer: Any, env: Any, spec: Any, dims: Any, options: A
         offload = OffloadPolicy()
     kwargs = {"mesh": mesh, "reshard_after_forward": spec.reshard_after_forward,
               "offload_policy": offload}
-
-    names = optim.param_names(model)
-    groups = optim.hyper_groups(optimizer, names) if optimizer is not None else []
     for module in wrap_targets(model, min_params=options.min_params, wrap=options.wrap):
         fully_shard(module, mp_policy=fsdp_mp_policy(precision), **kwargs)
     fully_shard(model, mp_policy=fsdp_mp_policy(precision, root=True), **kwargs)
-    if optimizer is None:
-        return model, None
-    new_params = dict(model.named_parameters(remove_duplicate=False))
-    return model, optim.rebuild(optimizer, groups, new_params)
+    return model
+
+
+class FSDPStrategy:
+    """``zero2``/``zero3``/``hsdp``/``offload``: FSDP2 over the mesh's data dimensions."""
+
+    def apply(self, model: Any, optimizer: Any, ctx: Context) -> tuple[Any, Any]:
+        """Shard the model per ``ctx.spec`` and rebuild the optimizer over its shards."""
+        if ctx.mesh is None:
+            raise StrategyError(
+                f"strategy {ctx.spec.name!r} needs a process group, and none is initialised",
+                hint="start the script with `scaletrain run` (even for 1 process) or call "
+                     "scaletrain.init() first")
+        names = optim.param_names(model)
+        groups = optim.hyper_groups(optimizer, names) if optimizer is not None else []
+        shard(model, ctx.mesh, spec=ctx.spec, options=ctx.options, precision=ctx.precision)
+        if optimizer is None:
+            return model, None
+        new_params = dict(model.named_parameters(remove_duplicate=False))
+        return model, optim.rebuild(optimizer, groups, new_params)
+
+    def sharding(self, model: Any, ctx: Context) -> Sharding:
+        return Sharding(strategy=ctx.spec.name, params="sharded", optimizer="sharded",
+                        dims=ctx.dims, mesh=ctx.mesh, data_rank=ctx.env.rank)

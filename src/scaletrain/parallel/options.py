@@ -134,11 +134,13 @@ class ParallelDims:
 
 def dims_for(spec: StrategySpec, *, world_size: int, local_world_size: int, num_nodes: int,
              mesh_shape: tuple[int, int] | None = None,
-             pipeline_stages: int | None = None) -> ParallelDims:
+             pipeline_stages: int | None = None,
+             pipeline_sharded: bool = False) -> ParallelDims:
     """The degrees a strategy implies for this world; StrategyError when they cannot fit.
 
     ``pipeline_stages`` (pipeline only, default: one stage per rank) leaves
-    ``world_size / stages`` pipeline replicas for data parallelism.
+    ``world_size / stages`` pipeline replicas for data parallelism: DDP replicas, or FSDP
+    shards with ``pipeline_sharded`` (``data_parallel="fsdp"``).
     """
     if spec.hybrid:
         if mesh_shape is None:
@@ -169,6 +171,9 @@ def dims_for(spec: StrategySpec, *, world_size: int, local_world_size: int, num_
         if world_size % stages:
             raise StrategyError(f"{stages} pipeline stages do not divide {world_size} ranks",
                                 hint="use a number of stages that divides the world size")
+        if pipeline_sharded:
+            return ParallelDims(world_size=world_size, pipeline=stages,
+                                shard=world_size // stages)
         return ParallelDims(world_size=world_size, pipeline=stages,
                             replicate=world_size // stages)
     return ParallelDims(world_size=world_size, replicate=world_size)

@@ -11,12 +11,15 @@ Built on ``torch.distributed.pipelining`` (``PipelineStage`` + ``ScheduleGPipe``
     for x, y in loader:                                  # every rank sees its replica's batch
         loss = pipe.step(x, y)                           # a tensor on the last stage, else None
 
-Layout. ``S`` stages, ``W`` ranks, ``D = W / S`` pipeline replicas on a 2-D DeviceMesh
-``("dp", "pp")`` of shape ``(D, S)``: rank ``r`` runs stage ``r % S`` of replica ``r // S``,
-so one replica's stages are neighbouring ranks (the same node, where activations travel
-fastest). Each rank holds only its stage's parameters and optimizer state; the stage
-module is wrapped in DDP (or FSDP2, ``data_parallel="fsdp"``) over the ``dp`` group so
-its gradients are averaged across replicas. ``PipelineModel.stage_of`` says which stage
+Layout. ``S`` stages, ``W`` ranks, ``D = W / S`` pipeline replicas on the one DeviceMesh of
+``scaletrain.parallel.strategy.build_mesh``: ``("replicate", "pipeline")`` of shape
+``(D, S)`` (``("shard", "pipeline")`` with ``data_parallel="fsdp"``, ``("pipeline",)`` when
+D = 1). Rank ``r`` runs stage ``r % S`` of replica ``r // S``, so one replica's stages are
+neighbouring ranks (the same node, where activations travel fastest). Each rank holds only
+its stage's parameters and optimizer state; the stage module is wrapped in DDP (or FSDP2)
+over the replicas' group so its gradients are averaged across replicas. Precision: bf16
+runs the stage under autocast (FSDP2's MixedPrecisionPolicy with ``data_parallel="fsdp"``);
+fp16 is refused, because the schedule runs backward itself and the loss cannot be scaled. ``PipelineModel.stage_of`` says which stage
 owns which parameter (by the model's own names) and ``full_state_dict()`` gathers them all.
 
 Numerics. The schedule splits the batch into equal micro-batches, divides gradients by
@@ -27,16 +30,24 @@ gradient of the whole global batch, the same as one process (tests/multiproc pro
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
 from scaletrain.errors import DistEnvError, StrategyError
+from scaletrain.parallel import ddp, fsdp, optim
+from scaletrain.parallel.options import STRATEGIES, ParallelDims, StrategyOptions, dims_for
 from scaletrain.parallel.pipeline_split import StageSplit, microbatch_of, split_model
+from scaletrain.parallel.precision import PrecisionSpec, resolve_precision, wrap_forward_autocast
+from scaletrain.parallel.strategy import Context, Layout, Sharding, build_mesh
 
-__all__ = ["PipelineModel", "apply", "SCHEDULES"]
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
+
+__all__ = ["PipelineModel", "PipelineStrategy", "apply", "SCHEDULES"]
 
 SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b")
 _DATA_PARALLEL: tuple[str, ...] = ("ddp", "fsdp")
@@ -165,7 +176,7 @@ class PipelineModel:
         args = (inputs if isinstance(inputs, tuple) else (inputs,)) if self.is_first else ()
         device = self.stage.device
         args = tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
-        if self.is_last:
+        if self.is_last and targets is not None:  # checked above: the last stage has them
             self.schedule.step(*args, target=targets.to(device), losses=losses,
                                return_outputs=False)
         else:
@@ -201,7 +212,7 @@ class PipelineModel:
         device = self.stage.device
         args = (inputs if isinstance(inputs, tuple) else (inputs,)) if self.is_first else ()
         args = tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
-        if not self.is_last:
+        if not self.is_last or targets is None:  # targets checked above on the last stage
             self.schedule.eval(*args)
             return None
         losses: list[torch.Tensor] = []
@@ -228,7 +239,7 @@ class PipelineModel:
             t = p.full_tensor() if hasattr(p, "full_tensor") else p
             local[name] = t.detach().cpu().clone()
         gathered: list[Any] = [None] * self.n_stages
-        dist.all_gather_object(gathered, local, group=self.mesh.get_group("pp"))
+        dist.all_gather_object(gathered, local, group=self.mesh.get_group("pipeline"))
         full: dict[str, torch.Tensor] = {}
         for part in gathered:
             full.update(part)
@@ -248,9 +259,9 @@ class PipelineModel:
                                 hint="pass a dict from full_state_dict() of the same model")
         for name, p in self.named_parameters():
             src = full[name].to(device=p.device, dtype=p.dtype)
-            if hasattr(p, "device_mesh"):  # a DTensor shard (FSDP across replicas)
-                from torch.distributed.tensor import distribute_tensor
+            from torch.distributed.tensor import DTensor, distribute_tensor
 
+            if isinstance(p, DTensor):  # a shard (FSDP across replicas)
                 p.to_local().copy_(distribute_tensor(src, p.device_mesh, p.placements)
                                    .to_local())
             else:
@@ -270,29 +281,21 @@ class PipelineModel:
         return "\n".join(lines)
 
 
-def _rebuild_optimizer(optimizer: torch.optim.Optimizer, old_to_new: dict[int, nn.Parameter]
-                       ) -> torch.optim.Optimizer:
-    """The same optimizer class and per-group settings over this stage's parameters only."""
-    if optimizer.state:
-        raise StrategyError("the optimizer has already taken steps",
-                            hint="call setup(strategy='pipeline') before the first "
-                                 "optimizer.step()")
-    groups = []
-    for group in optimizer.param_groups:
-        params = [old_to_new[id(p)] for p in group["params"] if id(p) in old_to_new]
-        if params:
-            groups.append({**{k: v for k, v in group.items() if k != "params"},
-                           "params": params})
-    if not groups:
-        # a stage without trainable parameters still needs an optimizer object to step
-        groups = [{"params": []}]
-    try:
-        return type(optimizer)(groups, **optimizer.defaults)
-    except Exception as exc:
-        raise StrategyError(
-            f"cannot rebuild {type(optimizer).__name__} over the stage's parameters: {exc}",
-            hint="use a torch.optim optimizer, or build it over pipe.parameters() "
-                 "after setup()") from exc
+class PipelineStrategy:
+    """``pipeline``: stages over the mesh's ``pipeline`` dimension, replicas over the others."""
+
+    def apply(self, model: Any, optimizer: Any, ctx: Context) -> tuple[Any, Any]:
+        return _build(model, optimizer, device=torch.device(ctx.env.device), mesh=ctx.mesh,
+                      dims=ctx.dims, options=ctx.options, precision=ctx.precision,
+                      **ctx.options.extra)
+
+    def sharding(self, model: Any, ctx: Context) -> Sharding:
+        within: Layout = "sharded" if ctx.dims.shard > 1 else "replicated"
+        return Sharding(strategy=ctx.spec.name, params="staged", optimizer="staged",
+                        within_stage=within, dims=ctx.dims, mesh=ctx.mesh,
+                        stage=model.stage_index, n_stages=model.n_stages,
+                        data_rank=model.dp_rank)
+
 
 
 def apply(model: nn.Module | None, optimizer: torch.optim.Optimizer | None, env: Any = None,
@@ -303,10 +306,14 @@ def apply(model: nn.Module | None, optimizer: torch.optim.Optimizer | None, env:
           broadcast_loss: bool = False) -> tuple[PipelineModel, torch.optim.Optimizer | None]:
     """Cut ``model`` into stages over the ranks and return this rank's ``PipelineModel``.
 
+    ``scaletrain.setup(model, opt, strategy="pipeline", ...)`` is the usual way in (it adds
+    precision and the model's :func:`~scaletrain.parallel.describe`); this is the same
+    strategy for code that manages its own process group, in fp32.
+
     Args:
         model: the whole model (its parameter names are kept); may be None with ``stages``.
         optimizer: built over the whole model; rebuilt (same class and group settings)
-            over this stage's parameters and returned. Must not have stepped yet.
+            over this stage's parameters and returned; create it before the first step.
         env: the ``scaletrain.Env`` (device); None means the CPU.
         split_points: module names; each starts a new stage (cut before it).
         stages: explicit stage modules instead, in order.
@@ -322,10 +329,32 @@ def apply(model: nn.Module | None, optimizer: torch.optim.Optimizer | None, env:
         StrategyError: a bad option (the hint names the fix); DistEnvError: no process
         group, or a world size that the stages do not divide.
     """
+    return _build(model, optimizer, device=torch.device(getattr(env, "device", None) or "cpu"),
+                  mesh=None, dims=None, options=StrategyOptions(),
+                  precision=resolve_precision("fp32"), split_points=split_points,
+                  stages=stages, n_microbatches=n_microbatches, schedule=schedule,
+                  loss_fn=loss_fn, example_input=example_input, data_parallel=data_parallel,
+                  broadcast_loss=broadcast_loss)
+
+
+def _build(model: nn.Module | None, optimizer: torch.optim.Optimizer | None, *,
+           device: torch.device, mesh: DeviceMesh | None, dims: ParallelDims | None,
+           options: StrategyOptions, precision: PrecisionSpec,
+           split_points: Sequence[str] | None = None,
+           stages: Sequence[nn.Module] | None = None, n_microbatches: int = 4,
+           schedule: str = "1f1b", loss_fn: Callable[..., torch.Tensor] | None = None,
+           example_input: Any = None, data_parallel: str = "ddp",
+           broadcast_loss: bool = False) -> tuple[PipelineModel, torch.optim.Optimizer | None]:
+    """The pipeline strategy; ``mesh``/``dims`` come from ``setup()`` or are built here."""
     if not (dist.is_available() and dist.is_initialized()):
         raise DistEnvError("pipeline parallelism needs the process group",
                            hint="call scaletrain.init() first and start with "
                                 "'scaletrain run --nproc-per-node N script.py'")
+    if precision.scaler:
+        raise StrategyError(
+            f"precision {precision.name!r} needs loss scaling, but the pipeline schedule runs "
+            "backward itself, so the loss cannot be scaled",
+            hint="use precision='bf16' with the pipeline: the same memory saving, no scaling")
     if loss_fn is None:
         raise StrategyError("pipeline training needs loss_fn=: the last stage computes the loss",
                             hint="pass loss_fn=torch.nn.functional.cross_entropy (mean-reduced)")
@@ -338,8 +367,7 @@ def apply(model: nn.Module | None, optimizer: torch.optim.Optimizer | None, env:
                             hint=f"use one of: {', '.join(_DATA_PARALLEL)}")
     schedule_cls = _schedule_class(schedule)
     world, rank = dist.get_world_size(), dist.get_rank()
-    n_stages = (len([split_points] if isinstance(split_points, str) else split_points) + 1
-                if split_points is not None else len(stages or ()))
+    n_stages = stage_count(split_points, stages)
     if n_stages >= 2 and world % n_stages:
         raise DistEnvError(
             f"{world} ranks cannot be divided into pipelines of {n_stages} stages",
@@ -359,42 +387,49 @@ def apply(model: nn.Module | None, optimizer: torch.optim.Optimizer | None, env:
     split = split_model(model, split_points=split_points, stages=stages,
                         example_microbatch=example_mb)
     n_stages = split.n_stages
-    dp_size = world // n_stages
     stage_index, dp_rank = rank % n_stages, rank // n_stages
+    if dims is None or mesh is None or dims.pipeline != n_stages:  # called directly
+        dims = dims_for(STRATEGIES["pipeline"], world_size=world, local_world_size=world,
+                        num_nodes=1, pipeline_stages=n_stages,
+                        pipeline_sharded=data_parallel == "fsdp")
+        mesh = build_mesh(dims, device.type, primary="pipeline")
+    dp_dim = "shard" if dims.shard > 1 else "replicate"
+    dp_size = dims.data_parallel
 
-    device = torch.device(getattr(env, "device", None) or "cpu")
-    from torch.distributed.device_mesh import init_device_mesh
-
-    mesh = init_device_mesh(device.type, (dp_size, n_stages), mesh_dim_names=("dp", "pp"))
-    before = dict(split.modules[stage_index].named_parameters())
+    # the user's optimizer holds the model's parameters, shared with the stage modules until
+    # .to(device)/FSDP replace them: name every stage's parameters to map old onto new
+    names = {id(p): f"{i}.{n}" for i, m in enumerate(split.modules)
+             for n, p in m.named_parameters(remove_duplicate=False)}
+    groups = optim.hyper_groups(optimizer, names) if optimizer is not None else []
     module = split.modules[stage_index].to(device)
     wrapped: nn.Module = module
-    if dp_size > 1 and data_parallel == "ddp":
-        from torch.nn.parallel import DistributedDataParallel
-
-        # find_unused_parameters=True: the stage runs its micro-batches' forwards under
-        # no_sync and prepares DDP's reducer itself before the last backward. Without the
-        # flag, DDP's bucket rebuild at the second step fails an internal check (torch
-        # 2.13: "rebuilt parameter indices size is not same as original model parameters
-        # size", 8 vs 4); with it DDP skips that rebuild, at the cost of one graph walk.
-        wrapped = DistributedDataParallel(
-            module, process_group=mesh.get_group("dp"), find_unused_parameters=True,
-            device_ids=[device.index] if device.type == "cuda" else None)
-    elif dp_size > 1:
-        from torch.distributed.fsdp import fully_shard
-
-        # keep parameters gathered across the micro-batches of one step (ZeRO-2 style):
-        # re-gathering them for every micro-batch would multiply the traffic
-        wrapped = fully_shard(module, mesh=mesh["dp"], reshard_after_forward=False)
-    # .to(device) and FSDP may replace the parameter objects; the user's optimizer holds
-    # the originals (shared with the stage module before that), so map them by name
-    after = dict(module.named_parameters())
-    old_to_new = {id(p): after[n] for n, p in before.items() if n in after}
-    new_optimizer = _rebuild_optimizer(optimizer, old_to_new) if optimizer is not None else None
+    if dims.shard > 1:
+        # ZeRO-2 style: parameters stay gathered across the micro-batches of one step
+        # (re-gathering them for every micro-batch would multiply the traffic); the
+        # precision's MixedPrecisionPolicy casts the compute
+        wrapped = fsdp.shard(module, mesh[dp_dim], spec=STRATEGIES["zero2"], options=options,
+                             precision=precision)
+    else:
+        wrap_forward_autocast(module, precision, device.type)
+        if dp_size > 1:
+            # find_unused_parameters=True: the stage runs its micro-batches' forwards under
+            # no_sync and prepares DDP's reducer itself before the last backward. Without the
+            # flag, DDP's bucket rebuild at the second step fails an internal check (torch
+            # 2.13: "rebuilt parameter indices size is not same as original model parameters
+            # size", 8 vs 4); with it DDP skips that rebuild, at the cost of one graph walk.
+            wrapped = ddp.wrap(module, str(device),
+                               replace(options, find_unused_parameters=True),
+                               process_group=mesh.get_group(dp_dim))
+    new_optimizer = None
+    if optimizer is not None:
+        here = {f"{stage_index}.{n}": p
+                for n, p in module.named_parameters(remove_duplicate=False)}
+        new_optimizer = optim.rebuild(optimizer, groups, here)
 
     from torch.distributed.pipelining import PipelineStage
 
-    stage = PipelineStage(wrapped, stage_index, n_stages, device, group=mesh.get_group("pp"))
+    stage = PipelineStage(wrapped, stage_index, n_stages, device,
+                          group=mesh.get_group("pipeline"))
     sched = schedule_cls(stage, n_microbatches=n_microbatches, loss_fn=loss_fn,
                          scale_grads=True)
     pipe = PipelineModel(split=split, stage_index=stage_index, dp_size=dp_size,
@@ -405,3 +440,11 @@ def apply(model: nn.Module | None, optimizer: torch.optim.Optimizer | None, env:
                          traced_batch=_batch_size(example_input)
                          if split.method == "traced" else None)
     return pipe, new_optimizer
+
+
+def stage_count(split_points: Sequence[str] | str | None,
+                stages: Sequence[nn.Module] | None) -> int:
+    """How many stages ``split_points`` (a name or names) or ``stages`` make."""
+    if split_points is not None:
+        return len([split_points] if isinstance(split_points, str) else split_points) + 1
+    return len(stages or ())

@@ -46,6 +46,10 @@ from scaletrain.errors import StrategyError
 if TYPE_CHECKING:
     import torch
 
+    from scaletrain.parallel.options import ParallelDims, StrategySpec
+    from scaletrain.parallel.strategy import Sharding
+    from scaletrain.runtime.env import Env
+
 
 @dataclass(frozen=True, kw_only=True)
 class PrecisionSpec:
@@ -127,7 +131,7 @@ def wrap_forward_autocast(module: torch.nn.Module, spec: PrecisionSpec, device_t
             out = inner(*args, **kwargs)
         return _to_fp32(out)
 
-    module.forward = forward  # type: ignore[method-assign]
+    module.forward = forward
 
 
 def fsdp_mp_policy(spec: PrecisionSpec, *, root: bool = False) -> Any:
@@ -154,10 +158,11 @@ def fsdp_mp_policy(spec: PrecisionSpec, *, root: bool = False) -> Any:
 class ParallelState:
     """What ``setup()`` decided for one model; attached to the model and the optimizer."""
 
-    strategy: Any  # StrategySpec
+    strategy: StrategySpec
     precision: PrecisionSpec
-    dims: Any  # ParallelDims
-    env: Any  # Env
+    dims: ParallelDims
+    env: Env
+    sharding: Sharding | None = None  # which state is split over ranks (checkpoints ask)
     scaler: Any = None  # GradScaler / ShardedGradScaler for fp16
     accumulator: Accumulator | None = None
     scaled_backward: bool = False  # a scaled backward() happened since the last step

@@ -10,10 +10,16 @@ The compose order is fixed (torchtitan's ``parallelize`` idea) and the same for 
 4. placement: the model moves to ``env.device`` (FSDP strategies: ``fully_shard`` moves
    each module as it shards it, and the pipeline moves only this rank's stage, so the
    unsharded model never has to fit on the device);
-5. compute precision: autocast around ``forward`` (none/ddp/zero1), or FSDP2's
-   MixedPrecisionPolicy passed to step 6 (zero2/zero3/hsdp/offload);
-6. the strategy wraps the model (DDP, ``fully_shard`` bottom-up, pipeline stages);
-7. the optimizer is rebuilt over the new parameters when they changed (ZeRO-1, FSDP2);
+5. compute precision: autocast around ``forward`` (none/ddp/zero1; each pipeline stage),
+   or FSDP2's MixedPrecisionPolicy passed to step 6 (zero2/zero3/hsdp/offload); fp16 with
+   the pipeline is refused (its schedule runs backward, so the loss cannot be scaled);
+6. the one DeviceMesh is built from the degrees (``parallel.strategy.build_mesh``) and the
+   strategy's ``apply(model, optimizer, ctx)`` wraps the model (DDP, ``fully_shard``
+   bottom-up, pipeline stages with DDP/FSDP2 across replicas; every strategy has this one
+   shape) ...
+7. ... and rebuilds the optimizer over the new parameters when they changed (ZeRO-1, FSDP2,
+   pipeline stages); ``strategy.sharding()`` records which state is split over which mesh
+   (``scaletrain.parallel.describe(model)``);
 8. loss scaling for fp16: a scaler, and ``optimizer.step()`` that unscales/steps/updates.
 
 On a world of one process the data-parallel strategies (ddp, zero1, zero2, zero3, hsdp) have
@@ -25,7 +31,7 @@ note says so. ``offload`` still applies (it moves state to host memory on one GP
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from scaletrain.errors import StrategyError, UsageError
 from scaletrain.parallel.options import (
@@ -44,13 +50,43 @@ from scaletrain.parallel.precision import (
     resolve_precision,
     wrap_forward_autocast,
 )
+from scaletrain.parallel.strategy import Context, build_mesh, strategy_for
+
+if TYPE_CHECKING:
+    import torch
+    from typing_extensions import TypeVar
+
+    from scaletrain.parallel.pipeline import PipelineModel
+    from scaletrain.runtime.env import Env
+
+    # what setup() returns as the optimizer: an Optimizer when given one (the same class,
+    # or ZeroRedundancyOptimizer for zero1), None when none was given
+    _Opt = TypeVar("_Opt", torch.optim.Optimizer, None, default=None)
+
+# The strategies that return a torch.nn.Module (everything but the pipeline).
+DataParallelName = Literal["none", "ddp", "zero1", "zero2", "zero3", "hsdp", "offload", "auto",
+                           "fsdp", "fsdp2", "zero", "single"]
 
 _OPTION_NAMES = ("bucket_cap_mb", "static_graph", "find_unused_parameters", "min_params", "wrap",
                  "mesh_shape")
 
 
+@overload
+def setup(model: torch.nn.Module | None,  # type: ignore[overload-overlap]
+          optimizer: _Opt = ..., *, strategy: Literal["pipeline"], precision: str = ...,
+          env: Env | None = ..., verbose: bool = ..., **options: object
+          ) -> tuple[PipelineModel, _Opt]: ...
+@overload
+def setup(model: torch.nn.Module,  # type: ignore[overload-overlap]
+          optimizer: _Opt = ..., *, strategy: DataParallelName = ..., precision: str = ...,
+          env: Env | None = ..., verbose: bool = ..., **options: object
+          ) -> tuple[torch.nn.Module, _Opt]: ...
+@overload
+def setup(model: torch.nn.Module | None, optimizer: _Opt = ..., *, strategy: str,
+          precision: str = ..., env: Env | None = ..., verbose: bool = ..., **options: object
+          ) -> tuple[torch.nn.Module | PipelineModel, _Opt]: ...
 def setup(model: Any, optimizer: Any = None, *, strategy: str = "ddp", precision: str = "fp32",
-          env: Any = None, verbose: bool = False, **options: Any) -> tuple[Any, Any]:
+          env: Env | None = None, verbose: bool = False, **options: Any) -> tuple[Any, Any]:
     """Apply a parallel strategy and a precision to ``model`` and ``optimizer``.
 
     Args:
@@ -70,6 +106,9 @@ def setup(model: Any, optimizer: Any = None, *, strategy: str = "ddp", precision
     Returns:
         ``(model, optimizer)`` to train with: call ``model(x)`` and ``optimizer.step()`` as
         before; use ``scaletrain.backward(loss)`` for fp16 and ``scaletrain.accumulate``.
+        For type checkers: a ``torch.nn.Module`` (a ``PipelineModel`` for
+        ``strategy="pipeline"``; either when the name is only known as a ``str``), and a
+        ``torch.optim.Optimizer`` (None when none was given).
 
     Raises:
         StrategyError: the strategy/precision is unknown or cannot run here (the hint says
@@ -96,11 +135,8 @@ def setup(model: Any, optimizer: Any = None, *, strategy: str = "ddp", precision
             _print_main(env, "scaletrain: " + note)
     dims = dims_for(spec, world_size=env.world_size, local_world_size=env.local_world_size,
                     num_nodes=env.num_nodes, mesh_shape=opts.mesh_shape,
-                    pipeline_stages=_pipeline_stages(opts))
-    if spec.engine == "pipeline" and prec.compute_dtype:
-        raise StrategyError(f"precision {prec.name!r} is not wired into the pipeline strategy yet",
-                            hint="use precision='fp32' or 'tf32' with pipeline, or a "
-                                 "data-parallel strategy for bf16/fp16")
+                    pipeline_stages=_pipeline_stages(opts),
+                    pipeline_sharded=opts.extra.get("data_parallel") == "fsdp")
     _check_device_sharing(spec, env)
 
     import torch
@@ -115,9 +151,18 @@ def setup(model: Any, optimizer: Any = None, *, strategy: str = "ddp", precision
     if spec.engine in ("none", "ddp") and prec.compute_dtype:
         wrap_forward_autocast(model, prec, device_type)
 
-    model, optimizer = _apply_strategy(model, optimizer, env, spec, dims, opts, prec)
+    import torch.distributed as dist
+
+    mesh = None  # the one mesh; without a process group the strategy says what it needs
+    if spec.engine != "none" and dist.is_available() and dist.is_initialized():
+        mesh = build_mesh(dims, device_type,
+                          primary="shard" if spec.engine == "fsdp" else "replicate")
+    ctx = Context(env=env, spec=spec, dims=dims, mesh=mesh, options=opts, precision=prec)
+    engine = strategy_for(spec)
+    model, optimizer = engine.apply(model, optimizer, ctx)
 
     state = ParallelState(strategy=spec, precision=prec, dims=dims, env=env, notes=messages,
+                          sharding=engine.sharding(model, ctx),
                           scaler=make_scaler(prec, sharded=spec.engine == "fsdp",
                                              device_type=device_type))
     if state.scaler is not None and optimizer is not None:
@@ -127,35 +172,6 @@ def setup(model: Any, optimizer: Any = None, *, strategy: str = "ddp", precision
         _print_main(env, f"scaletrain: strategy {spec.name} ({spec.summary}), precision "
                          f"{prec.name}, {_describe_dims(dims)}")
     return model, optimizer
-
-
-def _apply_strategy(model: Any, optimizer: Any, env: Any, spec: StrategySpec, dims: ParallelDims,
-                    opts: StrategyOptions, prec: Any) -> tuple[Any, Any]:
-    """Step 6-7: hand the model to the module that implements ``spec.engine``."""
-    if spec.engine == "none":
-        return model, optimizer
-    if spec.engine == "ddp":
-        if spec.shard_optimizer:
-            from scaletrain.parallel import zero
-
-            if optimizer is None:
-                raise StrategyError("zero1 shards the optimizer, but no optimizer was given",
-                                    hint="setup(model, optimizer, strategy='zero1'), or use ddp")
-            return zero.apply(model, optimizer, env, opts)
-        from scaletrain.parallel import ddp
-
-        return ddp.apply(model, env, opts), optimizer
-    if spec.engine == "fsdp":
-        from scaletrain.parallel import fsdp
-
-        return fsdp.apply(model, optimizer, env, spec, dims, opts, prec)
-    if spec.engine == "pipeline":
-        from scaletrain.parallel import pipeline
-
-        result = pipeline.apply(model, optimizer, env, **opts.extra)
-        return result if isinstance(result, tuple) else (result, optimizer)
-    raise StrategyError(f"strategy {spec.name!r} has no engine {spec.engine!r}",
-                        hint="this is a bug in scaletrain; please report it")
 
 
 def _check_inputs(model: Any, optimizer: Any, spec: StrategySpec,
@@ -190,14 +206,15 @@ def _asked(strategy: str) -> str:
 
 
 def _pipeline_stages(opts: StrategyOptions) -> int | None:
+    points = opts.extra.get("split_points")
+    if points is not None:
+        return len([points] if isinstance(points, str) else points) + 1
     if opts.extra.get("stages") is not None:
         return len(opts.extra["stages"])
-    if opts.extra.get("split_points") is not None:
-        return len(opts.extra["split_points"]) + 1
     return None
 
 
-def _fit_world(spec: StrategySpec, env: Any) -> tuple[StrategySpec, str | None]:
+def _fit_world(spec: StrategySpec, env: Env) -> tuple[StrategySpec, str | None]:
     """Adapt a strategy to a world of one, and warn about ``none`` on several processes."""
     if env.world_size == 1 and spec.engine in ("ddp", "fsdp") and not spec.offload:
         return resolve_strategy("none"), (
@@ -210,7 +227,7 @@ def _fit_world(spec: StrategySpec, env: Any) -> tuple[StrategySpec, str | None]:
     return spec, None
 
 
-def _check_device_sharing(spec: StrategySpec, env: Any) -> None:
+def _check_device_sharing(spec: StrategySpec, env: Env) -> None:
     """NCCL refuses two ranks on one GPU: say so before it hangs or fails deep inside."""
     if env.world_size == 1 or env.backend != "nccl" or spec.engine == "none":
         return
@@ -225,7 +242,7 @@ def _check_device_sharing(spec: StrategySpec, env: Any) -> None:
                  "for ranks that share a GPU)")
 
 
-def _current_env(env: Any) -> Any:
+def _current_env(env: Env | None) -> Env:
     if env is not None:
         return env
     from scaletrain.runtime.init import init
@@ -233,7 +250,7 @@ def _current_env(env: Any) -> Any:
     return init()
 
 
-def _print_main(env: Any, text: str) -> None:
+def _print_main(env: Env, text: str) -> None:
     if env.rank == 0:
         print(text, flush=True)
 

@@ -8,23 +8,33 @@ from __future__ import annotations
 
 from typing import Any
 
+from scaletrain.errors import StrategyError
 from scaletrain.parallel import ddp, optim
+from scaletrain.parallel.strategy import Context, Sharding
 
 
-def apply(model: Any, optimizer: Any, env: Any, options: Any) -> tuple[Any, Any]:
-    """DDP-wrap ``model`` and rebuild ``optimizer`` as a ZeroRedundancyOptimizer of its class."""
-    from torch.distributed.optim import ZeroRedundancyOptimizer
+class Zero1Strategy:
+    """``zero1``: DDP for gradients; optimizer state partitioned over the ranks."""
 
-    names = optim.param_names(model)
-    groups = optim.hyper_groups(optimizer, names) if optimizer is not None else []
-    wrapped = ddp.apply(model, env, options)
-    if optimizer is None:
-        return wrapped, None
-    # DDP keeps the module's own parameters, so names map onto the same tensors.
-    new_params = dict(wrapped.module.named_parameters(remove_duplicate=False))
-    cls = type(optimizer)
+    def apply(self, model: Any, optimizer: Any, ctx: Context) -> tuple[Any, Any]:
+        """DDP-wrap ``model`` and rebuild ``optimizer`` as a ZeroRedundancyOptimizer of its class."""
+        from torch.distributed.optim import ZeroRedundancyOptimizer
 
-    def factory(param_groups: list[dict[str, Any]], **defaults: Any) -> Any:
-        return ZeroRedundancyOptimizer(param_groups, optimizer_class=cls, **defaults)
+        if optimizer is None:
+            raise StrategyError("zero1 shards the optimizer, but no optimizer was given",
+                                hint="setup(model, optimizer, strategy='zero1'), or use ddp")
+        names = optim.param_names(model)
+        groups = optim.hyper_groups(optimizer, names)
+        wrapped = ddp.wrap(model, ctx.env.device, ctx.options)
+        # DDP keeps the module's own parameters, so names map onto the same tensors.
+        new_params = dict(wrapped.module.named_parameters(remove_duplicate=False))
+        cls = type(optimizer)
 
-    return wrapped, optim.rebuild(optimizer, groups, new_params, factory=factory)
+        def factory(param_groups: list[dict[str, Any]], **defaults: Any) -> Any:
+            return ZeroRedundancyOptimizer(param_groups, optimizer_class=cls, **defaults)
+
+        return wrapped, optim.rebuild(optimizer, groups, new_params, factory=factory)
+
+    def sharding(self, model: Any, ctx: Context) -> Sharding:
+        return Sharding(strategy=ctx.spec.name, params="replicated", optimizer="partitioned",
+                        dims=ctx.dims, mesh=ctx.mesh, data_rank=ctx.env.rank)

@@ -39,8 +39,8 @@ def _rank_world() -> tuple[int, int]:
     return placement.rank, placement.world_size
 
 
-def print(*args: Any, ranks: Iterable[int] | Literal["all"] = (0,), **kwargs: Any) -> None:
-    """``print`` on the chosen ranks only: rank 0 by default.
+def rank_print(*args: Any, ranks: Iterable[int] | Literal["all"] = (0,), **kwargs: Any) -> None:
+    """``print`` on the chosen ranks only: rank 0 by default (also ``scaletrain.print``).
 
     ``ranks="all"`` prints everywhere with a ``[rank N]`` prefix (also added whenever several
     ranks are chosen in a multi-process job, so lines can be told apart). Other keyword
@@ -62,6 +62,11 @@ def print(*args: Any, ranks: Iterable[int] | Literal["all"] = (0,), **kwargs: An
         builtins.print(f"[rank {rank}]", *args, **kwargs)
     else:
         builtins.print(*args, **kwargs)
+
+
+# The name users know; ``rank_print`` is the same function without shadowing the builtin
+# (``from scaletrain import *`` exports only ``rank_print``).
+print = rank_print
 
 
 def barrier() -> None:

@@ -20,6 +20,7 @@ a subprocess per task. The grammar follows Slurm's ``hostlist.c`` (checked again
 from __future__ import annotations
 
 import re
+from typing import NoReturn
 from itertools import product
 
 from scaletrain.errors import DistEnvError, ScaletrainError
@@ -36,7 +37,7 @@ _HOSTLIST_HINT = ("use Slurm's hostlist form, e.g. 'nid[001-004,007]', 'gpu-[1,3
                   "or 'a[01-02]b[1-2]' (check SLURM_JOB_NODELIST)")
 
 
-def _fail(error: type[ScaletrainError], text: str, why: str, hint: str = _HOSTLIST_HINT) -> None:
+def _fail(error: type[ScaletrainError], text: str, why: str, hint: str = _HOSTLIST_HINT) -> NoReturn:
     raise error(f"bad host list {text!r}: {why}", hint)
 
 
