@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import is_launcher_var
 
 REPO = Path(__file__).resolve().parent.parent
 SEEDS = REPO.parent / "shared" / "seeds"
@@ -90,12 +91,11 @@ def _hygiene():
 @pytest.fixture
 def clean_env(monkeypatch):
     """Remove every launcher variable so detectors see a bare process; returns monkeypatch."""
-    prefixes = ("SLURM_", "OMPI_", "PMI_", "PMIX_", "MPI_LOCAL", "TORCHELASTIC_", "MV2_")
-    names = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
-             "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
-             "HIP_VISIBLE_DEVICES", "OMP_NUM_THREADS"}
+    # also the GPU and thread choices a surrounding job would pass on
+    extra = {"CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES",
+             "OMP_NUM_THREADS"}
     for key in list(os.environ):
-        if key in names or key.startswith(prefixes):
+        if is_launcher_var(key) or key in extra:
             monkeypatch.delenv(key, raising=False)
     return monkeypatch
 

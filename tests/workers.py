@@ -19,15 +19,14 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from helpers import without_launcher_vars
+
 REPO = Path(__file__).resolve().parent.parent
 
 
 def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """A clean environment for workers: no launcher variables inherited from the test process."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("SLURM_", "OMPI_", "PMI_", "PMIX_", "TORCHELASTIC_"))
-           and k not in {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-                         "MASTER_ADDR", "MASTER_PORT"}}
+    env = without_launcher_vars(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in [str(REPO / "src"), str(REPO / "tests"), env.get("PYTHONPATH", "")] if p)
     env.setdefault("OMP_NUM_THREADS", "1")
@@ -50,3 +49,31 @@ def run_workers(script: str | Path, nproc: int, args: Sequence[str] = (), *,
     cmd = [*launcher_cmd(nproc, launcher_args), str(script), *map(str, args)]
     return subprocess.run(cmd, env=worker_env(env), capture_output=True, text=True,
                           timeout=timeout, cwd=cwd or REPO)
+
+
+def launch_json(script: str | Path, nproc: int, out_dir: Path, *, timeout: float = 300.0,
+                args: Sequence[str] = ()) -> dict:
+    """Run ``script --out FILE`` on ``nproc`` workers; the JSON rank 0 wrote there.
+
+    Fails the test with the workers' last output when the launch does not succeed.
+    """
+    import json
+
+    out = Path(out_dir) / "results.json"
+    proc = run_workers(script, nproc=nproc, args=["--out", str(out), *args], timeout=timeout)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    return json.loads(out.read_text())
+
+
+def save_and_shutdown(results: dict, path: str | Path) -> None:
+    """Worker side: rank 0 writes ``results`` as JSON, every rank waits, then shuts down."""
+    import json
+
+    import torch.distributed as dist
+
+    import scaletrain
+
+    if dist.get_rank() == 0:
+        Path(path).write_text(json.dumps(results, indent=1))
+    dist.barrier()
+    scaletrain.shutdown()

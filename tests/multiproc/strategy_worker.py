@@ -9,15 +9,15 @@ Rank 0 writes ``{case: [per-rank records]}`` as JSON. Usage: strategy_worker.py 
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import sys
 import traceback
-import os
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+from workers import save_and_shutdown
 
 import scaletrain
 from scaletrain.errors import ScaletrainError
@@ -111,12 +111,7 @@ def main() -> int:
         os._exit(1)
     gathered: list = [None] * env.world_size
     dist.all_gather_object(gathered, out)
-    if env.rank == 0:
-        merged = {case: [g[case] for g in gathered] for case in out}
-        with open(args.out, "w") as fh:
-            json.dump(merged, fh, indent=1)
-    dist.barrier()
-    scaletrain.shutdown()
+    save_and_shutdown({case: [g[case] for g in gathered] for case in out}, args.out)
     return 0
 
 

@@ -12,11 +12,11 @@ The worker script is plain torch with no scaletrain import.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 from pathlib import Path
 
 import pytest
+from helpers import free_port
 from workers import launcher_cmd, worker_env
 
 pytestmark = pytest.mark.multiproc
@@ -36,12 +36,6 @@ def _launch(tmp: Path, nproc: int, launcher_args: list[str], extra: dict[str, st
     return proc, records
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def three(tmp_path_factory):
     out = tmp_path_factory.mktemp("contract3")
@@ -51,7 +45,7 @@ def three(tmp_path_factory):
 @pytest.fixture(scope="module")
 def rank0_only(tmp_path_factory):
     out = tmp_path_factory.mktemp("contract2")
-    port = _free_port()
+    port = free_port()
     proc, records = _launch(out, 2, ["--ranks", "0", "--procs-per-gpu", "2"],
                             {"MASTER_PORT": str(port), "OMP_NUM_THREADS": "1",
                              "SLURM_CPUS_PER_TASK": "4"})

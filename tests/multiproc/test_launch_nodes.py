@@ -9,22 +9,16 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 from pathlib import Path
 
 import pytest
+from helpers import free_port
 from workers import launcher_cmd, worker_env
 
 pytestmark = pytest.mark.multiproc
 
 WORKER = Path(__file__).with_name("launch_contract_worker.py")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _together(cmds: list[list[str]], env: dict[str, str]) -> list[subprocess.CompletedProcess]:
@@ -50,7 +44,7 @@ def _records(folder: Path) -> list[dict]:
 @pytest.fixture(scope="module")
 def two_nodes(tmp_path_factory):
     out = tmp_path_factory.mktemp("nodes")
-    port = _free_port()
+    port = free_port()
     cmds = [[*launcher_cmd(2, ["--nnodes", "2", "--node-rank", str(node),
                                "--master-addr", "127.0.0.1", "--master-port", str(port)]),
              str(WORKER), str(out)] for node in (0, 1)]

@@ -4,12 +4,11 @@ and agrees with the objects themselves. The pipeline trains in bf16. One 4-rank 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from workers import run_workers
+from workers import launch_json
 
 pytestmark = pytest.mark.multiproc
 
@@ -18,10 +17,7 @@ WORKER = Path(__file__).with_name("strategy_worker.py")
 
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory) -> dict:
-    out = tmp_path_factory.mktemp("strategy") / "results.json"
-    proc = run_workers(WORKER, nproc=4, args=["--out", str(out)], timeout=300)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
-    return json.loads(out.read_text())
+    return launch_json(WORKER, 4, tmp_path_factory.mktemp("strategy"))
 
 
 @pytest.mark.parametrize("case, params, optimizer, mesh_dims, groups", [

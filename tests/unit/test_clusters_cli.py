@@ -4,14 +4,9 @@ from __future__ import annotations
 
 import json
 
+from helpers import run_cli
 
-from scaletrain.cli.main import main
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    rc = main(list(argv))
-    out, err = capsys.readouterr()
-    return rc, out, err
+run = run_cli
 
 
 def test_list(capsys) -> None:

@@ -10,8 +10,9 @@ import argparse
 import socket
 
 import pytest
+from helpers import run_cli
 
-from scaletrain.cli.main import build_parser, main
+from scaletrain.cli.main import build_parser
 
 # Every verb's flags and positionals. Changing the CLI means changing this list on purpose.
 EXPECTED_FLAGS: dict[str, list[str]] = {
@@ -63,8 +64,7 @@ def script(tmp_path):
 
 
 def _run(capsys, argv):
-    code = main(argv)
-    err = capsys.readouterr().err
+    code, _out, err = run_cli(capsys, *argv)
     return code, [line for line in err.splitlines() if not line.startswith("scaletrain: ") or
                   line.startswith("scaletrain: error:")]
 

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import run_cli
 
 from scaletrain.cli.main import main
 
@@ -43,9 +44,7 @@ def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(["lint", *argv])
-    out, err = capsys.readouterr()
-    return code, out, err
+    return run_cli(capsys, "lint", *argv)
 
 
 def test_golden_text(work: Path, capsys: pytest.CaptureFixture[str]) -> None:

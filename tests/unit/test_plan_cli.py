@@ -12,14 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from helpers import run_cli
+
 from scaletrain.cli.main import main
 from scaletrain.cli.plan import add_plan_arguments, request_from_args
 
 
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    rc = main(list(argv))
-    out, err = capsys.readouterr()
-    return rc, out, err
+run = run_cli
 
 
 def test_script_on_stdout_summary_on_stderr(capsys) -> None:

@@ -1,0 +1,48 @@
+"""Helpers shared by the test tiers: the CLI runner, a free port, and the launcher variables.
+
+Import as ``from helpers import run_cli, free_port, LAUNCHER_VARS`` (tests/ is on sys.path:
+pytest puts the root conftest's folder there, and tests/workers.py puts it on the workers').
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Mapping
+
+import pytest
+
+# Every variable a launcher (torchrun, Slurm, Open MPI, MPICH/PMI, MVAPICH) or a user sets to
+# place a process in a job. Tests and workers start from an environment without them, so a
+# test run inside a Slurm job or a torchrun shell behaves as on a laptop.
+LAUNCHER_PREFIXES: tuple[str, ...] = ("SLURM_", "OMPI_", "PMI_", "PMIX_", "MPI_LOCAL",
+                                      "TORCHELASTIC_", "MV2_", "PALS_")
+LAUNCHER_VARS: frozenset[str] = frozenset({
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+    "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+})
+
+
+def is_launcher_var(name: str) -> bool:
+    """True for a variable that places a process in a job (see LAUNCHER_VARS)."""
+    return name in LAUNCHER_VARS or name.startswith(LAUNCHER_PREFIXES)
+
+
+def without_launcher_vars(environ: Mapping[str, str]) -> dict[str, str]:
+    """A copy of ``environ`` without the launcher variables."""
+    return {k: v for k, v in environ.items() if not is_launcher_var(k)}
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """``scaletrain ARGV`` in this process: (exit code, stdout, stderr)."""
+    from scaletrain.cli.main import main
+
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (the OS picked it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
