@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scaletrain.parallel.options import AUTO_ORDER
+
+if TYPE_CHECKING:
+    from scaletrain.runtime.env import Env
 
 DEFAULT_FRACTION = 0.7
 
@@ -51,7 +54,7 @@ def optimizer_kind(optimizer: Any) -> str:
     return "adam"
 
 
-def device_memory(env: Any) -> int:
+def device_memory(env: Env) -> int:
     """Bytes of memory one rank may use: its GPU's total, or its share of host RAM."""
     import torch
 
@@ -63,7 +66,7 @@ def device_memory(env: Any) -> int:
     return int(ram // max(env.local_world_size, 1))
 
 
-def choose(model: Any, optimizer: Any, env: Any, precision: str, *,
+def choose(model: Any, optimizer: Any, env: Env, precision: str, *,
            device_bytes: int | None = None, fraction: float = DEFAULT_FRACTION) -> AutoChoice:
     """Pick the first of ``AUTO_ORDER`` whose per-rank estimate fits the budget.
 

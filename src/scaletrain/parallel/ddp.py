@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scaletrain.errors import StrategyError
 from scaletrain.parallel.options import StrategyOptions
 from scaletrain.parallel.strategy import Context, Sharding
+
+if TYPE_CHECKING:
+    from torch import nn
+    from torch.optim import Optimizer
+
+    from scaletrain.parallel.strategy import TrainModel
 
 _UNUSED_MARKERS = ("Expected to have finished reduction in the prior iteration",
                    "did not receive grad", "find_unused_parameters")
@@ -63,9 +69,10 @@ def wrap(model: Any, device: str, options: StrategyOptions, *,
 class DDPStrategy:
     """``ddp``: a full replica per rank, gradients all-reduced over the ``replicate`` ranks."""
 
-    def apply(self, model: Any, optimizer: Any, ctx: Context) -> tuple[Any, Any]:
+    def apply(self, model: nn.Module, optimizer: Optimizer | None,
+              ctx: Context) -> tuple[TrainModel, Optimizer | None]:
         return wrap(model, ctx.env.device, ctx.options), optimizer
 
-    def sharding(self, model: Any, ctx: Context) -> Sharding:
+    def sharding(self, model: TrainModel, ctx: Context) -> Sharding:
         return Sharding(strategy=ctx.spec.name, params="replicated", optimizer="replicated",
                         dims=ctx.dims, mesh=ctx.mesh, data_rank=ctx.env.rank)

@@ -17,13 +17,19 @@ hyper-parameters, so each rank's optimizer state covers only its shard.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scaletrain.errors import StrategyError
 from scaletrain.parallel import optim
 from scaletrain.parallel.options import StrategyOptions, StrategySpec
 from scaletrain.parallel.precision import PrecisionSpec, fsdp_mp_policy
 from scaletrain.parallel.strategy import Context, Sharding
+
+if TYPE_CHECKING:
+    from torch import nn
+    from torch.optim import Optimizer
+
+    from scaletrain.parallel.strategy import TrainModel
 
 
 def wrap_targets(model: Any, *, min_params: int, wrap: tuple[type, ...] | None) -> list[Any]:
@@ -84,7 +90,8 @@ def shard(model: Any, mesh: Any, *, spec: StrategySpec, options: StrategyOptions
 class FSDPStrategy:
     """``zero2``/``zero3``/``hsdp``/``offload``: FSDP2 over the mesh's data dimensions."""
 
-    def apply(self, model: Any, optimizer: Any, ctx: Context) -> tuple[Any, Any]:
+    def apply(self, model: nn.Module, optimizer: Optimizer | None,
+              ctx: Context) -> tuple[TrainModel, Optimizer | None]:
         """Shard the model per ``ctx.spec`` and rebuild the optimizer over its shards."""
         if ctx.mesh is None:
             raise StrategyError(
@@ -99,6 +106,6 @@ class FSDPStrategy:
         new_params = dict(model.named_parameters(remove_duplicate=False))
         return model, optim.rebuild(optimizer, groups, new_params)
 
-    def sharding(self, model: Any, ctx: Context) -> Sharding:
+    def sharding(self, model: TrainModel, ctx: Context) -> Sharding:
         return Sharding(strategy=ctx.spec.name, params="sharded", optimizer="sharded",
                         dims=ctx.dims, mesh=ctx.mesh, data_rank=ctx.env.rank)

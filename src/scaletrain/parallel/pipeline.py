@@ -47,6 +47,9 @@ from scaletrain.parallel.strategy import Context, Layout, Sharding, build_mesh
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
 
+    from scaletrain.parallel.strategy import TrainModel
+    from scaletrain.runtime.env import Env
+
 __all__ = ["PipelineModel", "PipelineStrategy", "apply", "SCHEDULES"]
 
 SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b")
@@ -284,12 +287,16 @@ class PipelineModel:
 class PipelineStrategy:
     """``pipeline``: stages over the mesh's ``pipeline`` dimension, replicas over the others."""
 
-    def apply(self, model: Any, optimizer: Any, ctx: Context) -> tuple[Any, Any]:
+    def apply(self, model: nn.Module | None, optimizer: torch.optim.Optimizer | None,
+              ctx: Context) -> tuple[PipelineModel, torch.optim.Optimizer | None]:
         return _build(model, optimizer, device=torch.device(ctx.env.device), mesh=ctx.mesh,
                       dims=ctx.dims, options=ctx.options, precision=ctx.precision,
                       **ctx.options.extra)
 
-    def sharding(self, model: Any, ctx: Context) -> Sharding:
+    def sharding(self, model: TrainModel, ctx: Context) -> Sharding:
+        if not isinstance(model, PipelineModel):
+            raise StrategyError("the pipeline strategy describes only the PipelineModel it built",
+                                hint="this is a bug in scaletrain; please report it")
         within: Layout = "sharded" if ctx.dims.shard > 1 else "replicated"
         return Sharding(strategy=ctx.spec.name, params="staged", optimizer="staged",
                         within_stage=within, dims=ctx.dims, mesh=ctx.mesh,
@@ -298,7 +305,7 @@ class PipelineStrategy:
 
 
 
-def apply(model: nn.Module | None, optimizer: torch.optim.Optimizer | None, env: Any = None,
+def apply(model: nn.Module | None, optimizer: torch.optim.Optimizer | None, env: Env | None = None,
           *, split_points: Sequence[str] | None = None,
           stages: Sequence[nn.Module] | None = None, n_microbatches: int = 4,
           schedule: str = "1f1b", loss_fn: Callable[..., torch.Tensor] | None = None,
@@ -329,7 +336,7 @@ def apply(model: nn.Module | None, optimizer: torch.optim.Optimizer | None, env:
         StrategyError: a bad option (the hint names the fix); DistEnvError: no process
         group, or a world size that the stages do not divide.
     """
-    return _build(model, optimizer, device=torch.device(getattr(env, "device", None) or "cpu"),
+    return _build(model, optimizer, device=torch.device(env.device if env is not None else "cpu"),
                   mesh=None, dims=None, options=StrategyOptions(),
                   precision=resolve_precision("fp32"), split_points=split_points,
                   stages=stages, n_microbatches=n_microbatches, schedule=schedule,

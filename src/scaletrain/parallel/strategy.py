@@ -24,16 +24,22 @@ import time.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
 from scaletrain.parallel.options import ParallelDims, StrategyOptions, StrategySpec
 from scaletrain.parallel.precision import PrecisionSpec, state_of
 
 if TYPE_CHECKING:
+    from torch import nn
     from torch.distributed import ProcessGroup
     from torch.distributed.device_mesh import DeviceMesh
+    from torch.optim import Optimizer
 
+    from scaletrain.parallel.pipeline import PipelineModel
     from scaletrain.runtime.env import Env
+
+    # what a strategy returns to train with: a module, or one rank's pipeline stage
+    TrainModel: TypeAlias = nn.Module | PipelineModel
 
 MESH_DIMS: tuple[str, ...] = ("replicate", "shard", "pipeline")
 
@@ -112,11 +118,12 @@ class Sharding:
 class Strategy(Protocol):
     """The shape of every strategy: wrap the model and optimizer, then say what is sharded."""
 
-    def apply(self, model: Any, optimizer: Any, ctx: Context) -> tuple[Any, Any]:
+    def apply(self, model: nn.Module, optimizer: Optimizer | None,
+              ctx: Context) -> tuple[TrainModel, Optimizer | None]:
         """The model and optimizer to train with (the optimizer may be None)."""
         ...
 
-    def sharding(self, model: Any, ctx: Context) -> Sharding:
+    def sharding(self, model: TrainModel, ctx: Context) -> Sharding:
         """How the state of ``model`` (as ``apply`` returned it) is spread over the ranks."""
         ...
 
@@ -144,10 +151,11 @@ def build_mesh(dims: ParallelDims, device_type: str, *, primary: str = "replicat
 class NoneStrategy:
     """``none``: the model as it is (one process, or each rank its own copy)."""
 
-    def apply(self, model: Any, optimizer: Any, ctx: Context) -> tuple[Any, Any]:
+    def apply(self, model: nn.Module, optimizer: Optimizer | None,
+              ctx: Context) -> tuple[TrainModel, Optimizer | None]:
         return model, optimizer
 
-    def sharding(self, model: Any, ctx: Context) -> Sharding:
+    def sharding(self, model: TrainModel, ctx: Context) -> Sharding:
         layout: Layout = "replicated" if ctx.env.world_size == 1 else "per_rank"
         return Sharding(strategy=ctx.spec.name, params=layout, optimizer=layout,
                         dims=ctx.dims, mesh=ctx.mesh, data_rank=ctx.env.rank)

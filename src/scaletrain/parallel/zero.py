@@ -6,17 +6,24 @@ step, broadcasts its updated parameters; the numbers equal plain DDP's.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scaletrain.errors import StrategyError
 from scaletrain.parallel import ddp, optim
 from scaletrain.parallel.strategy import Context, Sharding
 
+if TYPE_CHECKING:
+    from torch import nn
+    from torch.optim import Optimizer
+
+    from scaletrain.parallel.strategy import TrainModel
+
 
 class Zero1Strategy:
     """``zero1``: DDP for gradients; optimizer state partitioned over the ranks."""
 
-    def apply(self, model: Any, optimizer: Any, ctx: Context) -> tuple[Any, Any]:
+    def apply(self, model: nn.Module, optimizer: Optimizer | None,
+              ctx: Context) -> tuple[TrainModel, Optimizer | None]:
         """DDP-wrap ``model`` and rebuild ``optimizer`` as a ZeroRedundancyOptimizer of its class."""
         from torch.distributed.optim import ZeroRedundancyOptimizer
 
@@ -35,6 +42,6 @@ class Zero1Strategy:
 
         return wrapped, optim.rebuild(optimizer, groups, new_params, factory=factory)
 
-    def sharding(self, model: Any, ctx: Context) -> Sharding:
+    def sharding(self, model: TrainModel, ctx: Context) -> Sharding:
         return Sharding(strategy=ctx.spec.name, params="replicated", optimizer="partitioned",
                         dims=ctx.dims, mesh=ctx.mesh, data_rank=ctx.env.rank)

@@ -4,9 +4,9 @@ Seed 002 ("Set up CPU bindings"): under torchrun Slurm cannot bind the workers, 
 training script must, or every rank's data loading wanders across the whole node and away
 from its GPU. Two rules, never leaving what Slurm (or taskset/cgroups) allowed:
 
-1. The cluster profile (``SCALETRAIN_CLUSTER``) has ``gpu_cpu_map`` (LUMI: each GCD is
-   attached to one CCD of 8 cores): bind to the cores nearest this rank's GPU, intersected
-   with the allowed set.
+1. The cluster has a GPU -> cores map (LUMI: each GCD is attached to one CCD of 8 cores;
+   a generated script exports the profile's map as ``SCALETRAIN_GPU_CPU_MAP``): bind to the
+   cores nearest this rank's GPU, intersected with the allowed set.
 2. Several local ranks share one allowed cpuset (torchrun, or srun without task binding):
    give each rank its contiguous slice, so ranks do not fight over cores.
 

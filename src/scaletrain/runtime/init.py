@@ -252,13 +252,15 @@ def init(*, device: str | None = None, backend: str | None = None,
             # 3. The Env, built once.
             env = placement.with_device(device=dev, backend=chosen_backend,
                                         facts=cpus.facts())
-            # (hooks that need the Env but no process group yet go here)
+            # hooks that need the Env but no process group yet go here (e.g. installing
+            # runtime.preempt's signal handlers, so a signal during rendezvous is seen)
 
             # 4. Join: the process group (or the script's own, adopted in step 2).
             if not dist.is_initialized():
                 _start_group(env, chosen_backend, dev, timedelta(seconds=seconds))
                 owns = True
-            # (hooks that need the process group go here)
+            # hooks that need the process group go here (e.g. runtime.timeouts' shorter
+            # collective timeout once start-up is over); a raise undoes everything
         except BaseException:
             if owns and dist.is_initialized():
                 dist.destroy_process_group()
