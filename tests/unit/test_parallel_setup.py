@@ -301,3 +301,41 @@ def test_setup_without_a_model_is_a_usage_error():
     model = _model()
     with pytest.raises(UsageError, match="optimizer"):
         scaletrain.setup(model, model, env=ONE)  # arguments swapped or mistyped
+
+
+def test_mesh_dims_follow_the_degrees_in_one_order():
+    from scaletrain.parallel.strategy import mesh_dims
+
+    assert mesh_dims(ParallelDims(world_size=8, replicate=8)) == (("replicate",), (8,))
+    assert mesh_dims(ParallelDims(world_size=8, replicate=2, shard=4)) == \
+        (("replicate", "shard"), (2, 4))
+    assert mesh_dims(ParallelDims(world_size=8, shard=2, pipeline=4)) == \
+        (("shard", "pipeline"), (2, 4))
+    assert mesh_dims(ParallelDims(world_size=1), primary="shard") == (("shard",), (1,))
+    # a pipeline with FSDP across its replicas shards, with DDP it replicates
+    spec = resolve_strategy("pipeline")
+    assert dims_for(spec, world_size=8, local_world_size=8, num_nodes=1, pipeline_stages=2,
+                    pipeline_sharded=True) == ParallelDims(world_size=8, shard=4, pipeline=2)
+    assert dims_for(spec, world_size=8, local_world_size=8, num_nodes=1,
+                    pipeline_stages=2) == ParallelDims(world_size=8, replicate=4, pipeline=2)
+
+
+def test_describe_a_world_of_one():
+    from scaletrain.parallel import describe
+
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    assert describe(model) is None  # not set up
+    model, opt = scaletrain.setup(model, opt, strategy="zero3", env=ONE)
+    sharding = describe(model)
+    assert sharding is not None and describe(opt) is sharding
+    assert (sharding.strategy, sharding.params, sharding.optimizer) == \
+        ("none", "replicated", "replicated")
+    assert not sharding.sharded and sharding.mesh is None and sharding.group("shard") is None
+
+
+def test_parallel_package_imports_no_torch():
+    code = "import sys, scaletrain.parallel; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True)
+    assert out.stdout.strip() == "False"
