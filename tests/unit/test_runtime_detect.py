@@ -338,3 +338,5 @@ def test_torchrun_inside_slurm_is_no_contradiction():
                    "MASTER_ADDR": "n1"}).rank == 1
     # hand-exported from Slurm's own values (RANK=$SLURM_PROCID ...): they agree
     assert detect({**SLURM, "RANK": "5", "WORLD_SIZE": "7", "MASTER_ADDR": "n1"}).rank == 5
+    # one process in a batch script of a 4-task job that names itself rank 0 of 1
+    assert detect({**batch, "SLURM_NTASKS": "4", "RANK": "0", "WORLD_SIZE": "1"}).world_size == 1

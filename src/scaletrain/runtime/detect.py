@@ -99,12 +99,21 @@ def _agree_with_slurm(environ: Mapping[str, str], *, rank: int, world: int) -> N
     procid = _int(environ, "SLURM_PROCID")
     if job_id is None or procid is None:
         return
-    ntasks, ntasks_var = _first(environ, SlurmEnv.VARS["world_size"], minimum=1)
-    if ntasks is None or (rank, world) == (procid, ntasks):
+    step, _ = SlurmEnv._get(environ, "step_id")
+    if step is None:  # the batch script itself is one process, whatever --ntasks asked for
+        expected = (0, 1)
+        what = (f"the batch script of Slurm job {job_id} (SLURM_PROCID={procid}, no "
+                "SLURM_STEP_ID: one process)")
+    else:
+        ntasks, ntasks_var = _first(environ, SlurmEnv.VARS["world_size"], minimum=1)
+        if ntasks is None:
+            return
+        expected = (procid, ntasks)
+        what = f"this Slurm task (SLURM_PROCID={procid} {ntasks_var}={ntasks})"
+    if (rank, world) == expected:
         return
-    raise DistEnvError(f"RANK={rank} WORLD_SIZE={world} contradict this Slurm task "
-                       f"(SLURM_PROCID={procid} {ntasks_var}={ntasks}) and no launcher such as "
-                       "torchrun set them",
+    raise DistEnvError(f"RANK={rank} WORLD_SIZE={world} contradict {what} and no launcher "
+                       "such as torchrun set them",
                        "unset RANK and WORLD_SIZE (inherited from your shell?) so Slurm's "
                        "variables decide, or start the ranks with torchrun or 'scaletrain run'")
 
