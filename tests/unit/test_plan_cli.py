@@ -140,7 +140,11 @@ def test_flags_are_a_decision() -> None:
     assert flags == sorted([
         "--help", "--cluster", "--profile", "--partition", "--account", "--gpus", "--nodes",
         "--gpus-per-node", "--time", "--cpus-per-gpu", "--mem-per-gpu", "--launcher", "--device",
-        "--container", "--stage-data", "--requeue", "--job-name", "--params", "--output", "--json"])
+        "--container", "--stage-data", "--requeue", "--job-name", "--params", "--output", "--json",
+        # issue 8: sbatch options, software set-up, accelerate config, run-time expansion
+        "--accelerate-config", "--expand-args", "--mail-type", "--mail-user", "--array", "--constraint",
+             "--dependency", "--reservation", "--qos", "--log", "--error", "--chdir", "--exclusive", "--sbatch",
+             "--module", "--venv", "--conda", "--env", "--setup"])
 
 
 def test_plan_and_clusters_start_fast_without_torch() -> None:

@@ -201,10 +201,8 @@ FIELDS = ("nodes", "tasks_per_node", "gpus_per_node", "cpus_per_task", "mem", "p
 NEWER = "001 is the older revision; 000 (newer, it wins) asks for this"
 LUMI_EAP = "001's LUMI 'eap' nodes had 8 cores/GPU and no --mem; 000 and LUMI docs: 7 cores and 60 GB per GPU"
 NO_MPI = ("seed 'no MPI' = one task per node whose program drives every GPU of the node; "
-          "scaletrain's equivalent is --launcher torchrun (scaletrain run starts a worker per GPU)")
-NO_MPI_2N = NO_MPI + "; across nodes it joins them with a static rendezvous (--master-addr, $SLURM_NODEID)"
-C10D = ("seed torchrun uses c10d rendezvous, which numbers nodes itself; scaletrain uses static "
-        "rendezvous with --node-rank $SLURM_NODEID evaluated on each node (issue 3)")
+          "scaletrain's equivalent is --launcher torchrun (torchrun starts a worker per GPU)")
+NO_MPI_2N = NO_MPI + "; across nodes torchrun joins them with c10d rendezvous on the first node"
 DS_ALL = "the seed's deepspeed launcher takes every visible GPU; scaletrain names --num_gpus"
 NO_SRUN = "a one-task seed job runs python directly; scaletrain always starts it with srun --kill-on-bad-exit=1"
 
@@ -228,7 +226,6 @@ def _no_mpi(nodes: int, gpn: int) -> dict:
     d = {"kind": ("python", "torchrun", NO_MPI), "nproc": (None, gpn, NO_MPI)}
     if nodes > 1:
         d["multi_node_rdzv"] = (False, True, NO_MPI_2N)
-        d["node_rank"] = (False, True, NO_MPI_2N)
     return d
 
 
@@ -256,11 +253,11 @@ CASES: list[Case] = [
     Case("000", 13, ("--standalone", "gpumedium"), "mahti", {"gpus": 4, **TR}),
     Case("000", 14, ("--standalone", "small-g"), "lumi", {"gpus": 8, **TR}),
     Case("000", 15, ("rdzv_backend=c10d", "v100"), "puhti", {"gpus": 8, **TR},
-         _d(node_rank=(False, True, C10D))),
+         {}),
     Case("000", 16, ("rdzv_backend=c10d", "a100"), "mahti", {"gpus": 8, **TR},
-         _d(node_rank=(False, True, C10D))),
+         {}),
     Case("000", 17, ("rdzv_backend=c10d", "small-g"), "lumi", {"gpus": 16, **TR},
-         _d(node_rank=(False, True, C10D))),
+         {}),
     # ---- 000: PyTorch Lightning, 1 and 2 nodes
     *[Case("000", 18 + i, ("--gpus=", f"--nodes={n}"), cl, {"gpus": g * n, "launcher": "lightning"})
       for i, (cl, g, n) in enumerate([("puhti", 4, 1), ("mahti", 4, 1), ("lumi", 8, 1),
@@ -308,11 +305,11 @@ CASES: list[Case] = [
     Case("001", 14, ("--standalone", "eap"), "lumi", {"gpus": 8, **TR},
          _d(cpus_per_task=(128, 56, LUMI_EAP), mem=(None, "480G", LUMI_EAP))),
     Case("001", 15, ("c10d", "v100"), "puhti", {"gpus": 8, **TR},
-         _d(mem=("0", "320G", NEWER), node_rank=(False, True, C10D))),
+         _d(mem=("0", "320G", NEWER))),
     Case("001", 16, ("c10d", "a100"), "mahti", {"gpus": 8, **TR},
-         _d(cpus_per_task=(40, 128, NEWER), node_rank=(False, True, C10D))),
+         _d(cpus_per_task=(40, 128, NEWER))),
     Case("001", 17, ("c10d", "eap"), "lumi", {"gpus": 16, **TR},
-         _d(cpus_per_task=(128, 56, LUMI_EAP), mem=(None, "480G", LUMI_EAP), node_rank=(False, True, C10D),
+         _d(cpus_per_task=(128, 56, LUMI_EAP), mem=(None, "480G", LUMI_EAP),
             nproc=(4, 8, "001's LUMI example starts 4 workers on 8 GPUs (a seed bug); 000 fixes it to 8"))),
     # ---- 001: DeepSpeed launcher (1 node) and DeepSpeed in MPI mode (2 nodes, one task per GPU)
     Case("001", 18, ("singularity_wrapper exec deepspeed", "v100"), "puhti",

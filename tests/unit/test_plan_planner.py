@@ -189,8 +189,11 @@ def test_not_a_multiple_on_whole_node_partition() -> None:
 
 
 def test_part_of_a_node_on_whole_node_partition_points_to_the_shared_one() -> None:
-    text = _err(PlanError, "lumi", gpus=4, partition="standard-g")
-    assert "allocates whole nodes" in text and "--partition small-g" in text
+    # the user named it: allowed, but the note says what it costs and where to go instead
+    p = plan("lumi", gpus=4, partition="standard-g")
+    note = next(n for n in p.notes if "allocates whole nodes" in n)
+    assert "billed for 8 GPUs per node but uses 4" in note and "partition small-g" in note
+    assert p.gpu_hours == 8.0
 
 
 def test_time_above_partition_limit() -> None:
@@ -202,7 +205,7 @@ def test_time_above_partition_limit() -> None:
 
 def test_more_gpus_than_partition_allows() -> None:
     text = _err(PlanError, "mahti", gpus=4, partition="gpusmall")
-    assert "at most 2 GPUs, not 4" in text and "--partition gpumedium" in text
+    assert "4 GPUs in partition 'gpusmall', which allows at most 2 GPUs" in text and "partition gpumedium" in text
     text = _err(PlanError, "mahti", gpus=28)
     assert "no partition on mahti takes 28 GPUs" in text
     text = _err(PlanError, "puhti", gpus=16, partition="gputest", time="00:10:00")
@@ -227,7 +230,7 @@ def test_gpus_and_nodes_both_or_neither() -> None:
 
 def test_too_many_cores_or_memory() -> None:
     assert "40 usable" in _err(PlanError, "puhti", gpus=4, cpus_per_gpu=20)
-    assert "offers 373G" in _err(PlanError, "puhti", gpus=4, mem_per_gpu_gb=200)
+    assert "gives at most 373G" in _err(PlanError, "puhti", gpus=4, mem_per_gpu_gb=200)
 
 
 def test_bad_launcher_device_time() -> None:

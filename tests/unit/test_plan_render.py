@@ -24,7 +24,8 @@ from scaletrain.plan.planner import make_plan
 from scaletrain.plan.render import launch_command, render_script
 from scaletrain.plan.request import LAUNCHERS, JobRequest
 
-HOSTILE = ("'; rm -rf ~'", "$(id)", "`id`", "a\nb", "--x=$HOME", "*", "", "\"q\"", "\\", "-- x")
+HOSTILE = ("'; rm -rf ~'", "$(id)", "`id`", "a b", "--x=$HOME", "*", "", "\"q\"", "\\", "-- x", "${HOME}",
+           "#x", "é ✓")
 BASH = shutil.which("bash")
 pytestmark = pytest.mark.skipif(BASH is None, reason="bash not installed")
 
@@ -135,7 +136,8 @@ def test_provenance_header_has_version_and_exact_command() -> None:
 
 @pytest.mark.parametrize("launcher,cluster,gpus", [
     ("scaletrain", "puhti", 8), ("mpi", "mahti", 4), ("lightning", "lumi", 8), ("srun", "puhti", 8),
-    ("torchrun", "puhti", 4), ("torchrun", "lumi", 16), ("accelerate", "mahti", 4),
+    ("torchrun", "puhti", 4), ("torchrun", "lumi", 16), ("scaletrain-run", "puhti", 4),
+    ("scaletrain-run", "lumi", 16), ("accelerate", "mahti", 4),
     ("accelerate", "puhti", 8), ("deepspeed", "mahti", 4), ("deepspeed", "puhti", 8),
 ])
 def test_hostile_arguments_reach_the_program_literally(fakebin, launcher, cluster, gpus) -> None:
@@ -149,7 +151,7 @@ def test_hostile_arguments_reach_the_program_literally(fakebin, launcher, cluste
 
 def test_per_node_values_are_evaluated_on_each_node(fakebin) -> None:
     # SLURM_NODEID is unset in the batch shell; only the fake srun sets it (to 1) for its task
-    argv, _ = fakebin(render("puhti", gpus=8, launcher="torchrun"))
+    argv, _ = fakebin(render("puhti", gpus=8, launcher="scaletrain-run"))
     assert argv[:4] == ["python3", "-m", "scaletrain", "run"]
     joined = " ".join(argv)
     assert "--nnodes 2 --node-rank 1 --master-addr nodeA --master-port 13456 --nproc-per-node 4 train.py" in joined
@@ -187,7 +189,7 @@ def test_container_wraps_the_program(fakebin) -> None:
     assert "apptainer exec --rocm /img/pt.sif python3 -u t.py" in launch_command(plan)
     plan = make_plan(JobRequest(cluster="narval", gpus=1, account="p", script="t.py", container="a b.sif"),
                      load_profile("narval"))
-    assert "apptainer exec --nv 'a b.sif' python -u t.py" in launch_command(plan)
+    assert "apptainer exec --nv -B /project -B /scratch 'a b.sif' python -u t.py" in launch_command(plan)
 
 
 def test_device_cpu_is_exported() -> None:

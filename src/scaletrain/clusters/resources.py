@@ -1,0 +1,184 @@
+"""What a job takes from a cluster, and the one check of it against the cluster's limits.
+
+``Resources`` is the allocation in Slurm's terms (nodes, GPUs and tasks per node, CPUs per task,
+memory per node, time, partition). ``Resources.check(profile)`` returns every limit it breaks as
+a ``Violation``; ``scaletrain plan`` refuses a job with an error violation (and prints the
+warnings as notes), ``scaletrain lint`` turns each violation into a finding of the same rule.
+One function, so the planner and the linter can never disagree about a limit.
+
+``billed_gpu_hours`` applies the profile's billing rule, so the figure ``plan`` prints is what
+the project is charged, not just GPUs x hours.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from scaletrain.slurm.parse import format_time
+
+if TYPE_CHECKING:
+    from scaletrain.clusters.profile import ClusterProfile, Partition
+
+ERROR = "error"
+WARNING = "warning"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Violation:
+    """One limit a job breaks. ``rule`` is the lint rule id; ``field`` the request value at fault."""
+
+    rule: str        # "gpus-per-node" | "partition-limit" | "time-limit" | "cpu-limit" | "mem-limit" | "gpu-share"
+    severity: str    # ERROR: the job would be refused or never start; WARNING: it runs, but wastefully
+    field: str       # "gpus" | "nodes" | "time" | "cpus" | "mem" | "partition"
+    message: str
+    hint: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Resources:
+    """An allocation in Slurm's terms. ``mem_gb`` is per node (0 = the whole node, None = not asked)."""
+
+    nodes: int
+    gpus_per_node: int
+    tasks_per_node: int
+    cpus_per_task: int
+    mem_gb: float | None = None
+    seconds: int | None = None
+    partition: str | None = None
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of the whole job."""
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def cpus_per_node(self) -> int:
+        """CPU cores the job takes on each node."""
+        return self.cpus_per_task * self.tasks_per_node
+
+    def check(self, profile: ClusterProfile) -> list[Violation]:
+        """Every limit of ``profile`` (and of the partition, when the profile knows it) broken."""
+        out: list[Violation] = []
+        out += _node_limits(self, profile)
+        part = profile.partitions.get(self.partition) if self.partition else None
+        if part is not None:
+            out += _partition_limits(self, profile, part)
+        out += _gpu_share(self, profile, part)
+        return out
+
+
+def _s(n: int) -> str:
+    return "s" if n != 1 else ""
+
+
+def _node_limits(r: Resources, prof: ClusterProfile) -> list[Violation]:
+    out = []
+    per = prof.gpus_per_node
+    if r.gpus_per_node and per <= 0:
+        out.append(Violation(rule="gpus-per-node", severity=ERROR, field="gpus",
+                             message=f"{r.gpus_per_node} GPUs per node asked but {prof.name} nodes have no GPUs",
+                             hint="remove the GPU request, or use the cluster the job is meant for"))
+    elif r.gpus_per_node > per > 0:
+        nodes = -(-r.gpus // per)
+        out.append(Violation(rule="gpus-per-node", severity=ERROR, field="gpus",
+                             message=f"{r.gpus_per_node} GPUs per node asked but a {prof.name} node has {per}",
+                             hint=f"use {nodes} nodes with {per} GPUs each"))
+    if prof.cores_per_node > 0 and r.cpus_per_node > prof.cores_per_node:
+        fit = max(1, prof.cores_per_node // max(1, r.tasks_per_node))
+        out.append(Violation(rule="cpu-limit", severity=ERROR, field="cpus",
+                             message=f"{r.cpus_per_node} CPU cores per node asked ({r.cpus_per_task} per task x "
+                                     f"{r.tasks_per_node} task{_s(r.tasks_per_node)}) but a {prof.name} node "
+                                     f"has {prof.cores_per_node} usable",
+                             hint=f"ask {fit} CPUs per task or fewer"))
+    if r.mem_gb and prof.mem_per_node_gb > 0 and r.mem_gb > prof.mem_per_node_gb + 1e-6:
+        out.append(Violation(rule="mem-limit", severity=ERROR, field="mem",
+                             message=f"{r.mem_gb:g}G of memory per node asked but a {prof.name} node gives at "
+                                     f"most {prof.mem_per_node_gb:g}G",
+                             hint=f"ask {prof.mem_per_node_gb:g}G per node or less (--mem=0: all of it)"))
+    return out
+
+
+def _partition_limits(r: Resources, prof: ClusterProfile, part: Partition) -> list[Violation]:
+    out = []
+    gpu_parts = [p for p in prof.partitions.values() if p.gpus and not p.test]
+    if r.gpus_per_node and not part.gpus:
+        names = ", ".join(p.name for p in gpu_parts) or "(none)"
+        out.append(Violation(rule="partition-limit", severity=ERROR, field="partition",
+                             message=f"GPUs asked in partition '{part.name}', which has no GPUs",
+                             hint=f"use a GPU partition: {names}"))
+    if part.max_gpus is not None and r.gpus > part.max_gpus:
+        bigger = [p.name for p in gpu_parts if p is not part and (p.max_gpus is None or p.max_gpus >= r.gpus)]
+        out.append(Violation(rule="partition-limit", severity=ERROR, field="gpus",
+                             message=f"{r.gpus} GPUs in partition '{part.name}', which allows at most "
+                                     f"{part.max_gpus} GPUs",
+                             hint=f"use partition {bigger[0]}" if bigger else
+                             f"ask for at most {part.max_gpus} GPUs"))
+    if part.max_nodes is not None and r.nodes > part.max_nodes:
+        out.append(Violation(rule="partition-limit", severity=ERROR, field="nodes",
+                             message=f"{r.nodes} nodes in partition '{part.name}', which allows at most "
+                                     f"{part.max_nodes} node{_s(part.max_nodes)}",
+                             hint=f"use at most {part.max_nodes} node{_s(part.max_nodes)}, or another partition"))
+    if part.min_nodes is not None and r.nodes < part.min_nodes:
+        out.append(Violation(rule="partition-limit", severity=ERROR, field="nodes",
+                             message=f"{r.nodes} node{_s(r.nodes)} in partition '{part.name}', which needs at "
+                                     f"least {part.min_nodes}",
+                             hint=f"use {part.min_nodes} nodes or more, or a partition for small jobs"))
+    per = prof.gpus_per_node
+    if part.whole_node and per > 0 and 0 < r.gpus_per_node < per:
+        shared = [p.name for p in gpu_parts if not p.whole_node]
+        out.append(Violation(rule="partition-limit", severity=WARNING, field="partition",
+                             message=f"partition '{part.name}' allocates whole nodes: the job is billed for {per} "
+                                     f"GPUs per node but uses {r.gpus_per_node}",
+                             hint=f"ask for {per} GPUs per node"
+                                  + (f", or use partition {shared[0]}" if shared else "")))
+    if r.seconds is not None and part.max_seconds is not None and r.seconds > part.max_seconds:
+        out.append(Violation(rule="time-limit", severity=ERROR, field="time",
+                             message=f"--time {format_time(r.seconds)} is above the {part.max_time} limit of "
+                                     f"partition '{part.name}' on {prof.name}; the job would never start",
+                             hint=f"ask --time {part.max_time} or less (checkpoint, and --requeue to continue)"))
+    return out
+
+
+def _gpu_share(r: Resources, prof: ClusterProfile, part: Partition | None) -> list[Violation]:
+    """The per-GPU share of cores and memory the centre allows (or bills beyond)."""
+    if r.gpus_per_node <= 0 or prof.gpus_per_node <= 0 or (part is not None and part.whole_node):
+        return []
+    out = []
+    cores_cap, mem_cap = prof.max_cores_per_gpu, prof.max_mem_per_gpu_gb
+    severity = ERROR if prof.gpu_share_policy == "enforced" else WARNING
+    effect = "the job is refused" if severity == ERROR else "the job is billed for the larger share"
+    if cores_cap and r.cpus_per_node > cores_cap * r.gpus_per_node:
+        out.append(Violation(rule="gpu-share", severity=severity, field="cpus",
+                             message=f"{r.cpus_per_node} cores for {r.gpus_per_node} GPU{_s(r.gpus_per_node)} "
+                                     f"per node: {prof.name} allows {cores_cap} per GPU ({effect})",
+                             hint=f"ask {cores_cap} cores per GPU or fewer"))
+    if mem_cap and r.mem_gb and r.mem_gb > mem_cap * r.gpus_per_node + 1e-6:
+        out.append(Violation(rule="gpu-share", severity=severity, field="mem",
+                             message=f"{r.mem_gb:g}G of memory for {r.gpus_per_node} GPU{_s(r.gpus_per_node)} "
+                                     f"per node: {prof.name} allows {mem_cap:g}G per GPU ({effect})",
+                             hint=f"ask {mem_cap:g}G per GPU or less"))
+    return out
+
+
+def billed_gpu_hours(r: Resources, profile: ClusterProfile) -> float:
+    """GPU-hours the project is charged for ``r`` under the profile's billing rule.
+
+    ``gpus``: GPUs x hours. Whole-node partitions bill every GPU of each node. ``max_share``
+    (LUMI, Alliance): per node, the largest of GPUs, cores / the per-GPU core share and
+    memory / the per-GPU memory share, rounded up.
+    """
+    if profile.gpus_per_node <= 0 or r.seconds is None:
+        return 0.0
+    hours = r.seconds / 3600
+    part = profile.partitions.get(r.partition) if r.partition else None
+    if (part is not None and part.whole_node) or profile.mem_request == "whole_node":
+        per_node = float(profile.gpus_per_node)
+    else:
+        per_node = float(r.gpus_per_node)
+        if profile.billing == "max_share":
+            cores = profile.max_cores_per_gpu or profile.cores_per_gpu
+            mem = profile.max_mem_per_gpu_gb or profile.mem_per_gpu
+            per_node = max(per_node, -(-r.cpus_per_node // cores),
+                           float(-(-(r.mem_gb or 0) // mem)) if mem else 0.0)
+    return round(r.nodes * per_node * hours, 2)
