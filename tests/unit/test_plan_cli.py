@@ -79,7 +79,7 @@ def test_params_memory_table(capsys) -> None:
     (["--cluster", "puhti", "--gpus", "1", "--account", "p"], "no training script"),
     (["--gpus", "1", "--", "t.py"], "--cluster NAME is required"),
     (["--cluster", "mahti", "--gpus", "4", "--partition", "gpusmall", "--account", "p", "--", "t.py"],
-     "at most 2 GPUs"),
+     "which allows at most 2"),
     (["--cluster", "puhti", "--gpus", "4", "--time", "9-00:00:00", "--account", "p", "--", "t.py"],
      "above every GPU partition's limit"),
     (["--cluster", "juwels-booster", "--gpus", "6", "--account", "p", "--", "t.py"], "not a multiple"),

@@ -32,7 +32,8 @@ class Violation:
     severity: str    # ERROR: the job would be refused or never start; WARNING: it runs, but wastefully
     field: str       # "gpus" | "nodes" | "time" | "cpus" | "mem" | "partition"
     message: str
-    hint: str
+    hint: str        # in the words of plan's flags
+    sbatch_hint: str = ""   # in #SBATCH terms, for lint (defaults to ``hint``)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,30 +73,36 @@ def _s(n: int) -> str:
     return "s" if n != 1 else ""
 
 
+def _v(rule: str, severity: str, field: str, message: str, hint: str, sbatch_hint: str = "") -> Violation:
+    return Violation(rule=rule, severity=severity, field=field, message=message, hint=hint,
+                     sbatch_hint=sbatch_hint or hint)
+
+
 def _node_limits(r: Resources, prof: ClusterProfile) -> list[Violation]:
     out = []
     per = prof.gpus_per_node
     if r.gpus_per_node and per <= 0:
-        out.append(Violation(rule="gpus-per-node", severity=ERROR, field="gpus",
-                             message=f"{r.gpus_per_node} GPUs per node asked but {prof.name} nodes have no GPUs",
-                             hint="remove the GPU request, or use the cluster the job is meant for"))
+        out.append(_v("gpus-per-node", ERROR, "gpus",
+                      f"{r.gpus_per_node} GPUs per node requested but {prof.name} nodes have no GPUs",
+                      "remove the GPU request, or use the cluster the job is meant for"))
     elif r.gpus_per_node > per > 0:
         nodes = -(-r.gpus // per)
-        out.append(Violation(rule="gpus-per-node", severity=ERROR, field="gpus",
-                             message=f"{r.gpus_per_node} GPUs per node asked but a {prof.name} node has {per}",
-                             hint=f"use {nodes} nodes with {per} GPUs each"))
+        out.append(_v("gpus-per-node", ERROR, "gpus",
+                      f"{r.gpus_per_node} GPUs per node requested but a {prof.name} node has {per}",
+                      f"use {nodes} nodes with {per} GPUs each", f"use --nodes={nodes} with {per} GPUs per node"))
     if prof.cores_per_node > 0 and r.cpus_per_node > prof.cores_per_node:
         fit = max(1, prof.cores_per_node // max(1, r.tasks_per_node))
-        out.append(Violation(rule="cpu-limit", severity=ERROR, field="cpus",
-                             message=f"{r.cpus_per_node} CPU cores per node asked ({r.cpus_per_task} per task x "
-                                     f"{r.tasks_per_node} task{_s(r.tasks_per_node)}) but a {prof.name} node "
-                                     f"has {prof.cores_per_node} usable",
-                             hint=f"ask {fit} CPUs per task or fewer"))
+        out.append(_v("cpu-limit", ERROR, "cpus",
+                      f"{r.cpus_per_node} CPUs per node requested ({r.cpus_per_task} per task x "
+                      f"{r.tasks_per_node} task{_s(r.tasks_per_node)}) but a {prof.name} node has "
+                      f"{prof.cores_per_node}",
+                      f"ask {fit} CPUs per task or fewer (--cpus-per-gpu)", f"#SBATCH --cpus-per-task={fit}"))
     if r.mem_gb and prof.mem_per_node_gb > 0 and r.mem_gb > prof.mem_per_node_gb + 1e-6:
-        out.append(Violation(rule="mem-limit", severity=ERROR, field="mem",
-                             message=f"{r.mem_gb:g}G of memory per node asked but a {prof.name} node gives at "
-                                     f"most {prof.mem_per_node_gb:g}G",
-                             hint=f"ask {prof.mem_per_node_gb:g}G per node or less (--mem=0: all of it)"))
+        out.append(_v("mem-limit", ERROR, "mem",
+                      f"{r.mem_gb:g}G per node requested but a {prof.name} node gives at most "
+                      f"{prof.mem_per_node_gb:g}G",
+                      f"ask {prof.mem_per_node_gb:g}G per node or less (--mem-per-gpu)",
+                      f"#SBATCH --mem={int(prof.mem_per_node_gb)}G (or --mem=0 for the whole node's memory)"))
     return out
 
 
@@ -104,39 +111,40 @@ def _partition_limits(r: Resources, prof: ClusterProfile, part: Partition) -> li
     gpu_parts = [p for p in prof.partitions.values() if p.gpus and not p.test]
     if r.gpus_per_node and not part.gpus:
         names = ", ".join(p.name for p in gpu_parts) or "(none)"
-        out.append(Violation(rule="partition-limit", severity=ERROR, field="partition",
-                             message=f"GPUs asked in partition '{part.name}', which has no GPUs",
-                             hint=f"use a GPU partition: {names}"))
+        out.append(_v("partition-limit", ERROR, "partition",
+                      f"GPUs requested in partition '{part.name}', which has no GPUs",
+                      f"use a GPU partition: {names}"))
     if part.max_gpus is not None and r.gpus > part.max_gpus:
         bigger = [p.name for p in gpu_parts if p is not part and (p.max_gpus is None or p.max_gpus >= r.gpus)]
-        out.append(Violation(rule="partition-limit", severity=ERROR, field="gpus",
-                             message=f"{r.gpus} GPUs in partition '{part.name}', which allows at most "
-                                     f"{part.max_gpus} GPUs",
-                             hint=f"use partition {bigger[0]}" if bigger else
-                             f"ask for at most {part.max_gpus} GPUs"))
+        out.append(_v("partition-limit", ERROR, "gpus",
+                      f"{r.gpus} GPUs in partition '{part.name}', which allows at most {part.max_gpus}",
+                      f"use --partition {bigger[0]}, or leave --partition out" if bigger else
+                      f"ask for at most {part.max_gpus} GPUs",
+                      f"use --partition={bigger[0]}" if bigger else f"ask for at most {part.max_gpus} GPUs"))
     if part.max_nodes is not None and r.nodes > part.max_nodes:
-        out.append(Violation(rule="partition-limit", severity=ERROR, field="nodes",
-                             message=f"{r.nodes} nodes in partition '{part.name}', which allows at most "
-                                     f"{part.max_nodes} node{_s(part.max_nodes)}",
-                             hint=f"use at most {part.max_nodes} node{_s(part.max_nodes)}, or another partition"))
+        out.append(_v("partition-limit", ERROR, "nodes",
+                      f"{r.nodes} nodes in partition '{part.name}', which allows at most {part.max_nodes}",
+                      "ask for fewer GPUs, or another partition",
+                      f"use at most --nodes={part.max_nodes}, or another partition"))
     if part.min_nodes is not None and r.nodes < part.min_nodes:
-        out.append(Violation(rule="partition-limit", severity=ERROR, field="nodes",
-                             message=f"{r.nodes} node{_s(r.nodes)} in partition '{part.name}', which needs at "
-                                     f"least {part.min_nodes}",
-                             hint=f"use {part.min_nodes} nodes or more, or a partition for small jobs"))
+        out.append(_v("partition-limit", ERROR, "nodes",
+                      f"{r.nodes} node(s) in partition '{part.name}', which needs at least {part.min_nodes}",
+                      "ask for more GPUs, or a partition for small jobs",
+                      f"use --nodes={part.min_nodes} or more, or a partition for small jobs"))
     per = prof.gpus_per_node
     if part.whole_node and per > 0 and 0 < r.gpus_per_node < per:
         shared = [p.name for p in gpu_parts if not p.whole_node]
-        out.append(Violation(rule="partition-limit", severity=WARNING, field="partition",
-                             message=f"partition '{part.name}' allocates whole nodes: the job is billed for {per} "
-                                     f"GPUs per node but uses {r.gpus_per_node}",
-                             hint=f"ask for {per} GPUs per node"
-                                  + (f", or use partition {shared[0]}" if shared else "")))
+        out.append(_v("partition-limit", WARNING, "partition",
+                      f"partition '{part.name}' allocates whole nodes: {r.gpus_per_node} of {per} GPUs per "
+                      f"node are used, and the job is billed for {per} GPUs per node",
+                      f"ask for {per} GPUs per node" + (f", or use --partition {shared[0]}" if shared else ""),
+                      f"ask for {per} GPUs per node, or use a partition that shares nodes"))
     if r.seconds is not None and part.max_seconds is not None and r.seconds > part.max_seconds:
-        out.append(Violation(rule="time-limit", severity=ERROR, field="time",
-                             message=f"--time {format_time(r.seconds)} is above the {part.max_time} limit of "
-                                     f"partition '{part.name}' on {prof.name}; the job would never start",
-                             hint=f"ask --time {part.max_time} or less (checkpoint, and --requeue to continue)"))
+        out.append(_v("time-limit", ERROR, "time",
+                      f"--time={format_time(r.seconds)} is above the {part.max_time} maximum of partition "
+                      f"'{part.name}'; the job would never start",
+                      f"ask --time {part.max_time} or less (checkpoint, and --requeue to continue)",
+                      f"#SBATCH --time={part.max_time} (checkpoint and resubmit for longer runs)"))
     return out
 
 
@@ -148,16 +156,19 @@ def _gpu_share(r: Resources, prof: ClusterProfile, part: Partition | None) -> li
     cores_cap, mem_cap = prof.max_cores_per_gpu, prof.max_mem_per_gpu_gb
     severity = ERROR if prof.gpu_share_policy == "enforced" else WARNING
     effect = "the job is refused" if severity == ERROR else "the job is billed for the larger share"
-    if cores_cap and r.cpus_per_node > cores_cap * r.gpus_per_node:
-        out.append(Violation(rule="gpu-share", severity=severity, field="cpus",
-                             message=f"{r.cpus_per_node} cores for {r.gpus_per_node} GPU{_s(r.gpus_per_node)} "
-                                     f"per node: {prof.name} allows {cores_cap} per GPU ({effect})",
-                             hint=f"ask {cores_cap} cores per GPU or fewer"))
-    if mem_cap and r.mem_gb and r.mem_gb > mem_cap * r.gpus_per_node + 1e-6:
-        out.append(Violation(rule="gpu-share", severity=severity, field="mem",
-                             message=f"{r.mem_gb:g}G of memory for {r.gpus_per_node} GPU{_s(r.gpus_per_node)} "
-                                     f"per node: {prof.name} allows {mem_cap:g}G per GPU ({effect})",
-                             hint=f"ask {mem_cap:g}G per GPU or less"))
+    # beyond the node itself, cpu-limit/mem-limit already say so
+    if cores_cap and cores_cap * r.gpus_per_node < r.cpus_per_node <= prof.cores_per_node:
+        out.append(_v("gpu-share", severity, "cpus",
+                      f"{r.cpus_per_node} cores for {r.gpus_per_node} GPU{_s(r.gpus_per_node)} per node: "
+                      f"{prof.name} allows {cores_cap} per GPU ({effect})",
+                      f"ask --cpus-per-gpu {cores_cap} or fewer",
+                      f"#SBATCH --cpus-per-task={cores_cap * r.gpus_per_node // max(1, r.tasks_per_node)}"))
+    if mem_cap and r.mem_gb and mem_cap * r.gpus_per_node + 1e-6 < r.mem_gb <= prof.mem_per_node_gb + 1e-6:
+        out.append(_v("gpu-share", severity, "mem",
+                      f"{r.mem_gb:g}G of memory for {r.gpus_per_node} GPU{_s(r.gpus_per_node)} per node: "
+                      f"{prof.name} allows {mem_cap:g}G per GPU ({effect})",
+                      f"ask --mem-per-gpu {mem_cap:g}G or less",
+                      f"#SBATCH --mem={mem_cap * r.gpus_per_node:g}G"))
     return out
 
 
