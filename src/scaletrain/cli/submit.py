@@ -31,7 +31,7 @@ EXAMPLES = """\
 examples:
   scaletrain submit --cluster puhti --gpus 8 --account project_123 -- train.py --epochs 10
   scaletrain submit --cluster lumi --nodes 2 --account project_465000123 --dry-run -- train.py  # write only
-  scaletrain submit --profile my.toml --nodes 2 --wait -- train.py      # follow it to the end
+  scaletrain submit --profile my.toml --nodes 2 --account project_123 --wait -- train.py  # follow it
 
 The script goes to --run-dir (default ./runs/<timestamp>-<name>/), sbatch runs from there, and
 the job id is printed on stdout. With --wait, Ctrl-C stops following the job but does NOT
