@@ -19,6 +19,7 @@ from scaletrain.cli.main import main
 from scaletrain.clusters.profile import list_profiles, load_profile
 from scaletrain.errors import UsageError
 from scaletrain.lint import lint_text
+from scaletrain.lint.script import parse_script
 from scaletrain.plan.launchers import LAUNCHERS
 from scaletrain.plan.planner import make_plan
 from scaletrain.plan.render import render_script
@@ -76,29 +77,6 @@ def test_sbatch_words_are_quoted_for_sbatchs_reader() -> None:
         check_text("x", "tab\there")
 
 
-def _sbatch_values(text: str) -> dict[str, str]:
-    """Read #SBATCH lines as sbatch does: stop at white space or an unquoted #, "" quotes, \\ escapes."""
-    out = {}
-    for line in text.splitlines():
-        if not line.startswith("#SBATCH --"):
-            continue
-        body, value, quoted, escaped = line[len("#SBATCH --"):], "", False, False
-        name, _, rest = body.partition("=")
-        for ch in rest:
-            if escaped:
-                value, escaped = value + ch, False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                quoted = not quoted
-            elif (ch == "#" or ch.isspace()) and not quoted:
-                break
-            else:
-                value += ch
-        out[name] = value
-    return out
-
-
 HOSTILE_ARGS = ("'; touch pwned; '", "$(touch pwned)", "`touch pwned`", "a b", "*", "", '"q"', "\\",
                 "${HOME}", "#x", "é ✓", "--x=$HOME", "-- y")
 
@@ -111,8 +89,9 @@ def test_golden_hostile_request_runs_literally(tmp_path: Path) -> None:
                   env=(("MY_VAR", "$(touch pwned) ; `id` 'x'"),),
                   sbatch_extra=(("comment", "a b #c"),), venv=str(tmp_path / "my env"))
     assert subprocess.run([BASH, "-n"], input=text, text=True, capture_output=True).returncode == 0
-    values = _sbatch_values(text)
-    assert values["job-name"] == name and values["comment"] == "a b #c" and values["mail-user"] == "me@uni.fi"
+    header = parse_script(text, "job.sh")   # reads #SBATCH as sbatch does (quotes, escapes, '#')
+    assert header.option("job-name").value == name and header.option("comment").value == "a b #c"
+    assert header.option("mail-user").value == "me@uni.fi"
     assert [f for f in lint(text, "puhti") if f.severity == "error"] == []
     # run it: fake srun strips its options and runs the rest; fake python3 records argv and env
     bin_dir = tmp_path / "bin"

@@ -18,6 +18,7 @@ from hypothesis import strategies as st  # noqa: E402
 from scaletrain.clusters.profile import list_profiles, load_profile  # noqa: E402
 from scaletrain.errors import PlanError  # noqa: E402
 from scaletrain.lint import lint_text  # noqa: E402
+from scaletrain.lint.script import parse_script  # noqa: E402
 from scaletrain.plan.launchers import LAUNCHERS  # noqa: E402
 from scaletrain.plan.planner import make_plan  # noqa: E402
 from scaletrain.plan.render import render_script  # noqa: E402
@@ -57,27 +58,6 @@ def requests(draw):
     return JobRequest(**kw), prof
 
 
-def _sbatch_value(text: str, option: str) -> str | None:
-    """The value sbatch reads for ``--option`` (white space or unquoted # ends it)."""
-    for line in text.splitlines():
-        if not line.startswith(f"#SBATCH --{option}="):
-            continue
-        value, quoted, escaped = "", False, False
-        for ch in line.split("=", 1)[1]:
-            if escaped:
-                value, escaped = value + ch, False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                quoted = not quoted
-            elif (ch == "#" or ch.isspace()) and not quoted:
-                break
-            else:
-                value += ch
-        return value
-    return None
-
-
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(requests())
 def test_random_requests_render_runnable_clean_literal_scripts(case) -> None:
@@ -91,11 +71,12 @@ def test_random_requests_render_runnable_clean_literal_scripts(case) -> None:
     assert syntax.returncode == 0, syntax.stderr + text
     errors = [f for f in lint_text(text, profile=profile).findings if f.severity == "error"]
     assert errors == [], (errors, text)
-    # #SBATCH values as sbatch reads them
-    assert _sbatch_value(text, "job-name") == request.job_name
-    assert _sbatch_value(text, "account") == request.account
+    # #SBATCH values as sbatch reads them (quotes, escapes, '#'; the real sbatch: tests/slurm)
+    header = parse_script(text, "job.sh")
+    assert header.option("job-name").value == request.job_name
+    assert header.option("account").value == request.account
     for name, value in request.sbatch_extra:
-        assert _sbatch_value(text, name) == value
+        assert header.option(name).value == value
     # the program's words as the shell splits the launch line: the script and its arguments, last
     launch = [ln for ln in text.splitlines() if ln.startswith("srun --kill-on-bad-exit=1 ")][-1]
     words = shlex.split(launch.removesuffix(" &"))
