@@ -1,5 +1,9 @@
 """Golden tests: ``scaletrain plan`` reproduces every Slurm example of the seed documents.
 
+The guides' job shapes are stored as data in golden_facts.py, so these tests run on a clone
+without the guides; ``test_stored_facts_match_the_guides`` checks the data against the guides
+wherever they are present.
+
 Each seed script (000/001 CSC guide: Puhti, Mahti, LUMI; 003 Alliance; 004 JUWELS) is
 extracted from the document, reduced to its *job shape* (nodes, tasks per node, GPUs per node,
 CPUs per task, memory, partition family, time, and the launch structure), and compared with
@@ -28,6 +32,8 @@ from scaletrain.clusters.profile import load_profile
 from scaletrain.plan.planner import make_plan
 from scaletrain.plan.render import render_script
 from scaletrain.plan.request import JobRequest, parse_mem_gb
+
+from golden_facts import shape  # tests/unit is on sys.path (pytest's rootdir-relative import)
 
 _ALIASES = {"tasks-per-node": "ntasks-per-node", "N": "nodes", "n": "ntasks", "p": "partition",
             "A": "account", "c": "cpus-per-task", "t": "time", "G": "gpus"}
@@ -217,6 +223,11 @@ class Case:
     dev: dict = field(default_factory=dict)   # field -> (seed value, our value, reason)
 
     @property
+    def key(self) -> tuple[str, int, str]:
+        """The case's entry in golden_facts.FACTS."""
+        return (self.seed, self.index, self.cluster)
+
+    @property
     def id(self) -> str:
         return f"{self.seed}[{self.index}]-{self.cluster}-" + "-".join(f"{k}{v}" for k, v in self.req.items()
                                                                       if k in ("gpus", "nodes", "launcher"))
@@ -374,14 +385,12 @@ def _blocks(seeds_dir: Path, seed: str) -> list[str]:
     return _blocks_cache[seed]
 
 
-def _request(case: Case, seed_block: str) -> JobRequest:
+def _request(case: Case) -> JobRequest:
     req = dict(case.req)
     if "mem_per_gpu" in req:
         req["mem_per_gpu_gb"] = parse_mem_gb(req.pop("mem_per_gpu"))
-    opts = sbatch_options(seed_block)
-    time = opts.get("time")
     return JobRequest(cluster=case.cluster, script="myprog.py", script_args=("<options>",),
-                      account="project_2001234", time=time, **req)
+                      account="project_2001234", time=shape(case.key)["time"], **req)
 
 
 def compare(seed_shape: dict, our_shape: dict, dev: dict) -> list[str]:
@@ -399,21 +408,31 @@ def compare(seed_shape: dict, our_shape: dict, dev: dict) -> list[str]:
     return problems
 
 
-def _render(case: Case, block: str) -> str:
-    return render_script(make_plan(_request(case, block), load_profile(case.cluster)))
+def _render(case: Case) -> str:
+    return render_script(make_plan(_request(case), load_profile(case.cluster)))
+
+
+def _stored(case: Case) -> dict:
+    return {k: v for k, v in shape(case.key).items() if k in FIELDS}
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
-def test_plan_reproduces_seed_script(case: Case, seeds_dir: Path) -> None:
+def test_plan_reproduces_seed_script(case: Case) -> None:
+    """The guide's job shape (stored as data, golden_facts.py) against the script plan writes."""
+    ours = _render(case)
+    assert compare(_stored(case), job_shape(ours, case.cluster), case.dev) == [], ours
+    for f, (_s, _o, why) in case.dev.items():
+        assert f in FIELDS and why, f"deviation {f} needs a reason"
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_stored_facts_match_the_guides(case: Case, seeds_dir: Path) -> None:
+    """The data the golden test uses is what the guide's script says (runs where the guides are)."""
     block = _blocks(seeds_dir, case.seed)[case.index]
     for s in case.sig:
         assert s in block, f"seed {case.seed} block {case.index} is not the expected one (no {s!r})"
-    seed_shape = job_shape(block, case.cluster)
-    ours = _render(case, block)
-    our_shape = job_shape(ours, case.cluster)
-    assert compare(seed_shape, our_shape, case.dev) == [], ours
-    for f, (_s, _o, why) in case.dev.items():
-        assert f in FIELDS and why, f"deviation {f} needs a reason"
+    assert job_shape(block, case.cluster) == _stored(case)
+    assert sbatch_options(block).get("time") == shape(case.key)["time"]
 
 
 def test_every_seed_block_is_a_case_or_excluded_with_reason(seeds_dir: Path) -> None:
@@ -434,26 +453,23 @@ def test_issue_acceptance_cases_are_all_present() -> None:
     assert {("001", i) for i in range(12, 22)} <= got
 
 
-def test_golden_comparison_can_fail(seeds_dir: Path) -> None:
-    """Mutations on either side are caught: a wrong plan, a wrong pinned value, a wrong seed."""
+def test_golden_comparison_can_fail() -> None:
+    """Mutations on either side are caught: a wrong plan, a wrong pinned value, a wrong fact."""
     case = next(c for c in CASES if (c.seed, c.index) == ("000", 9))   # Puhti, 2 nodes, MPI
-    block = _blocks(seeds_dir, case.seed)[case.index]
-    seed_shape = job_shape(block, case.cluster)
-    assert compare(seed_shape, job_shape(_render(case, block), case.cluster), case.dev) == []
+    seed_shape = _stored(case)
+    assert compare(seed_shape, job_shape(_render(case), case.cluster), case.dev) == []
     # the plan asked for the wrong thing: one task per node instead of one per GPU
     wrong = Case("000", 9, (), "puhti", {"gpus": 8, "launcher": "torchrun"})
-    problems = compare(seed_shape, job_shape(_render(wrong, block), "puhti"), {})
+    problems = compare(seed_shape, job_shape(_render(wrong), "puhti"), {})
     assert any(p.startswith("tasks_per_node") for p in problems)
     assert any(p.startswith("cpus_per_task") for p in problems)
-    # a mutated seed (the scratch-run check): 3 tasks per node instead of 4
-    mutated = block.replace("--ntasks-per-node=4", "--ntasks-per-node=3")
-    assert compare(job_shape(mutated, "puhti"), job_shape(_render(case, block), "puhti"), {}) \
-        == ["tasks_per_node: seed 3 != plan 4"]
+    # a mutated fact: 3 tasks per node instead of 4
+    mutated = {**seed_shape, "tasks_per_node": 3}
+    assert compare(mutated, job_shape(_render(case), "puhti"), {}) == ["tasks_per_node: seed 3 != plan 4"]
     # a pinned deviation with a wrong value
     dcase = next(c for c in CASES if (c.seed, c.index) == ("001", 3))
-    dblock = _blocks(seeds_dir, "001")[3]
     bad_pin = {"mem": ("0", "160G", "wrong on purpose")}
-    assert compare(job_shape(dblock, "puhti"), job_shape(_render(dcase, dblock), "puhti"), bad_pin) \
+    assert compare(_stored(dcase), job_shape(_render(dcase), "puhti"), bad_pin) \
         == ["mem: plan gives '320G', the case pins '160G'"]
 
 
