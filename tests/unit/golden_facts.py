@@ -83,6 +83,10 @@ FACTS: dict[tuple[str, int, str], tuple[object, ...]] = {
     ('004', 0, 'juwels-booster'): (1, 1, 1, 96, '0', 'booster', 21600, True, 'python', None, False, False, '06:00:00'),
     ('004', 1, 'juwels-booster'): (1, 4, 4, 24, '0', 'booster', 7200, True, 'python', None, False, False, '02:00:00'),
     ('004', 2, 'juwels-booster'): (16, 4, 4, 24, '0', 'booster', 900, True, 'python', None, False, False, '00:15:00'),
+    ('003', 1, 'narval'): (1, 1, 0, 1, '8G', None, 300, False, 'python', None, False, False, '0:05:00'),
+    ('003', 3, 'narval'): (1, 8, 1, 1, '8G', None, 300, True, 'python', None, False, False, '0:05:00'),
+    ('003', 7, 'narval'): (1, 1, 2, 1, '8G', None, 600, False, 'python', None, False, False, '0:10:00'),
+    ('003', 8, 'narval'): (2, 2, 4, 1, '16G', None, 600, True, 'python', None, False, False, '0:10:00'),
 }
 
 

@@ -25,7 +25,7 @@ EXPECTED_FLAGS: dict[str, list[str]] = {
              "--output", "--json", "script", "script_args",
              "--accelerate-config", "--expand-args", "--mail-type", "--mail-user", "--array", "--constraint",
              "--dependency", "--reservation", "--qos", "--log", "--error", "--chdir", "--exclusive", "--sbatch",
-             "--module", "--venv", "--conda", "--env", "--setup"],
+             "--module", "--venv", "--conda", "--env", "--setup", "--gpus-per-proc", "--procs-per-gpu", "--cpus"],
     "submit": ["--help", "--cluster", "--profile", "--partition", "--account", "--gpus",
                "--nodes", "--gpus-per-node", "--time", "--cpus-per-gpu", "--mem-per-gpu",
                "--launcher", "--device", "--container", "--stage-data", "--requeue",
@@ -33,7 +33,7 @@ EXPECTED_FLAGS: dict[str, list[str]] = {
                "--run-dir", "--dry-run", "--wait",
              "--accelerate-config", "--expand-args", "--mail-type", "--mail-user", "--array", "--constraint",
              "--dependency", "--reservation", "--qos", "--log", "--error", "--chdir", "--exclusive", "--sbatch",
-             "--module", "--venv", "--conda", "--env", "--setup"],
+             "--module", "--venv", "--conda", "--env", "--setup", "--gpus-per-proc", "--procs-per-gpu", "--cpus"],
     "lint": ["--help", "files", "--cluster", "--profile", "--format"],
     "clusters": ["--help", "cluster", "--json", "--output", "--name", "--partition"],
 }

@@ -286,3 +286,35 @@ def test_every_plan_and_submit_example_runs(tmp_path: Path, monkeypatch, capsys)
             assert code == 0, f"{where}: scaletrain {shlex.join(argv)}\n{err}"
             ran += 1
     assert ran >= 10
+
+
+# --------------------------------------------------------------------------- job shapes
+
+def test_cpu_only_job() -> None:
+    p = plan("narval", cpus=8)
+    text = render_script(p)
+    assert (p.tasks_per_node, p.cpus_per_task, p.gpus, p.threads_per_proc, p.gpu_hours) == (1, 8, 0, 8, 0.0)
+    assert "--gres" not in text and "export SCALETRAIN_DEVICE=cpu" in text and "export OMP_NUM_THREADS=8" in text
+    assert [f for f in lint(text, "narval") if f.severity == "error"] == []
+    with pytest.raises(UsageError):
+        plan("narval", cpus=8, gpus=1)
+
+
+def test_one_process_drives_several_gpus() -> None:
+    p = plan("narval", nodes=2, gpus_per_proc=2, launcher="mpi")
+    assert (p.tasks_per_node, p.gpus_per_node, p.world_size, p.cpus_per_task) == (2, 4, 4, 24)
+    t = plan("puhti", gpus=4, gpus_per_proc=2, launcher="torchrun")
+    assert "--nproc_per_node=2" in render_script(t) and t.world_size == 2
+    with pytest.raises(UsageError):
+        plan("puhti", gpus=3, gpus_per_proc=2)
+
+
+def test_mps_shares_a_gpu_between_processes() -> None:
+    p = plan("narval", gpus=1, procs_per_gpu=8, cpus_per_gpu=8)
+    text = render_script(p)
+    assert (p.tasks_per_node, p.world_size, p.cpus_per_task) == (8, 8, 1)
+    assert "nvidia-cuda-mps-control -d" in text and "export SCALETRAIN_PROCS_PER_GPU=8" in text
+    assert "export SCALETRAIN_BACKEND=gloo" in text and "#SBATCH --gres=gpu:a100:1" in text
+    for bad in ({"cluster": "lumi", "gpus": 1}, {"cluster": "puhti", "gpus": 8}):
+        with pytest.raises(UsageError):
+            plan(bad.pop("cluster"), procs_per_gpu=2, **bad)

@@ -210,6 +210,7 @@ NO_MPI = ("seed 'no MPI' = one task per node whose program drives every GPU of t
           "scaletrain's equivalent is --launcher torchrun (torchrun starts a worker per GPU)")
 NO_MPI_2N = NO_MPI + "; across nodes torchrun joins them with c10d rendezvous on the first node"
 DS_ALL = "the seed's deepspeed launcher takes every visible GPU; scaletrain names --num_gpus"
+ONE_PER_GPU = "the seed gives a 2-GPU process one core; scaletrain's --cpus-per-gpu gives one per GPU"
 NO_SRUN = "a one-task seed job runs python directly; scaletrain always starts it with srun --kill-on-bad-exit=1"
 
 
@@ -353,6 +354,19 @@ CASES: list[Case] = [
       for i, name in ((9, "deepspeed-stage3.py"), (10, "deepspeed-stage3-offload-cpu.py"),
                       (11, "deepspeed-stage3-offload-nvme.py"))],
 
+    # ---- 003: the job shapes beyond one process per GPU (issue 8)
+    Case("003", 1, ("cifar10-cpu.py",), "narval", {"cpus": 1},
+         _d(srun=(False, True, NO_SRUN), mem=("8G", "10624M", "the seed asks a fixed 8G; scaletrain gives a "
+                                                             "CPU-only job the node's memory per core"))),
+    Case("003", 3, ("nvidia-cuda-mps-control",), "narval",
+         {"gpus": 1, "procs_per_gpu": 8, "cpus_per_gpu": 1, "mem_per_gpu": "8G"}),
+    Case("003", 7, ("pytorch-modelpar-pipelined-rpc.py",), "narval",
+         {"gpus": 2, "gpus_per_proc": 2, "cpus_per_gpu": 1, "mem_per_gpu": "4G"},
+         _d(srun=(False, True, NO_SRUN), cpus_per_task=(1, 2, ONE_PER_GPU))),
+    Case("003", 8, ("pytorch-model-data-par.py",), "narval",
+         {"nodes": 2, "gpus_per_proc": 2, "launcher": "mpi", "cpus_per_gpu": 1, "mem_per_gpu": "4G"},
+         _d(cpus_per_task=(1, 2, ONE_PER_GPU))),
+
     # ---- 004 (JSC, JUWELS Booster): 1 GPU, 4 GPUs, 16 nodes (Lightning: one task per GPU)
     Case("004", 0, ("--gres=gpu:1", "--cpus-per-task=96"), "juwels-booster", {"gpus": 1}),
     Case("004", 1, ("--gres=gpu:4", "--cpus-per-task=24"), "juwels-booster",
@@ -361,11 +375,6 @@ CASES: list[Case] = [
 ]
 
 EXCLUDED: dict[tuple[str, int], str] = {
-    ("003", 1): "CPU-only job (no GPU): scaletrain plan sizes GPU jobs; 'scaletrain run' covers multi-CPU",
-    ("003", 3): "8 ranks on one GPU (MPS): 'scaletrain run --procs-per-gpu' (issue 4), not a Slurm layout",
-    ("003", 7): "one process driving 2 GPUs (Pipe model parallelism): no launch mode starts one process "
-                "for several GPUs",
-    ("003", 8): "2 GPUs per task (model + data parallel): no launch mode gives a task several GPUs",
     ("004", 3): "slide fragment ('It was'): not a complete job",
     ("004", 4): "slide fragment ('Became'): not a complete job",
 }

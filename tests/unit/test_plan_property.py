@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, reject, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from scaletrain.clusters.profile import list_profiles, load_profile  # noqa: E402
-from scaletrain.errors import PlanError  # noqa: E402
+from scaletrain.errors import PlanError, ProfileError  # noqa: E402
 from scaletrain.lint import lint_text  # noqa: E402
 from scaletrain.lint.script import parse_script  # noqa: E402
 from scaletrain.plan.launchers import LAUNCHERS  # noqa: E402
@@ -55,6 +55,14 @@ def requests(draw):
         kw["stage_data"] = "/" + draw(TEXT.filter(lambda t: "/" not in t and t.strip(".")))
     if draw(st.booleans()):
         kw["container"] = draw(TEXT.filter(bool))
+    shape = draw(st.sampled_from(("gpu", "gpu", "cpu", "gpus_per_proc", "mps")))
+    if shape == "cpu":   # a CPU-only job on the same nodes
+        kw.pop("gpus_per_node"), kw.pop("cpus_per_gpu", None)
+        kw["cpus"] = draw(st.integers(1, prof.cores_per_node))
+    elif shape == "gpus_per_proc" and gpn % 2 == 0:
+        kw["gpus_per_proc"] = 2
+    elif shape == "mps" and prof.gpu_vendor == "nvidia" and nodes == 1:
+        kw["procs_per_gpu"] = draw(st.integers(2, 4))
     return JobRequest(**kw), prof
 
 
@@ -64,8 +72,9 @@ def test_random_requests_render_runnable_clean_literal_scripts(case) -> None:
     request, profile = case
     try:
         plan = make_plan(request, profile)
-    except PlanError:
-        reject()   # a valid request the cluster cannot run (e.g. a 3-node job in a 2-node partition)
+    except (PlanError, ProfileError):
+        reject()   # a valid request the cluster cannot run (a 3-node job in a 2-node partition,
+        #            a CPU-only job on a profile without a CPU partition)
     text = render_script(plan)
     syntax = subprocess.run([BASH, "-n"], input=text, text=True, capture_output=True, timeout=30)
     assert syntax.returncode == 0, syntax.stderr + text

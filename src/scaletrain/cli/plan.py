@@ -66,6 +66,12 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     s.add_argument("--cpus-per-gpu", type=int, metavar="C",
                    help="CPU cores per GPU (default: the node's cores shared per GPU)")
     s.add_argument("--mem-per-gpu", metavar="M", help="memory per GPU, e.g. 64G (default: the profile's share)")
+    s.add_argument("--gpus-per-proc", type=int, default=1, metavar="G",
+                   help="one process drives G GPUs (model parallel; default 1)")
+    s.add_argument("--procs-per-gpu", type=int, default=1, metavar="K",
+                   help="K processes share each GPU through NVIDIA MPS (one node; default 1)")
+    s.add_argument("--cpus", type=int, metavar="N",
+                   help="a CPU-only job: N cores for the process (threads = N), no GPUs")
     r = parser.add_argument_group("how it runs")
     r.add_argument("--launcher", choices=LAUNCHERS, default="scaletrain",
                    help="launch mode (default scaletrain; see below)")
@@ -196,6 +202,7 @@ def request_from_args(args: argparse.Namespace):  # -> JobRequest (lazy import k
         modules=tuple(args.module), venv=venv, conda=args.conda,
         env=tuple(_pair(x, "--env", required=True) for x in args.env), setup=tuple(args.setup),
         accelerate_config=accel, expand_args=bool(args.expand_args),
+        gpus_per_proc=args.gpus_per_proc, procs_per_gpu=args.procs_per_gpu, cpus=args.cpus,
     )
 
 

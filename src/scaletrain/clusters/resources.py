@@ -179,8 +179,8 @@ def billed_gpu_hours(r: Resources, profile: ClusterProfile) -> float:
     (LUMI, Alliance): per node, the largest of GPUs, cores / the per-GPU core share and
     memory / the per-GPU memory share, rounded up.
     """
-    if profile.gpus_per_node <= 0 or r.seconds is None:
-        return 0.0
+    if profile.gpus_per_node <= 0 or r.gpus_per_node <= 0 or r.seconds is None:
+        return 0.0   # no GPUs: a CPU-only job is billed in core-hours, not here
     hours = r.seconds / 3600
     part = profile.partitions.get(r.partition) if r.partition else None
     if (part is not None and part.whole_node) or profile.mem_request == "whole_node":

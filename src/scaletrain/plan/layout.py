@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from scaletrain.clusters.profile import ClusterProfile, Partition, format_time
 from scaletrain.clusters.resources import ERROR, Resources
-from scaletrain.errors import PlanError, ProfileError
+from scaletrain.errors import PlanError, ProfileError, UsageError
 from scaletrain.plan.request import JobRequest, format_mem
 
 SPLIT_NOTE_SOURCE = "CSC guide 'Multi-GPU and multi-node machine learning'"
@@ -65,11 +65,13 @@ def _why_not(profile: ClusterProfile, part: Partition, *, nodes: int, gpn: int, 
 
 def choose_partition(profile: ClusterProfile, *, nodes: int, gpn: int, seconds: int) -> Partition:
     """The partition for a job of ``nodes`` x ``gpn`` GPUs (PlanError when none takes it)."""
-    gpu_profile = profile.gpus_per_node > 0
-    candidates = [p for p in profile.partitions.values() if not p.test and (p.gpus or not gpu_profile)]
+    gpu_job = profile.gpus_per_node > 0 and gpn > 0
+    candidates = [p for p in profile.partitions.values()
+                  if not p.test and (p.gpus == gpu_job or p.implicit or profile.gpus_per_node == 0)]
     if not candidates:
-        raise ProfileError(f"profile {profile.name!r} has no GPU partition",
-                           "add a [partitions.NAME] table to the profile")
+        kind = "GPU" if gpu_job else "CPU"
+        raise ProfileError(f"profile {profile.name!r} has no {kind} partition",
+                           f"name one with --partition, or add a [partitions.NAME] table to the profile")
     why = {p.name: _why_not(profile, p, nodes=nodes, gpn=gpn, seconds=seconds) for p in candidates}
     fitting = [p for p in candidates if why[p.name] is None]
     if not fitting:
@@ -92,6 +94,8 @@ def nodes_and_gpus(request: JobRequest, profile: ClusterProfile, named: Partitio
                    seconds: int) -> tuple[int, int, list[str]]:
     """(nodes, GPUs per node, notes) for the request."""
     per = slots(profile)
+    if request.cpus is not None and profile.scheduler == "slurm":
+        return request.nodes or 1, 0, []                   # a CPU-only job
     if request.nodes is not None:
         gpn = request.gpus_per_node if request.gpus_per_node is not None else per
         if gpn > per:
@@ -118,20 +122,49 @@ def nodes_and_gpus(request: JobRequest, profile: ClusterProfile, named: Partitio
                         f"({SPLIT_NOTE_SOURCE})"]
 
 
-def cpus_per_task(request: JobRequest, profile: ClusterProfile, *, tasks_per_node: int,
-                  gpus_per_task: int, whole_node: bool) -> int:
-    """CPU cores per Slurm task."""
+def tasks(request: JobRequest, profile: ClusterProfile, *, per_node: bool, gpn: int) -> tuple[int, int, int]:
+    """(Slurm tasks per node, GPUs per task, training processes per node).
+
+    One process per GPU by default; ``gpus_per_proc`` G makes one process drive G GPUs,
+    ``procs_per_gpu`` K puts K processes on each GPU (MPS). A per-node launcher runs one task
+    that starts the processes itself; a CPU-only job runs one process per node.
+    """
+    g, k = request.gpus_per_proc, request.procs_per_gpu
+    if g > 1 and k > 1:
+        raise UsageError("--gpus-per-proc and --procs-per-gpu exclude each other",
+                         "one process drives several GPUs, or several processes share one GPU")
+    if gpn == 0:
+        return 1, 0, 1
+    if gpn % g:
+        raise PlanError(f"{gpn} GPUs per node do not split into processes of {g} GPUs",
+                        f"ask a multiple of {g} GPUs per node")
+    procs = gpn * k // g
+    if per_node or profile.scheduler == "none":
+        return 1, gpn, procs
+    # MPS: several tasks share a GPU, so the GPU request cannot be per task
+    return procs, (g if k == 1 else 0), procs
+
+
+def cpus_per_task(request: JobRequest, profile: ClusterProfile, *, tasks_per_node: int, gpn: int,
+                  whole_node: bool) -> int:
+    """CPU cores per Slurm task: the node's cores per GPU for the task's share of the GPUs."""
     if profile.scheduler == "none":
         return profile.cores_per_node                      # the whole machine
+    if gpn == 0:
+        return request.cpus or 1
     if request.cpus_per_gpu is not None:
-        return max(1, request.cpus_per_gpu * gpus_per_task)
+        return max(1, request.cpus_per_gpu * gpn // tasks_per_node)
     if whole_node or profile.mem_request == "whole_node":
         return max(1, profile.cores_per_node // tasks_per_node)   # hand out the whole node
-    return max(1, profile.cores_per_gpu * gpus_per_task)
+    return max(1, profile.cores_per_gpu * gpn // tasks_per_node)
 
 
-def memory(request: JobRequest, profile: ClusterProfile, *, gpn: int) -> tuple[str | None, float | None]:
+def memory(request: JobRequest, profile: ClusterProfile, *, gpn: int,
+           cpus: int) -> tuple[str | None, float | None]:
     """(the --mem value or None for no line, GB per node or None when unknown; 0 = whole node)."""
+    if gpn == 0 and profile.mem_request == "proportional" and profile.cores_per_node:
+        # a CPU-only job: the node's memory per core, for its cores
+        return format_mem(profile.mem_per_node_gb * cpus / profile.cores_per_node), None
     if request.mem_per_gpu_gb is not None:
         gb = request.mem_per_gpu_gb * gpn
     elif profile.mem_request == "proportional":

@@ -44,8 +44,8 @@ class Plan:
     launcher: str
     tasks_per_node: int             # Slurm tasks per node
     ntasks: int
-    gpus_per_task: int
-    procs_per_node: int             # training processes per node (= GPUs per node)
+    gpus_per_task: int              # 0: tasks share GPUs (MPS)
+    procs_per_node: int             # training processes per node (GPUs x --procs-per-gpu / --gpus-per-proc)
     world_size: int
     cpus_per_task: int
     threads_per_proc: int           # OMP_NUM_THREADS for each training process
@@ -105,14 +105,20 @@ def _check_request(req: JobRequest, profile: ClusterProfile) -> None:
         raise UsageError(f"unknown launcher {req.launcher!r}", "use one of: " + ", ".join(LAUNCHERS))
     if req.device not in DEVICES:
         raise UsageError(f"unknown device {req.device!r}", "use --device auto or --device cpu")
-    if (req.gpus is None) == (req.nodes is None):
+    if req.cpus is not None:
+        if req.gpus is not None or req.gpus_per_node is not None:
+            raise UsageError("--cpus is for a CPU-only job: leave out --gpus/--gpus-per-node",
+                             "a GPU job gets its CPUs from --cpus-per-gpu")
+    elif (req.gpus is None) == (req.nodes is None):
         raise UsageError("give --gpus N or --nodes M, not both" if req.gpus is not None else
-                         "say how many GPUs: --gpus N or --nodes M",
+                         "say how many GPUs: --gpus N or --nodes M (or --cpus N for a CPU-only job)",
                          "e.g. --gpus 8, or --nodes 2 --gpus-per-node 4")
     if req.gpus_per_node is not None and req.nodes is None:
         raise UsageError("--gpus-per-node goes with --nodes", "use --nodes M --gpus-per-node G, or --gpus N")
     for flag, value in (("--gpus", req.gpus), ("--nodes", req.nodes),
-                        ("--gpus-per-node", req.gpus_per_node), ("--cpus-per-gpu", req.cpus_per_gpu)):
+                        ("--gpus-per-node", req.gpus_per_node), ("--cpus-per-gpu", req.cpus_per_gpu),
+                        ("--cpus", req.cpus), ("--gpus-per-proc", req.gpus_per_proc),
+                        ("--procs-per-gpu", req.procs_per_gpu)):
         if value is not None and value < 1:
             raise UsageError(f"{flag} must be at least 1, got {value}", f"give {flag} a positive number")
     if not req.script:
@@ -120,6 +126,10 @@ def _check_request(req: JobRequest, profile: ClusterProfile) -> None:
     if profile.account_required and not req.account:
         raise PlanError(f"cluster {profile.name!r} requires --account (the project billed for the job)",
                         "add --account <project>, or export SBATCH_ACCOUNT=<project>")
+    if req.procs_per_gpu > 1 and (profile.gpu_vendor != "nvidia" or (req.nodes or 1) > 1
+                                  or (req.gpus or 0) > profile.gpus_per_node):
+        raise UsageError("--procs-per-gpu needs NVIDIA MPS on one node (the batch script starts its daemon)",
+                         "use one node of an NVIDIA cluster, or one process per GPU")
     if req.accelerate_config and req.launcher != "accelerate":
         raise UsageError("--accelerate-config goes with --launcher accelerate", "add --launcher accelerate")
 
@@ -148,10 +158,9 @@ def make_plan(request: JobRequest, profile: ClusterProfile) -> Plan:
     part = named or layout.choose_partition(profile, nodes=nodes, gpn=gpn, seconds=seconds)
     spec = SPECS[request.launcher]
     per_node = spec.per_node or profile.scheduler == "none"
-    tasks, gpt = (1, gpn) if per_node else (gpn, 1)
-    cpus = layout.cpus_per_task(request, profile, tasks_per_node=tasks, gpus_per_task=gpt,
-                                whole_node=part.whole_node)
-    mem, mem_gb = layout.memory(request, profile, gpn=gpn)
+    tasks, gpt, procs = layout.tasks(request, profile, per_node=per_node, gpn=gpn)
+    cpus = layout.cpus_per_task(request, profile, tasks_per_node=tasks, gpn=gpn, whole_node=part.whole_node)
+    mem, mem_gb = layout.memory(request, profile, gpn=gpn, cpus=cpus * tasks)
     part_name = None if part.implicit else part.name
     res = Resources(nodes=nodes, gpus_per_node=gpn if profile.gpus_per_node else 0, tasks_per_node=tasks,
                     cpus_per_task=cpus, mem_gb=mem_gb, seconds=seconds, partition=part.name)
@@ -166,15 +175,15 @@ def make_plan(request: JobRequest, profile: ClusterProfile) -> Plan:
         notes.append(f"USR1 reaches the batch shell {signal_s} s before the limit; it is passed to every "
                      f"task and the job requeues itself (at most {MAX_REQUEUES} times)")
     notes += [n for n in (bind_note, *_launcher_notes(request, profile, nodes, gpn)) if n]
-    device = "cpu" if profile.gpu_vendor == "none" else request.device
-    threads = max(1, cpus // gpt)
+    device = "cpu" if profile.gpu_vendor == "none" or gpn == 0 else request.device
+    threads = max(1, cpus * tasks // procs)
     name = job_name_for(request)
     return Plan(
         request=request, profile=profile, cluster=profile.name, partition=part_name,
         partition_family=_family(profile, part_name), nodes=nodes, gpus_per_node=gpn, gpus=nodes * gpn,
         launcher=request.launcher, tasks_per_node=tasks, ntasks=tasks * nodes, gpus_per_task=gpt,
-        procs_per_node=gpn, world_size=gpn * nodes, cpus_per_task=cpus, threads_per_proc=threads, mem=mem,
-        mem_per_proc_gb=(mem_gb / max(1, gpn)) if mem_gb else None, time=format_time(seconds),
+        procs_per_node=procs, world_size=procs * nodes, cpus_per_task=cpus, threads_per_proc=threads, mem=mem,
+        mem_per_proc_gb=(mem_gb / procs) if mem_gb else None, time=format_time(seconds),
         time_seconds=seconds, gpu_hours=billed_gpu_hours(res, profile), account=request.account,
         device=device, whole_nodes=gpn == layout.slots(profile), exclusive_nodes=part.whole_node,
         requeue=request.requeue, signal_seconds=signal_s, max_requeues=MAX_REQUEUES, stage=stage,

@@ -72,6 +72,10 @@ class JobRequest:
     env: tuple[tuple[str, str], ...] = ()   # --env KEY=VALUE, exported before launch
     setup: tuple[str, ...] = ()         # --setup CMD: shell lines run after the set-up, as written
     accelerate_config: str | None = None    # --accelerate-config FILE: passed as --config_file
+    # job shapes beyond one process per GPU
+    gpus_per_proc: int = 1              # --gpus-per-proc G: one process drives G GPUs (model parallel)
+    procs_per_gpu: int = 1              # --procs-per-gpu K: K processes share each GPU (NVIDIA MPS)
+    cpus: int | None = None             # --cpus N without GPUs: a CPU-only job, N cores per process
     expand_args: bool = False           # --expand-args: $NAME in program arguments expands on the node
 
     @property

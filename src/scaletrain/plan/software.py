@@ -17,7 +17,7 @@ from __future__ import annotations
 import shlex
 
 from scaletrain.clusters.profile import ClusterProfile
-from scaletrain.contract import CLUSTER_VAR, DEVICE_VAR
+from scaletrain.contract import BACKEND_VAR, CLUSTER_VAR, DEVICE_VAR, PROCS_PER_GPU_VAR
 from scaletrain.plan.request import JobRequest
 from scaletrain.plan.values import check_env_name, check_text
 
@@ -41,6 +41,11 @@ def setup_lines(request: JobRequest, profile: ClusterProfile) -> tuple[str, ...]
             lines += ['eval "$(conda shell.bash hook)"', f"conda activate {q(check_text('--conda', request.conda))}"]
         else:
             lines += profile.python_env_lines
+    if request.procs_per_gpu > 1:
+        # NVIDIA MPS lets several processes share a GPU without time slicing (Alliance PyTorch page)
+        lines += ['export CUDA_MPS_PIPE_DIRECTORY="/tmp/nvidia-mps-$SLURM_JOB_ID"',
+                  'export CUDA_MPS_LOG_DIRECTORY="/tmp/nvidia-log-$SLURM_JOB_ID"',
+                  "nvidia-cuda-mps-control -d"]
     lines += [check_text("--setup", cmd) for cmd in request.setup]
     return tuple(lines)
 
@@ -67,6 +72,9 @@ def environment(request: JobRequest, profile: ClusterProfile, *, threads: int,
     if device == "cpu":
         env[DEVICE_VAR] = "cpu"
     env["OMP_NUM_THREADS"] = str(threads)
+    if request.procs_per_gpu > 1:   # the runtime's contract: rank r uses GPU r // K, gloo (NCCL refuses)
+        env[PROCS_PER_GPU_VAR] = str(request.procs_per_gpu)
+        env[BACKEND_VAR] = "gloo"
     env.update(sorted(profile.env.items()))
     for key, value in request.env:
         env[check_env_name(key)] = check_text(f"--env {key}", value)
