@@ -318,3 +318,30 @@ def test_mps_shares_a_gpu_between_processes() -> None:
     for bad in ({"cluster": "lumi", "gpus": 1}, {"cluster": "puhti", "gpus": 8}):
         with pytest.raises(UsageError):
             plan(bad.pop("cluster"), procs_per_gpu=2, **bad)
+
+
+# --------------------------------------------------------------------------- one source of truth
+
+@pytest.mark.parametrize("cluster,kw", [
+    ("puhti", {"gpus": 8, "requeue": True, "stage_data": "/scratch/d.tar"}),
+    ("lumi", {"gpus": 16, "launcher": "deepspeed", "container": "/i.sif"}),
+    ("narval", {"gpus": 4, "launcher": "accelerate", "venv": "/e"}), ("local", {"gpus": 2}),
+])
+def test_renderer_reads_only_the_plan(cluster: str, kw: dict) -> None:
+    """The plan carries every decision: without its request and profile it renders the same."""
+    import dataclasses
+
+    p = plan(cluster, **kw)
+    bare = dataclasses.replace(p, request=None, profile=None)
+    assert render_script(bare) == render_script(p)
+
+
+def test_launch_facts_live_in_one_table() -> None:
+    from scaletrain.plan.launchers import SPECS
+    from scaletrain.plan.request import PER_NODE_LAUNCHERS
+
+    assert PER_NODE_LAUNCHERS == {n for n, s in SPECS.items() if s.per_node}
+    for name, spec in SPECS.items():
+        p = plan("puhti", gpus=8, launcher=name)
+        assert p.tasks_per_node == (1 if spec.per_node else 4)
+        assert f"# launch: {spec.comment}" in render_script(p)

@@ -108,21 +108,21 @@ def _deepspeed(plan: Plan) -> str:
 
 
 _SPECS = (
-    LauncherSpec("scaletrain", False, True, "scaletrain.init() reads Slurm's variables",
+    LauncherSpec("scaletrain", False, True, "Slurm's variables, through scaletrain.init()",
                  "one task per GPU; scaletrain.init() reads Slurm's variables", _python),
-    LauncherSpec("torchrun", True, False, "RANK, LOCAL_RANK, WORLD_SIZE (torchrun's env://)",
+    LauncherSpec("torchrun", True, False, "RANK, LOCAL_RANK, WORLD_SIZE, set by torchrun",
                  "one task per node; torchrun (torch.distributed.run) starts a worker per GPU", _torchrun),
-    LauncherSpec("scaletrain-run", True, True, "RANK, LOCAL_RANK, WORLD_SIZE (scaletrain run's env://)",
+    LauncherSpec("scaletrain-run", True, True, "RANK, LOCAL_RANK, WORLD_SIZE, set by scaletrain run",
                  "one task per node; scaletrain run starts a worker per GPU", _scaletrain_run),
-    LauncherSpec("srun", False, False, "RANK, LOCAL_RANK, WORLD_SIZE set from SLURM_PROCID/LOCALID/NTASKS",
+    LauncherSpec("srun", False, False, "RANK, LOCAL_RANK, WORLD_SIZE, set from SLURM_PROCID/LOCALID/NTASKS",
                  "one task per GPU with torch's env:// variables set from Slurm's", _srun_env),
-    LauncherSpec("lightning", False, False, "nothing: Lightning's SLURMEnvironment reads Slurm",
+    LauncherSpec("lightning", False, False, "Slurm's variables, through Lightning's SLURMEnvironment",
                  "one task per GPU; Lightning reads Slurm's variables", _python),
-    LauncherSpec("accelerate", True, False, "nothing: accelerate launch sets the variables",
+    LauncherSpec("accelerate", True, False, "what accelerate launch sets (RANK, LOCAL_RANK, WORLD_SIZE)",
                  "one task per node; accelerate launch starts a worker per GPU", _accelerate),
-    LauncherSpec("deepspeed", True, False, "LOCAL_RANK (the deepspeed launcher sets it)",
+    LauncherSpec("deepspeed", True, False, "LOCAL_RANK, set by the deepspeed launcher",
                  "one task per node; the deepspeed launcher starts a worker per GPU", _deepspeed),
-    LauncherSpec("mpi", False, False, "SLURM_PROCID / OMPI_COMM_WORLD_RANK (MPI-style)",
+    LauncherSpec("mpi", False, False, "the MPI rank (SLURM_PROCID under srun)",
                  "one task per GPU (MPI-style: rank = SLURM_PROCID)", _python),
 )
 SPECS: dict[str, LauncherSpec] = {s.name: s for s in _SPECS}
