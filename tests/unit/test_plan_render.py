@@ -61,6 +61,18 @@ FAKE_SCONTROL = r"""#!/bin/bash
 echo "scontrol $*" >> "$FAKE_LOG"
 if [ "$1 $2" = "show hostnames" ]; then printf 'nodeA\nnodeB\n'; fi
 """
+FAKE_VIRTUALENV = r"""#!/bin/bash
+# virtualenv --no-download DIR: an activate script and a pip that does nothing
+mkdir -p "$2/bin" && echo 'export VIRTUAL_ENV=1' > "$2/bin/activate"
+printf '#!/bin/bash\nexit 0\n' > "$2/bin/pip" && chmod +x "$2/bin/pip"
+"""
+FAKE_APPTAINER = r"""#!/bin/bash
+# apptainer exec [--nv|--rocm] [-B DIR]... IMAGE CMD...: run CMD here
+shift
+while [[ "$1" == -* ]]; do [ "$1" = -B ] && shift; shift; done
+shift
+exec "$@"
+"""
 FAKE_WRAPPER = r"""#!/bin/bash
 shift  # "exec"
 exec "$@"
@@ -74,7 +86,8 @@ def fakebin(tmp_path: Path):
     bin_dir.mkdir()
     for name, body in (("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL), ("python3", FAKE_RECORD),
                        ("python", FAKE_RECORD), ("accelerate", FAKE_RECORD), ("deepspeed", FAKE_RECORD),
-                       ("apptainer_wrapper", FAKE_WRAPPER), ("module", "#!/bin/bash\nexit 0\n")):
+                       ("apptainer_wrapper", FAKE_WRAPPER), ("module", "#!/bin/bash\nexit 0\n"),
+                       ("virtualenv", FAKE_VIRTUALENV), ("apptainer", FAKE_APPTAINER)):
         f = bin_dir / name
         f.write_text(body)
         f.chmod(0o755)
@@ -283,3 +296,17 @@ def test_the_hostile_argument_check_can_fail(fakebin, monkeypatch) -> None:
     except AssertionError:
         return  # the unquoted script did not even run cleanly
     assert argv[argv.index("ENV") - 2: argv.index("ENV")] != ["$(echo injected)", "a b"]
+
+
+@pytest.mark.parametrize("cluster", [c for c in list_profiles() if c != "local"])
+def test_every_script_runs_as_written_under_stub_commands(fakebin, cluster: str) -> None:
+    """Every profile x launcher, on two nodes, with and without a container: the script runs to the
+    program with fake srun/module/virtualenv/apptainer, and the program gets its arguments."""
+    per = load_profile(cluster).gpus_per_node
+    for launcher in LAUNCHERS:
+        for container in (None, "/img/x.sif"):
+            text = render(cluster, gpus=2 * per, launcher=launcher, container=container,
+                          script_args=("a b", "$(id)"))
+            argv, _ = fakebin(text)
+            assert argv[argv.index("ENV") - 3: argv.index("ENV")] == ["train.py", "a b", "$(id)"], \
+                (cluster, launcher, container)
