@@ -345,3 +345,9 @@ def test_launch_facts_live_in_one_table() -> None:
         p = plan("puhti", gpus=8, launcher=name)
         assert p.tasks_per_node == (1 if spec.per_node else 4)
         assert f"# launch: {spec.comment}" in render_script(p)
+
+
+def test_expand_args_refuses_per_task_variables() -> None:
+    with pytest.raises(UsageError) as exc:
+        render("puhti", gpus=8, expand_args=True, script_args=("--rank=$SLURM_PROCID",))
+    assert "batch shell" in exc.value.message

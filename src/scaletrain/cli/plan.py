@@ -35,7 +35,7 @@ launchers (tasks per node; what the training program reads):
 {launchers}
 
 Every value is checked and quoted: program arguments reach the program literally, unless
---expand-args lets $NAME in them expand on the node at run time. Jobs that import scaletrain
+--expand-args lets $NAME in them expand when the job runs. Jobs that import scaletrain
 check for it first; see docs/clusters.md for installing it next to a centre's PyTorch.
 """
 
@@ -88,8 +88,8 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
                    help="with --launcher accelerate: the accelerate config (FSDP, DeepSpeed...); "
                         "scaletrain adds only the layout flags")
     r.add_argument("--expand-args", action="store_true",
-                   help="let $NAME / ${NAME} in the program's arguments expand on the node at run time "
-                        "(nothing else is interpreted); default: arguments are passed literally")
+                   help="let $NAME / ${NAME} in the program's arguments expand when the job runs (job-wide "
+                        "values such as $SLURM_JOB_ID; nothing else is interpreted); default: passed literally")
     j = parser.add_argument_group("sbatch options")
     for flag, metavar, text in (
             ("--mail-type", "TYPES", "mail on these events, e.g. END,FAIL"),

@@ -215,5 +215,6 @@ def _launcher_notes(request: JobRequest, profile: ClusterProfile, nodes: int, gp
     if request.container and profile.container is None:
         notes.append("the program runs inside the container given by --container (apptainer exec)")
     if request.expand_args:
-        notes.append("--expand-args: $NAME in the program's arguments expands on the node at run time")
+        notes.append("--expand-args: $NAME in the program's arguments expands when the job runs, in the batch "
+                     "shell (job-wide values)")
     return notes

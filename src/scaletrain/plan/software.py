@@ -14,10 +14,12 @@ profile's ``container_setup_lines`` and ``container_binds`` are used instead.
 
 from __future__ import annotations
 
+import re
 import shlex
 
 from scaletrain.clusters.profile import ClusterProfile
 from scaletrain.contract import BACKEND_VAR, CLUSTER_VAR, DEVICE_VAR, PROCS_PER_GPU_VAR
+from scaletrain.errors import UsageError
 from scaletrain.plan.request import JobRequest
 from scaletrain.plan.values import check_env_name, check_text
 
@@ -85,9 +87,10 @@ def program_words(request: JobRequest) -> str:
     """The script and its arguments as shell words: quoted, or with ``$NAME`` left to expand.
 
     ``--expand-args`` is the explicit way to pass ``$SLURM_JOB_ID`` or ``$LOCAL_SCRATCH``
-    through to the program: only ``$NAME``/``${NAME}`` expand (on the node, inside double
-    quotes, so no word splitting or globbing); backquotes, ``$(...)`` and every other character
-    stay literal.
+    through to the program: only ``$NAME``/``${NAME}`` expand, when the job runs, in the batch
+    shell before srun starts the tasks (inside double quotes: no word splitting or globbing);
+    backquotes, ``$(...)`` and every other character stay literal. Per-task values
+    (``$SLURM_PROCID``...) would be the batch shell's, not each task's: they are refused.
     """
     words = [check_text("the training script", request.script)]
     words += [check_text(f"program argument {i + 1}", a) for i, a in enumerate(request.script_args)]
@@ -96,11 +99,16 @@ def program_words(request: JobRequest) -> str:
     return " ".join(_expanding(w) for w in words)
 
 
-def _expanding(word: str) -> str:
-    import re
+# Set by srun for each task: in the batch shell they are unset or the batch task's own.
+PER_TASK_VARS = ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "RANK", "LOCAL_RANK")
 
+
+def _expanding(word: str) -> str:
     out, pos = [], 0
     for m in re.finditer(r"\$(?:\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-Za-z0-9_]*)", word):
+        if m.group().strip("${}") in PER_TASK_VARS:
+            raise UsageError(f"--expand-args: {m.group()} would expand in the batch shell, not in each task",
+                             "read it inside the program (os.environ), or use scaletrain.init()")
         out.append(_dq_literal(word[pos:m.start()]))
         out.append(m.group())
         pos = m.end()
