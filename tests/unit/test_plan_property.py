@@ -19,7 +19,7 @@ from scaletrain.clusters.profile import list_profiles, load_profile  # noqa: E40
 from scaletrain.errors import PlanError, ProfileError  # noqa: E402
 from scaletrain.lint import lint_text  # noqa: E402
 from scaletrain.lint.script import parse_script  # noqa: E402
-from scaletrain.plan.launchers import LAUNCHERS  # noqa: E402
+from scaletrain.plan.launchers import LAUNCHERS, SPECS  # noqa: E402
 from scaletrain.plan.planner import make_plan  # noqa: E402
 from scaletrain.plan.render import render_script  # noqa: E402
 from scaletrain.plan.request import JobRequest  # noqa: E402
@@ -59,9 +59,9 @@ def requests(draw):
     if shape == "cpu":   # a CPU-only job on the same nodes
         kw.pop("gpus_per_node"), kw.pop("cpus_per_gpu", None)
         kw["cpus"] = draw(st.integers(1, prof.cores_per_node))
-    elif shape == "gpus_per_proc" and gpn % 2 == 0:
+    elif shape == "gpus_per_proc" and gpn % 2 == 0 and not SPECS[kw["launcher"]].per_node:
         kw["gpus_per_proc"] = 2
-    elif shape == "mps" and prof.gpu_vendor == "nvidia" and nodes == 1:
+    elif shape == "mps" and prof.gpu_vendor == "nvidia" and nodes == 1 and not SPECS[kw["launcher"]].per_node:
         kw["procs_per_gpu"] = draw(st.integers(2, 4))
     return JobRequest(**kw), prof
 

@@ -139,6 +139,10 @@ def tasks(request: JobRequest, profile: ClusterProfile, *, per_node: bool, gpn: 
         raise PlanError(f"{gpn} GPUs per node do not split into processes of {g} GPUs",
                         f"ask a multiple of {g} GPUs per node")
     procs = gpn * k // g
+    if (g > 1 or k > 1) and per_node and profile.scheduler == "slurm":
+        # a per-node launcher starts one worker per GPU; these shapes need one Slurm task per process
+        raise UsageError(f"--{'gpus-per-proc' if g > 1 else 'procs-per-gpu'} needs a launcher with one task "
+                         "per process", "use --launcher scaletrain, srun, mpi or lightning")
     if per_node or profile.scheduler == "none":
         return 1, gpn, procs
     # MPS: several tasks share a GPU, so the GPU request cannot be per task
