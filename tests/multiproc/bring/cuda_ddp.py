@@ -1,0 +1,45 @@
+"""A torchrun DDP program hard-coded for CUDA and NCCL, as people write them.
+
+.cuda(), backend="nccl", device_ids=[local_rank], torch.load(map_location="cuda:0").
+Under `scaletrain run --cpu` it must train; rank 0 writes a summary to argv[1].
+"""
+
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+local_rank = int(os.environ["LOCAL_RANK"])
+torch.cuda.set_device(local_rank)
+dist.init_process_group(backend="nccl")
+torch.manual_seed(0)
+model = DDP(nn.Linear(8, 2).cuda(), device_ids=[local_rank], output_device=local_rank)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(3):
+    x = torch.randn(4, 8, device="cuda") + dist.get_rank()
+    y = torch.zeros(4, 2).to("cuda", non_blocking=True)
+    loss = nn.functional.mse_loss(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+torch.cuda.synchronize()
+ckpt = os.path.join(os.path.dirname(sys.argv[1]), "cuda_ddp.pt")
+if dist.get_rank() == 0:
+    torch.save(model.module.state_dict(), ckpt)
+dist.barrier()
+state = torch.load(ckpt, map_location="cuda:0")
+model.module.load_state_dict(state)
+flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+gathered = [torch.zeros_like(flat) for _ in range(dist.get_world_size())]
+dist.all_gather(gathered, flat)
+if dist.get_rank() == 0:
+    with open(sys.argv[1], "w") as fh:
+        json.dump({"world": dist.get_world_size(), "backend": str(dist.get_backend()),
+                   "device": str(flat.device), "loss": float(loss),
+                   "params_equal": all(torch.equal(g, gathered[0]) for g in gathered),
+                   "cuda_devices": torch.cuda.device_count()}, fh)
+dist.destroy_process_group()
