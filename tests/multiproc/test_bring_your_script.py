@@ -13,6 +13,7 @@ from workers import REPO, run_workers
 
 pytestmark = pytest.mark.multiproc
 PROGS = REPO / "tests" / "multiproc" / "bring"
+EXAMPLES = REPO / "examples" / "bring"
 WARNING = "did not form one process group"
 
 
@@ -33,7 +34,7 @@ def test_srun_program_runs_under_emulated_slurm(tmp_path, nodes, extra):
     world = 2 * nodes
     prog_args = ["--init_method", f"tcp://127.0.0.1:{_port()}", "--world_size", str(world),
                  "--out", str(out)] + (["--cuda"] if extra else [])
-    proc = run_workers(PROGS / "srun_style.py", nproc=2, args=prog_args,
+    proc = run_workers(EXAMPLES / "srun_ddp.py", nproc=2, args=prog_args,
                        launcher_args=["--emulate", "slurm", "--nnodes", str(nodes), *extra])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = json.loads(out.read_text())
@@ -61,7 +62,7 @@ def test_mpi_program_sees_open_mpi_ranks(tmp_path):
 
 def test_cuda_program_trains_on_cpu_with_cpu_flag(tmp_path):
     out = tmp_path / "cuda.json"
-    proc = run_workers(PROGS / "cuda_ddp.py", nproc=2, args=[str(out)], launcher_args=["--cpu"])
+    proc = run_workers(EXAMPLES / "cuda_ddp.py", nproc=2, args=[str(out)], launcher_args=["--cpu"])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = json.loads(out.read_text())
     assert result["world"] == 2 and result["backend"] == "gloo" and result["device"] == "cpu"
@@ -70,7 +71,7 @@ def test_cuda_program_trains_on_cpu_with_cpu_flag(tmp_path):
 
 
 def test_cuda_program_without_cpu_flag_fails_with_our_hint(tmp_path):
-    proc = run_workers(PROGS / "cuda_ddp.py", nproc=2, args=[str(tmp_path / "x.json")])
+    proc = run_workers(EXAMPLES / "cuda_ddp.py", nproc=2, args=[str(tmp_path / "x.json")])
     assert proc.returncode != 0
     assert "this program needs a CUDA GPU" in proc.stderr
     assert "scaletrain run --cpu" in proc.stderr
@@ -90,15 +91,15 @@ def test_strict_turns_the_warning_into_a_failure():
 
 
 @pytest.mark.parametrize("module,prog,setting,key,alone,hint", [
-    ("accelerate", "accelerate_prog.py", "plain", "num_processes", True, "Accelerator(cpu=True)"),
-    ("accelerate", "accelerate_prog.py", "cpu", "num_processes", False, None),
-    ("lightning", "lightning_prog.py", "untold", "world_size", True, "Trainer(devices="),
-    ("lightning", "lightning_prog.py", "told", "world_size", False, None),
+    ("accelerate", "accelerate_train.py", "plain", "num_processes", True, "Accelerator(cpu=True)"),
+    ("accelerate", "accelerate_train.py", "cpu", "num_processes", False, None),
+    ("lightning", "lightning_train.py", "untold", "world_size", True, "Trainer(devices="),
+    ("lightning", "lightning_train.py", "told", "world_size", False, None),
 ], ids=["accelerate-no-cpu-setting", "accelerate-cpu", "lightning-untold", "lightning-told"])
 def test_framework_programs(tmp_path, module, prog, setting, key, alone, hint):
     _needs(module)
     out = tmp_path / "out.json"
-    proc = run_workers(PROGS / prog, nproc=2, args=[setting, str(out)])
+    proc = run_workers(EXAMPLES / prog, nproc=2, args=[setting, str(out)])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert json.loads(out.read_text())[key] == (1 if alone else 2)  # what the framework says
     assert (WARNING in proc.stderr) is alone, proc.stderr

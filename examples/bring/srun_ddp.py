@@ -1,7 +1,8 @@
 """A DDP program in the form of the Alliance's PyTorch guide: written for srun, CUDA and NCCL.
 
 rank = SLURM_NODEID * GPUs per node + SLURM_LOCALID, init_method tcp://..., .cuda(), device_ids.
-Runs under `scaletrain run --emulate slurm --cpu`; rank 0 writes what every rank saw to --out.
+Runs unmodified under `scaletrain run --emulate slurm` (add `--cuda` for the guide's CUDA form and
+`--cpu` to run that form on CPU processes); rank 0 can write what every rank saw to --out.
 """
 
 import argparse
@@ -14,9 +15,11 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--init_method", required=True)
-parser.add_argument("--world_size", type=int, required=True)
-parser.add_argument("--out", required=True)
+# a batch script exports MASTER_ADDR/MASTER_PORT and passes --init_method tcp://$MASTER_ADDR:$MASTER_PORT
+parser.add_argument("--init_method",
+                    default=f"tcp://{os.environ.get('MASTER_ADDR', '127.0.0.1')}:{os.environ.get('MASTER_PORT', '3456')}")
+parser.add_argument("--world_size", type=int, default=int(os.environ.get("SLURM_NTASKS", "1")))
+parser.add_argument("--out", help="rank 0 writes what every rank saw here (JSON)")
 parser.add_argument("--cuda", action="store_true", help="the guide's CUDA form")
 args = parser.parse_args()
 
@@ -54,6 +57,9 @@ seen = {k: os.environ.get(k) for k in ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_N
 everyone = [None] * dist.get_world_size()
 dist.all_gather_object(everyone, {"rank": rank, "env": seen})
 if rank == 0:
+    print(f"world {dist.get_world_size()}, parameters equal on all ranks: "
+          f"{all(torch.equal(g, gathered[0]) for g in gathered)}")
+if rank == 0 and args.out:
     with open(args.out, "w") as fh:
         json.dump({"world": dist.get_world_size(),
                    "params_equal": all(torch.equal(g, gathered[0]) for g in gathered),

@@ -2,6 +2,7 @@
 "plain" -> Accelerator() (on a CPU machine each process then runs alone). argv[2]: output json."""
 
 import json
+import os
 import sys
 
 import torch
@@ -19,5 +20,5 @@ for x, y in loader:
     opt.step()
     opt.zero_grad()
 if accelerator.is_main_process:
-    with open(sys.argv[2], "w") as fh:
+    with open(sys.argv[2] if len(sys.argv) > 2 else os.devnull, "w") as fh:
         json.dump({"num_processes": accelerator.num_processes}, fh)

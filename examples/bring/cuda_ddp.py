@@ -1,7 +1,7 @@
 """A torchrun DDP program hard-coded for CUDA and NCCL, as people write them.
 
 .cuda(), backend="nccl", device_ids=[local_rank], torch.load(map_location="cuda:0").
-Under `scaletrain run --cpu` it must train; rank 0 writes a summary to argv[1].
+Under `scaletrain run --cpu` it trains on CPU processes; rank 0 can write a summary to argv[1].
 """
 
 import json
@@ -27,7 +27,8 @@ for step in range(3):
     loss.backward()
     opt.step()
 torch.cuda.synchronize()
-ckpt = os.path.join(os.path.dirname(sys.argv[1]), "cuda_ddp.pt")
+out = sys.argv[1] if len(sys.argv) > 1 else None
+ckpt = os.path.join(os.path.dirname(os.path.abspath(out or "cuda_ddp.json")), "cuda_ddp.pt")
 if dist.get_rank() == 0:
     torch.save(model.module.state_dict(), ckpt)
 dist.barrier()
@@ -37,7 +38,10 @@ flat = torch.cat([p.detach().flatten() for p in model.parameters()])
 gathered = [torch.zeros_like(flat) for _ in range(dist.get_world_size())]
 dist.all_gather(gathered, flat)
 if dist.get_rank() == 0:
-    with open(sys.argv[1], "w") as fh:
+    print(f"backend {dist.get_backend()}, loss {float(loss):.4f}, parameters equal: "
+          f"{all(torch.equal(g, gathered[0]) for g in gathered)}")
+if dist.get_rank() == 0 and out:
+    with open(out, "w") as fh:
         json.dump({"world": dist.get_world_size(), "backend": str(dist.get_backend()),
                    "device": str(flat.device), "loss": float(loss),
                    "params_equal": all(torch.equal(g, gathered[0]) for g in gathered),
