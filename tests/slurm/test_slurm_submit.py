@@ -43,7 +43,7 @@ def _submit(cluster, profile: Path, run_dir: Path, *args: str, timeout: float = 
 def jobs(slurm_cluster, probed_profile, tmp_path_factory):
     """Both 4-rank jobs, submitted with --wait one after the other: {launcher: (proc, run_dir)}."""
     out = {}
-    for launcher in ("scaletrain", "torchrun"):
+    for launcher in ("scaletrain", "torchrun", "scaletrain-run"):
         run_dir = tmp_path_factory.mktemp("runs") / launcher
         t0 = time.monotonic()
         proc = _submit(slurm_cluster, probed_profile, run_dir, "--wait", "--nodes", "2",
@@ -97,7 +97,7 @@ def test_example_trains_on_every_rank_in_step(slurm_cluster, example_jobs, launc
     assert result["keys"] == 10 and result["diff"] == 0.0   # gradients were all-reduced
 
 
-@pytest.mark.parametrize("launcher", ["scaletrain", "torchrun"])
+@pytest.mark.parametrize("launcher", ["scaletrain", "torchrun", "scaletrain-run"])
 def test_submit_wait_exit_code_and_run_folder(jobs, launcher):
     proc, run_dir, _ = jobs[launcher]
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -109,7 +109,8 @@ def test_submit_wait_exit_code_and_run_folder(jobs, launcher):
     assert f"job {job_id} COMPLETED (exit code 0" in proc.stderr
 
 
-@pytest.mark.parametrize("launcher,slurm_launcher", [("scaletrain", "slurm"), ("torchrun", "torchrun")])
+@pytest.mark.parametrize("launcher,slurm_launcher", [("scaletrain", "slurm"), ("torchrun", "torchrun"),
+                                                     ("scaletrain-run", "torchrun")])
 def test_every_rank_reports_the_allreduce_sum(jobs, launcher, slurm_launcher):
     proc, _, _ = jobs[launcher]
     found = [m for m in map(LINE.search, proc.stdout.splitlines()) if m]
@@ -130,14 +131,17 @@ def test_every_rank_reports_the_allreduce_sum(jobs, launcher, slurm_launcher):
 def test_modes_differ_in_tasks_per_node(jobs):
     default = (jobs["scaletrain"][1] / "job.sh").read_text()
     torchrun = (jobs["torchrun"][1] / "job.sh").read_text()
+    agent = (jobs["scaletrain-run"][1] / "job.sh").read_text()
     assert "#SBATCH --ntasks-per-node=2" in default
-    assert "#SBATCH --ntasks-per-node=1" in torchrun
-    assert '--node-rank "$SLURM_NODEID"' in torchrun
+    assert "#SBATCH --ntasks-per-node=1" in torchrun and "#SBATCH --ntasks-per-node=1" in agent
+    assert "-m torch.distributed.run --nnodes=2 --nproc_per_node=2" in torchrun   # torch's own launcher
+    assert "--rdzv_backend=c10d" in torchrun and "scaletrain" not in torchrun.split("# launch:")[1]
+    assert '--node-rank "$SLURM_NODEID"' in agent
     assert "export SCALETRAIN_DEVICE=cpu" in default and "export SCALETRAIN_DEVICE=cpu" in torchrun
     assert "#SBATCH --cpus-per-task=1" in default and "#SBATCH --cpus-per-task=2" in torchrun
 
 
-@pytest.mark.parametrize("launcher", ["scaletrain", "torchrun"])
+@pytest.mark.parametrize("launcher", ["scaletrain", "torchrun", "scaletrain-run"])
 def test_generated_script_passes_lint(slurm_cluster, probed_profile, jobs, launcher):
     script = jobs[launcher][1] / "job.sh"
     proc = slurm_cluster.scaletrain("lint", "--profile", str(probed_profile), str(script))
@@ -248,3 +252,37 @@ def test_bad_input_is_exit_2_before_sbatch(slurm_cluster, probed_profile, tmp_pa
     assert proc.returncode == 2, proc.stderr
     assert needle in proc.stderr and "HINT:" in proc.stderr
     assert not (run_dir / "job_id").exists()
+
+
+# Reads a data file by the relative path it was given and reports where it ran (issue 8, defect 5).
+_RELATIVE_JOB = """
+import os, sys
+print("CWD", os.getcwd())
+print("DATA", open(sys.argv[1]).read().strip())
+print("NAME", os.environ.get("SLURM_JOB_NAME"))
+"""
+
+
+def test_submit_with_relative_script_and_data_path(slurm_cluster, probed_profile, tmp_path):
+    """The job runs in the folder it was submitted from: a relative script and data path resolve.
+
+    The same job carries sbatch options the local cluster supports (a job name with spaces, quotes
+    and '#', --exclusive, --dependency singleton, --mail-type, a --sbatch pass-through): sbatch must
+    read each as written.
+    """
+    work = tmp_path / "my work"
+    (work / "data").mkdir(parents=True)
+    (work / "data" / "x.txt").write_text("forty-two\n")
+    (work / "job.py").write_text(_RELATIVE_JOB)
+    name = 'my "job" #1'
+    proc = slurm_cluster.scaletrain(
+        "submit", "--profile", str(probed_profile), "--run-dir", str(tmp_path / "run"), "--wait",
+        "--gpus", "1", "--cpus-per-gpu", "1", "--device", "cpu", "--launcher", "srun",
+        "--job-name", name, "--exclusive", "--dependency", "singleton", "--mail-type", "END",
+        "--sbatch", "comment=a b #c", "--", "job.py", "data/x.txt", cwd=work, timeout=150)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"CWD {work}" in proc.stdout and "DATA forty-two" in proc.stdout
+    assert f"NAME {name}" in proc.stdout
+    job_id = proc.stdout.splitlines()[0]
+    info = slurm_cluster.run("scontrol", "show", "job", "-o", job_id).stdout
+    assert "Comment=a b #c" in info and "MailType=END" in info

@@ -24,7 +24,9 @@ def test_all_required_profiles_ship_and_load() -> None:
         if name != "local":
             assert p.scheduler == "slurm" and p.gpus_per_node > 0 and p.account_required
             assert p.gpu_request in p.gpu_request_accepts
-            assert any(s.startswith("seed ") for s in p.sources)
+            # a named centre guide besides the URLs, and no internal words (issue 8, defect 10)
+            assert any(not s.startswith("https://") for s in p.sources)
+            assert not any("seed" in s.lower() for s in (*p.sources, *p.notes, *p.setup_lines))
             assert any(s.startswith("https://") for s in p.sources)
             assert p.intra_node_gbps and p.inter_node_gbps
 

@@ -40,6 +40,13 @@ CASES: dict[str, tuple[str | None, str, str, str]] = {
                   job(*PUHTI, "--ntasks-per-node=4", "--cpus-per-task=10", "--gres=gpu:v100:4"), "error"),
     "mem-limit": ("lumi", job(*LUMI, "--gpus-per-node=8", "--mem=500G"),
                   job(*LUMI, "--gpus-per-node=8", "--mem=480G"), "error"),
+    # issue 8: the per-GPU share (same check as plan) and masks that must match --cpus-per-task
+    "gpu-share": ("puhti", job(*PUHTI, "--ntasks-per-node=1", "--cpus-per-task=40", "--gres=gpu:v100:1"),
+                  job(*PUHTI, "--ntasks-per-node=1", "--cpus-per-task=10", "--gres=gpu:v100:1"), "error"),
+    "cpu-bind-mask": (None, job("--ntasks-per-node=2", "--cpus-per-task=2", "--gres=gpu:2", "--time=1:00:00",
+                                body="srun --cpu-bind=mask_cpu:0x7,0x38 python3 x.py"),
+                      job("--ntasks-per-node=2", "--cpus-per-task=2", "--gres=gpu:2", "--time=1:00:00",
+                          body="srun --cpu-bind=mask_cpu:0x3,0xc python3 x.py"), "error"),
     "account-missing": ("mahti", job("--partition=gpusmall", "--time=1:00:00", "--gres=gpu:a100:1"),
                         job(*MAHTI, "--partition=gpusmall", "--gres=gpu:a100:1"), "warning"),
     "tasks-per-gpu": (None, job("--ntasks-per-node=8", "--gres=gpu:4", "--time=1:00:00"),

@@ -79,7 +79,7 @@ def test_params_memory_table(capsys) -> None:
     (["--cluster", "puhti", "--gpus", "1", "--account", "p"], "no training script"),
     (["--gpus", "1", "--", "t.py"], "--cluster NAME is required"),
     (["--cluster", "mahti", "--gpus", "4", "--partition", "gpusmall", "--account", "p", "--", "t.py"],
-     "at most 2 GPUs"),
+     "which allows at most 2"),
     (["--cluster", "puhti", "--gpus", "4", "--time", "9-00:00:00", "--account", "p", "--", "t.py"],
      "above every GPU partition's limit"),
     (["--cluster", "juwels-booster", "--gpus", "6", "--account", "p", "--", "t.py"], "not a multiple"),
@@ -140,7 +140,11 @@ def test_flags_are_a_decision() -> None:
     assert flags == sorted([
         "--help", "--cluster", "--profile", "--partition", "--account", "--gpus", "--nodes",
         "--gpus-per-node", "--time", "--cpus-per-gpu", "--mem-per-gpu", "--launcher", "--device",
-        "--container", "--stage-data", "--requeue", "--job-name", "--params", "--output", "--json"])
+        "--container", "--stage-data", "--requeue", "--job-name", "--params", "--output", "--json",
+        # issue 8: sbatch options, software set-up, accelerate config, run-time expansion
+        "--accelerate-config", "--expand-args", "--mail-type", "--mail-user", "--array", "--constraint",
+             "--dependency", "--reservation", "--qos", "--log", "--error", "--chdir", "--exclusive", "--sbatch",
+             "--module", "--venv", "--conda", "--env", "--setup", "--gpus-per-proc", "--procs-per-gpu", "--cpus"])
 
 
 def test_plan_and_clusters_start_fast_without_torch() -> None:

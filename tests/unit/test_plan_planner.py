@@ -189,24 +189,27 @@ def test_not_a_multiple_on_whole_node_partition() -> None:
 
 
 def test_part_of_a_node_on_whole_node_partition_points_to_the_shared_one() -> None:
-    text = _err(PlanError, "lumi", gpus=4, partition="standard-g")
-    assert "allocates whole nodes" in text and "--partition small-g" in text
+    # the user named it: allowed, but the note says what it costs and where to go instead
+    p = plan("lumi", gpus=4, partition="standard-g")
+    note = next(n for n in p.notes if "allocates whole nodes" in n)
+    assert "4 of 8 GPUs per node are used, and the job is billed for 8" in note and "--partition small-g" in note
+    assert p.gpu_hours == 8.0
 
 
 def test_time_above_partition_limit() -> None:
     text = _err(PlanError, "puhti", gpus=4, partition="gputest", time="01:00:00")
-    assert "above the 00:15:00 limit of partition 'gputest'" in text
+    assert "above the 00:15:00 maximum of partition 'gputest'" in text
     text = _err(PlanError, "puhti", gpus=4, time="4-00:00:00")
     assert "above every GPU partition's limit" in text and "--time 3-00:00:00" in text
 
 
 def test_more_gpus_than_partition_allows() -> None:
     text = _err(PlanError, "mahti", gpus=4, partition="gpusmall")
-    assert "at most 2 GPUs, not 4" in text and "--partition gpumedium" in text
+    assert "4 GPUs in partition 'gpusmall', which allows at most 2" in text and "partition gpumedium" in text
     text = _err(PlanError, "mahti", gpus=28)
     assert "no partition on mahti takes 28 GPUs" in text
     text = _err(PlanError, "puhti", gpus=16, partition="gputest", time="00:10:00")
-    assert "at most 8 GPUs" in text
+    assert "which allows at most 8" in text
 
 
 def test_more_gpus_per_node_than_the_node_has() -> None:
@@ -226,8 +229,8 @@ def test_gpus_and_nodes_both_or_neither() -> None:
 
 
 def test_too_many_cores_or_memory() -> None:
-    assert "40 usable" in _err(PlanError, "puhti", gpus=4, cpus_per_gpu=20)
-    assert "offers 373G" in _err(PlanError, "puhti", gpus=4, mem_per_gpu_gb=200)
+    assert "a puhti node has 40" in _err(PlanError, "puhti", gpus=4, cpus_per_gpu=20)
+    assert "gives at most 373G" in _err(PlanError, "puhti", gpus=4, mem_per_gpu_gb=200)
 
 
 def test_bad_launcher_device_time() -> None:

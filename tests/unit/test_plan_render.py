@@ -24,7 +24,8 @@ from scaletrain.plan.planner import make_plan
 from scaletrain.plan.render import launch_command, render_script
 from scaletrain.plan.request import LAUNCHERS, JobRequest
 
-HOSTILE = ("'; rm -rf ~'", "$(id)", "`id`", "a\nb", "--x=$HOME", "*", "", "\"q\"", "\\", "-- x")
+HOSTILE = ("'; rm -rf ~'", "$(id)", "`id`", "a b", "--x=$HOME", "*", "", "\"q\"", "\\", "-- x", "${HOME}",
+           "#x", "é ✓")
 BASH = shutil.which("bash")
 pytestmark = pytest.mark.skipif(BASH is None, reason="bash not installed")
 
@@ -60,6 +61,18 @@ FAKE_SCONTROL = r"""#!/bin/bash
 echo "scontrol $*" >> "$FAKE_LOG"
 if [ "$1 $2" = "show hostnames" ]; then printf 'nodeA\nnodeB\n'; fi
 """
+FAKE_VIRTUALENV = r"""#!/bin/bash
+# virtualenv --no-download DIR: an activate script and a pip that does nothing
+mkdir -p "$2/bin" && echo 'export VIRTUAL_ENV=1' > "$2/bin/activate"
+printf '#!/bin/bash\nexit 0\n' > "$2/bin/pip" && chmod +x "$2/bin/pip"
+"""
+FAKE_APPTAINER = r"""#!/bin/bash
+# apptainer exec [--nv|--rocm] [-B DIR]... IMAGE CMD...: run CMD here
+shift
+while [[ "$1" == -* ]]; do [ "$1" = -B ] && shift; shift; done
+shift
+exec "$@"
+"""
 FAKE_WRAPPER = r"""#!/bin/bash
 shift  # "exec"
 exec "$@"
@@ -73,7 +86,8 @@ def fakebin(tmp_path: Path):
     bin_dir.mkdir()
     for name, body in (("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL), ("python3", FAKE_RECORD),
                        ("python", FAKE_RECORD), ("accelerate", FAKE_RECORD), ("deepspeed", FAKE_RECORD),
-                       ("apptainer_wrapper", FAKE_WRAPPER), ("module", "#!/bin/bash\nexit 0\n")):
+                       ("apptainer_wrapper", FAKE_WRAPPER), ("module", "#!/bin/bash\nexit 0\n"),
+                       ("virtualenv", FAKE_VIRTUALENV), ("apptainer", FAKE_APPTAINER)):
         f = bin_dir / name
         f.write_text(body)
         f.chmod(0o755)
@@ -135,7 +149,8 @@ def test_provenance_header_has_version_and_exact_command() -> None:
 
 @pytest.mark.parametrize("launcher,cluster,gpus", [
     ("scaletrain", "puhti", 8), ("mpi", "mahti", 4), ("lightning", "lumi", 8), ("srun", "puhti", 8),
-    ("torchrun", "puhti", 4), ("torchrun", "lumi", 16), ("accelerate", "mahti", 4),
+    ("torchrun", "puhti", 4), ("torchrun", "lumi", 16), ("scaletrain-run", "puhti", 4),
+    ("scaletrain-run", "lumi", 16), ("accelerate", "mahti", 4),
     ("accelerate", "puhti", 8), ("deepspeed", "mahti", 4), ("deepspeed", "puhti", 8),
 ])
 def test_hostile_arguments_reach_the_program_literally(fakebin, launcher, cluster, gpus) -> None:
@@ -149,7 +164,7 @@ def test_hostile_arguments_reach_the_program_literally(fakebin, launcher, cluste
 
 def test_per_node_values_are_evaluated_on_each_node(fakebin) -> None:
     # SLURM_NODEID is unset in the batch shell; only the fake srun sets it (to 1) for its task
-    argv, _ = fakebin(render("puhti", gpus=8, launcher="torchrun"))
+    argv, _ = fakebin(render("puhti", gpus=8, launcher="scaletrain-run"))
     assert argv[:4] == ["python3", "-m", "scaletrain", "run"]
     joined = " ".join(argv)
     assert "--nnodes 2 --node-rank 1 --master-addr nodeA --master-port 13456 --nproc-per-node 4 train.py" in joined
@@ -187,7 +202,7 @@ def test_container_wraps_the_program(fakebin) -> None:
     assert "apptainer exec --rocm /img/pt.sif python3 -u t.py" in launch_command(plan)
     plan = make_plan(JobRequest(cluster="narval", gpus=1, account="p", script="t.py", container="a b.sif"),
                      load_profile("narval"))
-    assert "apptainer exec --nv 'a b.sif' python -u t.py" in launch_command(plan)
+    assert "apptainer exec --nv -B /project -B /scratch 'a b.sif' python -u t.py" in launch_command(plan)
 
 
 def test_device_cpu_is_exported() -> None:
@@ -281,3 +296,17 @@ def test_the_hostile_argument_check_can_fail(fakebin, monkeypatch) -> None:
     except AssertionError:
         return  # the unquoted script did not even run cleanly
     assert argv[argv.index("ENV") - 2: argv.index("ENV")] != ["$(echo injected)", "a b"]
+
+
+@pytest.mark.parametrize("cluster", [c for c in list_profiles() if c != "local"])
+def test_every_script_runs_as_written_under_stub_commands(fakebin, cluster: str) -> None:
+    """Every profile x launcher, on two nodes, with and without a container: the script runs to the
+    program with fake srun/module/virtualenv/apptainer, and the program gets its arguments."""
+    per = load_profile(cluster).gpus_per_node
+    for launcher in LAUNCHERS:
+        for container in (None, "/img/x.sif"):
+            text = render(cluster, gpus=2 * per, launcher=launcher, container=container,
+                          script_args=("a b", "$(id)"))
+            argv, _ = fakebin(text)
+            assert argv[argv.index("ENV") - 3: argv.index("ENV")] == ["train.py", "a b", "$(id)"], \
+                (cluster, launcher, container)

@@ -66,7 +66,7 @@ def test_default_run_dir_is_timestamped_under_runs(tmp_path, capsys, fake_path, 
     out, _ = capsys.readouterr()
     path = Path(out.strip())
     assert path.name == "job.sh"
-    assert re.fullmatch(r"runs/\d{8}-\d{6}-my_train", str(path.parent))
+    assert re.fullmatch(r"runs/\d{8}-\d{6}-my_train", str(path.parent.relative_to(tmp_path)))
 
 
 def test_submit_prints_job_id_and_runs_sbatch_in_run_dir(tmp_path, capsys, fake_path):

@@ -24,25 +24,32 @@ EPILOG = """\
 examples:
   scaletrain plan --cluster puhti --gpus 8 --account project_123 -- train.py --epochs 3
   scaletrain plan --cluster mahti --gpus 2 --launcher torchrun --account project_123 -- train.py
-  scaletrain plan --cluster lumi --nodes 4 --launcher accelerate --time 12:00:00 -- train.py
-  scaletrain plan --cluster narval --gpus 4 --stage-data ~/data/imagenet.tar --requeue -- train.py
-  scaletrain plan --cluster juwels-booster --gpus 16 --params 7e9 --json -- train.py
+  scaletrain plan --cluster lumi --nodes 4 --launcher accelerate --time 12:00:00 --account project_465000123 -- train.py
+  scaletrain plan --cluster narval --gpus 4 --stage-data ~/data/imagenet.tar --requeue --account def-someone -- train.py
+  scaletrain plan --cluster juwels-booster --gpus 16 --params 7e9 --json --account training2324 -- train.py
+  scaletrain plan --cluster puhti --gpus 4 --account project_123 --mail-type END,FAIL --mail-user me@uni.fi --venv /projappl/project_123/env -- train.py
+  scaletrain plan --cluster puhti --gpus 4 --account project_123 --expand-args -- train.py --out '$LOCAL_SCRATCH/run-$SLURM_JOB_ID'
   scaletrain plan --cluster local --gpus 2 -- train.py        # this machine, CPU workers
 
-launchers (tasks per node):
-  scaletrain  one task per GPU, srun starts python; scaletrain.init() reads Slurm (default)
-  srun        one task per GPU, torch's env:// variables (RANK, WORLD_SIZE, ...) set from Slurm's
-  mpi         one task per GPU (Horovod, DeepSpeed in MPI mode, mpi4py programs)
-  lightning   one task per GPU; Lightning reads Slurm itself
-  torchrun    one task per node running 'scaletrain run' (static rendezvous, a worker per GPU)
-  accelerate  one task per node running 'accelerate launch'
-  deepspeed   one task per node running the 'deepspeed' launcher
+launchers (tasks per node; what the training program reads):
+{launchers}
+
+Every value is checked and quoted: program arguments reach the program literally, unless
+--expand-args lets $NAME in them expand when the job runs. Jobs that import scaletrain
+check for it first; see docs/clusters.md for installing it next to a centre's PyTorch.
 """
+
+
+def epilog() -> str:
+    """The help epilog, with one line per launcher from the launcher table."""
+    from scaletrain.plan.launchers import describe
+
+    return EPILOG.format(launchers=describe())
 
 
 def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     """Add every flag of ``plan`` (and ``submit``): the job, the cluster and the program."""
-    from scaletrain.plan.request import LAUNCHERS
+    from scaletrain.plan.launchers import LAUNCHERS
 
     c = parser.add_argument_group("cluster")
     c.add_argument("--cluster", metavar="NAME",
@@ -59,6 +66,12 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     s.add_argument("--cpus-per-gpu", type=int, metavar="C",
                    help="CPU cores per GPU (default: the node's cores shared per GPU)")
     s.add_argument("--mem-per-gpu", metavar="M", help="memory per GPU, e.g. 64G (default: the profile's share)")
+    s.add_argument("--gpus-per-proc", type=int, default=1, metavar="G",
+                   help="one process drives G GPUs (model parallel; default 1)")
+    s.add_argument("--procs-per-gpu", type=int, default=1, metavar="K",
+                   help="K processes share each GPU through NVIDIA MPS (one node; default 1)")
+    s.add_argument("--cpus", type=int, metavar="N",
+                   help="a CPU-only job: N cores for the process (threads = N), no GPUs")
     r = parser.add_argument_group("how it runs")
     r.add_argument("--launcher", choices=LAUNCHERS, default="scaletrain",
                    help="launch mode (default scaletrain; see below)")
@@ -71,6 +84,38 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     r.add_argument("--requeue", action="store_true",
                    help="USR1 before the time limit, passed to the tasks; the job then requeues itself")
     r.add_argument("--job-name", metavar="NAME", help="Slurm job name (default: the script's name)")
+    r.add_argument("--accelerate-config", metavar="FILE",
+                   help="with --launcher accelerate: the accelerate config (FSDP, DeepSpeed...); "
+                        "scaletrain adds only the layout flags")
+    r.add_argument("--expand-args", action="store_true",
+                   help="let $NAME / ${NAME} in the program's arguments expand when the job runs (job-wide "
+                        "values such as $SLURM_JOB_ID; nothing else is interpreted); default: passed literally")
+    j = parser.add_argument_group("sbatch options")
+    for flag, metavar, text in (
+            ("--mail-type", "TYPES", "mail on these events, e.g. END,FAIL"),
+            ("--mail-user", "ADDR", "where the mail goes"),
+            ("--array", "SPEC", "job array, e.g. 0-9 or 0-99%%10 ($SLURM_ARRAY_TASK_ID in the job)"),
+            ("--constraint", "FEATURES", "node features, e.g. a100"),
+            ("--dependency", "DEP", "e.g. afterok:123456 or singleton"),
+            ("--reservation", "NAME", "run in a reservation (courses)"),
+            ("--qos", "QOS", "quality of service"),
+            ("--log", "PATTERN", "the job's output file (default %%x-%%j.out)"),
+            ("--error", "PATTERN", "a separate error file (default: with the output)"),
+            ("--chdir", "DIR", "the job's working directory (submit: the folder you submit from)")):
+        j.add_argument(flag, metavar=metavar, help=text)
+    j.add_argument("--exclusive", action="store_true", help="whole nodes for this job only")
+    j.add_argument("--sbatch", action="append", default=[], metavar="OPTION[=VALUE]",
+                   help="any other #SBATCH option (repeatable), e.g. --sbatch begin=now+1hour; refused "
+                        "when the plan computes it")
+    w = parser.add_argument_group("software (replaces or extends the profile's set-up)")
+    w.add_argument("--module", action="append", default=[], metavar="M",
+                   help="module to load instead of the profile's (repeatable)")
+    w.add_argument("--venv", metavar="DIR", help="activate this virtualenv (DIR/bin/activate)")
+    w.add_argument("--conda", metavar="ENV", help="activate this conda environment")
+    w.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                   help="export a variable for the job (repeatable; the value is passed literally)")
+    w.add_argument("--setup", action="append", default=[], metavar="CMD",
+                   help="a shell line to run after the set-up (repeatable; run as written)")
     o = parser.add_argument_group("output")
     o.add_argument("--params", metavar="N", help="model size (7e9, 350M): add per-GPU memory per strategy")
     o.add_argument("--output", "-o", metavar="FILE", help="write the script to FILE instead of stdout")
@@ -126,6 +171,8 @@ def request_from_args(args: argparse.Namespace):  # -> JobRequest (lazy import k
     if stage:  # the job starts in the submit folder, but an absolute path survives a cd
         stage = os.path.abspath(os.path.expanduser(stage))
     account = args.account or os.environ.get("SBATCH_ACCOUNT") or os.environ.get("SLURM_ACCOUNT") or None
+    venv = os.path.abspath(os.path.expanduser(args.venv)) if args.venv else None
+    accel = os.path.abspath(os.path.expanduser(args.accelerate_config)) if args.accelerate_config else None
     return JobRequest(
         cluster=args.cluster or Path(args.profile).stem,
         script=args.script,
@@ -148,15 +195,39 @@ def request_from_args(args: argparse.Namespace):  # -> JobRequest (lazy import k
         job_name=args.job_name,
         command=_command(args),
         profile_file=os.path.abspath(os.path.expanduser(args.profile)) if args.profile else None,
+        mail_type=args.mail_type, mail_user=args.mail_user, array=args.array, constraint=args.constraint,
+        exclusive=bool(args.exclusive), dependency=args.dependency, reservation=args.reservation,
+        qos=args.qos, log=args.log, error_log=args.error, chdir=args.chdir,
+        sbatch_extra=tuple(_pair(x, "--sbatch", required=False) for x in args.sbatch),
+        modules=tuple(args.module), venv=venv, conda=args.conda,
+        env=tuple(_pair(x, "--env", required=True) for x in args.env), setup=tuple(args.setup),
+        accelerate_config=accel, expand_args=bool(args.expand_args),
+        gpus_per_proc=args.gpus_per_proc, procs_per_gpu=args.procs_per_gpu, cpus=args.cpus,
     )
 
 
-def plan_from_args(args: argparse.Namespace):  # -> Plan
-    """Load the profile and make the plan for parsed ``add_plan_arguments`` flags."""
+def _pair(text: str, flag: str, *, required: bool) -> tuple[str, str]:
+    """``KEY=VALUE`` (or a bare ``KEY`` where the value is optional) as a pair."""
+    key, eq, value = text.partition("=")
+    if not key or (required and not eq):
+        raise UsageError(f"{flag} {text!r}: expected KEY=VALUE", f"e.g. {flag} " +
+                         ("NCCL_DEBUG=INFO" if flag == "--env" else "begin=now+1hour"))
+    return key, value
+
+
+def plan_from_args(args: argparse.Namespace, **overrides: object):  # -> Plan
+    """Load the profile and make the plan for parsed ``add_plan_arguments`` flags.
+
+    ``overrides`` replace request fields (``submit`` sets the working directory and log path).
+    """
+    import dataclasses
+
     from scaletrain.clusters.profile import load_profile
     from scaletrain.plan.planner import make_plan
 
     request = request_from_args(args)
+    if overrides:
+        request = dataclasses.replace(request, **overrides)
     profile = load_profile(args.profile if args.profile else args.cluster)
     return make_plan(request, profile)
 
@@ -193,7 +264,7 @@ def run_plan(args: argparse.Namespace) -> int:
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``plan`` verb."""
     p = subparsers.add_parser("plan", help="print the Slurm batch script for a job (nothing submitted)",
-                              description=DESCRIPTION, epilog=EPILOG,
+                              description=DESCRIPTION, epilog=epilog(),
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     add_plan_arguments(p)
     p.set_defaults(func=run_plan)

@@ -1,8 +1,10 @@
 """``scaletrain submit``: ``plan`` plus one ``sbatch --parsable`` call, from a run folder.
 
 The script is written into the run folder first (``--run-dir``, default
-``./runs/<timestamp>-<name>/``) and sbatch is called from there, so the job's relative
-``--output`` files, the script and the job id all end up together. ``--dry-run`` stops before
+``./runs/<timestamp>-<name>/``) and sbatch is called from there, so the job's output file, the
+script and the job id all end up together. The job itself runs in the folder the user submitted
+from (``#SBATCH --chdir``), with the training script's path made absolute, so the program and
+the relative paths it is given resolve as they did on the command line. ``--dry-run`` stops before
 sbatch. ``--wait`` follows the job with ``scontrol show job`` until it ends, prints its output
 file and exits with the job's exit code.
 
@@ -28,8 +30,8 @@ JOB_ID_FILE = "job_id"
 EXAMPLES = """\
 examples:
   scaletrain submit --cluster puhti --gpus 8 --account project_123 -- train.py --epochs 10
-  scaletrain submit --cluster lumi --nodes 2 --dry-run -- train.py      # write, do not submit
-  scaletrain submit --profile my.toml --nodes 2 --wait -- train.py      # follow it to the end
+  scaletrain submit --cluster lumi --nodes 2 --account project_465000123 --dry-run -- train.py  # write only
+  scaletrain submit --profile my.toml --nodes 2 --account project_123 --wait -- train.py  # follow it
 
 The script goes to --run-dir (default ./runs/<timestamp>-<name>/), sbatch runs from there, and
 the job id is printed on stdout. With --wait, Ctrl-C stops following the job but does NOT
@@ -104,7 +106,10 @@ def _read_output(path: str | None, wait_s: float = 5.0) -> str | None:
 
 def run_submit(args: argparse.Namespace) -> int:
     """CLI body of ``scaletrain submit``; returns the exit code."""
-    from scaletrain.cli.plan import plan_from_args
+    import os
+
+    from scaletrain.cli.plan import plan_from_args, request_from_args
+    from scaletrain.plan.planner import job_name_for
     from scaletrain.plan.render import render_script
     from scaletrain.plan.summary import render_summary
     from scaletrain.slurm import commands
@@ -113,11 +118,16 @@ def run_submit(args: argparse.Namespace) -> int:
         if value:
             raise UsageError(f"{flag} is a 'plan' option; submit writes the script into its run folder",
                              "use --run-dir DIR (and --dry-run to stop before sbatch), or 'scaletrain plan'")
-    plan = plan_from_args(args)
+    here = os.getcwd()
+    run_dir = _run_dir(args, job_name_for(request_from_args(args))).absolute()
+    # the job runs where the user submitted from; the script's path survives any cd
+    overrides: dict[str, object] = {"chdir": args.chdir or here,
+                                    "script": os.path.abspath(os.path.expanduser(args.script))}
+    if not args.log:
+        overrides["log"] = str(run_dir / "%x-%j.out")
+    plan = plan_from_args(args, **overrides)
     script_text = render_script(plan)
     summary = render_summary(plan)
-    job_name = plan.job_name
-    run_dir = _run_dir(args, job_name)
     script = _write_script(run_dir, script_text)
     print(summary.rstrip("\n"), file=sys.stderr)
     if args.dry_run:

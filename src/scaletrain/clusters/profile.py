@@ -92,6 +92,17 @@ class ClusterProfile:
     default_time: str = "01:00:00"
     notes: tuple[str, ...] = ()
     path: str = ""                      # the file the profile was read from
+    # the centre's per-GPU share of a shared node, and what happens beyond it (clusters/resources.py)
+    max_cores_per_gpu: int | None = None
+    max_mem_per_gpu_gb: float | None = None
+    gpu_share_policy: str = "billed"    # "enforced": refused beyond the share; "billed": charged for it
+    billing: str = "gpus"               # "gpus": GPU x hours; "max_share": max(GPUs, cores/share, mem/share)
+    # containers: what `apptainer exec` needs on this cluster (bind mounts, set-up before it)
+    container_binds: tuple[str, ...] = ()
+    container_setup_lines: tuple[str, ...] = ()
+    # the Python environment a job gets when it names none (--venv/--conda): e.g. a virtualenv
+    # built on each node from the centre's wheels (Alliance)
+    python_env_lines: tuple[str, ...] = ()
 
     @property
     def cores_per_gpu(self) -> int:
@@ -209,7 +220,8 @@ _PROFILE_KEYS = {
     "account_required", "scratch_var", "setup_lines", "container", "env", "master_addr_suffix",
     "gpu_cpu_map", "intra_node_gbps", "inter_node_gbps", "sources", "scheduler", "python",
     "mem_request", "mem_per_gpu_gb", "gpu_request_accepts", "exec_wrapper", "scratch_gres",
-    "scratch_max_gb", "default_time", "notes",
+    "scratch_max_gb", "default_time", "notes", "max_cores_per_gpu", "max_mem_per_gpu_gb",
+    "gpu_share_policy", "billing", "container_binds", "container_setup_lines", "python_env_lines",
 }
 _PARTITION_KEYS = {"gpus", "max_gpus", "max_nodes", "min_nodes", "whole_node", "max_time",
                    "default", "test", "implicit", "description"}
@@ -316,6 +328,10 @@ def profile_from_dict(data: dict[str, Any], *, path: str = "", default_name: str
     env = _typed(data, "env", dict, path, {})
     default_time = _typed(data, "default_time", str, path, "01:00:00")
     parse_time(default_time)
+    share_policy = _typed(data, "gpu_share_policy", str, path, "billed")
+    billing = _typed(data, "billing", str, path, "gpus")
+    if share_policy not in ("enforced", "billed") or billing not in ("gpus", "max_share"):
+        raise _bad(path, "gpu_share_policy must be 'enforced' or 'billed', billing 'gpus' or 'max_share'")
 
     return ClusterProfile(
         name=name,
@@ -351,6 +367,13 @@ def profile_from_dict(data: dict[str, Any], *, path: str = "", default_name: str
         default_time=default_time,
         notes=tuple(str(s) for s in _typed(data, "notes", list, path, [])),
         path=path,
+        max_cores_per_gpu=_typed(data, "max_cores_per_gpu", int, path, None, none_ok=True),
+        max_mem_per_gpu_gb=_typed(data, "max_mem_per_gpu_gb", float, path, None, none_ok=True),
+        gpu_share_policy=share_policy,
+        billing=billing,
+        container_binds=tuple(str(s) for s in _typed(data, "container_binds", list, path, [])),
+        container_setup_lines=tuple(str(s) for s in _typed(data, "container_setup_lines", list, path, [])),
+        python_env_lines=tuple(str(s) for s in _typed(data, "python_env_lines", list, path, [])),
     )
 
 
@@ -362,7 +385,8 @@ def profile_to_dict(profile: ClusterProfile) -> dict[str, Any]:
     out["partitions"] = {k: asdict(v) for k, v in profile.partitions.items()}
     if profile.gpu_cpu_map is not None:
         out["gpu_cpu_map"] = {str(k): list(v) for k, v in profile.gpu_cpu_map.items()}
-    for key in ("setup_lines", "sources", "notes", "gpu_request_accepts"):
+    for key in ("setup_lines", "sources", "notes", "gpu_request_accepts", "container_binds",
+                "container_setup_lines", "python_env_lines"):
         out[key] = list(out[key])
     return out
 

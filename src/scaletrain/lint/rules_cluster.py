@@ -1,5 +1,8 @@
 """Rules that compare the request with the cluster profile: GPUs, partitions, cores, memory, time.
 
+The limits themselves are checked once, by ``Resources.check`` (``scaletrain.clusters.resources``),
+the same function ``plan`` calls; the rules here turn its violations into findings.
+
 Node-size rules are errors on a partition the profile knows. On a partition it does not know
 (the seeds use LUMI's historical ``eap``), the node may not be the profile's node, so the same
 finding is a warning that says so.
@@ -10,9 +13,8 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
+from scaletrain.clusters.resources import Resources
 from scaletrain.lint.findings import ERROR, WARNING, Finding, LintContext, finding, rule
-from scaletrain.lint.job import parse_time_s
-from scaletrain.slurm.parse import format_time
 
 
 def _node_severity(ctx: LintContext) -> tuple[str, str]:
@@ -37,24 +39,53 @@ def _gpu_syntax_hint(ctx: LintContext, count: int | None) -> str:
     return f"#SBATCH --gpus-per-node={n}"
 
 
+def resources(ctx: LintContext) -> Resources:
+    """The script's #SBATCH request in the shared check's terms (clusters/resources.py)."""
+    job = ctx.job
+    gpn = job.gpus_per_node or 0
+    tasks, cpt = job.tasks_per_node, job.cpus_per_task or 1
+    if job.cpus_per_gpu and gpn:
+        tasks, cpt = 1, job.cpus_per_gpu * gpn
+    mem_mb = job.mem_mb
+    if not mem_mb and job.mem_per_cpu_mb:
+        mem_mb = job.mem_per_cpu_mb * tasks * cpt
+    elif not mem_mb and job.mem_per_gpu_mb and gpn:
+        mem_mb = job.mem_per_gpu_mb * gpn
+    part = ctx.partition
+    return Resources(nodes=job.node_count, gpus_per_node=gpn, tasks_per_node=tasks, cpus_per_task=cpt,
+                     mem_gb=mem_mb / 1024 if mem_mb else None, seconds=job.time_s,
+                     partition=part.name if part is not None else None)
+
+
+_FIELD_LINES = {"gpus": None, "nodes": ("nodes", "partition"), "time": ("time",),
+                "cpus": ("cpus-per-task", "cpus-per-gpu", "ntasks-per-node"),
+                "mem": ("mem", "mem-per-cpu", "mem-per-gpu"), "partition": ("partition",)}
+# Limits of the node itself: on a partition the profile does not know, the node may differ.
+_NODE_RULES = ("gpus-per-node", "cpu-limit", "mem-limit")
+
+
+def _shared_check(ctx: LintContext, rule_id: str) -> Iterable[Finding]:
+    """Findings of ``rule_id`` from the one resource check ``plan`` also uses."""
+    prof = ctx.profile
+    if prof is None:
+        return
+    for v in resources(ctx).check(prof):
+        if v.rule != rule_id:
+            continue
+        names = _FIELD_LINES[v.field]
+        line = _gpu_line(ctx) if names is None else ctx.option_line(*names)
+        severity, note = v.severity, ""
+        if rule_id in _NODE_RULES and v.severity == ERROR:
+            severity, note = _node_severity(ctx)
+        hint = v.sbatch_hint
+        if rule_id == "gpus-per-node" and prof.gpus_per_node > 0:
+            hint = f"{hint} ({_gpu_syntax_hint(ctx, prof.gpus_per_node)})"
+        yield finding(rule_id, severity, line, v.message + note, hint)
+
+
 @rule("gpus-per-node", "more GPUs per node than the cluster's nodes have", needs_cluster=True)
 def gpus_per_node(ctx: LintContext) -> Iterable[Finding]:
-    prof = ctx.profile
-    gpn = ctx.job.gpus_per_node
-    if prof is None or not gpn:
-        return
-    if prof.gpus_per_node <= 0:
-        yield finding("gpus-per-node", ERROR, _gpu_line(ctx),
-                      f"{gpn} GPUs per node requested but {prof.name} nodes have no GPUs",
-                      "remove the GPU request, or lint with the --cluster the job is meant for")
-        return
-    if gpn > prof.gpus_per_node:
-        sev, note = _node_severity(ctx)
-        nodes = -(-gpn * ctx.job.node_count // prof.gpus_per_node)
-        yield finding("gpus-per-node", sev, _gpu_line(ctx),
-                      f"{gpn} GPUs per node requested but a {prof.name} node has {prof.gpus_per_node}{note}",
-                      f"use --nodes={nodes} with {prof.gpus_per_node} GPUs per node "
-                      f"({_gpu_syntax_hint(ctx, prof.gpus_per_node)})")
+    yield from _shared_check(ctx, "gpus-per-node")
 
 
 def _form(option: str, gpu_type: str | None) -> str:
@@ -124,96 +155,28 @@ def partition_missing(ctx: LintContext) -> Iterable[Finding]:
 
 @rule("partition-limit", "GPUs or nodes outside the partition's limits", needs_cluster=True)
 def partition_limit(ctx: LintContext) -> Iterable[Finding]:
-    prof, part, job = ctx.profile, ctx.partition, ctx.job
-    if prof is None or part is None:
-        return
-    line = ctx.option_line("partition")
-    total = job.total_gpus
-    others = [p.name for p in prof.partitions.values() if p is not part and p.gpus]
-    if part.max_gpus is not None and total is not None and total > part.max_gpus:
-        bigger = [p.name for p in prof.partitions.values()
-                  if p.gpus and not getattr(p, "test", False) and (p.max_gpus is None or p.max_gpus >= total)]
-        yield finding("partition-limit", ERROR, _gpu_line(ctx),
-                      f"{total} GPUs in partition '{part.name}', which allows at most {part.max_gpus}",
-                      f"use --partition={bigger[0]}" if bigger else
-                      f"ask for at most {part.max_gpus} GPUs")
-    if part.max_nodes is not None and job.node_count > part.max_nodes:
-        yield finding("partition-limit", ERROR, ctx.option_line("nodes", "partition"),
-                      f"{job.node_count} nodes in partition '{part.name}', which allows at most {part.max_nodes}",
-                      f"use at most --nodes={part.max_nodes}, or another partition")
-    if part.min_nodes is not None and job.node_count < part.min_nodes:
-        yield finding("partition-limit", ERROR, ctx.option_line("nodes", "partition"),
-                      f"{job.node_count} node(s) in partition '{part.name}', which needs at least {part.min_nodes}",
-                      f"use --nodes={part.min_nodes} or more, or a partition for small jobs")
-    if not part.gpus and job.gpus_per_node:
-        yield finding("partition-limit", ERROR, line,
-                      f"GPUs requested in partition '{part.name}', which has no GPUs",
-                      f"use a GPU partition: {', '.join(others)}" if others else "remove the GPU request")
-    if part.whole_node and job.gpus_per_node and job.gpus_per_node < prof.gpus_per_node:
-        yield finding("partition-limit", WARNING, _gpu_line(ctx),
-                      f"partition '{part.name}' allocates whole nodes: {job.gpus_per_node} of "
-                      f"{prof.gpus_per_node} GPUs per node are used and all are billed",
-                      f"ask for {prof.gpus_per_node} GPUs per node, or use a partition that shares nodes")
+    yield from _shared_check(ctx, "partition-limit")
 
 
 @rule("time-limit", "a time limit above the partition's maximum", needs_cluster=True)
 def time_limit(ctx: LintContext) -> Iterable[Finding]:
-    part = ctx.partition
-    if part is None or part.max_time is None or ctx.job.time_s is None:
-        return
-    limit = parse_time_s(part.max_time)
-    if limit is not None and ctx.job.time_s > limit:
-        yield finding("time-limit", ERROR, ctx.option_line("time"),
-                      f"--time={format_time(ctx.job.time_s)} is above the {part.max_time} "
-                      f"maximum of partition '{part.name}'; the job would never start",
-                      f"#SBATCH --time={part.max_time} (checkpoint and resubmit for longer runs)")
-
-
-def cpus_per_node(ctx: LintContext) -> int:
-    """CPUs the request takes on each node."""
-    job = ctx.job
-    if job.cpus_per_gpu and job.gpus_per_node:
-        return job.cpus_per_gpu * job.gpus_per_node
-    return (job.cpus_per_task or 1) * job.tasks_per_node
+    yield from _shared_check(ctx, "time-limit")
 
 
 @rule("cpu-limit", "CPUs per task x tasks per node above the node's cores", needs_cluster=True)
 def cpu_limit(ctx: LintContext) -> Iterable[Finding]:
-    prof, job = ctx.profile, ctx.job
-    if prof is None or prof.cores_per_node <= 0:
-        return
-    cpus = cpus_per_node(ctx)
-    if cpus > prof.cores_per_node:
-        sev, note = _node_severity(ctx)
-        per = max(1, prof.cores_per_node // job.tasks_per_node)
-        yield finding("cpu-limit", sev, ctx.option_line("cpus-per-task", "cpus-per-gpu", "ntasks-per-node"),
-                      f"{cpus} CPUs per node requested ({job.cpus_per_task or 1} per task x "
-                      f"{job.tasks_per_node} tasks) but a {prof.name} node has {prof.cores_per_node}{note}",
-                      f"#SBATCH --cpus-per-task={per}")
+    yield from _shared_check(ctx, "cpu-limit")
 
 
 @rule("mem-limit", "memory above what a node can give", needs_cluster=True)
 def mem_limit(ctx: LintContext) -> Iterable[Finding]:
-    prof, job = ctx.profile, ctx.job
-    if prof is None or prof.mem_per_node_gb <= 0:
-        return
-    per_node_mb: float | None = None
-    what = ""
-    if job.mem_mb:
-        per_node_mb, what = job.mem_mb, "--mem"
-    elif job.mem_per_cpu_mb:
-        per_node_mb, what = job.mem_per_cpu_mb * cpus_per_node(ctx), "--mem-per-cpu x CPUs per node"
-    elif job.mem_per_gpu_mb and job.gpus_per_node:
-        per_node_mb, what = job.mem_per_gpu_mb * job.gpus_per_node, "--mem-per-gpu x GPUs per node"
-    if per_node_mb is None:
-        return
-    gb = per_node_mb / 1024
-    if gb > prof.mem_per_node_gb + 1e-6:
-        sev, note = _node_severity(ctx)
-        yield finding("mem-limit", sev, ctx.option_line("mem", "mem-per-cpu", "mem-per-gpu"),
-                      f"{gb:g}G per node requested ({what}) but a {prof.name} node gives at most "
-                      f"{prof.mem_per_node_gb:g}G{note}",
-                      f"#SBATCH --mem={int(prof.mem_per_node_gb)}G (or --mem=0 for the whole node's memory)")
+    yield from _shared_check(ctx, "mem-limit")
+
+
+@rule("gpu-share", "more cores or memory per GPU than the centre allows or bills as one GPU",
+      needs_cluster=True)
+def gpu_share(ctx: LintContext) -> Iterable[Finding]:
+    yield from _shared_check(ctx, "gpu-share")
 
 
 @rule("account-missing", "no --account on a cluster that requires one", needs_cluster=True)
@@ -242,3 +205,38 @@ def master_addr_suffix(ctx: LintContext) -> Iterable[Finding]:
                               f"{name} is a plain host name, but on {prof.name} the nodes reach each "  # type: ignore[union-attr]
                               f"other over the fast network by the name with '{suffix}' appended",
                               f'{name}="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1){suffix}"')
+
+
+@rule("cpu-bind-mask", "an srun mask_cpu binding that names more or fewer CPUs than each task has")
+def cpu_bind_mask(ctx: LintContext) -> Iterable[Finding]:
+    """A mask outside the step's CPUs is refused by Slurm: the step never starts.
+
+    The same fact ``plan`` uses to write LUMI's masks (``scaletrain.plan.layout.cpu_bind``):
+    each task's mask names exactly its ``--cpus-per-task`` cores.
+    """
+    seen: set[int] = set()
+    for step in ctx.steps:
+        inv = step.invocation
+        if inv.srun is None or step.line in seen:
+            continue
+        seen.add(step.line)
+        m = re.search(r"mask_cpu:([0-9a-fA-FxX,]+)", inv.srun.options.get("cpu-bind") or "")
+        if m is None:
+            continue
+        cpt = ctx.resolve_int(inv.srun.options.get("cpus-per-task")) or ctx.job.cpus_per_task
+        if cpt is None:
+            continue
+        try:
+            counts = [bin(int(mask, 16)).count("1") for mask in m.group(1).split(",") if mask]
+        except ValueError:
+            continue
+        if any(c > cpt for c in counts):
+            yield finding("cpu-bind-mask", ERROR, step.line,
+                          f"--cpu-bind masks name up to {max(counts)} CPUs but each task has "
+                          f"--cpus-per-task={cpt}: Slurm refuses CPUs outside the step and it never starts",
+                          f"give each mask exactly {cpt} CPUs, or leave --cpu-bind out and let Slurm bind")
+        elif any(c < cpt for c in counts):
+            yield finding("cpu-bind-mask", WARNING, step.line,
+                          f"--cpu-bind masks name {min(counts)} CPUs but each task has --cpus-per-task={cpt}: "
+                          "the other cores sit idle",
+                          f"give each mask exactly {cpt} CPUs")

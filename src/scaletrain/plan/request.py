@@ -13,13 +13,11 @@ from dataclasses import dataclass
 from scaletrain.errors import UsageError
 from scaletrain.slurm.parse import parse_mem_mib
 
-# Launch modes. "Per GPU" modes start one Slurm task per GPU (srun is the process manager);
-# "per node" modes start one task per node that spawns one worker per GPU itself.
-LAUNCHERS: tuple[str, ...] = ("scaletrain", "torchrun", "srun", "lightning", "accelerate",
-                              "deepspeed", "mpi")
-PER_NODE_LAUNCHERS: frozenset[str] = frozenset({"torchrun", "accelerate", "deepspeed"})
-DEVICES: tuple[str, ...] = ("auto", "cpu")
+# Launch modes and their facts live in one table (scaletrain.plan.launchers).
+from scaletrain.plan.launchers import LAUNCHERS, SPECS
 
+PER_NODE_LAUNCHERS: frozenset[str] = frozenset(n for n, s in SPECS.items() if s.per_node)
+DEVICES: tuple[str, ...] = ("auto", "cpu")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,6 +52,31 @@ class JobRequest:
     command: tuple[str, ...] = ()
     # --profile FILE, absolute: exported as SCALETRAIN_CLUSTER so the job's runtime finds the same profile
     profile_file: str | None = None
+    # more #SBATCH options (None: no line); every value is checked by scaletrain.plan.values
+    mail_type: str | None = None
+    mail_user: str | None = None
+    array: str | None = None
+    constraint: str | None = None
+    exclusive: bool = False
+    dependency: str | None = None
+    reservation: str | None = None
+    qos: str | None = None
+    log: str | None = None              # --output file name (default %x-%j.out)
+    error_log: str | None = None        # --error file name (default: with the output)
+    chdir: str | None = None            # the job's working directory (submit: where it was submitted)
+    sbatch_extra: tuple[tuple[str, str], ...] = ()   # --sbatch OPTION[=VALUE], refused if it contradicts the plan
+    # software set-up; each replaces or extends the profile's lines (scaletrain.plan.software)
+    modules: tuple[str, ...] = ()       # --module: replaces the profile's 'module load' lines
+    venv: str | None = None             # --venv DIR: source DIR/bin/activate
+    conda: str | None = None            # --conda ENV: conda activate ENV
+    env: tuple[tuple[str, str], ...] = ()   # --env KEY=VALUE, exported before launch
+    setup: tuple[str, ...] = ()         # --setup CMD: shell lines run after the set-up, as written
+    accelerate_config: str | None = None    # --accelerate-config FILE: passed as --config_file
+    # job shapes beyond one process per GPU
+    gpus_per_proc: int = 1              # --gpus-per-proc G: one process drives G GPUs (model parallel)
+    procs_per_gpu: int = 1              # --procs-per-gpu K: K processes share each GPU (NVIDIA MPS)
+    cpus: int | None = None             # --cpus N without GPUs: a CPU-only job, N cores per process
+    expand_args: bool = False           # --expand-args: $NAME in program arguments expands on the node
 
     @property
     def per_node_launcher(self) -> bool:

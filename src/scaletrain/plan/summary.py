@@ -78,12 +78,13 @@ def render_summary(plan: Plan) -> str:
                      f" x {p.gpus_per_node} {p.profile.gpu_model} = {p.gpus} GPU{'s' if p.gpus != 1 else ''}, "
                      f"{p.world_size} process{'es' if p.world_size != 1 else ''} ({p.launcher})")
         mem = f", {format_mem(p.mem_per_proc_gb)} memory" if p.mem_per_proc_gb else ""
-        lines.append(f"  per process: 1 GPU, {p.threads_per_proc} CPU core{'s' if p.threads_per_proc != 1 else ''}"
+        share = f"{p.gpus_per_node / p.procs_per_node:g} GPU" if p.gpus_per_node else "no GPU"
+        lines.append(f"  per process: {share}, {p.threads_per_proc} CPU core{'s' if p.threads_per_proc != 1 else ''}"
                      f"{mem}; Slurm tasks: {p.tasks_per_node} per node x {p.cpus_per_task} CPUs"
                      + (f", --mem={p.mem}" if p.mem else ""))
-        lines.append(f"  time {p.time} -> {p.gpu_hours:g} GPU-hours"
-                     + (f" (billed for whole nodes: {p.nodes * p.profile.gpus_per_node * p.time_seconds / 3600:g})"
-                        if p.exclusive_nodes and not p.whole_nodes else ""))
+        lines.append(f"  time {p.time} -> {p.gpu_hours:g} GPU-hours billed"
+                     + (f" ({p.gpus * p.time_seconds / 3600:g} used)"
+                        if abs(p.gpus * p.time_seconds / 3600 - p.gpu_hours) > 0.005 else ""))
     if p.device == "cpu" and p.scheduler == "slurm":
         lines.append("  device: cpu (SCALETRAIN_DEVICE=cpu; GPUs, if any, are left unused)")
     if p.stage is not None:

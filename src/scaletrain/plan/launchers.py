@@ -1,0 +1,140 @@
+"""The launcher table: one ``LauncherSpec`` per launch mode, the only place its facts live.
+
+A spec says how many Slurm tasks a node runs (one per GPU, or one per node that starts a worker
+per GPU itself), whether the job needs scaletrain importable on the cluster, what the program
+must read to find its rank, the comment the script carries, and how the launch line is built.
+The planner reads ``per_node``; the renderer calls ``build(plan)``; the CLI lists ``describe``.
+
+Launch lines read only the ``Plan`` (never the profile or the request). Values evaluated on
+each node (``$SLURM_NODEID``) sit in the single-quoted program of a ``bash -c``, and the user's
+words reach it as ``"$@"``, so nothing the user typed is parsed twice.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from scaletrain.plan.planner import Plan
+
+q = shlex.quote
+
+
+@dataclass(frozen=True)
+class LauncherSpec:
+    """How one launch mode lays out tasks and starts the program."""
+
+    name: str
+    per_node: bool          # one Slurm task per node (it starts the workers); else one task per GPU
+    needs_scaletrain: bool  # the job imports scaletrain: the script checks for it before launching
+    program_reads: str      # what the training program reads to find its rank (help, docs)
+    comment: str            # the "# launch:" comment in the script
+    build: Callable[[Plan], str]
+
+
+def srun_prefix(plan: Plan) -> str:
+    """``srun`` with the plan's binding; every task ends if one fails."""
+    srun = "srun --kill-on-bad-exit=1"
+    if plan.cpu_bind:
+        srun += f" --cpu-bind={plan.cpu_bind}"
+    return srun
+
+
+def _per_node(plan: Plan, inner: str) -> str:
+    """Run ``inner`` (fixed text, evaluated on each node) with the user's words as "$@"."""
+    return f"{srun_prefix(plan)} bash -c {q(inner)} bash {plan.program_words}"
+
+
+def _python(plan: Plan) -> str:
+    return f"{srun_prefix(plan)} {plan.container}{plan.python} -u {plan.program_words}"
+
+
+def _srun_env(plan: Plan) -> str:
+    inner = ('export RANK="$SLURM_PROCID" LOCAL_RANK="$SLURM_LOCALID" WORLD_SIZE="$SLURM_NTASKS" '
+             f'LOCAL_WORLD_SIZE={plan.procs_per_node}; exec {plan.container}{plan.python} -u "$@"')
+    return _per_node(plan, inner)
+
+
+def _torchrun(plan: Plan) -> str:
+    # As the centres' guides write it: torch's own launcher, nothing of scaletrain needed.
+    # Several nodes meet by c10d rendezvous on the first node; torchrun numbers them itself.
+    run = f"{plan.container}{plan.python} -m torch.distributed.run"
+    g = plan.procs_per_node
+    if plan.nodes == 1:
+        return f"{srun_prefix(plan)} {run} --standalone --nnodes=1 --nproc_per_node={g} {plan.program_words}"
+    return (f'{srun_prefix(plan)} {run} --nnodes={plan.nodes} --nproc_per_node={g} '
+            f'--rdzv_id="$SLURM_JOB_ID" --rdzv_backend=c10d --rdzv_endpoint="$MASTER_ADDR:$MASTER_PORT" '
+            f"{plan.program_words}")
+
+
+def _scaletrain_run(plan: Plan) -> str:
+    run = f"{plan.container}{plan.python} -m scaletrain run"
+    g = plan.procs_per_node
+    if plan.nodes == 1:
+        return f"{srun_prefix(plan)} {run} --nproc-per-node {g} {plan.program_words}"
+    inner = (f'exec {run} --nnodes {plan.nodes} --node-rank "$SLURM_NODEID" '
+             f'--master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT" --nproc-per-node {g} "$@"')
+    return _per_node(plan, inner)
+
+
+def _accelerate(plan: Plan) -> str:
+    n, g = plan.nodes, plan.procs_per_node
+    if plan.accelerate_config:
+        # the user's config decides the strategy (FSDP, DeepSpeed, ...); we give only the layout
+        extra = f" --config_file={q(plan.accelerate_config)}"
+    else:
+        extra = " --cpu" if plan.device == "cpu" else (" --multi_gpu" if plan.world_size > 1 else "")
+    run = f"{plan.container}accelerate launch{extra}"
+    if n == 1:
+        return (f"{srun_prefix(plan)} {run} --num_processes={g} --num_machines=1 "
+                f'--machine_rank=0 --main_process_port="$MASTER_PORT" {plan.program_words}')
+    inner = (f"exec {run} --num_processes={n * g} --num_machines={n} "
+             '--machine_rank="$SLURM_NODEID" --main_process_ip="$MASTER_ADDR" '
+             '--main_process_port="$MASTER_PORT" --rdzv_backend=static "$@"')
+    return _per_node(plan, inner)
+
+
+def _deepspeed(plan: Plan) -> str:
+    n, g = plan.nodes, plan.procs_per_node
+    wrap = f"{plan.exec_wrapper} " if plan.exec_wrapper and not plan.container else plan.container
+    if n == 1:
+        return f'{srun_prefix(plan)} {wrap}deepspeed --num_gpus={g} --master_port="$MASTER_PORT" {plan.program_words}'
+    inner = (f'exec {wrap}deepspeed --hostfile="$DS_HOSTFILE" --no_ssh --node_rank="$SLURM_NODEID" '
+             f'--num_nodes={n} --num_gpus={g} --master_addr="$MASTER_ADDR" '
+             '--master_port="$MASTER_PORT" "$@"')
+    return _per_node(plan, inner)
+
+
+_SPECS = (
+    LauncherSpec("scaletrain", False, True, "Slurm's variables, through scaletrain.init()",
+                 "one task per GPU; scaletrain.init() reads Slurm's variables", _python),
+    LauncherSpec("torchrun", True, False, "RANK, LOCAL_RANK, WORLD_SIZE, set by torchrun",
+                 "one task per node; torchrun (torch.distributed.run) starts a worker per GPU", _torchrun),
+    LauncherSpec("scaletrain-run", True, True, "RANK, LOCAL_RANK, WORLD_SIZE, set by scaletrain run",
+                 "one task per node; scaletrain run starts a worker per GPU", _scaletrain_run),
+    LauncherSpec("srun", False, False, "RANK, LOCAL_RANK, WORLD_SIZE, set from SLURM_PROCID/LOCALID/NTASKS",
+                 "one task per GPU with torch's env:// variables set from Slurm's", _srun_env),
+    LauncherSpec("lightning", False, False, "Slurm's variables, through Lightning's SLURMEnvironment",
+                 "one task per GPU; Lightning reads Slurm's variables", _python),
+    LauncherSpec("accelerate", True, False, "what accelerate launch sets (RANK, LOCAL_RANK, WORLD_SIZE)",
+                 "one task per node; accelerate launch starts a worker per GPU", _accelerate),
+    LauncherSpec("deepspeed", True, False, "LOCAL_RANK, set by the deepspeed launcher",
+                 "one task per node; the deepspeed launcher starts a worker per GPU", _deepspeed),
+    LauncherSpec("mpi", False, False, "the MPI rank (SLURM_PROCID under srun)",
+                 "one task per GPU (MPI-style: rank = SLURM_PROCID)", _python),
+)
+SPECS: dict[str, LauncherSpec] = {s.name: s for s in _SPECS}
+LAUNCHERS: tuple[str, ...] = tuple(SPECS)
+
+
+def spec(name: str) -> LauncherSpec:
+    """The spec of launcher ``name`` (KeyError for an unknown one; the planner validates first)."""
+    return SPECS[name]
+
+
+def describe() -> str:
+    """One help line per launcher: name, tasks per node, what the program reads."""
+    return "\n".join(f"  {s.name:<15}{'one task per node' if s.per_node else 'one task per GPU'}; "
+                     f"the program reads {s.program_reads}" for s in _SPECS)

@@ -1,0 +1,230 @@
+"""The layout steps of ``make_plan``: nodes and GPUs, the partition, CPUs, memory, binding, staging.
+
+Each function is pure and small; the rules:
+
+- GPUs that fit one node run on one node; more run on whole nodes. A GPU count that is not a
+  multiple of the node's GPUs is refused unless the partition shares nodes (then the GPUs are
+  spread evenly, with a note: the CSC guide says split nodes are for testing only).
+- The partition: the named one, else the first non-test partition whose limits take the job
+  (``Resources.check``), preferring whole-node partitions for whole nodes and shared ones for
+  part of a node.
+- CPUs per task = the node's cores per GPU x GPUs per task; a whole-node allocation hands out
+  every core. Memory per the profile: proportional to GPUs, the whole node (--mem=0), or none.
+- CPU binding (LUMI): each task on the cores nearest its GPU, only when the job owns every
+  core of the node and the masks name exactly the task's CPUs; else Slurm binds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from scaletrain.clusters.profile import ClusterProfile, Partition, format_time
+from scaletrain.clusters.resources import ERROR, Resources
+from scaletrain.errors import PlanError, ProfileError, UsageError
+from scaletrain.plan.request import JobRequest, format_mem
+
+SPLIT_NOTE_SOURCE = "CSC guide 'Multi-GPU and multi-node machine learning'"
+
+
+@dataclass(frozen=True, kw_only=True)
+class StagePlan:
+    """Copy or extract a dataset to node-local scratch, once per node, before training."""
+
+    source: str           # path as given (on the shared file system)
+    kind: str             # "dir" | "tar" | "tar.gz" | "tar.bz2" | "tar.xz" | "zip" | "file"
+    scratch_var: str      # "$LOCAL_SCRATCH", "$SLURM_TMPDIR", ...
+    dest_name: str        # folder under scratch_var
+    disk_gb: int | None   # node-local disk to request (Puhti/Mahti --gres=nvme:GB), else None
+
+
+def slots(profile: ClusterProfile) -> int:
+    """GPUs per node; without GPUs ("local"), a "GPU" is a CPU worker: at most one per core."""
+    return profile.gpus_per_node if profile.gpus_per_node > 0 else profile.cores_per_node
+
+
+def _split_gpus(gpus: int, per_node: int) -> tuple[int, int]:
+    """Fewest nodes that hold ``gpus`` evenly (same count on every node, at most per_node)."""
+    nodes = -(-gpus // per_node)
+    while gpus % nodes or gpus // nodes > per_node:
+        nodes += 1
+    return nodes, gpus // nodes
+
+
+def _nearest_multiples(gpus: int, per_node: int) -> str:
+    lo, hi = (gpus // per_node) * per_node, (gpus // per_node + 1) * per_node
+    return f"--gpus {lo} or --gpus {hi}" if lo else f"--gpus {hi}"
+
+
+def _why_not(profile: ClusterProfile, part: Partition, *, nodes: int, gpn: int, seconds: int) -> str | None:
+    """The first limit of ``part`` the job breaks (the shared check), or None when it fits."""
+    probe = Resources(nodes=nodes, gpus_per_node=gpn, tasks_per_node=1, cpus_per_task=1,
+                      seconds=seconds, partition=part.name)
+    errors = [v for v in probe.check(profile) if v.severity == ERROR and v.rule in ("partition-limit", "time-limit")]
+    return errors[0].message if errors else None
+
+
+def choose_partition(profile: ClusterProfile, *, nodes: int, gpn: int, seconds: int) -> Partition:
+    """The partition for a job of ``nodes`` x ``gpn`` GPUs (PlanError when none takes it)."""
+    gpu_job = profile.gpus_per_node > 0 and gpn > 0
+    candidates = [p for p in profile.partitions.values()
+                  if not p.test and (p.gpus == gpu_job or p.implicit or profile.gpus_per_node == 0)]
+    if not candidates:
+        kind = "GPU" if gpu_job else "CPU"
+        raise ProfileError(f"profile {profile.name!r} has no {kind} partition",
+                           f"name one with --partition, or add a [partitions.NAME] table to the profile")
+    why = {p.name: _why_not(profile, p, nodes=nodes, gpn=gpn, seconds=seconds) for p in candidates}
+    fitting = [p for p in candidates if why[p.name] is None]
+    if not fitting:
+        if all(p.max_seconds is not None and seconds > p.max_seconds for p in candidates):
+            longest = max(candidates, key=lambda p: p.max_seconds or 0)
+            raise PlanError(f"--time {format_time(seconds)} is above every GPU partition's limit on "
+                            f"{profile.name} (longest: {longest.name}, {longest.max_time})",
+                            f"ask --time {longest.max_time} or less and checkpoint, with --requeue "
+                            "to continue in the next job")
+        raise PlanError(f"no partition on {profile.name} takes {nodes * gpn} GPUs on {nodes} node"
+                        f"{'s' if nodes != 1 else ''} ({'; '.join(f'{k}: {v}' for k, v in why.items())})",
+                        "ask for fewer GPUs, or name a partition with --partition")
+    whole = gpn == slots(profile)
+    preferred = [p for p in fitting if p.whole_node == whole] or fitting
+    defaults = [p for p in preferred if p.default]
+    return defaults[0] if defaults else preferred[0]
+
+
+def nodes_and_gpus(request: JobRequest, profile: ClusterProfile, named: Partition | None,
+                   seconds: int) -> tuple[int, int, list[str]]:
+    """(nodes, GPUs per node, notes) for the request."""
+    per = slots(profile)
+    if request.cpus is not None and profile.scheduler == "slurm":
+        return request.nodes or 1, 0, []                   # a CPU-only job
+    if request.nodes is not None:
+        gpn = request.gpus_per_node if request.gpus_per_node is not None else per
+        if gpn > per:
+            raise PlanError(f"a {profile.name} node has {per} GPUs, not {gpn}",
+                            f"use --gpus-per-node {per} or fewer, and more --nodes")
+        return request.nodes, gpn, []
+    gpus = int(request.gpus or 0)
+    if profile.scheduler == "none" and gpus > per:
+        raise PlanError(f"this machine has {per} cores; {gpus} worker processes would oversubscribe it",
+                        f"use --gpus {per} or fewer with --cluster local")
+    if gpus <= per:
+        return 1, gpus, []
+    if gpus % per == 0:
+        return gpus // per, per, []
+    # not whole nodes: only a partition that shares nodes can take it
+    nodes, gpn = _split_gpus(gpus, per)
+    part = named or choose_partition(profile, nodes=nodes, gpn=gpn, seconds=seconds)
+    if part.whole_node:
+        raise PlanError(f"{gpus} GPUs is not a multiple of the {per} GPUs of a {profile.name} node "
+                        f"(partition {part.name!r} allocates whole nodes)",
+                        f"use {_nearest_multiples(gpus, per)}, or --nodes M --gpus-per-node G")
+    return nodes, gpn, [f"{gpus} GPUs spread as {nodes} nodes x {gpn}: communication between nodes is "
+                        f"slower than inside one; prefer {_nearest_multiples(gpus, per)} "
+                        f"({SPLIT_NOTE_SOURCE})"]
+
+
+def tasks(request: JobRequest, profile: ClusterProfile, *, per_node: bool, gpn: int) -> tuple[int, int, int]:
+    """(Slurm tasks per node, GPUs per task, training processes per node).
+
+    One process per GPU by default; ``gpus_per_proc`` G makes one process drive G GPUs,
+    ``procs_per_gpu`` K puts K processes on each GPU (MPS). A per-node launcher runs one task
+    that starts the processes itself; a CPU-only job runs one process per node.
+    """
+    g, k = request.gpus_per_proc, request.procs_per_gpu
+    if g > 1 and k > 1:
+        raise UsageError("--gpus-per-proc and --procs-per-gpu exclude each other",
+                         "one process drives several GPUs, or several processes share one GPU")
+    if gpn == 0:
+        return 1, 0, 1
+    if gpn % g:
+        raise PlanError(f"{gpn} GPUs per node do not split into processes of {g} GPUs",
+                        f"ask a multiple of {g} GPUs per node")
+    procs = gpn * k // g
+    if per_node or profile.scheduler == "none":
+        return 1, gpn, procs
+    # MPS: several tasks share a GPU, so the GPU request cannot be per task
+    return procs, (g if k == 1 else 0), procs
+
+
+def cpus_per_task(request: JobRequest, profile: ClusterProfile, *, tasks_per_node: int, gpn: int,
+                  whole_node: bool) -> int:
+    """CPU cores per Slurm task: the node's cores per GPU for the task's share of the GPUs."""
+    if profile.scheduler == "none":
+        return profile.cores_per_node                      # the whole machine
+    if gpn == 0:
+        return request.cpus or 1
+    if request.cpus_per_gpu is not None:
+        return max(1, request.cpus_per_gpu * gpn // tasks_per_node)
+    if whole_node or profile.mem_request == "whole_node":
+        return max(1, profile.cores_per_node // tasks_per_node)   # hand out the whole node
+    return max(1, profile.cores_per_gpu * gpn // tasks_per_node)
+
+
+def memory(request: JobRequest, profile: ClusterProfile, *, gpn: int,
+           cpus: int) -> tuple[str | None, float | None]:
+    """(the --mem value or None for no line, GB per node or None when unknown; 0 = whole node)."""
+    if gpn == 0 and profile.mem_request == "proportional" and profile.cores_per_node:
+        # a CPU-only job: the node's memory per core, for its cores
+        return format_mem(profile.mem_per_node_gb * cpus / profile.cores_per_node), None
+    if request.mem_per_gpu_gb is not None:
+        gb = request.mem_per_gpu_gb * gpn
+    elif profile.mem_request == "proportional":
+        # the per-GPU share times GPUs, never above what a node offers (Graham: 2 x 64000M > node)
+        gb = min(profile.mem_per_gpu * gpn, profile.mem_per_node_gb or float("inf"))
+    elif profile.mem_request == "whole_node" and profile.scheduler == "slurm":
+        return "0", profile.mem_per_node_gb or None       # Slurm: all the memory of each node
+    else:
+        return None, None
+    return format_mem(gb), gb
+
+
+def cpu_bind(profile: ClusterProfile, *, per_node: bool, tasks_per_node: int, cpus_per_task: int,
+             owns_node: bool) -> tuple[str | None, str | None]:
+    """(srun --cpu-bind value or None, a note when binding is left to Slurm).
+
+    A mask must name only CPUs the step has, or Slurm refuses it and the step never starts.
+    So masks are written only when the job owns every core of the node, and each one names
+    ``cpus_per_task`` cores nearest its GPU.
+    """
+    cmap = profile.gpu_cpu_map
+    if not cmap or per_node or tasks_per_node != len(cmap):
+        return None, None
+    if not owns_node or any(cpus_per_task > len(cmap[g]) for g in range(tasks_per_node)):
+        return None, ("CPU binding left to Slurm: the cores nearest each GPU are bound only when the job "
+                      f"owns whole nodes and asks at most {min(len(c) for c in cmap.values())} cores per GPU")
+    masks = []
+    for gpu in range(tasks_per_node):
+        bits = 0
+        for core in cmap[gpu][:cpus_per_task]:
+            bits |= 1 << core
+        masks.append(f"0x{bits:x}")
+    return "mask_cpu:" + ",".join(masks), None
+
+
+def stage_plan(request: JobRequest, profile: ClusterProfile) -> StagePlan | None:
+    """How ``--stage-data`` reaches node-local scratch, or None without it."""
+    src = request.stage_data
+    if not src:
+        return None
+    if not profile.scratch_var:
+        raise PlanError(f"{profile.name} nodes have no node-local scratch to stage data to",
+                        "leave out --stage-data and read the data from the shared scratch file system")
+    low = src.rstrip("/").lower()
+    kinds = ((".tar.gz", "tar.gz"), (".tgz", "tar.gz"), (".tar.bz2", "tar.bz2"), (".tar.xz", "tar.xz"),
+             (".tar", "tar"), (".zip", "zip"))
+    kind = "dir" if src.endswith("/") else next((k for ext, k in kinds if low.endswith(ext)), "dir")
+    base = src.rstrip("/").rsplit("/", 1)[-1] or "data"
+    for ext, _ in kinds:
+        if base.lower().endswith(ext):
+            base = base[: -len(ext)]
+            break
+    disk: int | None = None
+    if profile.scratch_gres:
+        size = request.stage_data_gb
+        # archives grow when unpacked; without a size, ask for a modest default
+        factor = 1.1 if kind in ("dir", "tar") else 3.0
+        disk = max(10, int(-(-(size * factor) // 1))) if size is not None else 100
+        if profile.scratch_max_gb:
+            disk = min(disk, int(profile.scratch_max_gb))
+    # the folder name lands inside a double-quoted shell word: keep it to harmless characters
+    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in base).lstrip(".") or "data"
+    return StagePlan(source=src, kind=kind, scratch_var=profile.scratch_var, dest_name=safe, disk_gb=disk)
