@@ -7,6 +7,7 @@ Under `scaletrain run --cpu` it trains on CPU processes; rank 0 can write a summ
 import json
 import os
 import sys
+import tempfile
 
 import torch
 import torch.distributed as dist
@@ -28,7 +29,8 @@ for step in range(3):
     opt.step()
 torch.cuda.synchronize()
 out = sys.argv[1] if len(sys.argv) > 1 else None
-ckpt = os.path.join(os.path.dirname(os.path.abspath(out or "cuda_ddp.json")), "cuda_ddp.pt")
+# every rank computes the same path: a temporary folder, named after the run's port
+ckpt = os.path.join(tempfile.gettempdir(), f"cuda_ddp_{os.environ.get('MASTER_PORT', '0')}.pt")
 if dist.get_rank() == 0:
     torch.save(model.module.state_dict(), ckpt)
 dist.barrier()
@@ -46,4 +48,7 @@ if dist.get_rank() == 0 and out:
                    "device": str(flat.device), "loss": float(loss),
                    "params_equal": all(torch.equal(g, gathered[0]) for g in gathered),
                    "cuda_devices": torch.cuda.device_count()}, fh)
+dist.barrier()
+if dist.get_rank() == 0:
+    os.remove(ckpt)
 dist.destroy_process_group()
