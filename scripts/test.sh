@@ -8,6 +8,11 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 bash scripts/install.sh test
 if [ -x tests/slurm/harness/install.sh ]; then
-  bash tests/slurm/harness/install.sh || echo "scaletrain tests: Slurm could not be installed; Slurm tests will skip" >&2
+  # WITH_MPI=1: Open MPI too (before any slurmd starts: slurmd loads libpmix at start), for the
+  # mpirun and srun --mpi=pmix tests
+  WITH_MPI=1 bash tests/slurm/harness/install.sh || echo "scaletrain tests: Slurm could not be installed; Slurm tests will skip" >&2
+fi
+if command -v mpicc >/dev/null 2>&1 && ! "$PY" -c "import mpi4py" >/dev/null 2>&1; then
+  "$PY" -m pip install -q mpi4py || echo "scaletrain tests: mpi4py could not be installed; MPI tests will skip" >&2
 fi
 exec "$PY" -m pytest -q -p no:cacheprovider "$@"

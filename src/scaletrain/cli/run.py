@@ -23,6 +23,8 @@ examples:
   scaletrain run train.py --lr 0.1                      # one worker per GPU (1 on a CPU machine)
   scaletrain run --ranks 0 -m mypkg.train --config a.yaml
   scaletrain run --procs-per-gpu 4 train.py             # 4 ranks per GPU (gloo, CUDA MPS)
+  scaletrain run --emulate slurm --nnodes 2 --nproc-per-node 2 train.py   # a program written for srun
+  scaletrain run --cpu --nproc-per-node 2 cuda_train.py   # smoke-test a CUDA/NCCL program on the CPU
   # two nodes (run on each, node-rank 0 and 1):
   scaletrain run --nnodes 2 --node-rank 0 --master-addr node1 --master-port 29500 train.py
 """
@@ -52,6 +54,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="restart all workers up to K times after a failure (default 0; one node only)")
     w.add_argument("--ranks", choices=("all", "0"), default="all",
                    help="whose output to show: all (default) or 0; lines are prefixed [rank N]")
+    b = p.add_argument_group("bring your script")
+    b.add_argument("--emulate", choices=("slurm", "mpi"), default=None,
+                   help="give each worker srun's (SLURM_PROCID, ...) or mpirun's (OMPI_COMM_WORLD_*) "
+                        "variables; with --nnodes M the workers are spread over M emulated nodes here")
+    b.add_argument("--cpu", action="store_true",
+                   help="CPU smoke test of a CUDA/NCCL program: NCCL becomes gloo, .cuda() stays on the CPU")
+    b.add_argument("--strict", action="store_true",
+                   help="exit 1 when the workers finish without forming one process group "
+                        "(default: a warning)")
     n = p.add_argument_group("several nodes (static rendezvous)")
     n.add_argument("--nnodes", type=int, default=1, metavar="M", help="number of nodes (default 1)")
     n.add_argument("--node-rank", type=int, default=0, metavar="R", help="this node's index, 0..M-1")
@@ -78,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
         nproc_per_node=args.nproc_per_node, nnodes=args.nnodes, node_rank=args.node_rank,
         master_addr=args.master_addr, master_port=args.master_port,
         max_restarts=args.max_restarts, ranks=args.ranks, procs_per_gpu=args.procs_per_gpu,
+        emulate=args.emulate, cpu=args.cpu, strict=args.strict,
     )
     plan = plan_launch(request, environ=os.environ, gpus=count_visible_gpus())
     print(f"scaletrain: {plan.describe()}", file=sys.stderr, flush=True)

@@ -21,8 +21,11 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+from scaletrain.contract import GROUP_RECORD_VAR
 from scaletrain.errors import LaunchError
+from scaletrain.launch.cpu_smoke import BANNER
 from scaletrain.launch.failure import collect_failures, render_tail, worker_failed_error
+from scaletrain.launch.group_check import read_records, verdict
 from scaletrain.launch.mps import mps_daemon
 from scaletrain.launch.output import make_logs_specs, prefix_template
 from scaletrain.launch.ports import check_port_free
@@ -135,9 +138,14 @@ def launch(plan: LaunchPlan) -> int:
 
     log_dir = tempfile.mkdtemp(prefix="scaletrain_run_")
     logs_specs = make_logs_specs(log_dir, ranks=plan.ranks, node_rank=plan.node_rank)
+    records = os.path.join(log_dir, "groups")
+    os.mkdir(records)
+    if plan.cpu:
+        print(f"scaletrain: {BANNER}", file=sys.stderr, flush=True)
     try:
         with mps_daemon(plan.procs_per_gpu is not None and plan.gpus > 0) as mps_env, \
-                _scoped_environ({**plan.worker_env, **mps_env}), _scoped_signal_handlers():
+                _scoped_environ({**plan.worker_env, **mps_env, GROUP_RECORD_VAR: records}), \
+                _scoped_signal_handlers():
             config = _config(plan, logs_specs)
             try:
                 elastic_launch(config, plan.entrypoint)(*plan.args)
@@ -157,6 +165,26 @@ def launch(plan: LaunchPlan) -> int:
                 raise
             except Exception as exc:  # rendezvous/store failures: one line, no traceback
                 raise _launch_error(exc, plan) from exc
+        _check_group(plan, records)
     finally:
         shutil.rmtree(log_dir, ignore_errors=True)
     return 0
+
+
+def _check_group(plan: LaunchPlan, records: str) -> None:
+    """After a successful run: say loudly when the workers never formed one group of all."""
+    sys.stdout.flush()
+    world = plan.nproc_per_node * plan.nnodes
+    first = plan.node_rank * plan.nproc_per_node
+    warning = verdict(read_records(records), expected_world=world,
+                      local_ranks=[str(first + i) for i in range(plan.nproc_per_node)])
+    if plan.cpu:
+        print("scaletrain: finished a CPU smoke test (--cpu); GPU runs may still differ",
+              file=sys.stderr)
+    if warning is None:
+        return
+    if plan.strict:
+        message, hint = warning.split("\nHINT: ", 1)
+        raise LaunchError(message, hint)
+    print(f"scaletrain: WARNING: {warning}\n(exit code 0 kept; use --strict to fail the run)",
+          file=sys.stderr)

@@ -18,11 +18,13 @@ import importlib.util
 import os
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from scaletrain.contract import BACKEND_VAR, DEFAULT_PORT, PROCS_PER_GPU_VAR
 from scaletrain.errors import UsageError
+from scaletrain.launch.emulate import MODES
 from scaletrain.launch.threads import ThreadBudget, thread_budget
+from scaletrain.launch.worker_shim import launcher_env
 # Variables the runtime (scaletrain.init) reads; the launcher sets them only when asked.
 
 
@@ -41,6 +43,9 @@ class RunRequest:
     max_restarts: int = 0
     ranks: str = "all"                 # "all": every rank's lines prefixed; "0": rank 0 only
     procs_per_gpu: int | None = None
+    emulate: str | None = None         # "slurm"/"mpi": workers get srun's/mpirun's variables
+    cpu: bool = False                  # CPU smoke test of a CUDA/NCCL program
+    strict: bool = False               # exit non-zero when the workers never formed one group
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,11 +67,17 @@ class LaunchPlan:
     gpus: int
     procs_per_gpu: int | None
     worker_env: dict[str, str] = field(default_factory=dict)  # added to each worker's environment
+    emulate: str | None = None
+    emulated_nodes: int = 1
+    cpu: bool = False
+    strict: bool = False
 
     def describe(self) -> str:
         """One line for the launcher's start-up message."""
         where = "standalone" if self.rdzv_backend == "c10d" else f"static {self.rdzv_endpoint}"
         nodes = f", node {self.node_rank}/{self.nnodes}" if self.nnodes > 1 else ""
+        if self.emulate:
+            nodes += (f", {self.emulate} emulated over {self.emulated_nodes} node(s) here")
         return (f"{self.nproc_per_node} worker(s) per node{nodes}, rendezvous {where}, "
                 f"{self.threads.per_worker} thread(s) each ({self.threads.source})")
 
@@ -133,6 +144,9 @@ def _parse_port(value: str, where: str) -> int:
 
 def plan_launch(req: RunRequest, *, environ: Mapping[str, str], gpus: int) -> LaunchPlan:
     """Check ``req`` against the environment and return the plan, or raise UsageError."""
+    emulated_nodes = _check_emulation(req)
+    if req.emulate is not None:
+        req = replace(req, nnodes=1)  # emulated nodes are local workers, not real nodes
     _positive("--nnodes", req.nnodes, "e.g. --nnodes 2")
     if req.nnodes == 1 and req.node_rank != 0:
         raise UsageError("--node-rank needs --nnodes > 1", "e.g. --nnodes 2 --node-rank 1")
@@ -149,7 +163,7 @@ def plan_launch(req: RunRequest, *, environ: Mapping[str, str], gpus: int) -> La
     _check_agrees("--master-port", req.master_port, "MASTER_PORT", environ)
 
     args = _resolve_target(req)
-    nproc = _resolve_nproc(req, gpus)
+    nproc = _resolve_nproc(req, gpus) * emulated_nodes
     addr = req.master_addr or environ.get("MASTER_ADDR") or None
     port: int | None = None
     if req.master_port is not None:
@@ -187,11 +201,30 @@ def plan_launch(req: RunRequest, *, environ: Mapping[str, str], gpus: int) -> La
         worker_env[BACKEND_VAR] = "gloo"
         worker_env[PROCS_PER_GPU_VAR] = str(req.procs_per_gpu)
 
+    worker_env.update(launcher_env(environ=environ, emulate=req.emulate, nodes=emulated_nodes,
+                                   cpu=req.cpu, job_id=str(100000 + os.getpid() % 900000)))
+
     return LaunchPlan(
         entrypoint=sys.executable, args=args, nproc_per_node=nproc, nnodes=req.nnodes,
         node_rank=req.node_rank, rdzv_backend=backend, rdzv_endpoint=endpoint,
         local_addr=local_addr,
         master_port_fixed=port if (backend == "static" and req.node_rank == 0) else None,
         max_restarts=req.max_restarts, ranks=req.ranks, threads=threads, gpus=gpus,
-        procs_per_gpu=req.procs_per_gpu, worker_env=worker_env,
+        procs_per_gpu=req.procs_per_gpu, worker_env=worker_env, emulate=req.emulate,
+        emulated_nodes=emulated_nodes, cpu=req.cpu, strict=req.strict,
     )
+
+
+def _check_emulation(req: RunRequest) -> int:
+    """The number of emulated nodes (1 without ``--emulate``); UsageError for bad combinations."""
+    if req.emulate is None:
+        return 1
+    if req.emulate not in MODES:
+        raise UsageError(f"--emulate {req.emulate!r} is not one of {', '.join(MODES)}",
+                         "e.g. --emulate slurm for a program written for srun")
+    _positive("--nnodes", req.nnodes, "e.g. --nnodes 2")
+    if req.node_rank or req.master_addr:
+        raise UsageError("--emulate runs every emulated node on this machine: --node-rank and "
+                         "--master-addr do not apply",
+                         "drop them; --nnodes M --nproc-per-node N starts M x N local workers")
+    return req.nnodes

@@ -85,7 +85,8 @@ def _accelerate(plan: Plan) -> str:
         # the user's config decides the strategy (FSDP, DeepSpeed, ...); we give only the layout
         extra = f" --config_file={q(plan.accelerate_config)}"
     else:
-        extra = " --cpu" if plan.device == "cpu" else (" --multi_gpu" if plan.world_size > 1 else "")
+        # on the CPU too: ACCELERATE_USE_CPU (exported by the plan) makes it MULTI_CPU
+        extra = " --multi_gpu" if plan.world_size > 1 else (" --cpu" if plan.device == "cpu" else "")
     run = f"{plan.container}accelerate launch{extra}"
     if n == 1:
         return (f"{srun_prefix(plan)} {run} --num_processes={g} --num_machines=1 "

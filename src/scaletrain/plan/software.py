@@ -76,6 +76,10 @@ def environment(request: JobRequest, profile: ClusterProfile, *, threads: int,
         env[GPU_CPU_MAP_VAR] = format_gpu_cpu_map(profile.gpu_cpu_map)
     if device == "cpu":
         env[DEVICE_VAR] = "cpu"
+        if request.launcher == "accelerate":
+            # 'accelerate launch --cpu' starts ONE process per machine unless given an MPI
+            # hostfile; '--multi_gpu' with this variable starts them all, on the CPU, as MULTI_CPU
+            env["ACCELERATE_USE_CPU"] = "true"
     env["OMP_NUM_THREADS"] = str(threads)
     if request.procs_per_gpu > 1:   # the runtime's contract: rank r uses GPU r // K, gloo (NCCL refuses)
         env[PROCS_PER_GPU_VAR] = str(request.procs_per_gpu)

@@ -1,0 +1,24 @@
+"""An Accelerate training loop as the guides write it. argv[1]: "cpu" -> Accelerator(cpu=True),
+"plain" -> Accelerator() (on a CPU machine each process then runs alone). argv[2]: output json."""
+
+import json
+import os
+import sys
+
+import torch
+from accelerate import Accelerator
+
+accelerator = Accelerator(cpu=sys.argv[1] == "cpu")
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+data = torch.utils.data.TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+loader = torch.utils.data.DataLoader(data, batch_size=4)
+model, opt, loader = accelerator.prepare(model, opt, loader)
+for x, y in loader:
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    accelerator.backward(loss)
+    opt.step()
+    opt.zero_grad()
+if accelerator.is_main_process:
+    with open(sys.argv[2] if len(sys.argv) > 2 else os.devnull, "w") as fh:
+        json.dump({"num_processes": accelerator.num_processes}, fh)

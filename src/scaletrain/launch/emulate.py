@@ -1,0 +1,113 @@
+"""The variables srun or mpirun would give a task, built from a worker's place in a local run.
+
+``scaletrain run --emulate slurm`` lets a program written for ``srun`` (it reads
+``SLURM_PROCID``, ``SLURM_LOCALID``, ``SLURM_NODEID`` ...) run and be debugged on a laptop or a
+login node before it is queued; ``--emulate mpi`` does the same for programs that read Open MPI's
+``OMPI_COMM_WORLD_*``. The local workers can be spread over emulated nodes
+(``--nnodes 2 --nproc-per-node 2``: 4 workers, 2 per emulated node), so rank arithmetic such as
+``SLURM_NODEID * gpus_per_node + SLURM_LOCALID`` is exercised.
+
+Pure functions: a worker's place in, a dict of variables out. The torchrun variables
+(``RANK``, ``WORLD_SIZE`` ...) are what real srun does *not* set, so the worker shim removes them;
+``MASTER_ADDR``/``MASTER_PORT`` stay, as a batch script would export them.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+
+MODES = ("slurm", "mpi")
+# What the elastic agent sets and srun/mpirun would not (TORCHELASTIC_ERROR_FILE stays: torch's
+# @record writes the failure report there, which the launcher reads).
+TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                 "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME",
+                 "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
+                 "TORCHELASTIC_USE_AGENT_STORE")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Place:
+    """One worker's place: global rank of ``world``, spread evenly over ``nodes`` nodes."""
+
+    rank: int
+    world: int
+    nodes: int = 1
+    cpus_per_task: int = 1
+    gpus_per_node: int = 0
+    job_id: str = "1"
+
+    @property
+    def per_node(self) -> int:
+        return self.world // self.nodes
+
+    @property
+    def node(self) -> int:
+        return self.rank // self.per_node
+
+    @property
+    def local_rank(self) -> int:
+        return self.rank % self.per_node
+
+
+def node_names(nodes: int) -> tuple[str, str, list[str]]:
+    """(SLURM_JOB_NODELIST, its first host, every host): ``localhost`` for one node.
+
+    Several emulated nodes get names that do not resolve (``emu-node[1-2]``); programs that
+    need an address use MASTER_ADDR, which the launcher exports as a batch script would.
+    """
+    if nodes == 1:
+        return "localhost", "localhost", ["localhost"]
+    hosts = [f"emu-node{i}" for i in range(1, nodes + 1)]
+    return f"emu-node[1-{nodes}]", hosts[0], hosts
+
+
+def slurm_vars(place: Place, *, job_name: str = "scaletrain-emulated") -> dict[str, str]:
+    """The variables of one srun task at ``place`` (job and step values, as srun exports them)."""
+    nodelist, _, hosts = node_names(place.nodes)
+    per_node = f"{place.per_node}(x{place.nodes})" if place.nodes > 1 else str(place.per_node)
+    out = {
+        "SLURM_JOB_ID": place.job_id, "SLURM_JOBID": place.job_id, "SLURM_JOB_NAME": job_name,
+        "SLURM_STEP_ID": "0", "SLURM_STEPID": "0",
+        "SLURM_PROCID": str(place.rank), "SLURM_LOCALID": str(place.local_rank),
+        "SLURM_NODEID": str(place.node),
+        "SLURM_NTASKS": str(place.world), "SLURM_NPROCS": str(place.world),
+        "SLURM_STEP_NUM_TASKS": str(place.world),
+        "SLURM_NNODES": str(place.nodes), "SLURM_JOB_NUM_NODES": str(place.nodes),
+        "SLURM_STEP_NUM_NODES": str(place.nodes),
+        "SLURM_JOB_NODELIST": nodelist, "SLURM_NODELIST": nodelist,
+        "SLURM_STEP_NODELIST": nodelist,
+        "SLURM_TASKS_PER_NODE": per_node, "SLURM_STEP_TASKS_PER_NODE": per_node,
+        "SLURM_NTASKS_PER_NODE": str(place.per_node),
+        "SLURMD_NODENAME": hosts[place.node], "SLURM_TOPOLOGY_ADDR": hosts[place.node],
+        "SLURM_CPUS_PER_TASK": str(place.cpus_per_task),
+        "SLURM_CPUS_ON_NODE": str(place.cpus_per_task * place.per_node),
+        "SLURM_SUBMIT_DIR": os.getcwd(), "SLURM_SUBMIT_HOST": socket.gethostname(),
+        "SLURM_CLUSTER_NAME": "emulated", "SLURM_JOB_PARTITION": "emulated",
+    }
+    if place.gpus_per_node:
+        gpus = ",".join(str(i) for i in range(place.gpus_per_node))
+        out.update({"SLURM_GPUS_ON_NODE": str(place.gpus_per_node), "SLURM_JOB_GPUS": gpus,
+                    "SLURM_STEP_GPUS": gpus})
+    return out
+
+
+def mpi_vars(place: Place) -> dict[str, str]:
+    """The variables Open MPI's mpirun gives the process at ``place``."""
+    return {
+        "OMPI_COMM_WORLD_RANK": str(place.rank), "OMPI_COMM_WORLD_SIZE": str(place.world),
+        "OMPI_COMM_WORLD_LOCAL_RANK": str(place.local_rank),
+        "OMPI_COMM_WORLD_LOCAL_SIZE": str(place.per_node),
+        "OMPI_COMM_WORLD_NODE_RANK": str(place.node), "OMPI_UNIVERSE_SIZE": str(place.world),
+        "OMPI_MCA_ess_base_jobid": place.job_id,
+    }
+
+
+def emulated_vars(mode: str, place: Place) -> dict[str, str]:
+    """``slurm_vars`` or ``mpi_vars`` for ``mode``."""
+    if mode == "slurm":
+        return slurm_vars(place)
+    if mode == "mpi":
+        return mpi_vars(place)
+    raise ValueError(f"unknown emulation {mode!r}")

@@ -1,0 +1,140 @@
+"""What ``scaletrain run`` does inside each worker before the program's first line.
+
+Activated by the ``sitecustomize`` in :mod:`scaletrain.launch.shim`, which the launcher puts on
+its workers' PYTHONPATH only (the user's environment is never changed). It reads what the
+launcher asked for from ``SCALETRAIN_*`` variables (:mod:`scaletrain.contract`):
+
+- ``SCALETRAIN_GROUP_RECORD``: record the process group each worker forms, so the launcher can
+  say when N workers finished without ever forming one group of N (:mod:`group_check`);
+- ``SCALETRAIN_EMULATE``: give the worker srun's or mpirun's variables (:mod:`emulate`);
+- ``SCALETRAIN_CPU_SMOKE``: run a CUDA/NCCL program on the CPU (:mod:`cpu_smoke`).
+
+torch is patched when the program imports it (an import hook), never imported here: a worker
+that does not use torch pays nothing.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+from collections.abc import Callable, MutableMapping
+from types import ModuleType
+from typing import Any
+
+from scaletrain.contract import (CPU_SMOKE_VAR, EMULATE_JOB_VAR, EMULATE_NODES_VAR, EMULATE_VAR,
+                                 GROUP_RECORD_VAR)
+
+Hook = Callable[[ModuleType], None]
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Run hooks on a module right after it executes (before anyone imports names from it)."""
+
+    def __init__(self, hooks: dict[str, list[Hook]]) -> None:
+        self.hooks = hooks
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name not in self.hooks:
+            return None
+        spec = None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return None
+        hooks = self.hooks.pop(name)
+        if not self.hooks and self in sys.meta_path:
+            sys.meta_path.remove(self)
+        run_module = spec.loader.exec_module
+
+        def exec_module(module: ModuleType) -> None:
+            run_module(module)
+            for hook in hooks:
+                hook(module)
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def after_import(hooks: dict[str, list[Hook]]) -> None:
+    """Run ``hooks[name]`` when module ``name`` is first imported (now, if it already is)."""
+    pending: dict[str, list[Hook]] = {}
+    for name, fns in hooks.items():
+        module = sys.modules.get(name)
+        if module is not None:
+            for fn in fns:
+                fn(module)
+        else:
+            pending[name] = list(fns)
+    if pending:
+        sys.meta_path.insert(0, _AfterImport(pending))
+
+
+def _emulate(mode: str, environ: MutableMapping[str, str]) -> None:
+    from scaletrain.launch.emulate import TORCHRUN_VARS, Place, emulated_vars
+
+    world = int(environ["WORLD_SIZE"])
+    nodes = int(environ.get(EMULATE_NODES_VAR, "1") or 1)
+    place = Place(rank=int(environ["RANK"]), world=world, nodes=nodes,
+                  cpus_per_task=max(1, int(environ.get("OMP_NUM_THREADS", "1") or 1)),
+                  job_id=environ.get(EMULATE_JOB_VAR, "1"))
+    for name in TORCHRUN_VARS:
+        environ.pop(name, None)
+    environ.update(emulated_vars(mode, place))
+
+
+def activate(environ: MutableMapping[str, str] | None = None) -> None:
+    """Apply what the launcher asked for (see the module docstring); never raises."""
+    env = os.environ if environ is None else environ
+    rank = env.get("RANK", "?")  # the launcher's rank, before an emulation hides it
+    hooks: dict[str, list[Hook]] = {}
+    try:
+        record = env.get(GROUP_RECORD_VAR)
+        if record:
+            from scaletrain.launch import group_check
+
+            group_check.start_recording(record, rank)
+            hooks.setdefault("torch.distributed.distributed_c10d", []).append(
+                group_check.patch_c10d)
+        if env.get(CPU_SMOKE_VAR) == "1":
+            from scaletrain.launch import cpu_smoke
+
+            hooks.setdefault("torch", []).append(cpu_smoke.patch_torch)
+            hooks.setdefault("torch.distributed.distributed_c10d", []).insert(
+                0, cpu_smoke.patch_c10d)
+        else:
+            from scaletrain.launch.cpu_smoke import install_cuda_missing_hook
+
+            install_cuda_missing_hook(rank)
+        mode = env.get(EMULATE_VAR)
+        if mode:
+            _emulate(mode, env)
+        if hooks:
+            after_import(hooks)
+    except Exception as exc:  # a broken shim must not take the user's program down
+        print(f"scaletrain: worker set-up failed ({type(exc).__name__}: {exc}); "
+              "running the program without it", file=sys.stderr)
+
+
+def launcher_env(*, environ: MutableMapping[str, str], emulate: str | None, nodes: int,
+                 cpu: bool, job_id: str) -> dict[str, str]:
+    """Launcher side: the variables that turn the shim on in the workers of one run.
+
+    The shim's folder goes first on the workers' PYTHONPATH (never the user's own shell's).
+    Under an emulation the agent does not share its store with the workers: a program written
+    for srun makes rank 0 host the store at MASTER_PORT itself, as it would in a batch job.
+    """
+    shim = os.path.join(os.path.dirname(os.path.abspath(__file__)), "shim")
+    path = environ.get("PYTHONPATH", "")
+    out = {"PYTHONPATH": shim + (os.pathsep + path if path else "")}
+    if emulate:
+        out.update({EMULATE_VAR: emulate, EMULATE_NODES_VAR: str(nodes), EMULATE_JOB_VAR: job_id,
+                    "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"})
+    if cpu:
+        out[CPU_SMOKE_VAR] = "1"
+    return out

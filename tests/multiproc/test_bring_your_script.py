@@ -1,0 +1,107 @@
+"""Programs written for other launchers run unmodified under `scaletrain run` - and never
+silently alone. Real worker processes (gloo on the CPU); each test is one launch."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import socket
+
+import pytest
+
+from workers import REPO, run_workers
+
+pytestmark = pytest.mark.multiproc
+PROGS = REPO / "tests" / "multiproc" / "bring"
+EXAMPLES = REPO / "examples" / "bring"
+WARNING = "did not form one process group"
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _needs(module: str) -> None:
+    if importlib.util.find_spec(module) is None:
+        pytest.skip(f"{module} is not installed (pip install -e '.[test]')")
+
+
+@pytest.mark.parametrize("nodes,extra", [(1, []), (2, ["--cpu"])], ids=["2-tasks", "2x2-cuda-form"])
+def test_srun_program_runs_under_emulated_slurm(tmp_path, nodes, extra):
+    out = tmp_path / "out.json"
+    world = 2 * nodes
+    prog_args = ["--init_method", f"tcp://127.0.0.1:{_port()}", "--world_size", str(world),
+                 "--out", str(out)] + (["--cuda"] if extra else [])
+    proc = run_workers(EXAMPLES / "srun_ddp.py", nproc=2, args=prog_args,
+                       launcher_args=["--emulate", "slurm", "--nnodes", str(nodes), *extra])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads(out.read_text())
+    assert result["world"] == world and result["params_equal"]
+    ranks = sorted(r["rank"] for r in result["ranks"])
+    assert ranks == list(range(world))
+    for r in result["ranks"]:
+        env = r["env"]
+        assert env["SLURM_PROCID"] == str(r["rank"]) and env["SLURM_NTASKS"] == str(world)
+        assert int(env["SLURM_NODEID"]) == r["rank"] // 2 and env["SLURM_NNODES"] == str(nodes)
+        assert env["RANK"] is None and env["WORLD_SIZE"] is None  # srun does not set them
+    assert WARNING not in proc.stderr
+
+
+def test_mpi_program_sees_open_mpi_ranks(tmp_path):
+    out = tmp_path / "views.json"
+    proc = run_workers(PROGS / "mpi_init.py", nproc=2, args=[str(out)],
+                       launcher_args=["--emulate", "mpi", "--nnodes", "2"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    views = json.loads(out.read_text())
+    got = [(v["launcher"], v["rank"], v["local_rank"], v["world"], v["node"], v["ompi"])
+           for v in views]
+    assert got == [("openmpi", r, r % 2, 4, r // 2, str(r)) for r in range(4)]
+
+
+def test_cuda_program_trains_on_cpu_with_cpu_flag(tmp_path):
+    out = tmp_path / "cuda.json"
+    proc = run_workers(EXAMPLES / "cuda_ddp.py", nproc=2, args=[str(out)], launcher_args=["--cpu"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads(out.read_text())
+    assert result["world"] == 2 and result["backend"] == "gloo" and result["device"] == "cpu"
+    assert result["params_equal"] and result["cuda_devices"] == 2
+    assert "CPU smoke test" in proc.stderr and WARNING not in proc.stderr
+
+
+def test_cuda_program_without_cpu_flag_fails_with_our_hint(tmp_path):
+    proc = run_workers(EXAMPLES / "cuda_ddp.py", nproc=2, args=[str(tmp_path / "x.json")])
+    assert proc.returncode != 0
+    assert "this program needs a CUDA GPU" in proc.stderr
+    assert "scaletrain run --cpu" in proc.stderr
+
+
+@pytest.mark.parametrize("mode,alone", [("skip", True), ("one", True), ("early", False)])
+def test_workers_that_never_form_one_group_are_reported(mode, alone):
+    proc = run_workers(PROGS / "alone.py", nproc=2, args=[mode])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (WARNING in proc.stderr) is alone, proc.stderr
+
+
+def test_strict_turns_the_warning_into_a_failure():
+    proc = run_workers(PROGS / "alone.py", nproc=2, args=["skip"], launcher_args=["--strict"])
+    assert proc.returncode == 1
+    assert WARNING in proc.stderr and "HINT:" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("module,prog,setting,key,alone,hint", [
+    ("accelerate", "accelerate_train.py", "plain", "num_processes", True, "Accelerator(cpu=True)"),
+    ("accelerate", "accelerate_train.py", "cpu", "num_processes", False, None),
+    ("lightning", "lightning_train.py", "untold", "world_size", True, "Trainer(devices="),
+    ("lightning", "lightning_train.py", "told", "world_size", False, None),
+], ids=["accelerate-no-cpu-setting", "accelerate-cpu", "lightning-untold", "lightning-told"])
+def test_framework_programs(tmp_path, module, prog, setting, key, alone, hint):
+    _needs(module)
+    out = tmp_path / "out.json"
+    proc = run_workers(EXAMPLES / prog, nproc=2, args=[setting, str(out)])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads(out.read_text())[key] == (1 if alone else 2)  # what the framework says
+    assert (WARNING in proc.stderr) is alone, proc.stderr
+    if hint:
+        assert hint in proc.stderr

@@ -1,0 +1,94 @@
+"""Framework configs written from our names: Accelerate YAML, DeepSpeed JSON, TF_CONFIG."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from scaletrain.errors import DistEnvError, UsageError
+from scaletrain.frameworks.accelerate import accelerate_config, to_yaml
+from scaletrain.frameworks.deepspeed import deepspeed_config, to_json
+from scaletrain.frameworks.tensorflow import tf_config
+
+yaml = pytest.importorskip("yaml", reason="PyYAML comes with accelerate (the test extra)")
+
+
+@pytest.mark.parametrize("strategy,kind,sharding,offload", [
+    ("ddp", "MULTI_GPU", None, None), ("zero2", "FSDP", "SHARD_GRAD_OP", False),
+    ("zero3", "FSDP", "FULL_SHARD", False), ("offload", "FSDP", "FULL_SHARD", True),
+    ("hsdp", "FSDP", "HYBRID_SHARD", False)])
+def test_accelerate_yaml_parses_and_carries_the_strategy(tmp_path, strategy, kind, sharding, offload):
+    text = to_yaml(accelerate_config(strategy, precision="bf16", num_machines=2, num_processes=8))
+    data = yaml.safe_load(text)
+    assert data["distributed_type"] == kind and data["mixed_precision"] == "bf16"
+    assert (data["num_machines"], data["num_processes"]) == (2, 8)
+    assert data.get("fsdp_config", {}).get("fsdp_sharding_strategy") == sharding
+    assert data.get("fsdp_config", {}).get("fsdp_offload_params") == offload
+    # Accelerate's own loader reads it, where Accelerate is installed
+    config_mod = pytest.importorskip("accelerate.commands.config.config_args")
+    path = tmp_path / "accelerate.yaml"
+    path.write_text(text)
+    loaded = config_mod.load_config_from_file(str(path))
+    assert str(loaded.distributed_type).endswith(kind) and loaded.num_processes == 8
+    if sharding:
+        assert loaded.fsdp_config["fsdp_sharding_strategy"] == sharding
+
+
+def test_accelerate_cpu_and_refusals():
+    assert accelerate_config("ddp", cpu=True, num_processes=4)["distributed_type"] == "MULTI_CPU"
+    assert accelerate_config("ddp", cpu=True)["use_cpu"] is True
+    with pytest.raises(UsageError, match="zero1"):
+        accelerate_config("zero1")
+    with pytest.raises(UsageError, match="GPUs only"):
+        accelerate_config("zero3", cpu=True)
+
+
+def test_yaml_quotes_strings_that_yaml_would_misread():
+    data = yaml.safe_load(to_yaml({"a": "no", "b": "it's: here", "c": {"d": True, "e": 3}}))
+    assert data == {"a": "no", "b": "it's: here", "c": {"d": True, "e": 3}}
+
+
+@pytest.mark.parametrize("strategy,stage,device", [
+    ("zero1", 1, None), ("zero2", 2, None), ("zero3", 3, None), ("offload", 3, "cpu"),
+    ("nvme", 3, "nvme")])
+def test_deepspeed_json_carries_the_stage_and_offload(strategy, stage, device):
+    config = json.loads(to_json(deepspeed_config(strategy, micro_batch_per_gpu=8, precision="bf16",
+                                                 nvme_path="/local/scratch")))
+    zero = config["zero_optimization"]
+    assert zero["stage"] == stage and config["train_micro_batch_size_per_gpu"] == 8
+    assert config["bf16"] == {"enabled": True}
+    for part in ("offload_optimizer", "offload_param"):
+        assert zero.get(part, {}).get("device") == device
+        if device == "nvme":
+            assert zero[part]["nvme_path"] == "/local/scratch"
+    # DeepSpeed's own config class, where DeepSpeed installs (it needs no GPU to parse)
+    try:
+        from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+    except Exception:  # noqa: BLE001 - not installed here: the structure above is the check
+        return
+    parsed = DeepSpeedZeroConfig(**zero)
+    assert int(parsed.stage) == stage
+
+
+def test_deepspeed_refusals():
+    with pytest.raises(UsageError, match="node-local"):
+        deepspeed_config("nvme")
+    with pytest.raises(UsageError, match="pipeline"):
+        deepspeed_config("pipeline")
+    assert "fp16" in deepspeed_config("zero2", precision="fp16")
+
+
+def test_tf_config_for_a_two_node_allocation():
+    base = {"SLURM_JOB_ID": "123456", "SLURM_STEP_NODELIST": "gpu[01-02]",
+            "SLURM_STEP_TASKS_PER_NODE": "2(x2)"}
+    configs = [tf_config({**base, "SLURM_PROCID": str(r)}) for r in range(4)]
+    port = 10000 + 123456 % 20000 + 1
+    workers = [f"gpu01:{port}", f"gpu01:{port + 1}", f"gpu02:{port}", f"gpu02:{port + 1}"]
+    assert all(c["cluster"]["worker"] == workers for c in configs)
+    assert [c["task"] for c in configs] == [{"type": "worker", "index": r} for r in range(4)]
+    assert len(set(workers)) == 4
+    with pytest.raises(DistEnvError, match="outside"):
+        tf_config({**base, "SLURM_PROCID": "4"})
+    with pytest.raises(DistEnvError, match="srun task"):
+        tf_config({})

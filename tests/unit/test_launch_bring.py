@@ -1,0 +1,97 @@
+"""Pure parts of "bring your script": emulated launcher variables, the group verdict, the plan."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from scaletrain.errors import UsageError
+from scaletrain.launch import group_check
+from scaletrain.launch.emulate import Place, mpi_vars, slurm_vars
+from scaletrain.launch.spec import RunRequest, plan_launch
+from scaletrain.runtime.detect import detect
+
+
+def test_slurm_vars_follow_the_guides_rank_arithmetic():
+    world, nodes = 8, 2
+    seen = set()
+    for rank in range(world):
+        v = slurm_vars(Place(rank=rank, world=world, nodes=nodes, cpus_per_task=3, job_id="42"))
+        # the Alliance guide's formula: node * tasks per node + local id
+        assert int(v["SLURM_NODEID"]) * int(v["SLURM_NTASKS_PER_NODE"]) + int(v["SLURM_LOCALID"]) == rank
+        assert v["SLURM_PROCID"] == str(rank) and v["SLURM_NTASKS"] == "8"
+        assert v["SLURM_TASKS_PER_NODE"] == "4(x2)" and v["SLURM_JOB_NODELIST"] == "emu-node[1-2]"
+        assert v["SLURMD_NODENAME"] == f"emu-node{rank // 4 + 1}"
+        seen.add((v["SLURM_NODEID"], v["SLURM_LOCALID"]))
+    assert len(seen) == world
+
+
+def test_scaletrain_detects_an_emulated_task_like_a_real_one(clean_env):
+    v = slurm_vars(Place(rank=3, world=4, nodes=2, job_id="77"))
+    env = detect({**v, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "12345"})
+    assert (env.launcher, env.rank, env.local_rank, env.world_size, env.node_rank,
+            env.num_nodes, env.local_world_size) == ("slurm", 3, 1, 4, 1, 2, 2)
+    mpi = detect({**mpi_vars(Place(rank=2, world=4, nodes=2)), "MASTER_ADDR": "127.0.0.1",
+                  "MASTER_PORT": "12345"})
+    assert (mpi.launcher, mpi.rank, mpi.local_rank, mpi.world_size) == ("openmpi", 2, 0, 4)
+
+
+@pytest.fixture
+def _plan(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+
+    def make(environ=None, **kw):
+        return plan_launch(RunRequest(target=str(script), **kw), environ=environ or {}, gpus=0)
+    return make
+
+
+def test_emulated_nodes_are_local_workers(_plan):
+    plan = _plan(nproc_per_node=2, nnodes=3, emulate="slurm")
+    assert (plan.nproc_per_node, plan.nnodes, plan.emulated_nodes) == (6, 1, 3)
+    assert plan.rdzv_backend == "c10d"
+    assert plan.worker_env["SCALETRAIN_EMULATE"] == "slurm"
+    assert plan.worker_env["PYTHONPATH"].split(":")[0].endswith("launch/shim")
+    with pytest.raises(UsageError, match="--node-rank"):
+        _plan(nproc_per_node=2, nnodes=2, node_rank=1, emulate="slurm")
+    with pytest.raises(UsageError, match="not one of"):
+        _plan(nproc_per_node=2, emulate="pbs")
+
+
+def test_the_shim_keeps_the_users_pythonpath_after_its_own(_plan):
+    plan = _plan(nproc_per_node=1, cpu=True, environ={"PYTHONPATH": "/mine"})
+    assert plan.worker_env["PYTHONPATH"].endswith(":/mine")
+    assert plan.worker_env["SCALETRAIN_CPU_SMOKE"] == "1"
+
+
+def _records(tmp_path, groups=None, exits=None):
+    for rank, world in (groups or {}).items():
+        (tmp_path / f"group-rank{rank}-pid1.json").write_text(json.dumps({"rank": rank, "world_size": world}))
+    for rank, extra in (exits or {}).items():
+        (tmp_path / f"exit-rank{rank}-pid1.json").write_text(json.dumps({"rank": rank, **extra}))
+    return group_check.read_records(tmp_path)
+
+
+def test_verdict_quiet_when_all_joined_one_group(tmp_path):
+    rec = _records(tmp_path, {"0": 2, "1": 2}, {"0": {}, "1": {}})
+    assert group_check.verdict(rec, expected_world=2, local_ranks=["0", "1"]) is None
+
+
+def test_verdict_names_what_went_wrong(tmp_path):
+    rec = _records(tmp_path, {"0": 1}, {"0": {"frameworks": ["lightning"]}})
+    text = group_check.verdict(rec, expected_world=2, local_ranks=["0", "1"])
+    assert "1 of 2 never started torch.distributed" in text
+    assert "groups of size 1 instead of 2" in text and "Trainer(devices=" in text
+
+
+def test_verdict_sees_a_framework_that_trains_alone_in_a_full_group(tmp_path):
+    rec = _records(tmp_path, {"0": 2, "1": 2},
+                   {r: {"frameworks": ["accelerate"], "framework_worlds": {"accelerate": 1}}
+                    for r in ("0", "1")})
+    text = group_check.verdict(rec, expected_world=2, local_ranks=["0", "1"])
+    assert "accelerate trained with 1 process(es) instead of 2" in text and "--cpu" in text
+
+
+def test_verdict_has_nothing_to_say_about_one_worker(tmp_path):
+    assert group_check.verdict(_records(tmp_path), expected_world=1, local_ranks=["0"]) is None
