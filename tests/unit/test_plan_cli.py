@@ -140,7 +140,8 @@ def test_flags_are_a_decision() -> None:
     assert flags == sorted([
         "--help", "--cluster", "--profile", "--partition", "--account", "--gpus", "--nodes",
         "--gpus-per-node", "--time", "--cpus-per-gpu", "--mem-per-gpu", "--launcher", "--device",
-        "--container", "--stage-data", "--requeue", "--job-name", "--params", "--output", "--json"])
+        "--container", "--stage-data", "--requeue", "--job-name", "--params", "--output", "--json",
+        "--mem"])   # --mem only refuses, pointing at --mem-per-gpu
 
 
 def test_plan_and_clusters_start_fast_without_torch() -> None:

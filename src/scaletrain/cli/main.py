@@ -16,6 +16,7 @@ import sys
 from typing import Sequence
 
 from scaletrain._version import __version__
+from scaletrain.cli.args import check_utf8
 from scaletrain.errors import ScaletrainError, UsageError
 
 # Order is the order shown in --help. Values are module paths so that adding a verb is one line.
@@ -38,7 +39,15 @@ examples:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that raises UsageError instead of printing usage and exiting."""
+    """argparse that raises UsageError instead of printing usage and exiting.
+
+    Prefix matching is off for every verb: with it, ``--mem 64G`` was silently read as
+    ``--mem-per-gpu 64G``; a flag is spelt in full or refused.
+    """
+
+    def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(message, f"see '{self.prog} --help'")
@@ -69,6 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv``, run the verb, and return the exit code (errors rendered on stderr)."""
     args_list = list(sys.argv[1:] if argv is None else argv)
     try:
+        check_utf8(args_list)
         parser = build_parser()
         args = parser.parse_args(args_list)
         args._argv = tuple(args_list)  # the exact command, for generated scripts' provenance

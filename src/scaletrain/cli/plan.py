@@ -42,38 +42,44 @@ launchers (tasks per node):
 
 def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     """Add every flag of ``plan`` (and ``submit``): the job, the cluster and the program."""
+    from scaletrain.cli import args as A
     from scaletrain.plan.request import LAUNCHERS
 
     c = parser.add_argument_group("cluster")
-    c.add_argument("--cluster", metavar="NAME",
+    c.add_argument("--cluster", type=A.name, metavar="NAME",
                    help="cluster profile name (see 'scaletrain clusters'); required unless --profile")
-    c.add_argument("--profile", metavar="FILE", help="a cluster profile .toml file (overrides --cluster)")
-    c.add_argument("--partition", metavar="P", help="Slurm partition (default: chosen by the profile's rules)")
-    c.add_argument("--account", metavar="A",
+    c.add_argument("--profile", type=A.text(), metavar="FILE", help="a cluster profile .toml file (overrides --cluster)")
+    c.add_argument("--partition", type=A.name, metavar="P", help="Slurm partition (default: chosen by the profile's rules)")
+    c.add_argument("--account", type=A.name, metavar="A",
                    help="project/account to bill (default: $SBATCH_ACCOUNT)")
     s = parser.add_argument_group("size")
-    s.add_argument("--gpus", type=int, metavar="N", help="total GPUs (one node if they fit, else whole nodes)")
-    s.add_argument("--nodes", type=int, metavar="M", help="number of nodes (with --gpus-per-node)")
-    s.add_argument("--gpus-per-node", type=int, metavar="G", help="GPUs per node with --nodes (default: all)")
-    s.add_argument("--time", metavar="HH:MM:SS", help="time limit (default 01:00:00; D-HH:MM:SS also)")
-    s.add_argument("--cpus-per-gpu", type=int, metavar="C",
+    s.add_argument("--gpus", type=A.count(), metavar="N", help="total GPUs (one node if they fit, else whole nodes)")
+    s.add_argument("--nodes", type=A.count(), metavar="M", help="number of nodes (with --gpus-per-node)")
+    s.add_argument("--gpus-per-node", type=A.count(), metavar="G", help="GPUs per node with --nodes (default: all)")
+    s.add_argument("--time", type=A.time_limit, metavar="HH:MM:SS", help="time limit (default 01:00:00; D-HH:MM:SS also)")
+    s.add_argument("--cpus-per-gpu", type=A.count(), metavar="C",
                    help="CPU cores per GPU (default: the node's cores shared per GPU)")
-    s.add_argument("--mem-per-gpu", metavar="M", help="memory per GPU, e.g. 64G (default: the profile's share)")
+    s.add_argument("--mem-per-gpu", type=A.mem_size, metavar="M",
+                   help="memory per GPU, e.g. 64G (default: the profile's share)")
+    # sbatch's --mem is per node; taking it as --mem-per-gpu (argparse's prefix match) was wrong
+    s.add_argument("--mem", action=A.refuse("plan asks memory per GPU: use --mem-per-gpu M "
+                                             "(per node = M x GPUs per node)"),
+                   help=argparse.SUPPRESS)
     r = parser.add_argument_group("how it runs")
     r.add_argument("--launcher", choices=LAUNCHERS, default="scaletrain",
                    help="launch mode (default scaletrain; see below)")
     r.add_argument("--device", choices=("auto", "cpu"), default="auto",
                    help="cpu: run on the CPU even where GPUs were allocated (SCALETRAIN_DEVICE=cpu)")
-    r.add_argument("--container", metavar="IMG", help="run the program in this Apptainer/Singularity image")
-    r.add_argument("--stage-data", metavar="PATH",
+    r.add_argument("--container", type=A.text(), metavar="IMG", help="run the program in this Apptainer/Singularity image")
+    r.add_argument("--stage-data", type=A.text(), metavar="PATH",
                    help="copy/extract a dataset (dir, .tar, .tar.gz, .zip) to node-local scratch first; "
                         "the program finds it in $SCALETRAIN_DATA")
     r.add_argument("--requeue", action="store_true",
                    help="USR1 before the time limit, passed to the tasks; the job then requeues itself")
-    r.add_argument("--job-name", metavar="NAME", help="Slurm job name (default: the script's name)")
+    r.add_argument("--job-name", type=A.job_name, metavar="NAME", help="Slurm job name (default: the script's name)")
     o = parser.add_argument_group("output")
-    o.add_argument("--params", metavar="N", help="model size (7e9, 350M): add per-GPU memory per strategy")
-    o.add_argument("--output", "-o", metavar="FILE", help="write the script to FILE instead of stdout")
+    o.add_argument("--params", type=A.params, metavar="N", help="model size (7e9, 350M): add per-GPU memory per strategy")
+    o.add_argument("--output", "-o", type=A.text(), metavar="FILE", help="write the script to FILE instead of stdout")
     o.add_argument("--json", action="store_true", help="print the plan as JSON (script included)")
     parser.add_argument("script", nargs="?", metavar="SCRIPT", help="training script (after '--')")
     parser.add_argument("script_args", nargs=argparse.REMAINDER, metavar="ARGS",
@@ -161,6 +167,38 @@ def plan_from_args(args: argparse.Namespace):  # -> Plan
     return make_plan(request, profile)
 
 
+def _write_stream(path: Path, payload: bytes) -> None:
+    # O_NONBLOCK: a FIFO nobody reads fails at once (ENXIO) instead of waiting forever
+    fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+    try:
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "wb", closefd=False) as stream:
+            stream.write(payload)
+    finally:
+        os.close(fd)
+
+
+def write_output(path: str, script: str) -> None:
+    """Write the script to ``path`` whole or not at all: the user's old file stays untouched
+    until the new content is complete (temporary file + rename). A device or pipe
+    (``-o /dev/stdout``) is written to directly: renaming over it would replace the device."""
+    from scaletrain.fileio import atomic_write
+
+    payload = script.encode("utf-8")       # fails here, before anything touches the disk
+    out = Path(path).expanduser()
+    try:
+        if out.is_dir():
+            raise UsageError(f"--output {path} is a directory", "give a file name, e.g. -o job.sh")
+        if out.exists() and not out.is_file():
+            _write_stream(out, payload)
+            return
+        out.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(out, payload, mode=0o755)
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}",
+                         "choose a writable --output path") from None
+
+
 def run_plan(args: argparse.Namespace) -> int:
     """CLI body of ``scaletrain plan``."""
     from scaletrain.plan.render import render_script
@@ -174,13 +212,7 @@ def run_plan(args: argparse.Namespace) -> int:
         print(json.dumps(data, indent=2, default=str))
         return 0
     if args.output:
-        out = Path(args.output)
-        try:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(script)
-            out.chmod(0o755)
-        except OSError as exc:
-            raise UsageError(f"cannot write {args.output}: {exc.strerror}", "choose a writable --output path") from None
+        write_output(args.output, script)
     else:
         sys.stdout.write(script)
         sys.stdout.flush()
