@@ -113,7 +113,7 @@ CASES: dict[str, tuple[str | None, str, str, str]] = {
                      job("--time=1:00:00", body="get_free_port() { echo 29400; }\n"
                                                 "export MASTER_PORT=$(get_free_port)\nsrun python x.py"), "warning"),
     "log-dir": (None, job("--time=1:00:00", "--output=logs/%x-%j.out", body="mkdir -p logs\nsrun python x.py"),
-                job("--time=1:00:00", "--output=%x-%j.out", body="mkdir -p logs\nsrun python x.py"), "error"),
+                job("--time=1:00:00", "--output=%x-%j.out", body="mkdir -p logs\nsrun python x.py"), "warning"),
     "ntasks-distribution": (None, job("--time=1:00:00", "--nodes=2", "--ntasks=8", "--gres=gpu:4"),
                             job("--time=1:00:00", "--nodes=2", "--ntasks-per-node=4", "--gres=gpu:4"), "warning"),
     "omp-threads": (None, job("--time=1:00:00", "--ntasks=1", "--cpus-per-task=32", "--gres=gpu:4",
@@ -273,6 +273,14 @@ def test_placeholder_hides_the_bash_syntax_error_it_causes() -> None:
     found = _rules(job("--time=1:00:00", body="srun python x.py <options>\nsrun python y.py <more options>"), None)
     assert found.get("placeholder") == {"error"} and "bash-syntax" not in found
     assert "placeholder" not in _rules(job("--time=1:00:00", body="sort <in.txt >out.txt\nsrun python x.py"), None)
+    heredoc = "python - <<'EOF'\nif i<n and j>0: pass\nEOF\necho \"<b>done</b>\"\nsrun python x.py"
+    assert "placeholder" not in _rules(job("--time=1:00:00", body=heredoc), None)
+
+
+def test_side_steps_beside_the_training_are_not_told_gpus_are_idle() -> None:
+    text = job("--nodes=1", "--ntasks-per-node=1", "--gres=gpu:4", "--time=1:00:00",
+               body="srun python prepare.py\nsrun torchrun --standalone --nproc_per_node=4 train.py")
+    assert "tasks-per-gpu" not in _rules(text, None)
 
 
 def test_visible_devices_subset_warns_full_list_is_quiet() -> None:

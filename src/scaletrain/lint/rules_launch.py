@@ -61,6 +61,18 @@ def _spawns_per_gpu(step: Step) -> bool:
     return any(w.value.split("=")[0] in _SPAWN_ARGS for w in step.invocation.args)
 
 
+def _gpus_used_elsewhere(ctx: LintContext, this: Step, gpn: int) -> bool:
+    """Another step uses every GPU (a launcher, or one task per GPU): this one is a side job
+    such as data preparation or evaluation, not the training."""
+    for step in ctx.steps:
+        if step is this or not step.under_srun:
+            continue
+        if step.invocation.is_launcher or (step.invocation.kind == "python"
+                                           and step_tasks_per_node(ctx, step) >= gpn):
+            return True
+    return False
+
+
 @rule("tasks-per-gpu", "one-task-per-GPU launch whose tasks per node differ from GPUs per node")
 def tasks_per_gpu(ctx: LintContext) -> Iterable[Finding]:
     gpn = ctx.job.gpus_per_node
@@ -75,7 +87,7 @@ def tasks_per_gpu(ctx: LintContext) -> Iterable[Finding]:
             continue
         line = ctx.option_line("ntasks-per-node", "ntasks")
         if tpn <= 1:
-            if _spawns_per_gpu(step):
+            if _spawns_per_gpu(step) or _gpus_used_elsewhere(ctx, step, gpn):
                 continue
             yield finding("tasks-per-gpu", WARNING, step.line,
                           f"srun starts one '{step.invocation.program}' per node on {gpn} GPUs per node: "
@@ -291,7 +303,8 @@ def ntasks_distribution(ctx: LintContext) -> Iterable[Finding]:
 @rule("omp-threads", "OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK shared by several launcher workers per task")
 def omp_threads(ctx: LintContext) -> Iterable[Finding]:
     entries = [w for w, _c in ctx.variables.get("OMP_NUM_THREADS", [])]
-    whole = [w for w in entries if re.fullmatch(r"\$\{?SLURM_CPUS_PER_TASK\}?", w.raw.strip("\"'"))]
+    whole = [w for w in entries
+             if re.fullmatch(r"\$\{?SLURM_CPUS_PER_TASK(:-\d+)?\}?", w.raw.strip("\"'"))]
     if not whole or len(entries) != len(whole):
         return
     for step in ctx.steps:

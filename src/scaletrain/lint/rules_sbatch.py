@@ -57,7 +57,8 @@ def sbatch_option(ctx: LintContext) -> Iterable[Finding]:
                       "check 'man sbatch' and the site's documentation")
 
 
-def _heredoc_lines(ctx: LintContext) -> set[int]:
+def heredoc_lines(ctx: LintContext) -> set[int]:
+    """Line numbers inside here-document bodies (text for another program, not commands)."""
     lines: set[int] = set()
     for cmd in ctx.script.commands:
         for hd in cmd.heredocs:
@@ -67,7 +68,7 @@ def _heredoc_lines(ctx: LintContext) -> set[int]:
 
 @rule("sbatch-after-command", "an #SBATCH line after the first command (Slurm ignores it)")
 def sbatch_after_command(ctx: LintContext) -> Iterable[Finding]:
-    skip = _heredoc_lines(ctx)
+    skip = heredoc_lines(ctx)
     for number, line in enumerate(ctx.script.lines, start=1):
         if number > ctx.script.header_end and line.startswith("#SBATCH") and number not in skip:
             yield finding("sbatch-after-command", ERROR, number,
@@ -146,10 +147,11 @@ def log_dir(ctx: LintContext) -> Iterable[Finding]:
         folder = _folder(opt.value.rsplit("/", 1)[0])
         for target, line in made.items():
             if target and (target == folder or folder.endswith("/" + target) or target.endswith("/" + folder)):
-                yield finding("log-dir", ERROR, opt.line,
+                # a warning: lint cannot know whether the folder exists where the job is submitted
+                yield finding("log-dir", WARNING, opt.line,
                               f"--{name}={opt.value} goes into {folder}/, which the script creates "
                               f"itself (line {line}): Slurm opens the file before the script runs, "
-                              "so a first run fails at once and leaves no log",
+                              "so where the folder does not exist yet the job fails at once with no log",
                               f"create it before submitting (mkdir -p {folder} && sbatch ...), or "
                               f"write the log into the submit folder (--{name}=%x-%j.out)")
                 break

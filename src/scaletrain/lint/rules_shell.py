@@ -182,9 +182,14 @@ _PLACEHOLDER = re.compile(r"(?<![<\w$])<([A-Za-z][^<>\n$|&;()`]*[A-Za-z0-9_.-])>
 
 
 def _placeholder_lines(ctx: LintContext) -> list[tuple[int, str]]:
+    from scaletrain.lint.rules_sbatch import heredoc_lines
+
+    skip = heredoc_lines(ctx)      # program text (python: i<n and j>0) is not the template's
     out = []
     for number, line in enumerate(ctx.script.lines, start=1):
         stripped = line.lstrip()
+        if number in skip or stripped.startswith(("echo ", "printf ")):
+            continue   # text for people, not a command
         if stripped.startswith("#") and not line.startswith("#SBATCH"):
             continue   # a comment may show <options> as documentation
         m = _PLACEHOLDER.search(line)
@@ -224,7 +229,7 @@ def site_command(ctx: LintContext) -> Iterable[Finding]:
     for name in _RDZV_VARS:
         for word, _cmd in ctx.variables.get(name, []):
             for called in _CALLED.findall(word.raw):
-                if called in _STANDARD or "/" in called:
+                if called in _STANDARD or "/" in called or called.startswith("python"):
                     continue
                 if re.search(rf"(^|\n)\s*(function\s+{re.escape(called)}\b|{re.escape(called)}\s*\(\s*\))", text):
                     continue   # defined in the script itself
