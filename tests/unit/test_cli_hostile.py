@@ -228,3 +228,37 @@ def test_library_parsers_refuse_what_the_cli_refuses() -> None:
         parse_mem_gb("100K")
     with pytest.raises(UsageError, match="too large"):
         parse_params("1e400")
+
+
+def test_stage_data_from_a_device_is_refused(capsys) -> None:
+    if not os.path.exists("/dev/zero"):
+        pytest.skip("no /dev/zero here")
+    _usage([*PLAN, "--stage-data", "/dev/zero", "--", "train.py"], capsys, "--stage-data")
+
+
+def test_stdout_on_a_full_disk_is_one_line(tmp_path: Path) -> None:
+    """``plan ... > /dev/full``: a one-line error, no traceback (a real process: real stdout)."""
+    import subprocess
+    import sys
+
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "scaletrain", *PLAN, "--", "train.py"],
+                              stdout=full, stderr=subprocess.PIPE, text=True, timeout=120, check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "cannot write the output: No space left on device" in proc.stderr
+
+
+def test_reader_that_goes_away_gives_no_traceback() -> None:
+    """``scaletrain clusters | head -c 1`` with a closed pipe: quiet exit, no traceback."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "scaletrain", "clusters", "lumi"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()          # the reader is gone before the first write
+    err = proc.stderr.read().decode()
+    proc.stderr.close()
+    assert proc.wait(timeout=120) in (0, 1)
+    assert "Traceback" not in err, err

@@ -63,6 +63,22 @@ def text(*, max_len: int = MAX_TEXT) -> Type:
     return parse
 
 
+def data_path(value: str) -> str:
+    """A dataset to stage: a file or folder, or a path that exists only on the cluster; never a
+    device or pipe here (copying /dev/zero to the nodes never ends)."""
+    import os
+    import stat as _stat
+
+    value = text()(value)    # type: ignore[assignment]
+    try:
+        mode = os.stat(os.path.expanduser(value)).st_mode
+    except (OSError, ValueError):
+        return value          # not here: it may exist on the cluster
+    if not (_stat.S_ISREG(mode) or _stat.S_ISDIR(mode)):
+        raise _fail(f"{value!r:.60} is not a file or folder (a device, pipe or socket)")
+    return value
+
+
 def name(value: str) -> str:
     """A Slurm name (cluster, partition, account): non-empty, no spaces or control characters."""
     value = text(max_len=MAX_NAME)(value)    # type: ignore[assignment]

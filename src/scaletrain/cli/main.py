@@ -11,7 +11,9 @@ hint, with the error's exit code and no traceback.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
+import os
 import sys
 from typing import Sequence
 
@@ -92,6 +94,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("scaletrain: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader went away (scaletrain plan ... | head): stop quietly, like cat does
+        _silence_stdout()
+        return 1
+    except OSError as exc:
+        if exc.errno not in _OUTPUT_ERRNOS:
+            raise
+        _silence_stdout()
+        print(f"scaletrain: error: cannot write the output: {exc.strerror}", file=sys.stderr)
+        return 1
+
+
+# Failures of the terminal/pipe/disk that stdout goes to: the user's environment, not a bug.
+_OUTPUT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EPIPE}
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so Python's exit-time flush does not fail a second time."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
 
 
 def entry() -> None:

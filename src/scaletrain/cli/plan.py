@@ -71,7 +71,7 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     r.add_argument("--device", choices=("auto", "cpu"), default="auto",
                    help="cpu: run on the CPU even where GPUs were allocated (SCALETRAIN_DEVICE=cpu)")
     r.add_argument("--container", type=A.text(), metavar="IMG", help="run the program in this Apptainer/Singularity image")
-    r.add_argument("--stage-data", type=A.text(), metavar="PATH",
+    r.add_argument("--stage-data", type=A.data_path, metavar="PATH",
                    help="copy/extract a dataset (dir, .tar, .tar.gz, .zip) to node-local scratch first; "
                         "the program finds it in $SCALETRAIN_DATA")
     r.add_argument("--requeue", action="store_true",
