@@ -175,7 +175,9 @@ def test_every_flag_with_every_nasty_value(verb: str) -> None:
             _check([*VALID[verb], "--", value])
 
 
-FUZZ = settings(max_examples=60, deadline=None, derandomize=True, database=None,
+# CI runs a fixed sample; SCALETRAIN_FUZZ_EXAMPLES=2000 digs deeper (random, not derandomized).
+_DEEP = int(os.environ.get("SCALETRAIN_FUZZ_EXAMPLES", "0"))
+FUZZ = settings(max_examples=_DEEP or 60, deadline=None, derandomize=not _DEEP, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 _script = st.one_of(st.just("train.py"), _value)
 _plan_base = st.sampled_from([VALID["plan"][1:], VALID["plan"][1:], ["--cluster", "local", "--gpus", "2"],

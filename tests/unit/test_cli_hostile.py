@@ -262,3 +262,13 @@ def test_reader_that_goes_away_gives_no_traceback() -> None:
     proc.stderr.close()
     assert proc.wait(timeout=120) in (0, 1)
     assert "Traceback" not in err, err
+
+
+def test_plan_output_through_a_symlink_keeps_the_link(tmp_path: Path, capsys) -> None:
+    target = tmp_path / "real.sh"
+    target.write_text("old\n")
+    link = tmp_path / "link.sh"
+    link.symlink_to(target)
+    code, err = _run([*PLAN, "-o", str(link), "--", "train.py"], capsys)
+    assert code == 0, err
+    assert link.is_symlink() and target.read_text().startswith("#!")
