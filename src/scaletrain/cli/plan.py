@@ -186,9 +186,9 @@ def write_output(path: str, script: str) -> None:
 
     payload = script.encode("utf-8")       # fails here, before anything touches the disk
     out = Path(path).expanduser()
-    if out.is_symlink():
-        out = out.resolve()      # replace the file the link points to, and keep the link
     try:
+        if out.is_symlink():
+            out = out.resolve()      # replace the file the link points to, and keep the link
         if out.is_dir():
             raise UsageError(f"--output {path} is a directory", "give a file name, e.g. -o job.sh")
         if out.exists() and not out.is_file():
