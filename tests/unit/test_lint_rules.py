@@ -114,6 +114,23 @@ CASES: dict[str, tuple[str | None, str, str, str]] = {
                            "warning"),
     "partition-missing": ("mahti", job(*MAHTI, "--gres=gpu:a100:4"),
                           job(*MAHTI, "--partition=gpumedium", "--gres=gpu:a100:4"), "warning"),
+    "placeholder": (None, job("--time=1:00:00", body="module load python/<select version>\nsrun python x.py <options>"),
+                    job("--time=1:00:00", body="module load python/3.11\nsrun python x.py --lr 0.1"), "error"),
+    "site-command": (None, job("--time=1:00:00", body="export MASTER_PORT=$(get_free_port)\nsrun python x.py"),
+                     job("--time=1:00:00", body="get_free_port() { echo 29400; }\n"
+                                                "export MASTER_PORT=$(get_free_port)\nsrun python x.py"), "warning"),
+    "log-dir": (None, job("--time=1:00:00", "--output=logs/%x-%j.out", body="mkdir -p logs\nsrun python x.py"),
+                job("--time=1:00:00", "--output=%x-%j.out", body="mkdir -p logs\nsrun python x.py"), "warning"),
+    "ntasks-distribution": (None, job("--time=1:00:00", "--nodes=2", "--ntasks=8", "--gres=gpu:4"),
+                            job("--time=1:00:00", "--nodes=2", "--ntasks-per-node=4", "--gres=gpu:4"), "warning"),
+    "omp-threads": (None, job("--time=1:00:00", "--ntasks=1", "--cpus-per-task=32", "--gres=gpu:4",
+                              body="export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK\n"
+                                   "srun torchrun --standalone --nproc_per_node=4 x.py"),
+                    job("--time=1:00:00", "--ntasks=1", "--cpus-per-task=32", "--gres=gpu:4",
+                        body="export OMP_NUM_THREADS=$((SLURM_CPUS_PER_TASK / 4))\n"
+                             "srun torchrun --standalone --nproc_per_node=4 x.py"), "warning"),
+    "no-launch": (None, job("--time=1:00:00", body="module load pytorch\necho ready"),
+                  job("--time=1:00:00", body="module load pytorch\nsrun python x.py"), "warning"),
     # a line that looks like a directive but is not one
     "sbatch-typo": (None, "#!/bin/bash\n#SBATCH --time=1:00:00\n# SBATCH --mem=8G\n\nsrun python x.py\n",
                     "#!/bin/bash\n#SBATCH --time=1:00:00\n##SBATCH --mem=8G\n\nsrun python x.py\n", "warning"),
@@ -234,7 +251,8 @@ def test_scaletrain_run_and_deepspeed_num_gpus_are_per_node_launchers() -> None:
 def test_gpu_type_on_a_cluster_whose_profile_names_none() -> None:
     ok = job(*LUMI, "--gpus-per-node=mi250:8")
     assert "gpu-syntax" not in _rules(ok, "lumi")
-    assert _rules(job(*LUMI, "--gpus-per-node=a100:8"), "lumi")["gpu-syntax"] == {"warning"}
+    # sbatch refuses a GRES type no node has: an error, not a warning
+    assert _rules(job(*LUMI, "--gpus-per-node=a100:8"), "lumi")["gpu-syntax"] == {"error"}
 
 
 def test_no_partition_on_alliance_is_routed_and_checked_against_it() -> None:
@@ -242,3 +260,44 @@ def test_no_partition_on_alliance_is_routed_and_checked_against_it() -> None:
     rules = _rules(text, "narval")
     assert "partition-missing" not in rules and rules["time-limit"] == {"error"}   # 7 days max
     assert "partition-limit" not in _rules(job(*MAHTI, "--gres=gpu:a100:4"), "mahti")  # planner default unused
+
+
+def test_gpu_syntax_message_agrees_with_its_hint() -> None:
+    # it said "mahti does not take GPU requests in the form --gres" and then hinted --gres=gpu:a100:1
+    result = lint_text(job(*MAHTI, "--partition=gpusmall", "--gres=gpu:1"), profile=load_profile("mahti"))
+    (f,) = [f for f in result.findings if f.rule == "gpu-syntax"]
+    assert "--gres=gpu:N (no GPU type)" in f.message and f.hint == "#SBATCH --gres=gpu:a100:1"
+
+
+def test_plugin_options_and_far_spellings_get_no_wrong_suggestion() -> None:
+    text = job("--time=1:00:00", "--image=docker:x/y:1", "--module=gpu", "--container-image=nvcr.io#x")
+    assert "sbatch-option" not in _rules(text, None)
+    (f,) = lint_text(job("--time=1:00:00", "--frobnicate=1")).findings
+    assert f.rule == "sbatch-option" and "did you mean" not in f.hint
+
+
+def test_placeholder_hides_the_bash_syntax_error_it_causes() -> None:
+    found = _rules(job("--time=1:00:00", body="srun python x.py <options>\nsrun python y.py <more options>"), None)
+    assert found.get("placeholder") == {"error"} and "bash-syntax" not in found
+    assert "placeholder" not in _rules(job("--time=1:00:00", body="sort <in.txt >out.txt\nsrun python x.py"), None)
+    heredoc = "python - <<'EOF'\nif i<n and j>0: pass\nEOF\necho \"<b>done</b>\"\nsrun python x.py"
+    assert "placeholder" not in _rules(job("--time=1:00:00", body=heredoc), None)
+
+
+def test_side_steps_beside_the_training_are_not_told_gpus_are_idle() -> None:
+    text = job("--nodes=1", "--ntasks-per-node=1", "--gres=gpu:4", "--time=1:00:00",
+               body="srun python prepare.py\nsrun torchrun --standalone --nproc_per_node=4 train.py")
+    assert "tasks-per-gpu" not in _rules(text, None)
+
+
+def test_visible_devices_subset_warns_full_list_is_quiet() -> None:
+    subset = job("--time=1:00:00", "--gres=gpu:4", body="export CUDA_VISIBLE_DEVICES=0,1\nsrun python x.py")
+    assert _rules(subset, None)["visible-devices"] == {"warning"}
+    full = job("--time=1:00:00", "--gres=gpu:4", body="export CUDA_VISIBLE_DEVICES=0,1,2,3\nsrun python x.py")
+    assert "visible-devices" not in _rules(full, None)
+
+
+def test_multiprocessing_program_is_not_told_gpus_are_idle() -> None:
+    text = job("--ntasks=1", "--gres=gpu:4", "--time=1:00:00",
+               body="srun python main.py --multiprocessing-distributed --world-size 1 --rank 0")
+    assert "tasks-per-gpu" not in _rules(text, None)

@@ -69,8 +69,13 @@ def test_historical_lumi_partition_is_only_a_warning() -> None:
 def test_known_warnings_show_the_blocks_were_parsed() -> None:
     block = _find("003", "narval", "MASTER_PORT=34567")
     assert "master-port" in {f.rule for f in _lint(block).findings}
-    block = _find("004", "juwels-booster", "--nodes=16", "time srun")
-    assert "visible-devices" in {f.rule for f in _lint(block).findings}
+    # JSC's guide sets CUDA_VISIBLE_DEVICES=0,1,2,3 on purpose: no finding may contradict it,
+    # but a list beyond the node's 4 GPUs is still caught in the same block
+    block = _find("004", "juwels-booster", "--nodes=16", "time srun", "CUDA_VISIBLE_DEVICES=0,1,2,3")
+    assert "visible-devices" not in {f.rule for f in _lint(block).findings}
+    bad = SeedBlock(doc=block.doc, line=block.line, cluster=block.cluster,
+                    text=block.text.replace("CUDA_VISIBLE_DEVICES=0,1,2,3", "CUDA_VISIBLE_DEVICES=0,1,2,3,4"))
+    assert "visible-devices" in {f.rule for f in _lint(bad).findings}
 
 
 @pytest.mark.parametrize("doc,cluster,needles,old,new,rule", [

@@ -143,7 +143,8 @@ def test_flags_are_a_decision() -> None:
         # issue 8: sbatch options, software set-up, accelerate config, run-time expansion
         "--accelerate-config", "--expand-args", "--mail-type", "--mail-user", "--array", "--constraint",
              "--dependency", "--reservation", "--qos", "--log", "--error", "--chdir", "--exclusive", "--sbatch",
-             "--module", "--venv", "--conda", "--env", "--setup", "--gpus-per-proc", "--procs-per-gpu", "--cpus"])
+             "--module", "--venv", "--conda", "--env", "--setup", "--gpus-per-proc", "--procs-per-gpu", "--cpus",
+        "--mem"])   # --mem only refuses, pointing at --mem-per-gpu
 
 
 def test_plan_and_clusters_start_fast_without_torch() -> None:

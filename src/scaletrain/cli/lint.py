@@ -15,20 +15,23 @@ examples:
 
 output: FILE:LINE: error|warning RULE-ID message HINT: fix
 exit status: 0 no errors (warnings allowed), 1 errors found, 2 bad input (file, cluster)
+files: regular files of at most 4 MiB (a bigger one is refused, not cut)
 """
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``lint`` verb."""
+    from scaletrain.cli.args import name, text
+
     p = subparsers.add_parser(
         "lint", help="check Slurm batch scripts for launch and resource mistakes",
         description="Check existing Slurm batch scripts (anyone's) against Slurm's rules, the "
                     "launchers' rules and the cluster's limits.",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("files", nargs="+", metavar="FILE", help="batch script(s) to check")
-    p.add_argument("--cluster", metavar="NAME",
+    p.add_argument("files", nargs="+", type=text(), metavar="FILE", help="batch script(s) to check")
+    p.add_argument("--cluster", type=name, metavar="NAME",
                    help="cluster profile to check against (default: detected, or $SCALETRAIN_CLUSTER)")
-    p.add_argument("--profile", metavar="FILE", help="a cluster profile file instead of a named cluster")
+    p.add_argument("--profile", type=text(), metavar="FILE", help="a cluster profile file instead of a named cluster")
     p.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
     p.set_defaults(func=run)
 

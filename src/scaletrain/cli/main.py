@@ -10,12 +10,17 @@ hint, with the error's exit code and no traceback.
 
 from __future__ import annotations
 
+from typing import Any
+
 import argparse
+import errno
 import importlib
+import os
 import sys
 from typing import Sequence
 
 from scaletrain._version import __version__
+from scaletrain.cli.args import check_utf8
 from scaletrain.errors import ScaletrainError, UsageError
 
 # Order is the order shown in --help. Values are module paths so that adding a verb is one line.
@@ -38,7 +43,15 @@ examples:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that raises UsageError instead of printing usage and exiting."""
+    """argparse that raises UsageError instead of printing usage and exiting.
+
+    Prefix matching is off for every verb: with it, ``--mem 64G`` was silently read as
+    ``--mem-per-gpu 64G``; a flag is spelt in full or refused.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(message, f"see '{self.prog} --help'")
@@ -63,6 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv``, run the verb, and return the exit code (errors rendered on stderr)."""
     args_list = list(sys.argv[1:] if argv is None else argv)
     try:
+        check_utf8(args_list)
         parser = build_parser()
         args = parser.parse_args(args_list)
         args._argv = tuple(args_list)  # the exact command, for generated scripts' provenance
@@ -76,6 +90,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("scaletrain: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader went away (scaletrain plan ... | head): stop quietly, like cat does
+        _silence_stdout()
+        return 1
+    except OSError as exc:
+        if exc.errno not in _OUTPUT_ERRNOS:
+            raise
+        _silence_stdout()
+        print(f"scaletrain: error: cannot write the output: {exc.strerror}", file=sys.stderr)
+        return 1
+
+
+# Failures of the terminal/pipe/disk that stdout goes to: the user's environment, not a bug.
+_OUTPUT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EPIPE}
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so Python's exit-time flush does not fail a second time."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
 
 
 def entry() -> None:

@@ -11,7 +11,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from scaletrain.errors import UsageError
 
@@ -54,42 +54,47 @@ def epilog() -> str:
 
 def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     """Add every flag of ``plan`` (and ``submit``): the job, the cluster and the program."""
+    from scaletrain.cli import args as A
     from scaletrain.plan.launchers import LAUNCHERS
 
     c = parser.add_argument_group("cluster")
-    c.add_argument("--cluster", metavar="NAME",
+    c.add_argument("--cluster", type=A.name, metavar="NAME",
                    help="cluster profile name (see 'scaletrain clusters'); required unless --profile")
-    c.add_argument("--profile", metavar="FILE", help="a cluster profile .toml file (overrides --cluster)")
-    c.add_argument("--partition", metavar="P", help="Slurm partition (default: chosen by the profile's rules)")
-    c.add_argument("--account", metavar="A",
+    c.add_argument("--profile", type=A.text(), metavar="FILE", help="a cluster profile .toml file (overrides --cluster)")
+    c.add_argument("--partition", type=A.name, metavar="P", help="Slurm partition (default: chosen by the profile's rules)")
+    c.add_argument("--account", type=A.name, metavar="A",
                    help="project/account to bill (default: $SBATCH_ACCOUNT)")
     s = parser.add_argument_group("size")
-    s.add_argument("--gpus", type=int, metavar="N", help="total GPUs (one node if they fit, else whole nodes)")
-    s.add_argument("--nodes", type=int, metavar="M", help="number of nodes (with --gpus-per-node)")
-    s.add_argument("--gpus-per-node", type=int, metavar="G", help="GPUs per node with --nodes (default: all)")
-    s.add_argument("--time", metavar="HH:MM:SS", help="time limit (default 01:00:00; D-HH:MM:SS also)")
-    s.add_argument("--cpus-per-gpu", type=int, metavar="C",
+    s.add_argument("--gpus", type=A.count(), metavar="N", help="total GPUs (one node if they fit, else whole nodes)")
+    s.add_argument("--nodes", type=A.count(), metavar="M", help="number of nodes (with --gpus-per-node)")
+    s.add_argument("--gpus-per-node", type=A.count(), metavar="G", help="GPUs per node with --nodes (default: all)")
+    s.add_argument("--time", type=A.time_limit, metavar="HH:MM:SS", help="time limit (default 01:00:00; D-HH:MM:SS also)")
+    s.add_argument("--cpus-per-gpu", type=A.count(), metavar="C",
                    help="CPU cores per GPU (default: the node's cores shared per GPU)")
-    s.add_argument("--mem-per-gpu", metavar="M", help="memory per GPU, e.g. 64G (default: the profile's share)")
-    s.add_argument("--gpus-per-proc", type=int, default=1, metavar="G",
+    s.add_argument("--mem-per-gpu", type=A.mem_size, metavar="M", help="memory per GPU, e.g. 64G (default: the profile's share)")
+    s.add_argument("--gpus-per-proc", type=A.count(), default=1, metavar="G",
                    help="one process drives G GPUs (model parallel; default 1)")
-    s.add_argument("--procs-per-gpu", type=int, default=1, metavar="K",
+    s.add_argument("--procs-per-gpu", type=A.count(), default=1, metavar="K",
                    help="K processes share each GPU through NVIDIA MPS (one node; default 1)")
-    s.add_argument("--cpus", type=int, metavar="N",
+    s.add_argument("--cpus", type=A.count(), metavar="N",
                    help="a CPU-only job: N cores for the process (threads = N), no GPUs")
+    # sbatch's --mem is per node; taking it as --mem-per-gpu (argparse's prefix match) was wrong
+    s.add_argument("--mem", action=A.refuse("plan asks memory per GPU: use --mem-per-gpu M "
+                                             "(per node = M x GPUs per node)"),
+                   help=argparse.SUPPRESS)
     r = parser.add_argument_group("how it runs")
     r.add_argument("--launcher", choices=LAUNCHERS, default="scaletrain",
                    help="launch mode (default scaletrain; see below)")
     r.add_argument("--device", choices=("auto", "cpu"), default="auto",
                    help="cpu: run on the CPU even where GPUs were allocated (SCALETRAIN_DEVICE=cpu)")
-    r.add_argument("--container", metavar="IMG", help="run the program in this Apptainer/Singularity image")
-    r.add_argument("--stage-data", metavar="PATH",
+    r.add_argument("--container", type=A.text(), metavar="IMG", help="run the program in this Apptainer/Singularity image")
+    r.add_argument("--stage-data", type=A.data_path, metavar="PATH",
                    help="copy/extract a dataset (dir, .tar, .tar.gz, .zip) to node-local scratch first; "
                         "the program finds it in $SCALETRAIN_DATA")
     r.add_argument("--requeue", action="store_true",
                    help="USR1 before the time limit, passed to the tasks; the job then requeues itself")
-    r.add_argument("--job-name", metavar="NAME", help="Slurm job name (default: the script's name)")
-    r.add_argument("--accelerate-config", metavar="FILE",
+    r.add_argument("--job-name", type=A.job_name, metavar="NAME", help="Slurm job name (default: the script's name)")
+    r.add_argument("--accelerate-config", type=A.text(), metavar="FILE",
                    help="with --launcher accelerate: the accelerate config (FSDP, DeepSpeed...); "
                         "scaletrain adds only the layout flags")
     r.add_argument("--expand-args", action="store_true",
@@ -107,7 +112,7 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
             ("--log", "PATTERN", "the job's output file (default %%x-%%j.out)"),
             ("--error", "PATTERN", "a separate error file (default: with the output)"),
             ("--chdir", "DIR", "the job's working directory (submit: the folder you submit from)")):
-        j.add_argument(flag, metavar=metavar, help=text)
+        j.add_argument(flag, type=A.text(), metavar=metavar, help=text)
     j.add_argument("--exclusive", action="store_true", help="whole nodes for this job only")
     j.add_argument("--sbatch", action="append", default=[], metavar="OPTION[=VALUE]",
                    help="any other #SBATCH option (repeatable), e.g. --sbatch begin=now+1hour; refused "
@@ -122,8 +127,8 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     w.add_argument("--setup", action="append", default=[], metavar="CMD",
                    help="a shell line to run after the set-up (repeatable; run as written)")
     o = parser.add_argument_group("output")
-    o.add_argument("--params", metavar="N", help="model size (7e9, 350M): add per-GPU memory per strategy")
-    o.add_argument("--output", "-o", metavar="FILE", help="write the script to FILE instead of stdout")
+    o.add_argument("--params", type=A.params, metavar="N", help="model size (7e9, 350M): add per-GPU memory per strategy")
+    o.add_argument("--output", "-o", type=A.text(), metavar="FILE", help="write the script to FILE instead of stdout")
     o.add_argument("--json", action="store_true", help="print the plan as JSON (script included)")
     parser.add_argument("script", nargs="?", metavar="SCRIPT", help="training script (after '--')")
     parser.add_argument("script_args", nargs=argparse.REMAINDER, metavar="ARGS",
@@ -220,7 +225,7 @@ def _pair(text: str, flag: str, *, required: bool) -> tuple[str, str]:
     return key, value
 
 
-def plan_from_args(args: argparse.Namespace, **overrides: object) -> Plan:
+def plan_from_args(args: argparse.Namespace, **overrides: Any) -> Plan:
     """Load the profile and make the plan for parsed ``add_plan_arguments`` flags.
 
     ``overrides`` replace request fields (``submit`` sets the working directory and log path).
@@ -237,6 +242,40 @@ def plan_from_args(args: argparse.Namespace, **overrides: object) -> Plan:
     return make_plan(request, profile)
 
 
+def _write_stream(path: Path, payload: bytes) -> None:
+    # O_NONBLOCK: a FIFO nobody reads fails at once (ENXIO) instead of waiting forever
+    fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+    try:
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "wb", closefd=False) as stream:
+            stream.write(payload)
+    finally:
+        os.close(fd)
+
+
+def write_output(path: str, script: str) -> None:
+    """Write the script to ``path`` whole or not at all: the user's old file stays untouched
+    until the new content is complete (temporary file + rename). A device or pipe
+    (``-o /dev/stdout``) is written to directly: renaming over it would replace the device."""
+    from scaletrain.fileio import atomic_write
+
+    payload = script.encode("utf-8")       # fails here, before anything touches the disk
+    out = Path(path).expanduser()
+    try:
+        if out.is_symlink():
+            out = out.resolve()      # replace the file the link points to, and keep the link
+        if out.is_dir():
+            raise UsageError(f"--output {path} is a directory", "give a file name, e.g. -o job.sh")
+        if out.exists() and not out.is_file():
+            _write_stream(out, payload)
+            return
+        out.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(out, payload, mode=0o755)
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}",
+                         "choose a writable --output path") from None
+
+
 def run_plan(args: argparse.Namespace) -> int:
     """CLI body of ``scaletrain plan``."""
     from scaletrain.plan.render import render_script
@@ -250,13 +289,7 @@ def run_plan(args: argparse.Namespace) -> int:
         print(json.dumps(data, indent=2, default=str))
         return 0
     if args.output:
-        out = Path(args.output)
-        try:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(script)
-            out.chmod(0o755)
-        except OSError as exc:
-            raise UsageError(f"cannot write {args.output}: {exc.strerror}", "choose a writable --output path") from None
+        write_output(args.output, script)
     else:
         sys.stdout.write(script)
         sys.stdout.flush()

@@ -10,6 +10,8 @@ import argparse
 import os
 import sys
 
+from scaletrain.cli.args import count, name
+
 DESCRIPTION = """\
 Start workers of SCRIPT (or -m MODULE) on this machine with torch's elastic agent.
 Each worker gets torchrun's environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, ...),
@@ -34,9 +36,10 @@ def _nproc(value: str) -> int | str:
     if value == "auto":
         return value
     try:
-        return int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number or 'auto', got {value!r}") from None
+        number: int = count(low=0)(value)   # 0 is refused with its reason later
+        return number
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected a number or 'auto', got {value!r:.40}") from None
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -48,9 +51,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     w = p.add_argument_group("workers")
     w.add_argument("--nproc-per-node", type=_nproc, default="auto", metavar="N|auto",
                    help="workers on this node (default auto: one per visible GPU, 1 without)")
-    w.add_argument("--procs-per-gpu", type=int, default=None, metavar="K",
+    w.add_argument("--procs-per-gpu", type=count(), default=None, metavar="K",
                    help="K workers per GPU (gloo between them; starts CUDA MPS when available)")
-    w.add_argument("--max-restarts", type=int, default=0, metavar="K",
+    w.add_argument("--max-restarts", type=count(low=0), default=0, metavar="K",
                    help="restart all workers up to K times after a failure (default 0; one node only)")
     w.add_argument("--ranks", choices=("all", "0"), default="all",
                    help="whose output to show: all (default) or 0; lines are prefixed [rank N]")
@@ -64,11 +67,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="exit 1 when the workers finish without forming one process group "
                         "(default: a warning)")
     n = p.add_argument_group("several nodes (static rendezvous)")
-    n.add_argument("--nnodes", type=int, default=1, metavar="M", help="number of nodes (default 1)")
-    n.add_argument("--node-rank", type=int, default=0, metavar="R", help="this node's index, 0..M-1")
-    n.add_argument("--master-addr", default=None, metavar="HOST",
+    n.add_argument("--nnodes", type=count(), default=1, metavar="M", help="number of nodes (default 1)")
+    n.add_argument("--node-rank", type=count(low=0), default=0, metavar="R", help="this node's index, 0..M-1")
+    n.add_argument("--master-addr", type=name, default=None, metavar="HOST",
                    help="host of node rank 0 (default: $MASTER_ADDR)")
-    n.add_argument("--master-port", type=int, default=None, metavar="PORT",
+    n.add_argument("--master-port", type=count(high=65535), default=None, metavar="PORT",
                    help="rendezvous port (default: $MASTER_PORT; a free one on one node; 29500 on several)")
     p.add_argument("-m", "--module", action="store_true",
                    help="the target is a module name, run like python -m")

@@ -2,9 +2,12 @@
 
 The script is written into the run folder first (``--run-dir``, default
 ``./runs/<timestamp>-<name>/``) and sbatch is called from there, so the job's output file, the
-script and the job id all end up together. The job itself runs in the folder the user submitted
-from (``#SBATCH --chdir``), with the training script's path made absolute, so the program and
-the relative paths it is given resolve as they did on the command line. ``--dry-run`` stops before
+script and the job id all end up together. Every submission gets its own folder: the default
+name gains ``-2``, ``-3``... when taken (two submits in one second), and a ``--run-dir`` that
+already holds a ``job.sh`` or ``job_id`` is refused rather than overwritten (its job may still be
+running). Files are written whole or not at all. The job itself runs in the folder the user
+submitted from (``#SBATCH --chdir``), with the training script's path made absolute, so the
+program and the relative paths it is given resolve as they did on the command line. ``--dry-run`` stops before
 sbatch. ``--wait`` follows the job with ``scontrol show job`` until it ends, prints its output
 file and exits with the job's exit code.
 
@@ -33,8 +36,8 @@ examples:
   scaletrain submit --cluster lumi --nodes 2 --account project_465000123 --dry-run -- train.py  # write only
   scaletrain submit --profile my.toml --nodes 2 --account project_123 --wait -- train.py  # follow it
 
-The script goes to --run-dir (default ./runs/<timestamp>-<name>/), sbatch runs from there, and
-the job id is printed on stdout. With --wait, Ctrl-C stops following the job but does NOT
+The script goes to --run-dir (a new or empty folder; default ./runs/<timestamp>-<name>/),
+sbatch runs from there, and the job id is printed on stdout. With --wait, Ctrl-C stops following the job but does NOT
 cancel it (use 'scancel ID').
 """
 
@@ -42,6 +45,8 @@ cancel it (use 'scancel ID').
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``submit`` verb: every ``plan`` flag plus the submission flags."""
     from scaletrain.cli.plan import add_plan_arguments
+
+    from scaletrain.cli.args import text
 
     parser = subparsers.add_parser(
         "submit", help="write a Slurm script into a run folder and submit it with sbatch",
@@ -53,7 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         if {"--output", "--json"} & set(action.option_strings):
             action.help = argparse.SUPPRESS
     group = parser.add_argument_group("submission")
-    group.add_argument("--run-dir", metavar="DIR",
+    group.add_argument("--run-dir", type=text(), metavar="DIR",
                        help="folder for the script, job id and output (default: "
                             "./runs/<timestamp>-<name>/)")
     group.add_argument("--dry-run", action="store_true",
@@ -64,23 +69,50 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run_submit)
 
 
+def _fresh_dir(base: Path) -> Path:
+    """Create ``base`` (or ``base-2``, ``base-3``...): a folder no other submission has."""
+    base.parent.mkdir(parents=True, exist_ok=True)
+    for n in range(1, 1000):
+        candidate = base if n == 1 else base.with_name(f"{base.name}-{n}")
+        try:
+            candidate.mkdir()         # atomic: two submits in the same second get two folders
+            return candidate
+        except FileExistsError:
+            continue
+    raise UsageError(f"999 run folders named {base.name}* already exist", "pass --run-dir DIR")
+
+
 def _run_dir(args: argparse.Namespace, job_name: str) -> Path:
-    if getattr(args, "run_dir", None):
-        return Path(args.run_dir)
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", job_name).strip("._") or "job"
-    return Path("runs") / f"{stamp}-{safe}"
-
-
-def _write_script(run_dir: Path, text: str) -> Path:
+    """The run folder, created: --run-dir (new or empty of a previous job), else a fresh
+    ``runs/<timestamp>-<name>``. A folder that already holds a job is refused, not overwritten:
+    its job.sh and job_id describe a job that may still run."""
     try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        path = run_dir / SCRIPT_NAME
-        path.write_text(text)
+        if getattr(args, "run_dir", None):
+            run_dir = Path(args.run_dir).expanduser()
+            taken = [n for n in (SCRIPT_NAME, JOB_ID_FILE) if (run_dir / n).exists()]
+            if taken:
+                raise UsageError(f"--run-dir {args.run_dir} already holds a job ({', '.join(taken)})",
+                                 "give a new --run-dir, or leave it out for a fresh "
+                                 "runs/<timestamp>-<name>/ folder")
+            run_dir.mkdir(parents=True, exist_ok=True)
+            return run_dir
+        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        safe = re.sub(r"[^A-Za-z0-9._-]+", "_", job_name).strip("._")[:100] or "job"
+        return _fresh_dir(Path("runs") / f"{stamp}-{safe}")
     except OSError as exc:
-        raise UsageError(f"cannot write the job script into {run_dir}: {exc.strerror}",
+        where = getattr(args, "run_dir", None) or "runs/"
+        raise UsageError(f"cannot write the job script into {where}: {exc.strerror or exc}",
                          "choose a writable --run-dir") from None
-    return path
+
+
+def _write(run_dir: Path, name: str, data: bytes, mode: int = 0o644) -> Path:
+    from scaletrain.fileio import atomic_write
+
+    try:
+        return atomic_write(run_dir / name, data, mode=mode)
+    except OSError as exc:
+        raise UsageError(f"cannot write {name} into {run_dir}: {exc.strerror or exc}",
+                         "choose a writable --run-dir") from None
 
 
 def _read_output(path: str | None, wait_s: float = 5.0) -> str | None:
@@ -114,16 +146,31 @@ def run_submit(args: argparse.Namespace) -> int:
             raise UsageError(f"{flag} is a 'plan' option; submit writes the script into its run folder",
                              "use --run-dir DIR (and --dry-run to stop before sbatch), or 'scaletrain plan'")
     here = os.getcwd()
-    run_dir = _run_dir(args, job_name_for(request_from_args(args))).absolute()
+    request = request_from_args(args)   # the flags are checked before any folder is made
+    wanted = Path(args.run_dir).expanduser() if getattr(args, "run_dir", None) else None
+    try:
+        existed = wanted is not None and wanted.exists()
+    except OSError:   # a name the file system refuses: _run_dir says so
+        existed = False
+    run_dir = _run_dir(args, job_name_for(request)).absolute()
     # the job runs where the user submitted from; the script's path survives any cd
     overrides: dict[str, object] = {"chdir": args.chdir or here,
                                     "script": os.path.abspath(os.path.expanduser(args.script))}
     if not args.log:
         overrides["log"] = str(run_dir / "%x-%j.out")
-    plan = plan_from_args(args, **overrides)
-    script_text = render_script(plan)
+    try:
+        plan = plan_from_args(args, **overrides)
+        script_text = render_script(plan)
+        payload = script_text.encode("utf-8")   # rendered and encoded before anything touches the disk
+    except BaseException:
+        if not existed:   # the folder this call made for a job that cannot be planned
+            try:
+                run_dir.rmdir()
+            except OSError:
+                pass
+        raise
     summary = render_summary(plan)
-    script = _write_script(run_dir, script_text)
+    script = _write(run_dir, SCRIPT_NAME, payload, mode=0o755)
     print(summary.rstrip("\n"), file=sys.stderr)
     if args.dry_run:
         print(f"scaletrain: dry run: wrote {script}; not submitted "
@@ -136,7 +183,7 @@ def run_submit(args: argparse.Namespace) -> int:
         raise SlurmError(exc.message, f"the script is written to {script}; submit it where "
                                       "Slurm is, or use 'scaletrain plan' / --dry-run") from None
     job_id = commands.sbatch_parsable(SCRIPT_NAME, cwd=run_dir)
-    (run_dir / JOB_ID_FILE).write_text(job_id + "\n")
+    _write(run_dir, JOB_ID_FILE, f"{job_id}\n".encode())
     print(job_id, flush=True)
     print(f"scaletrain: submitted job {job_id} from {run_dir}", file=sys.stderr, flush=True)
     if not args.wait:

@@ -127,14 +127,14 @@ def _patch_cuda(torch: ModuleType) -> None:
 
 
 def _patch_load(torch: ModuleType) -> None:
-    original = torch.load
+    original = getattr(torch, "load")
 
     @functools.wraps(original)
     def load(*args: Any, **kwargs: Any) -> Any:
         kwargs["map_location"] = "cpu"  # any CUDA placement, dict or callable: the CPU
         return original(*args, **kwargs)
 
-    torch.load = load
+    setattr(torch, "load", load)
 
 
 def _patch_ddp() -> None:
@@ -148,7 +148,7 @@ def _patch_ddp() -> None:
                  *args: Any, **kwargs: Any) -> None:
         original(self, module, None, None, *args, **kwargs)
 
-    cls.__init__ = __init__
+    setattr(cls, "__init__", __init__)
 
 
 def patch_torch(torch: ModuleType) -> None:
@@ -156,14 +156,14 @@ def patch_torch(torch: ModuleType) -> None:
     _patch_cuda(torch)
     _patch_load(torch)
     _patch_ddp()
-    torch.nn.Module.cuda = lambda self, device=None: self  # type: ignore[method-assign]
+    setattr(torch.nn.Module, "cuda", lambda self, device=None: self)
     mode = _cpu_mode(torch)
     mode.__enter__()  # for the life of the process, like torch.set_default_device
 
 
 def patch_c10d(c10d: ModuleType) -> None:
     """``init_process_group``: NCCL (or a "cuda:nccl" pair) becomes gloo, device_id dropped."""
-    original = c10d.init_process_group
+    original = getattr(c10d, "init_process_group")
 
     @functools.wraps(original)
     def init_process_group(*args: Any, **kwargs: Any) -> Any:
@@ -176,7 +176,7 @@ def patch_c10d(c10d: ModuleType) -> None:
             backend = "gloo"
         return original(backend, *args, **kwargs)
 
-    c10d.init_process_group = init_process_group
+    setattr(c10d, "init_process_group", init_process_group)
 
 
 def _cuda_missing(exc: BaseException, tb: Any) -> str | None:

@@ -97,7 +97,7 @@ def _record_exit() -> None:
 
 def patch_c10d(c10d: ModuleType) -> None:
     """Wrap ``init_process_group`` in torch.distributed.distributed_c10d to record the size."""
-    original = c10d.init_process_group
+    original = getattr(c10d, "init_process_group")
     if getattr(original, "_scaletrain_recorded", False):
         return
 
@@ -107,8 +107,8 @@ def patch_c10d(c10d: ModuleType) -> None:
         _record_group(c10d)
         return result
 
-    init_process_group._scaletrain_recorded = True  # type: ignore[attr-defined]
-    c10d.init_process_group = init_process_group
+    setattr(init_process_group, "_scaletrain_recorded", True)
+    setattr(c10d, "init_process_group", init_process_group)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from functools import lru_cache
-from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
 from scaletrain.errors import UsageError
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from scaletrain.clusters.profile import ClusterProfile
 
 _SHELLS = ("sh", "bash", "zsh", "ksh", "dash")
-_MAX_BYTES = 4 * 1024 * 1024
+MAX_BYTES = 4 * 1024 * 1024   # a batch script is a few KiB; the biggest real ones ~100 KiB
 
 
 @dataclass(kw_only=True)
@@ -47,18 +47,49 @@ class LintResult:
         return sum(f.severity != ERROR for f in self.findings)
 
 
-def read_script(path: str) -> str:
-    """The text of a batch script; UsageError (exit 2) if it is unreadable, binary or not shell."""
-    p = Path(path)
-    hint = "pass a Slurm batch script (a shell script with #SBATCH lines)"
+def _read_bounded(path: str, hint: str) -> bytes:
+    """The bytes of a regular file of at most ``MAX_BYTES``; anything else is refused.
+
+    Opened non-blocking and checked with fstat on the open file (no race with a rename): a
+    FIFO would block forever and /dev/zero never ends. A bigger file is refused whole rather
+    than cut, since half a script reports syntax errors that are not there.
+    """
     try:
-        if p.is_dir():
-            raise UsageError(f"{path}: is a directory, not a batch script", hint)
-        data = p.read_bytes()[:_MAX_BYTES]
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
         raise UsageError(f"{path}: no such file", "check the path") from None
     except OSError as exc:
         raise UsageError(f"{path}: cannot read: {exc.strerror or exc}", "check the path and its permissions") from None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise UsageError(f"{path}: is a directory, not a batch script", hint)
+        if not stat.S_ISREG(info.st_mode):
+            raise UsageError(f"{path}: not a regular file (a device, pipe or socket)", hint)
+        if info.st_size > MAX_BYTES:
+            raise UsageError(f"{path}: {info.st_size / 2**20:.1f} MiB; lint reads batch scripts of up to "
+                             f"{MAX_BYTES // 2**20} MiB", "a job script this big is generated: lint the "
+                             "generator's template, or split the work into smaller scripts")
+        chunks, size = [], 0
+        while size <= MAX_BYTES:      # the file may grow while read: never past the bound
+            chunk = os.read(fd, min(1 << 20, MAX_BYTES + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read: {exc.strerror or exc}", "check the path and its permissions") from None
+    finally:
+        os.close(fd)
+    if size > MAX_BYTES:
+        raise UsageError(f"{path}: grew past {MAX_BYTES // 2**20} MiB while read", "lint it once it is written")
+    return b"".join(chunks)
+
+
+def read_script(path: str) -> str:
+    """The text of a batch script; UsageError (exit 2) if it is unreadable, binary or not shell."""
+    hint = "pass a Slurm batch script (a shell script with #SBATCH lines)"
+    data = _read_bounded(path, hint)
     if b"\0" in data:
         raise UsageError(f"{path}: binary file, not a batch script", hint)
     try:

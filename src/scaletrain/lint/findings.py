@@ -169,6 +169,29 @@ class LintContext:
         """False when the script names a partition the profile does not list."""
         return self.job.partition is None or self.partition is not None
 
+    @property
+    def cpus_per_node(self) -> int:
+        """CPUs the request takes on each node."""
+        job = self.job
+        if job.cpus_per_gpu and job.gpus_per_node:
+            return job.cpus_per_gpu * job.gpus_per_node
+        return (job.cpus_per_task or 1) * job.tasks_per_node
+
+    @property
+    def whole_nodes(self) -> bool:
+        """True when no other job can share the job's nodes: ``--exclusive``, a partition that
+        allocates whole nodes, or every GPU and core of the cluster's nodes asked for."""
+        if self.script.option("exclusive") is not None:
+            return True
+        prof, part = self.profile, self.partition
+        if prof is None:
+            return False
+        if part is not None and part.whole_node:
+            return True
+        gpn = self.job.gpus_per_node
+        return bool(prof.gpus_per_node and gpn and gpn >= prof.gpus_per_node
+                    and prof.cores_per_node and self.cpus_per_node >= prof.cores_per_node)
+
     def option_line(self, *names: str) -> int:
         """Line of the first of ``names`` given on a #SBATCH line (1 when none is)."""
         for name in names:

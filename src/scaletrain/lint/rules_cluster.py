@@ -110,9 +110,10 @@ def gpu_syntax(ctx: LintContext) -> Iterable[Finding]:
                 # may well be configured, so only an unrelated name is worth a warning
                 model = re.sub(r"[^a-z0-9]", "", prof.gpu_model.lower())
                 if re.sub(r"[^a-z0-9]", "", spec.gpu_type.lower()) not in model:
-                    yield finding("gpu-syntax", WARNING, spec.line,
-                                  f"GPU type '{spec.gpu_type}' does not match {prof.name}'s {prof.gpu_model} GPUs",
-                                  hint)
+                    # sbatch refuses a GRES type no node has ("Invalid generic resource")
+                    yield finding("gpu-syntax", ERROR, spec.line,
+                                  f"GPU type '{spec.gpu_type}' does not exist on {prof.name} (its GPUs are "
+                                  f"{prof.gpu_model}): sbatch refuses the job", hint)
                 continue
             yield finding("gpu-syntax", ERROR, spec.line,
                           f"GPU type '{spec.gpu_type}' does not exist on {prof.name} (its GPUs are of "
@@ -120,10 +121,10 @@ def gpu_syntax(ctx: LintContext) -> Iterable[Finding]:
             continue
         form = _form(spec.option, spec.gpu_type)
         if accepts and form not in accepts:
+            written = {"gres_typed": f"--gres=gpu:{spec.gpu_type}:N", "gres": "--gres=gpu:N (no GPU type)"}
             yield finding("gpu-syntax", ERROR, spec.line,
-                          f"{prof.name} does not take GPU requests in the form --{spec.option}"
-                          + (f"=gpu:{spec.gpu_type}:N" if form == "gres_typed" else ""),
-                          hint)
+                          f"{prof.name} does not take GPU requests written as "
+                          f"{written.get(form, '--' + spec.option)}", hint)
         elif not accepts and (spec.option == "gres") != (prof.gpu_request in ("gres", "gres_typed")):
             yield finding("gpu-syntax", WARNING, spec.line,
                           f"--{spec.option} is not how {prof.name} documents GPU requests", hint)
@@ -197,7 +198,10 @@ def master_addr_suffix(ctx: LintContext) -> Iterable[Finding]:
     if not suffix or ctx.job.node_count <= 1:
         return
     for name in ("MASTER_ADDR", "RDZV_HOST"):
-        for word, _cmd in ctx.variables.get(name, []):
+        entries = ctx.variables.get(name, [])
+        if any(word.value.strip().endswith(suffix) for word, _cmd in entries):
+            continue   # the suffix is added, perhaps on a later line: MASTER_ADDR="${MASTER_ADDR}i"
+        for word, _cmd in entries:
             value = word.value.strip()
             from_host = "hostname" in value or "scontrol" in value or "SLURMD_NODENAME" in value
             if from_host and not value.endswith(suffix):

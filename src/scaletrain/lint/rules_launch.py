@@ -8,6 +8,7 @@ Two launch modes are valid under Slurm, and most mistakes mix them:
 
 from __future__ import annotations
 
+import re
 from typing import Iterable
 
 from scaletrain.lint.findings import ERROR, WARNING, Finding, LintContext, Step, finding, rule
@@ -52,6 +53,26 @@ def _launcher_name(step: Step) -> str:
 _NPROC_OPTION = {"torchrun": "nproc_per_node", "scaletrain": "nproc_per_node", "deepspeed": "num_gpus"}
 
 
+# Arguments of programs that start one process per GPU themselves (PyTorch's ImageNet example).
+_SPAWN_ARGS = ("--multiprocessing-distributed", "--multiprocessing_distributed")
+
+
+def _spawns_per_gpu(step: Step) -> bool:
+    return any(w.value.split("=")[0] in _SPAWN_ARGS for w in step.invocation.args)
+
+
+def _gpus_used_elsewhere(ctx: LintContext, this: Step, gpn: int) -> bool:
+    """Another step uses every GPU (a launcher, or one task per GPU): this one is a side job
+    such as data preparation or evaluation, not the training."""
+    for step in ctx.steps:
+        if step is this or not step.under_srun:
+            continue
+        if step.invocation.is_launcher or (step.invocation.kind == "python"
+                                           and step_tasks_per_node(ctx, step) >= gpn):
+            return True
+    return False
+
+
 @rule("tasks-per-gpu", "one-task-per-GPU launch whose tasks per node differ from GPUs per node")
 def tasks_per_gpu(ctx: LintContext) -> Iterable[Finding]:
     gpn = ctx.job.gpus_per_node
@@ -62,9 +83,19 @@ def tasks_per_gpu(ctx: LintContext) -> Iterable[Finding]:
                 or step.srun.srun is None:
             continue
         tpn = step_tasks_per_node(ctx, step)
-        if tpn <= 1 or tpn == gpn:
+        if tpn == gpn:
             continue
         line = ctx.option_line("ntasks-per-node", "ntasks")
+        if tpn <= 1:
+            if _spawns_per_gpu(step) or _gpus_used_elsewhere(ctx, step, gpn):
+                continue
+            yield finding("tasks-per-gpu", WARNING, step.line,
+                          f"srun starts one '{step.invocation.program}' per node on {gpn} GPUs per node: "
+                          f"unless the program drives all {gpn} GPUs itself (model parallel) or "
+                          f"starts a process per GPU, {gpn - 1} GPUs per node stay idle",
+                          f"#SBATCH --ntasks-per-node={gpn} (one task per GPU), or start it with "
+                          f"torchrun --nproc-per-node={gpn}")
+            continue
         if tpn > gpn and not _uses_mps(ctx):
             yield finding("tasks-per-gpu", ERROR, line,
                           f"{tpn} tasks per node share {gpn} GPUs per node: srun starts one "
@@ -250,3 +281,55 @@ def accelerate_nproc(ctx: LintContext) -> Iterable[Finding]:
             yield finding("accelerate-nproc", WARNING, line,
                           f"--num_processes={n} on {total} GPUs: {total - n} stay idle",
                           f"--num_processes={total}")
+
+
+@rule("ntasks-distribution", "multi-node --ntasks without --ntasks-per-node (Slurm may place tasks unevenly)")
+def ntasks_distribution(ctx: LintContext) -> Iterable[Finding]:
+    job = ctx.job
+    if job.node_count <= 1 or not job.ntasks or job.ntasks <= 1 or job.ntasks_per_node is not None:
+        return
+    if ctx.script.option("gpus-per-task") is not None or ctx.script.option("ntasks-per-gpu") is not None:
+        return   # each task brings its own GPU: a node takes no more tasks than it has GPUs
+    nodes = job.node_count
+    even = job.ntasks % nodes == 0
+    yield finding("ntasks-distribution", WARNING, ctx.option_line("ntasks"),
+                  f"--ntasks={job.ntasks} on {nodes} nodes without --ntasks-per-node: Slurm fills "
+                  f"nodes by free cores and may place them unevenly (e.g. {job.ntasks - nodes + 1}+1...), "
+                  "so one node's GPUs get more processes than it has",
+                  f"#SBATCH --ntasks-per-node={job.ntasks // nodes}" if even else
+                  f"use a multiple of {nodes} tasks and --ntasks-per-node")
+
+
+@rule("omp-threads", "OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK shared by several launcher workers per task")
+def omp_threads(ctx: LintContext) -> Iterable[Finding]:
+    entries = [w for w, _c in ctx.variables.get("OMP_NUM_THREADS", [])]
+    whole = [w for w in entries
+             if re.fullmatch(r"\$\{?SLURM_CPUS_PER_TASK(:-\d+)?\}?", w.raw.strip("\"'"))]
+    if not whole or len(entries) != len(whole):
+        return
+    for step in ctx.steps:
+        key = _NPROC_OPTION.get(step.invocation.kind)
+        if key is None:
+            continue
+        raw = step.invocation.launcher_opts.get(key)
+        nproc = ctx.job.gpus_per_node if raw in ("gpu", "auto", "cuda") else ctx.resolve_int(raw)
+        if nproc and nproc > 1:
+            yield finding("omp-threads", WARNING, whole[0].line,
+                          f"OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK gives each of the {nproc} "
+                          f"{_launcher_name(step)} workers (line {step.line}) all of the task's cores: "
+                          f"{nproc} x oversubscribed",
+                          f"OMP_NUM_THREADS=$((SLURM_CPUS_PER_TASK / {nproc}))")
+            return
+
+
+@rule("no-launch", "no line that starts a program (srun, mpirun, python or a launcher)")
+def no_launch(ctx: LintContext) -> Iterable[Finding]:
+    if any(s.invocation.is_program or s.srun is not None for s in ctx.steps):
+        return
+    if not ctx.script.options or re.search(r"^<{7}", ctx.script.text, re.M):
+        return   # not a job script, or a merge conflict hides the commands (merge-conflict says so)
+    last = ctx.script.commands[-1].line if ctx.script.commands else ctx.script.header_end
+    yield finding("no-launch", WARNING, min(last, len(ctx.script.lines)),
+                  "no srun, mpirun, python or launcher line: the job allocates its nodes and runs "
+                  "nothing on them (or calls a wrapper lint cannot see)",
+                  "add the launch line, e.g. srun python train.py (or lint the wrapper it calls)")

@@ -26,22 +26,39 @@ wrap x11 immediate
 """.split())
 
 
+# Options that Slurm plugins (SPANK) add to sbatch at some sites: valid where the plugin is
+# installed, so they are not typos. NERSC's Shifter; NVIDIA's Pyxis (enroot containers).
+PLUGIN_OPTIONS = {
+    "image": "Shifter", "module": "Shifter", "volume": "Shifter",
+    "container-image": "Pyxis", "container-mounts": "Pyxis", "container-workdir": "Pyxis",
+    "container-name": "Pyxis", "container-save": "Pyxis", "container-mount-home": "Pyxis",
+    "no-container-mount-home": "Pyxis", "container-remap-root": "Pyxis",
+    "no-container-remap-root": "Pyxis", "container-writable": "Pyxis",
+    "container-readonly": "Pyxis", "container-env": "Pyxis", "container-entrypoint": "Pyxis",
+    "no-container-entrypoint": "Pyxis",
+}
+
+
 @rule("sbatch-option", "an #SBATCH option sbatch does not know (a warning: the list may lag Slurm)")
 def sbatch_option(ctx: LintContext) -> Iterable[Finding]:
     for opt in ctx.script.options:
-        if len(opt.name) == 1 or opt.name in SBATCH_OPTIONS:
+        if len(opt.name) == 1 or opt.name in SBATCH_OPTIONS or opt.name in PLUGIN_OPTIONS:
             continue
         prefixed = [o for o in SBATCH_OPTIONS if o.startswith(opt.name)]
         if len(prefixed) == 1:
             continue   # getopt accepts an unambiguous abbreviation
-        close = difflib.get_close_matches(opt.name, sorted(SBATCH_OPTIONS), n=1)
+        # only a near spelling is worth suggesting: "--image" is not a typo of "--time"
+        close = difflib.get_close_matches(opt.name, sorted(SBATCH_OPTIONS), n=1, cutoff=0.8)
         what = "ambiguous (" + ", ".join(sorted(prefixed)[:4]) + ")" if prefixed else "unknown"
         yield finding("sbatch-option", WARNING, opt.line,
-                      f"--{opt.name} is {what} as an sbatch option: sbatch refuses to submit a script with one",
-                      f"did you mean --{close[0]}?" if close else "check 'man sbatch'")
+                      f"--{opt.name} is {what} as an sbatch option: sbatch refuses to submit a script "
+                      "with one, unless a plugin of the site adds it",
+                      f"did you mean --{close[0]}?" if close else
+                      "check 'man sbatch' and the site's documentation")
 
 
-def _heredoc_lines(ctx: LintContext) -> set[int]:
+def heredoc_lines(ctx: LintContext) -> set[int]:
+    """Line numbers inside here-document bodies (text for another program, not commands)."""
     lines: set[int] = set()
     for cmd in ctx.script.commands:
         for hd in cmd.heredocs:
@@ -51,7 +68,7 @@ def _heredoc_lines(ctx: LintContext) -> set[int]:
 
 @rule("sbatch-after-command", "an #SBATCH line after the first command (Slurm ignores it)")
 def sbatch_after_command(ctx: LintContext) -> Iterable[Finding]:
-    skip = _heredoc_lines(ctx)
+    skip = heredoc_lines(ctx)
     for number, line in enumerate(ctx.script.lines, start=1):
         if number > ctx.script.header_end and line.startswith("#SBATCH") and number not in skip:
             yield finding("sbatch-after-command", ERROR, number,
@@ -104,3 +121,37 @@ def dos_line_endings(ctx: LintContext) -> Iterable[Finding]:
         yield finding("dos-line-endings", ERROR, ctx.script.crlf_line,
                       "the file has DOS/Windows line breaks (\\r\\n): sbatch refuses it",
                       "convert it: dos2unix FILE (or sed -i 's/\\r$//' FILE)")
+
+
+def _folder(path: str) -> str:
+    path = path.strip().rstrip("/")
+    while path.startswith("./"):
+        path = path[2:]
+    return path
+
+
+@rule("log-dir", "--output/--error into a folder the script itself creates (Slurm opens the log first)")
+def log_dir(ctx: LintContext) -> Iterable[Finding]:
+    made: dict[str, int] = {}
+    for cmd in ctx.script.commands:
+        if cmd.words and cmd.words[0].value == "mkdir":
+            for w in cmd.words[1:]:
+                if not w.value.startswith("-"):
+                    made.setdefault(_folder(w.value), cmd.line)
+    if not made:
+        return
+    for name in ("output", "error"):
+        opt = ctx.script.option(name)
+        if opt is None or not opt.value or "/" not in opt.value:
+            continue
+        folder = _folder(opt.value.rsplit("/", 1)[0])
+        for target, line in made.items():
+            if target and (target == folder or folder.endswith("/" + target) or target.endswith("/" + folder)):
+                # a warning: lint cannot know whether the folder exists where the job is submitted
+                yield finding("log-dir", WARNING, opt.line,
+                              f"--{name}={opt.value} goes into {folder}/, which the script creates "
+                              f"itself (line {line}): Slurm opens the file before the script runs, "
+                              "so where the folder does not exist yet the job fails at once with no log",
+                              f"create it before submitting (mkdir -p {folder} && sbatch ...), or "
+                              f"write the log into the submit folder (--{name}=%x-%j.out)")
+                break

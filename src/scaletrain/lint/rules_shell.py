@@ -95,47 +95,70 @@ def single_quoted_var(ctx: LintContext) -> Iterable[Finding]:
                                   f"use double quotes: \"${e.name}\"")
 
 
-@rule("master-port", "a fixed MASTER_PORT (collides with other jobs on the same node)")
+_TCP_PORT = re.compile(r"tcp://[^\s/:]+:(\d+)")
+
+
+@rule("master-port", "a fixed rendezvous port (MASTER_PORT, --master_port, tcp://HOST:PORT) "
+      "on nodes other jobs share")
 def master_port(ctx: LintContext) -> Iterable[Finding]:
     from scaletrain.contract import PORT_SHELL_EXPR  # the runtime's own formula
 
+    if ctx.whole_nodes:
+        return    # no other job runs on these nodes: nothing to collide with
     hint = f"derive it from the job id: MASTER_PORT={PORT_SHELL_EXPR}"
+    collide = "two jobs sharing a node collide"
     for word, _cmd in ctx.variables.get("MASTER_PORT", []):
         if word.value.strip().isdigit():
             yield finding("master-port", WARNING, word.line,
-                          f"MASTER_PORT={word.value.strip()} is fixed: two jobs sharing a node collide", hint)
+                          f"MASTER_PORT={word.value.strip()} is fixed: {collide}", hint)
     for step in ctx.steps:
         inv = step.invocation
         for key in ("master_port", "main_process_port"):
             value = inv.launcher_opts.get(key)
             if value and value.isdigit():
                 yield finding("master-port", WARNING, inv.launcher_words[key].line,
-                              f"--{key}={value} is fixed: two jobs sharing a node collide", hint)
+                              f"--{key}={value} is fixed: {collide}", hint)
+    for cmd in ctx.script.commands:
+        for word in cmd.words + [w for _n, w in cmd.assignments]:
+            m = _TCP_PORT.search(word.value)
+            if m:
+                yield finding("master-port", WARNING, word.line,
+                              f"port {m.group(1)} in {m.group(0)} is fixed: {collide}",
+                              f"{hint}, and pass tcp://...:$MASTER_PORT")
 
 
-@rule("visible-devices", "CUDA_VISIBLE_DEVICES (or ROCR/HIP) set by hand")
+@rule("visible-devices", "CUDA_VISIBLE_DEVICES (or ROCR/HIP) naming GPUs the job lacks, or hiding some it has")
 def visible_devices(ctx: LintContext) -> Iterable[Finding]:
+    # Listing every allocated GPU (0..N-1) is harmless, and some centres ask for it (JSC's
+    # JUWELS guides export CUDA_VISIBLE_DEVICES=0,1,2,3): only a list that differs is reported.
     gpn = ctx.job.gpus_per_node
     for name in _DEVICES:
         for word, _cmd in ctx.variables.get(name, []):
             value = word.value.strip()
             if word.expansions:
                 continue
-            ids = [p for p in value.split(",") if p.strip()]
-            nums = [int(p) for p in ids if p.strip().isdigit()]
+            ids = [p.strip() for p in value.split(",") if p.strip()]
+            nums = [int(p) for p in ids if p.isdigit()]
             if gpn and (len(ids) > gpn or any(n >= gpn for n in nums)):
                 yield finding("visible-devices", ERROR, word.line,
                               f"{name}={value} names devices outside the {gpn} GPU(s) per node the job "
                               "asks for (Slurm numbers the allocated GPUs from 0)",
-                              f"remove it (Slurm sets {name}), or ask for {len(ids)} GPUs per node")
+                              f"list only 0..{gpn - 1}, or ask for {len(ids)} GPUs per node")
             elif not gpn and ids:
                 yield finding("visible-devices", WARNING, word.line,
                               f"{name}={value} but the job asks for no GPUs", "request GPUs, or remove it")
-            else:
+            elif gpn and len(nums) == len(ids) and sorted(set(nums)) == list(range(gpn)):
+                continue
+            elif gpn and not ids:
                 yield finding("visible-devices", WARNING, word.line,
-                              f"{name} is set by hand: Slurm already sets it for the allocated GPUs and "
-                              "srun's per-task GPU binding relies on it",
-                              f"remove the line and let Slurm set {name}")
+                              f"{name} is empty: the program sees none of the {gpn} GPU(s) per node "
+                              "the job asks for", "remove the line, or ask for no GPUs")
+            elif gpn:
+                yield finding("visible-devices", WARNING, word.line,
+                              f"{name}={value} shows {len(ids)} of the {gpn} GPUs per node the job "
+                              "asks for: the others stay idle",
+                              f"{name}={','.join(str(i) for i in range(gpn))} (or leave it to Slurm), "
+                              f"or ask for {len(ids)} GPUs per node")
 
 
 def _merge_marker_lines(ctx: LintContext) -> list[int]:
@@ -153,10 +176,75 @@ def merge_conflict(ctx: LintContext) -> Iterable[Finding]:
                           "keep one side, delete the markers, and lint again")
 
 
+# A template's blank to fill in: <project>, <options>, python/<select version>. Not a
+# redirection (<file >out: the text before '>' ends in a space) nor a here-document (<<).
+_PLACEHOLDER = re.compile(r"(?<![<\w$])<([A-Za-z][^<>\n$|&;()`]*[A-Za-z0-9_.-])>(?!>)")
+
+
+def _placeholder_lines(ctx: LintContext) -> list[tuple[int, str]]:
+    from scaletrain.lint.rules_sbatch import heredoc_lines
+
+    skip = heredoc_lines(ctx)      # program text (python: i<n and j>0) is not the template's
+    out = []
+    for number, line in enumerate(ctx.script.lines, start=1):
+        stripped = line.lstrip()
+        if number in skip or stripped.startswith(("echo ", "printf ")):
+            continue   # text for people, not a command
+        if stripped.startswith("#") and not line.startswith("#SBATCH"):
+            continue   # a comment may show <options> as documentation
+        m = _PLACEHOLDER.search(line)
+        if m:
+            out.append((number, m.group(0)))
+    return out
+
+
+@rule("placeholder", "a template placeholder left in (<project>, <options>)")
+def placeholder(ctx: LintContext) -> Iterable[Finding]:
+    found = _placeholder_lines(ctx)
+    if found:
+        number, text = found[0]
+        more = f" and {len(found) - 1} more line(s)" if len(found) > 1 else ""
+        yield finding("placeholder", ERROR, number,
+                      f"template placeholder {text} is still in the script{more}: "
+                      "it cannot run until each one is filled in",
+                      f"replace {text} with the real value (and lint again)")
+
+
+# Commands that exist on any Linux/Slurm system (what a rendezvous line reasonably calls).
+_STANDARD = {"python", "python3", "shuf", "expr", "echo", "seq", "scontrol", "hostname", "awk",
+             "sed", "head", "tail", "cut", "printf", "comm", "ss", "netstat", "od", "date", "id",
+             "tr", "sort", "uniq", "grep", "getent", "nslookup", "host", "dig", "ip", "ifconfig",
+             "squeue", "sinfo", "srun", "perl", "bash", "sh", "wc", "cat", "basename", "dirname",
+             "whoami", "nproc", "true", "mktemp", "readlink", "realpath", "hostnamectl"}
+_RDZV_VARS = ("MASTER_PORT", "MASTER_ADDR", "RDZV_HOST", "RDZV_PORT", "MAIN_NODE")
+_CALLED = re.compile(r"(?:\$\(|`)\s*([A-Za-z_][\w.-]*)")
+
+
+@rule("site-command", "a rendezvous value from a command that is neither standard nor defined "
+      "in the script (another centre's shell function)")
+def site_command(ctx: LintContext) -> Iterable[Finding]:
+    from scaletrain.contract import PORT_SHELL_EXPR
+
+    text = ctx.script.text
+    for name in _RDZV_VARS:
+        for word, _cmd in ctx.variables.get(name, []):
+            for called in _CALLED.findall(word.raw):
+                if called in _STANDARD or "/" in called or called.startswith("python"):
+                    continue
+                if re.search(rf"(^|\n)\s*(function\s+{re.escape(called)}\b|{re.escape(called)}\s*\(\s*\))", text):
+                    continue   # defined in the script itself
+                yield finding("site-command", WARNING, word.line,
+                              f"{name} comes from '{called}', which is not a standard command and is "
+                              "not defined in this script: a shell function of one centre's "
+                              f"environment; elsewhere it fails and {name} is empty",
+                              "define it in the script, or compute the value with standard tools "
+                              f"(e.g. MASTER_PORT={PORT_SHELL_EXPR})")
+
+
 @rule("bash-syntax", "a shell syntax error (bash -n)")
 def bash_syntax(ctx: LintContext) -> Iterable[Finding]:
-    if _merge_marker_lines(ctx):
-        return   # the markers are the syntax error; merge-conflict reports them better
+    if _merge_marker_lines(ctx) or _placeholder_lines(ctx):
+        return   # the markers/placeholders are the syntax error; their own rules say it better
     base = interpreter(ctx.script.shebang) or "bash"
     exe = shutil.which("bash") if base not in ("sh", "dash", "zsh", "ksh") else shutil.which(base)
     exe = exe or shutil.which("bash")

@@ -7,6 +7,7 @@ and a cluster profile into a ``Plan`` without any I/O.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -93,8 +94,8 @@ def parse_mem_gb(text: str) -> float:
     if mib is None:
         raise UsageError(f"bad memory size {text!r}", "write it like 32G or 32000M")
     gb = mib / 1024
-    if gb <= 0:
-        raise UsageError(f"memory size {text!r} must be positive", "write it like 32G or 32000M")
+    if mib < 1:   # under 1M, Slurm's notation rounds to --mem=0: "all of the node's memory"
+        raise UsageError(f"memory size {text!r} must be at least 1M", "write it like 32G or 32000M")
     return gb
 
 
@@ -114,6 +115,8 @@ def parse_params(text: str) -> float:
         raise UsageError(f"bad parameter count {text!r}", "write it like 7e9, 7B or 350M")
     scale = {"": 1, "K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}[m.group(2).upper()]
     value = float(m.group(1)) * scale
+    if not math.isfinite(value):   # 1e400 reads as inf, and int(inf) raised OverflowError later
+        raise UsageError(f"parameter count {text!r} is too large", "write it like 7e9")
     if value < 1:
         raise UsageError(f"parameter count {text!r} must be at least 1", "write it like 7e9")
     return value

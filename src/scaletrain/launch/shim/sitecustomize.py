@@ -27,10 +27,13 @@ def _next_sitecustomize() -> None:
         return
 
 
-try:
-    from scaletrain.launch.worker_shim import activate
-except ImportError:  # scaletrain not importable in this interpreter: leave the program alone
-    activate = None
-if activate is not None:
+def _activate() -> None:
+    try:
+        from scaletrain.launch.worker_shim import activate
+    except ImportError:  # scaletrain not importable in this interpreter: leave the program alone
+        return
     activate()
+
+
+_activate()
 _next_sitecustomize()
