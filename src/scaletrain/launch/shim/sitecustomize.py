@@ -28,11 +28,23 @@ def _next_sitecustomize() -> None:
 
 
 def _activate() -> None:
+    """Run the shim, then take the scaletrain modules it loaded out of ``sys.modules``.
+
+    A plain torchrun program must not find scaletrain imported behind its back; the shim's
+    hooks keep working from their own module objects, and a program that imports scaletrain
+    itself gets it as usual.
+    """
+    before = {name for name in sys.modules if name == "scaletrain" or name.startswith("scaletrain.")}
     try:
         from scaletrain.launch.worker_shim import activate
     except ImportError:  # scaletrain not importable in this interpreter: leave the program alone
         return
-    activate()
+    try:
+        activate()
+    finally:
+        for name in [n for n in sys.modules if n == "scaletrain" or n.startswith("scaletrain.")]:
+            if name not in before:
+                del sys.modules[name]
 
 
 _activate()
