@@ -28,6 +28,7 @@ BACKEND_VAR = "SCALETRAIN_BACKEND"            # "gloo": NCCL refuses two ranks o
 PROCS_PER_GPU_VAR = "SCALETRAIN_PROCS_PER_GPU"  # K: local rank r uses GPU r // K
 BIND_VAR = "SCALETRAIN_CPU_BIND"              # "auto" or "none"
 DATA_VAR = "SCALETRAIN_DATA"                  # where --stage-data copied the data on each node
+STOP_SIGNALS_VAR = "SCALETRAIN_STOP_SIGNALS"  # "USR1:time_limit,TERM:preempted" or "none"
 
 # Exit code of a process that stopped on purpose at a time limit or preemption after its
 # state was saved: "try again later" (BSD sysexits EX_TEMPFAIL). A batch script requeues the
