@@ -25,6 +25,7 @@ from scaletrain.launch.failure import collect_failures, render_tail, worker_fail
 from scaletrain.launch.mps import mps_daemon
 from scaletrain.launch.output import make_logs_specs, prefix_template
 from scaletrain.launch.ports import check_port_free
+from scaletrain.launch.signals import TORCH_SIGNALS, forward_stop_signals, stop_outcome
 from scaletrain.launch.spec import LaunchPlan
 
 # How often the agent polls its workers (torchrun's default). Lower costs CPU on small
@@ -84,6 +85,7 @@ def _config(plan: LaunchPlan, logs_specs: object):
         start_method="spawn", log_line_prefix_template=prefix_template(plan.ranks),
         local_addr=plan.local_addr, logs_specs=logs_specs,  # type: ignore[arg-type]
         shutdown_timeout=int(shutdown) if shutdown else SHUTDOWN_TIMEOUT_S,
+        signals_to_handle=TORCH_SIGNALS,  # SIGTERM: forwarded so workers can save (signals.py)
     )
 
 
@@ -118,7 +120,9 @@ def launch(plan: LaunchPlan) -> int:
     """Start ``plan``'s workers, wait for them, and return 0 (or raise WorkerFailedError).
 
     Raises ``LaunchError`` when workers cannot start, ``WorkerFailedError`` naming the rank
-    when one fails. A SIGINT/SIGTERM to the launcher stops the workers and returns 128+N.
+    when one fails. USR1/USR2/TERM are passed to the workers (see launch.signals); when they
+    stop on purpose (exit code EXIT_STOPPED) so does this. A SIGINT, a second SIGTERM, or
+    workers that ignore the first, stop the workers and return 128+N.
     """
     if plan.master_port_fixed is not None:
         check_port_free(plan.master_port_fixed, where="--master-port/MASTER_PORT")
@@ -133,11 +137,17 @@ def launch(plan: LaunchPlan) -> int:
     logs_specs = make_logs_specs(log_dir, ranks=plan.ranks, node_rank=plan.node_rank)
     try:
         with mps_daemon(plan.procs_per_gpu is not None and plan.gpus > 0) as mps_env, \
-                _scoped_environ({**plan.worker_env, **mps_env}), _scoped_signal_handlers():
+                _scoped_environ({**plan.worker_env, **mps_env}), _scoped_signal_handlers(), \
+                forward_stop_signals() as forwarding:
             config = _config(plan, logs_specs)
             try:
                 elastic_launch(config, plan.entrypoint)(*plan.args)
             except ChildFailedError as exc:
+                stopped = stop_outcome(forwarding, (f.exitcode for f in exc.failures.values()))
+                if stopped is not None:  # a stop on purpose (75) or by our SIGTERM, no failure
+                    sys.stdout.flush()
+                    print(stopped[1], file=sys.stderr)
+                    return stopped[0]
                 failed = collect_failures(exc.failures, logs_specs.stderr_paths)
                 error = worker_failed_error(failed, plan.node_rank)
                 cause = next(f for f in failed if f.rank == error.rank)
