@@ -136,9 +136,10 @@ def launch(plan: LaunchPlan) -> int:
     log_dir = tempfile.mkdtemp(prefix="scaletrain_run_")
     logs_specs = make_logs_specs(log_dir, ranks=plan.ranks, node_rank=plan.node_rank)
     try:
-        with mps_daemon(plan.procs_per_gpu is not None and plan.gpus > 0) as mps_env, \
-                _scoped_environ({**plan.worker_env, **mps_env}), _scoped_signal_handlers(), \
-                forward_stop_signals() as forwarding:
+        # forward_stop_signals first: it exits last, so its choice of handlers stays
+        with forward_stop_signals() as forwarding, \
+                mps_daemon(plan.procs_per_gpu is not None and plan.gpus > 0) as mps_env, \
+                _scoped_environ({**plan.worker_env, **mps_env}), _scoped_signal_handlers():
             config = _config(plan, logs_specs)
             try:
                 elastic_launch(config, plan.entrypoint)(*plan.args)
