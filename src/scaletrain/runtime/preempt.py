@@ -235,6 +235,7 @@ class StopAgreement:
         self._buffer: Any = None      # the tensor being reduced (device for NCCL)
         self._host: Any = None        # where an NCCL result lands, pinned CPU memory
         self._event: Any = None       # marks the copy to _host done
+        self._stream: Any = None      # NCCL: the side stream the flag travels on
         self._local: tuple[int, int] | None = None  # world size 1: the previous values
         self._distributed: bool | None = None
         self._closed = False
