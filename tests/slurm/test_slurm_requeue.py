@@ -1,9 +1,9 @@
 """Requeue end to end on the local 2-node Slurm cluster: a script from ``plan --requeue``.
 
-- A 2-node torchrun-mode job (srun -> ``scaletrain run`` on each node -> a worker) training with
-  a Checkpointer gets ``scancel --batch --signal=USR1`` (what ``--signal=B:USR1@grace`` does at
+- A 2-node job training with a Checkpointer, in torchrun mode (srun -> ``scaletrain run`` on each
+  node -> a worker) and in the default mode (srun -> one task per rank), gets ``scancel --batch --signal=USR1`` (what ``--signal=B:USR1@grace`` does at
   the time limit): the batch shell relays it to srun, srun to each ``scaletrain run``, which
-  forwards it to its worker; both ranks save the same step and exit 75; the script requeues the
+  forwards it to its worker (default mode: srun to each rank); both ranks save the same step and exit 75; the script requeues the
   job; the second run (SLURM_RESTART_COUNT=1) resumes and finishes with parameters and
   optimizer state equal to an uninterrupted run (computed in the same process).
 - A job whose tasks stop (exit 75) at every start is requeued at most MAX_REQUEUES times.
@@ -58,12 +58,14 @@ def _output(run_dir: Path) -> str:
     return "\n".join(p.read_text(errors="replace") for p in sorted(run_dir.glob("*.out")))
 
 
-def test_usr1_checkpoints_requeues_and_resumes_exactly(slurm_cluster, probed_profile, tmp_path):
+@pytest.mark.parametrize("launcher", ["torchrun", "scaletrain"])
+def test_usr1_checkpoints_requeues_and_resumes_exactly(slurm_cluster, probed_profile, tmp_path,
+                                                       launcher):
     out = tmp_path / "out"
     out.mkdir()
     run_dir = tmp_path / "run"
     job_id = _submit(slurm_cluster, probed_profile, run_dir, "--nodes", "2", "--gpus-per-node", "1",
-                     "--cpus-per-gpu", "1", "--launcher", "torchrun", "--", str(JOB), str(out), "200")
+                     "--cpus-per-gpu", "1", "--launcher", launcher, "--", str(JOB), str(out), "200")
     try:
         deadline = time.monotonic() + 180
         while not (out / "ready.0").exists():
@@ -83,7 +85,7 @@ def test_usr1_checkpoints_requeues_and_resumes_exactly(slurm_cluster, probed_pro
     assert stop["restart_count"] == 0 and stop["rank_count"] == 2
     assert sorted(p.name for p in out.glob("started.*")) == \
         ["started.0.0", "started.0.1", "started.1.0", "started.1.1"]
-    assert f"got SIGUSR1" in log and "requeueing job" in log, log
+    assert "got SIGUSR1" in log and "requeueing job" in log, log
     for rank in range(2):
         result = json.loads((out / f"result.{rank}.json").read_text())
         assert result["restart"] == "1" and result["start"] == stop["step"], result
