@@ -6,7 +6,9 @@ What we add is around it: the worker environment (threads, backend for shared GP
 fixed-port check, the MPS daemon, and one readable error for a failed worker.
 
 The agent writes ``os.environ`` and installs signal handlers in the calling process; both
-are restored when ``launch`` returns, so calling it from Python leaves no trace.
+are restored when ``launch`` returns, so calling it from Python leaves no trace - except after
+workers that stopped on purpose (exit 75): then USR1/USR2/TERM stay ignored, because the
+caller is about to exit with 75 and a late SIGTERM must not kill it (see launch.signals).
 """
 
 from __future__ import annotations
