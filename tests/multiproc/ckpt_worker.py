@@ -7,6 +7,8 @@ steps per epoch on 2 ranks, so a stop at step 10 is in the middle of an epoch).
 Phases (``--phase``, several comma-separated run in order), each for every ``--strategies`` entry, one folder per strategy under
 ``--dir``:
 
+``--strategies`` lists strategies, ``<strategy>:async`` for the same with ``async_save=True``.
+
 - ``straight``: train ``--total`` steps; write ``straight-<strategy>-rank<R>.pt``.
 - ``first``: train, saving through ``ckpt.step()`` (``--every-steps``), stop after ``--stop``
   steps (a final ``ckpt.save``), exit 0. With ``--wait-stop`` the loop instead runs until
@@ -87,12 +89,17 @@ def snapshot(model, opt, seen: list[int]) -> dict:
     return {"params": params, "optim": optim, "seen": seen}
 
 
-def run(args, strategy: str, phase: str, env) -> None:
+def run(args, label: str, phase: str, env) -> None:
+    """``label``: a strategy, or ``<strategy>:async`` for the same with async_save=True."""
+    strategy, _, variant = label.partition(":")
+    if phase == "straight" and variant:
+        return  # an async save changes nothing in a straight run: compare with the plain one
     model, opt, loader = build(strategy, env.rank)
     state = {"model": model, "optimizer": opt, "loader": loader, "meta": {"strategy": strategy}}
-    folder = Path(args.dir) / strategy
+    # a straight run checkpoints too (same cost as the real thing), but into its own folder
+    folder = Path(args.dir) / ("straight" if phase == "straight" else "") / label.replace(":", "-")
     ckpt = scaletrain.Checkpointer(folder, keep=2, every_steps=args.every_steps,
-                                   async_save=args.async_save)
+                                   async_save=args.async_save or variant == "async")
     step = 0
     if phase == "resume":
         if args.sabotage == "loader":
@@ -120,7 +127,7 @@ def run(args, strategy: str, phase: str, env) -> None:
     ckpt.close()
     if phase in ("straight", "resume"):
         torch.save(snapshot(model, opt, seen),
-                   Path(args.out) / f"{phase}-{strategy}-rank{env.rank}.pt")
+                   Path(args.out) / f"{phase}-{label.replace(':', '-')}-rank{env.rank}.pt")
 
 
 def probe_step(model, opt, env) -> None:

@@ -10,13 +10,15 @@ Resharding: zero3 saved by 2 ranks loads on 1 and on 3 ranks with the same param
 the optimizer state came along (one more deterministic step lands on the same numbers up to
 summation order).
 
-Four launches in all: [straight, first, reshard-save] on 2 ranks, [resume] on 2 ranks,
+The zero1 and zero3 runs are repeated with ``async_save=True``: their saves at steps 4 and 8
+are written while the next steps train. Four launches in all: [straight, first, reshard-save] on 2 ranks, [resume] on 2 ranks,
 [reshard-load] on 1 and on 3 ranks.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -27,6 +29,7 @@ pytestmark = pytest.mark.multiproc
 
 WORKER = Path(__file__).with_name("ckpt_worker.py")
 STRATEGIES = ("ddp", "zero1", "zero3")
+ASYNC = ("zero1:async", "zero3:async")  # async_save: background writes while training goes on
 
 
 def _launch(nproc: int, *args: str) -> None:
@@ -38,8 +41,11 @@ def _launch(nproc: int, *args: str) -> None:
 def runs(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("ckpt")
     ck, out = root / "ck", root / "out"
-    _launch(2, "--phase", "straight,first,reshard-save", "--dir", ck, "--out", out)
-    _launch(2, "--phase", "resume", "--dir", ck, "--out", out)
+    labels = ",".join(STRATEGIES + ASYNC)
+    # the first half saves every 4 steps too (4, 8: async ones overlap the next steps), then 10
+    _launch(2, "--phase", "straight,first,reshard-save", "--strategies", labels,
+            "--every-steps", "4", "--dir", ck, "--out", out)
+    _launch(2, "--phase", "resume", "--strategies", labels, "--dir", ck, "--out", out)
     return {"ck": ck, "out": out}
 
 
@@ -63,11 +69,12 @@ def _assert_equal(a: dict, b: dict, what: str) -> None:
             assert a[key] == b[key], f"{what}: {key}: {a[key]} != {b[key]}"
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("label", STRATEGIES + ASYNC)
 @pytest.mark.parametrize("rank", [0, 1])
-def test_resume_is_bitwise_exact(runs, strategy, rank):
+def test_resume_is_bitwise_exact(runs, label, rank):
+    strategy = label.split(":")[0]
     straight = _load(runs["out"] / f"straight-{strategy}-rank{rank}.pt")
-    resumed = _load(runs["out"] / f"resume-{strategy}-rank{rank}.pt")
+    resumed = _load(runs["out"] / f"resume-{label.replace(':', '-')}-rank{rank}.pt")
     _assert_equal(straight["params"], resumed["params"], f"{strategy} rank {rank} parameters")
     _assert_equal(straight["optim"], resumed["optim"], f"{strategy} rank {rank} optimizer")
     assert straight["optim"], "the optimizer state must not be empty"
@@ -78,8 +85,11 @@ def test_resume_is_bitwise_exact(runs, strategy, rank):
 
 def test_stop_was_mid_epoch_and_layout_as_documented(runs):
     # 100 samples / 2 ranks / 4 per rank = 12 steps per epoch: step 10 is inside epoch 0
-    for strategy in STRATEGIES:
-        folder = runs["ck"] / strategy / "step-00000010"
+    for label in STRATEGIES + ASYNC:
+        strategy = label.split(":")[0]
+        assert sorted(os.listdir(runs["ck"] / label.replace(":", "-"))) == [
+            "step-00000008", "step-00000010"]  # keep=2 after saves at 4, 8, 10
+        folder = runs["ck"] / label.replace(":", "-") / "step-00000010"
         marker = json.loads((folder / "COMMIT.json").read_text())
         assert marker["step"] == 10 and marker["world_size"] == 2
         assert marker["strategy"] == strategy
