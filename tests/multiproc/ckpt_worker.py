@@ -16,7 +16,9 @@ Phases (``--phase``, several comma-separated run in order), each for every ``--s
 - ``resume``: ``load_latest`` then train to ``--total``; write ``resume-<strategy>-rank<R>.pt``.
   ``--sabotage rng|loader`` skips restoring that part (to prove the test can fail).
 - ``reshard-save`` / ``reshard-load``: zero3 model + Adam saved by this world, loaded by
-  another; write the full parameters (``full_tensor``) as ``reshard-<phase>-w<W>.pt``.
+  another; write the full parameters (``full_tensor``) as ``reshard-<phase>-w<W>.pt``, and
+  ``ckpt.export`` them to ``export-w<W>.pt``.
+- ``pipeline``: 2 pipeline stages saved and loaded within the launch (``pipeline-rank<R>.json``).
 
 Each ``.pt`` holds this rank's local parameters and optimizer state (shards as they are on
 this rank) and the sample indices it trained on.
@@ -159,12 +161,60 @@ def reshard(args, phase: str, env) -> None:
         ckpt.save(3, state)
     else:
         assert ckpt.load_latest(state) == 3
-    ckpt.close()
     out = {"params": full_params(model)}
+    # export from this strategy: one file, a plain state_dict of the unwrapped model
+    exported = ckpt.export(Path(args.out) / f"export-w{env.world_size}.pt", model)
+    assert (exported is not None) == (env.rank == 0)
+    ckpt.close()
     probe_step(model, opt, env)
     out["after_step"] = full_params(model)
     if env.rank == 0:
         torch.save(out, Path(args.out) / f"{phase}-w{env.world_size}.pt")
+
+
+def pipeline_case(args, env) -> None:
+    """2 stages: train 3 steps, save, train 3 more; a fresh pipeline loads the checkpoint and
+    trains the same 3 steps: every stage's parameters and Adam state must be bitwise equal."""
+    import json
+
+    def make():
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(),
+                              nn.Linear(32, 4))
+        opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+        return scaletrain.setup(model, opt, strategy="pipeline", split_points=["2"],
+                                loss_fn=F.cross_entropy, n_microbatches=2)
+
+    x, y, _ = dataset()[:8]
+    pipe, opt = make()
+    for _ in range(3):
+        pipe.step(x, y)
+    ckpt = scaletrain.Checkpointer(Path(args.dir) / "pipeline")
+    ckpt.save(3, {"model": pipe, "optimizer": opt})
+    for _ in range(3):
+        pipe.step(x, y)
+    expect = snapshot_named(pipe, opt)
+    pipe2, opt2 = make()
+    step = ckpt.load_latest({"model": pipe2, "optimizer": opt2})
+    ckpt.close()
+    for _ in range(3):
+        pipe2.step(x, y)
+    got = snapshot_named(pipe2, opt2)
+    equal = expect.keys() == got.keys() and all(torch.equal(expect[k], got[k]) for k in expect)
+    marker = json.loads((Path(args.dir) / "pipeline" / "step-00000003" / "COMMIT.json")
+                        .read_text())
+    (Path(args.out) / f"pipeline-rank{env.rank}.json").write_text(json.dumps({
+        "step": step, "equal": equal, "tensors": len(expect), "stage": pipe.stage_index,
+        "objects": marker["objects"]}))
+
+
+def snapshot_named(pipe, opt) -> dict:
+    names = {id(p): n for n, p in pipe.named_parameters()}
+    out = {f"param.{n}": p.detach().clone() for n, p in pipe.named_parameters()}
+    for p, s in opt.state.items():
+        for k, v in s.items():
+            out[f"optim.{names[id(p)]}.{k}"] = v.detach().clone()
+    return out
 
 
 def main() -> int:
@@ -186,6 +236,8 @@ def main() -> int:
     for phase in args.phase.split(","):
         if phase.startswith("reshard"):
             reshard(args, phase, env)
+        elif phase == "pipeline":
+            pipeline_case(args, env)
         elif phase in ("straight", "first", "resume"):
             for strategy in args.strategies.split(","):
                 run(args, strategy, phase, env)

@@ -43,7 +43,7 @@ def runs(tmp_path_factory) -> dict:
     ck, out = root / "ck", root / "out"
     labels = ",".join(STRATEGIES + ASYNC)
     # the first half saves every 4 steps too (4, 8: async ones overlap the next steps), then 10
-    _launch(2, "--phase", "straight,first,reshard-save", "--strategies", labels,
+    _launch(2, "--phase", "straight,first,reshard-save,pipeline", "--strategies", labels,
             "--every-steps", "4", "--dir", ck, "--out", out)
     _launch(2, "--phase", "resume", "--strategies", labels, "--dir", ck, "--out", out)
     return {"ck": ck, "out": out}
@@ -117,3 +117,26 @@ def test_zero3_reshards_from_2_ranks(resharded, world):
     # Adam with its saved moments moves ~1e-2; a fresh Adam would land elsewhere by ~1e-3+
     assert moved > 1e-3
     assert diff <= 1e-6, f"after one step on {world} ranks: max diff {diff}"
+
+
+@pytest.mark.parametrize("world", [1, 2, 3])
+def test_export_gives_plain_full_state_dict(resharded, world):
+    import torch.nn as nn
+
+    name = "reshard-save-w2.pt" if world == 2 else f"reshard-load-w{world}.pt"
+    params = _load(resharded["out"] / name)["params"]
+    exported = _load(resharded["out"] / f"export-w{world}.pt")  # weights_only
+    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Dropout(0.3), nn.Linear(32, 32),
+                          nn.ReLU(), nn.Linear(32, 4))
+    model.load_state_dict(exported)  # the unwrapped model takes it as is
+    _assert_equal(params, dict(model.named_parameters()), f"export on {world} ranks")
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_pipeline_stages_save_and_load(runs, rank):
+    result = json.loads((runs["out"] / f"pipeline-rank{rank}.json").read_text())
+    assert result["stage"] == rank and result["step"] == 3
+    assert result["equal"], "a stage's parameters or Adam state differ after the reload"
+    assert result["tensors"] >= 6
+    assert result["objects"]["model"] == {"kind": "pipeline", "sharded": True}
+    assert result["objects"]["optimizer"]["sharded"]
