@@ -237,6 +237,11 @@ def main() -> int:
     if args.worker:
         sharded_worker(args)
         return 0
+    import torch
+
+    # one compute thread: the numbers compare I/O paths, and a shared machine's cores are
+    # busy (the sharded workers get one thread each from `scaletrain run` already)
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     skip = set(args.skip.split(","))
     out = {}
     for name, fn in (("replicated", replicated), ("sharded", sharded), ("async", async_cost)):

@@ -158,6 +158,12 @@ class Checkpointer:
         Objects are loaded in place (``load_state_dict``); plain values are replaced in the
         ``state`` mapping. Each rank reads onto its own device. Raises CheckpointError for a
         damaged or unsafe checkpoint (it names the step and the file).
+
+        Same number of processes as the save: everything comes back, each rank's RNG states
+        included, so training continues bit for bit. Another number: sharded state is
+        resharded (DCP), replicated state loads as is, the training loader continues the
+        epoch's remaining samples over the new ranks, and RNG states are not restored (rank 0
+        warns; each rank keeps the seeds the script set).
         """
         self._check_open()
         self.wait()
