@@ -271,3 +271,66 @@ def test_export_is_plain_state_dict(tmp_path, saved):
     fresh.load_state_dict(weights)
     assert all(torch.equal(a, b) for a, b in zip(fresh.state_dict().values(),
                                                  model.state_dict().values()))
+
+
+# -- the loop helper: every_steps, every_minutes, stop -----------------------------------
+
+
+@pytest.fixture
+def no_stop_request():
+    from scaletrain.runtime import preempt
+
+    preempt._reset_for_tests()
+    yield preempt
+    preempt._reset_for_tests()
+
+
+def test_step_saves_every_n_steps(tmp_path, no_stop_request):
+    model, opt, sched = _objects()
+    ckpt = scaletrain.Checkpointer(tmp_path / "s", keep=10, every_steps=3)
+    state = _state(model, opt, sched)
+    saved = [s for s in range(1, 11) if (ckpt.step(s, state), ckpt.latest_step)[1] == s]
+    ckpt.close()
+    assert saved == [3, 6, 9]
+
+
+def test_step_every_minutes_is_applied_one_step_late(tmp_path, no_stop_request, monkeypatch):
+    model, opt, sched = _objects()
+    clock = [1000.0]
+    monkeypatch.setattr("scaletrain.checkpoint.checkpointer.time.monotonic", lambda: clock[0])
+    ckpt = scaletrain.Checkpointer(tmp_path / "m", keep=10, every_minutes=1)
+    state = _state(model, opt, sched)
+    saves = []
+    for step in range(1, 10):
+        clock[0] += 25.0  # 25 s per step: due at step 3 (75 s), agreed and saved at step 4
+        ckpt.step(step, state)
+        saves.append(ckpt.latest_step)
+    ckpt.close()
+    # then due again at step 7 (75 s after step 4's save), saved at step 8 - never twice
+    assert saves == [None, None, None, 4, 4, 4, 4, 8, 8]
+
+
+def test_step_stops_saves_and_exits_75(tmp_path, no_stop_request):
+    model, opt, sched = _objects()
+    ckpt = scaletrain.Checkpointer(tmp_path / "x", every_steps=100)
+    state = _state(model, opt, sched)
+    ckpt.step(1, state)
+    no_stop_request.request("time_limit")  # as the USR1 handler would record it
+    ckpt.step(2, state)  # the agreement reads the request one step late
+    with pytest.raises(SystemExit) as info:
+        ckpt.step(3, state)
+    assert info.value.code == 75
+    assert ckpt.latest_step == 3
+    record = json.loads((tmp_path / "x" / "stop.json").read_text())
+    assert record["reason"] == "time_limit" and record["step"] == 3
+
+
+def test_step_stop_without_exit(tmp_path, no_stop_request):
+    model, opt, sched = _objects()
+    ckpt = scaletrain.Checkpointer(tmp_path / "y", exit_on_stop=False)
+    state = _state(model, opt, sched)
+    no_stop_request.request("preempted")
+    assert ckpt.step(1, state) is False and not ckpt.should_stop()
+    assert ckpt.step(2, state) is True and ckpt.should_stop()
+    assert ckpt.latest_step == 2
+    ckpt.close()

@@ -80,6 +80,8 @@ class Checkpointer:
         self._last_save_time = time.monotonic()
         self._stop_reason: str | None = None
         self._closed = False
+        self._calls = 0  # step() calls so far
+        self._save_call = -1  # the step() call during which the last save started
 
     # -- saving ----------------------------------------------------------------------
     def save(self, step: int, state: MutableMapping[str, Any]) -> None:
@@ -99,6 +101,7 @@ class Checkpointer:
         job = SaveJob(self.directory, step, entries, self._get_comm(), keep=self.keep,
                       staged=self.async_save)
         job.prepare()
+        self._save_call = self._calls
         self._last_saved = step
         self._last_save_time = time.monotonic()
         if not self.async_save:
@@ -155,6 +158,12 @@ class Checkpointer:
         Objects are loaded in place (``load_state_dict``); plain values are replaced in the
         ``state`` mapping. Each rank reads onto its own device. Raises CheckpointError for a
         damaged or unsafe checkpoint (it names the step and the file).
+
+        Same number of processes as the save: everything comes back, each rank's RNG states
+        included, so training continues bit for bit. Another number: sharded state is
+        resharded (DCP), replicated state loads as is, the training loader continues the
+        epoch's remaining samples over the new ranks, and RNG states are not restored (rank 0
+        warns; each rank keeps the seeds the script set).
         """
         self._check_open()
         self.wait()
@@ -188,13 +197,16 @@ class Checkpointer:
         self._check_open()
         if self._agreement is None:
             self._agreement = preempt.StopAgreement()
+        self._calls += 1
         minutes_due = (self.every_minutes is not None and
                        time.monotonic() - self._last_save_time >= self.every_minutes * 60)
         reason, flags = self._agreement.poll(_MINUTES_DUE if minutes_due else 0)
         if reason is not None:
             return self._stop(step, state, reason)
-        due = (self.every_steps is not None and step % self.every_steps == 0) or \
-            bool(flags & _MINUTES_DUE)
+        # The flag read now was raised at the previous call; a save during that call (after
+        # its poll) already served it. Every rank saved at that same call, so all agree.
+        minutes_agreed = bool(flags & _MINUTES_DUE) and self._save_call < self._calls - 1
+        due = (self.every_steps is not None and step % self.every_steps == 0) or minutes_agreed
         if due and self._last_saved != step:
             self.save(step, state)
         return False

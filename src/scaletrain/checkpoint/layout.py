@@ -187,7 +187,9 @@ class PartialFolder:
         self.path.mkdir(parents=False, exist_ok=False)
         self._lock_fd = os.open(self.path / LOCK, os.O_CREAT | os.O_RDWR, 0o644)
         fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        atomic_write(self.path / OWNER, json.dumps(
+        # advisory (read by clean-up only), so no fsync: a lost owner file after a power
+        # cut just means the folder is treated as abandoned, which it then is
+        (self.path / OWNER).write_text(json.dumps(
             {"host": socket.gethostname(), "pid": os.getpid(), "time": time.time()}))
 
     def release(self) -> None:
@@ -212,12 +214,13 @@ class PartialFolder:
                 (self.path / name).unlink()
             except FileNotFoundError:
                 pass
-        fsync_dir(self.path)
         if final.exists():
             aside = self.directory / f".replaced-{step_dirname(self.step)}-{secrets.token_hex(4)}"
             os.replace(final, aside)
         os.replace(self.path, final)
-        fsync_dir(self.directory)
+        # The marker (fsynced with its folder by atomic_write), then the parent folder, which
+        # makes the rename durable. A power cut before that leaves the marker inside a folder
+        # still named .partial-: ignored, as it should be.
         atomic_write(final / MARKER, json.dumps(marker, indent=1, sort_keys=True) + "\n")
         fsync_dir(self.directory)
         self.release()

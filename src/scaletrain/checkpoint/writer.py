@@ -130,11 +130,11 @@ class SaveJob:
             for _, rank_files in reports:
                 files.update(rank_files)
             shard_dir = self.path / sharded.SUBDIR
-            if shard_dir.is_dir():
+            if shard_dir.is_dir():  # DCP fsyncs its files but not their folder
                 fsync_dir(shard_dir)
                 for entry in os.scandir(shard_dir):
                     files[f"{sharded.SUBDIR}/{entry.name}"] = entry.stat().st_size
-            fsync_dir(self.path)
+            fsync_dir(self.path)  # the files' names, before the rename publishes them
             self.folder.commit(self._marker(files))
             layout.apply_retention(self.directory, self.keep, protect={self.step})
         except BaseException as err:
