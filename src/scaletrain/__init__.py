@@ -53,6 +53,8 @@ _LAZY: dict[str, str] = {
     "all_reduce_mean": "scaletrain.data.metrics",
     "gather_objects": "scaletrain.data.metrics",
     "scale_lr": "scaletrain.data.lr",
+    # checkpoints
+    "Checkpointer": "scaletrain.checkpoint",
 }
 
 # `print` stays reachable as scaletrain.print but is left out of __all__, so that

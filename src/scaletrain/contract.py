@@ -32,6 +32,7 @@ DATA_VAR = "SCALETRAIN_DATA"                  # where --stage-data copied the da
 # The cluster profile's GPU -> nearest CPU cores map ("0:49-55;1:57-63"), exported by a generated
 # script so the runtime can bind torchrun's workers without reading the profile itself.
 GPU_CPU_MAP_VAR = "SCALETRAIN_GPU_CPU_MAP"
+STOP_SIGNALS_VAR = "SCALETRAIN_STOP_SIGNALS"  # "USR1:time_limit,TERM:preempted" or "none"
 
 # Exit code of a process that stopped on purpose at a time limit or preemption after its
 # state was saved: "try again later" (BSD sysexits EX_TEMPFAIL). A batch script requeues the

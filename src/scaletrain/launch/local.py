@@ -6,7 +6,9 @@ What we add is around it: the worker environment (threads, backend for shared GP
 fixed-port check, the MPS daemon, and one readable error for a failed worker.
 
 The agent writes ``os.environ`` and installs signal handlers in the calling process; both
-are restored when ``launch`` returns, so calling it from Python leaves no trace.
+are restored when ``launch`` returns, so calling it from Python leaves no trace - except after
+workers that stopped on purpose (exit 75): then USR1/USR2/TERM stay ignored, because the
+caller is about to exit with 75 and a late SIGTERM must not kill it (see launch.signals).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from scaletrain.launch.group_check import read_records, verdict
 from scaletrain.launch.mps import mps_daemon
 from scaletrain.launch.output import make_logs_specs, prefix_template
 from scaletrain.launch.ports import check_port_free
+from scaletrain.launch.signals import TORCH_SIGNALS, forward_stop_signals, stop_outcome
 from scaletrain.launch.spec import LaunchPlan
 
 if TYPE_CHECKING:
@@ -91,6 +94,7 @@ def _config(plan: LaunchPlan, logs_specs: object) -> LaunchConfig:
         start_method="spawn", log_line_prefix_template=prefix_template(plan.ranks),
         local_addr=plan.local_addr, logs_specs=logs_specs,  # type: ignore[arg-type]
         shutdown_timeout=int(shutdown) if shutdown else SHUTDOWN_TIMEOUT_S,
+        signals_to_handle=TORCH_SIGNALS,  # SIGTERM: forwarded so workers can save (signals.py)
     )
 
 
@@ -125,7 +129,9 @@ def launch(plan: LaunchPlan) -> int:
     """Start ``plan``'s workers, wait for them, and return 0 (or raise WorkerFailedError).
 
     Raises ``LaunchError`` when workers cannot start, ``WorkerFailedError`` naming the rank
-    when one fails. A SIGINT/SIGTERM to the launcher stops the workers and returns 128+N.
+    when one fails. USR1/USR2/TERM are passed to the workers (see launch.signals); when they
+    stop on purpose (exit code EXIT_STOPPED) so does this. A SIGINT, a second SIGTERM, or
+    workers that ignore the first, stop the workers and return 128+N.
     """
     if plan.master_port_fixed is not None:
         check_port_free(plan.master_port_fixed, where="--master-port/MASTER_PORT")
@@ -143,13 +149,20 @@ def launch(plan: LaunchPlan) -> int:
     if plan.cpu:
         print(f"scaletrain: {BANNER}", file=sys.stderr, flush=True)
     try:
-        with mps_daemon(plan.procs_per_gpu is not None and plan.gpus > 0) as mps_env, \
+        # forward_stop_signals first: it exits last, so its choice of handlers stays
+        with forward_stop_signals() as forwarding, \
+                mps_daemon(plan.procs_per_gpu is not None and plan.gpus > 0) as mps_env, \
                 _scoped_environ({**plan.worker_env, **mps_env, GROUP_RECORD_VAR: records}), \
                 _scoped_signal_handlers():
             config = _config(plan, logs_specs)
             try:
                 elastic_launch(config, plan.entrypoint)(*plan.args)
             except ChildFailedError as exc:
+                stopped = stop_outcome(forwarding, (f.exitcode for f in exc.failures.values()))
+                if stopped is not None:  # a stop on purpose (75) or by our SIGTERM, no failure
+                    sys.stdout.flush()
+                    print(stopped[1], file=sys.stderr)
+                    return stopped[0]
                 failed = collect_failures(exc.failures, logs_specs.stderr_paths)
                 error = worker_failed_error(failed, plan.node_rank)
                 cause = next(f for f in failed if f.rank == error.rank)

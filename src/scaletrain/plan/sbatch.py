@@ -21,6 +21,7 @@ COMPUTED: dict[str, str | None] = {
     "mem-per-gpu": "--mem-per-gpu", "mem-per-cpu": "--mem-per-gpu", "gres": "--gpus", "gpus": "--gpus",
     "gpus-per-node": "--gpus", "gpus-per-task": "--gpus", "output": "--log", "error": "--error",
     "chdir": "--chdir", "signal": "--requeue", "requeue": "--requeue", "no-requeue": "--requeue",
+    "open-mode": "--requeue",
     "mail-type": "--mail-type", "mail-user": "--mail-user", "array": "--array",
     "constraint": "--constraint", "exclusive": "--exclusive", "dependency": "--dependency",
     "reservation": "--reservation", "qos": "--qos", "wrap": None, "export": "--env",
@@ -91,6 +92,7 @@ def sbatch_options(request: JobRequest, profile: ClusterProfile, *, job_name: st
     if signal_s is not None:
         lines.append(("signal", f"B:USR1@{signal_s}"))
         lines.append(("requeue", ""))
+        lines.append(("open-mode", "append"))  # a requeued run must not truncate the first's log
     for name, value in lines:
         if value:
             check_sbatch(name, value)

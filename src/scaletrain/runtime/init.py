@@ -205,7 +205,8 @@ def _warn_batch_step(placement: Placement) -> None:
 
 
 def init(*, device: str | None = None, backend: str | None = None,
-         timeout_s: float | None = None) -> Env:
+         timeout_s: float | None = None,
+         stop_signals: Mapping[str, str] | str | None = None) -> Env:
     """Join the job and return this process's :class:`Env`.
 
     Args:
@@ -215,6 +216,11 @@ def init(*, device: str | None = None, backend: str | None = None,
         backend: torch.distributed backend; default nccl on GPUs, gloo on the CPU. ``"gloo"``
             also allows several local ranks to share one GPU (CUDA MPS).
         timeout_s: start-up rendezvous and collective timeout (default 1800 s).
+        stop_signals: signals that ask the training loop to save and stop, with their reason,
+            e.g. ``{"USR1": "time_limit", "TERM": "preempted"}`` (the default) or the same as
+            ``"USR1:time_limit,TERM:preempted"``; ``"none"`` installs nothing.
+            ``SCALETRAIN_STOP_SIGNALS`` gives the same choice from outside
+            (see :mod:`scaletrain.runtime.preempt`).
 
     Idempotent: a second call returns the same Env; one with different arguments raises
     UsageError. Raises :class:`DistEnvError` when the environment contradicts itself or the
@@ -229,6 +235,9 @@ def init(*, device: str | None = None, backend: str | None = None,
             raise UsageError(f"timeout_s={timeout_s!r} must be a positive number of seconds",
                              "leave it out for the 30-minute start-up default")
         seconds = float(timeout_s) if timeout_s is not None else STARTUP_TIMEOUT_S
+        from scaletrain.runtime import preempt
+
+        stop_signals = preempt.resolve(stop_signals)  # a bad value fails before any rendezvous
         environ = os.environ
 
         # 1. Who am I in the job (environment only), and what was asked for.
@@ -270,6 +279,7 @@ def init(*, device: str | None = None, backend: str | None = None,
                           requested_backend=request.backend, timeout_s=seconds,
                           owns_group=owns, cpus=undo)
         _register_atexit()
+        preempt.install(stop_signals)
         return env
 
 
@@ -293,6 +303,10 @@ def shutdown() -> None:
     if state is None:
         return
     import sys
+
+    from scaletrain.runtime import preempt
+
+    preempt.uninstall()  # the handlers init() replaced come back
 
     dist = sys.modules.get("torch.distributed")
     if state.owns_group and dist is not None and dist.is_initialized():
