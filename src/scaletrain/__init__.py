@@ -21,6 +21,7 @@ from scaletrain._version import __version__
 from scaletrain.errors import ScaletrainError
 
 if TYPE_CHECKING:  # the real signatures for type checkers and IDEs; nothing runs at import
+    from scaletrain.checkpoint import Checkpointer
     from scaletrain.data.loader import loader
     from scaletrain.data.lr import scale_lr
     from scaletrain.data.metrics import all_reduce_mean, gather_objects
