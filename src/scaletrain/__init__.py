@@ -40,6 +40,8 @@ _LAZY: dict[str, str] = {
     "all_reduce_mean": "scaletrain.data.metrics",
     "gather_objects": "scaletrain.data.metrics",
     "scale_lr": "scaletrain.data.lr",
+    # observability
+    "Monitor": "scaletrain.observe.monitor",
 }
 
 __all__ = ["__version__", "ScaletrainError", *_LAZY]
