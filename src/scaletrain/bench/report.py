@@ -99,7 +99,7 @@ def render_html(doc: dict[str, Any]) -> str:
 <style>
 body {{ font-family: sans-serif; margin: 2em; color: #222; background: #fff; }}
 table {{ border-collapse: collapse; margin-top: 1em; }}
-td, th {{ border: 1px solid #999; padding: 4px 10px; text-align: right; }}
+td, th {{ border: 1px solid #999; padding: 4px 8px; text-align: right; white-space: nowrap; }}
 th {{ background: #e8eef7; }}
 .note {{ color: #555; max-width: 50em; }}
 </style></head>
@@ -133,6 +133,7 @@ def write_png(doc: dict[str, Any], path: Path) -> str | None:
     if any("predicted_efficiency" in r for r in rows):
         pr = [r for r in rows if "predicted_efficiency" in r]
         ax.plot([r["nproc"] for r in pr], [r["predicted_efficiency"] for r in pr], "--", label="model")
+    ax.set_xticks([r["nproc"] for r in rows])
     ax.set_xlabel("processes (devices)")
     ax.set_ylabel("parallel efficiency")
     ax.set_ylim(0, max(1.2, *[r["efficiency"] for r in rows]))
