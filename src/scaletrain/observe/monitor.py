@@ -143,6 +143,7 @@ class Monitor:
         self._findings: list[Finding] = []
         self._peak_mem = 0.0
         self._closed = False
+        self.grad_bytes: int | None = None
 
     # ------------------------------------------------------------------ set-up helpers
     @staticmethod
@@ -167,9 +168,12 @@ class Monitor:
         """Time DDP's gradient all-reduces of ``model`` (before its first forward pass).
 
         This separates a rank's own work from its wait for the others, which is what names a
-        straggler in a synchronised loop. Returns False (and does nothing) when ``model`` is
-        not wrapped in DistributedDataParallel.
+        straggler in a synchronised loop, and records the gradient size for the scaling model
+        (``scaletrain plan --explain RUN_DIR``). Returns False when ``model`` is not wrapped
+        in DistributedDataParallel (then only the gradient size is recorded).
         """
+        # the bytes DDP all-reduces per step: what the scaling model (plan --explain) needs
+        self.grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
         timer = CommWait()
         from scaletrain.observe.commwait import attach
 
@@ -312,13 +316,14 @@ class Monitor:
                        "warmup_steps": min(self.warmup, self._step), "total_samples": self._samples,
                        "step_s_median": statistics.median(steps) if steps else None,
                        "step_s_mean": time_s / len(steps) if steps else None,
-                       "peak_mem_gb": self._peak_mem,
+                       "peak_mem_gb": self._peak_mem, "grad_bytes": self.grad_bytes,
                        "mem_kind": "device max allocated" if self._cuda else "process peak RSS",
                        "findings": [f.to_dict() for f in self._findings]}
         if steps and time_s > 0:
             samples = sum(k[2] for k in kept)
             tokens = sum(k[3] for k in kept)
             out["samples_per_s_per_device"] = samples / time_s
+            out["samples_per_step"] = samples / len(kept)
             out["samples_per_s"] = samples * self.world_size / time_s
             out["tokens_per_s"] = tokens * self.world_size / time_s if tokens else None
             out["data_wait_frac"] = sum(k[1] for k in kept) / time_s
