@@ -54,9 +54,23 @@ def _number(value: Any) -> float | None:
     """A float from a number or a one-element tensor (this synchronises a GPU tensor)."""
     if value is None:
         return None
-    if hasattr(value, "item"):
-        value = value.detach().float().item() if hasattr(value, "detach") else value.item()
-    return float(value)
+    return float(value.item()) if hasattr(value, "item") else float(value)
+
+
+def _numbers(values: list[Any]) -> list[float | None]:
+    """Floats from numbers and one-element tensors: the tensors in one call (one device sync)."""
+    tensors = [v for v in values if hasattr(v, "detach") and v.numel() == 1]
+    if len(tensors) > 1:
+        import torch
+
+        with torch.no_grad():
+            try:
+                flat = torch.stack([t if t.dim() == 0 else t.reshape(()) for t in tensors]).tolist()
+            except RuntimeError:  # tensors on different devices: one by one
+                flat = [t.item() for t in tensors]
+        it = iter(flat)
+        return [next(it) if (hasattr(v, "detach") and v.numel() == 1) else _number(v) for v in values]
+    return [_number(v) for v in values]
 
 
 class Monitor:
@@ -220,17 +234,12 @@ class Monitor:
         self._wait = 0.0
         self._step += 1
         comm = self._comm.take() if self._comm is not None else None
-        mem = self._memory_gb()
-        if mem > self._peak_mem:
-            self._peak_mem = mem
         self._window.append((step_s, wait, comm))
         if self._step > self.warmup:
             self._kept.append((step_s, wait, samples, tokens or 0))
         self._samples += samples
-        if self.rank == 0:
-            self._buffer.append({"step": self._step, "t": now - self._t0, "step_s": step_s,
-                                 "samples": samples, "tokens": tokens, "loss": loss,
-                                 "data_wait_s": wait, "peak_mem_gb": mem, **extra})
+        if self.rank == 0:  # a tuple now; the record (and the loss as a number) at the flush
+            self._buffer.append((self._step, now - self._t0, step_s, samples, tokens, loss, wait, extra))
         if self._step % self.every == 0:
             self._flush()
 
@@ -244,21 +253,28 @@ class Monitor:
         return rss / (1024 ** 3 if sys.platform == "darwin" else 1024 ** 2)
 
     # ------------------------------------------------------------------ off the step path
-    def _finish(self, rec: Record) -> Record:
-        step_s = rec["step_s"]
-        out = dict(rec)
-        out["loss"] = _number(rec.get("loss"))
-        out["samples_per_s"] = rec["samples"] * self.world_size / step_s
-        out["samples_per_s_per_device"] = rec["samples"] / step_s
-        out["tokens_per_s"] = rec["tokens"] * self.world_size / step_s if rec.get("tokens") else None
-        out["data_wait_frac"] = min(1.0, rec["data_wait_s"] / step_s)
-        out["mfu"] = self._mfu(rec["samples"], step_s)
-        for key, value in rec.items():
-            if key not in out or key in ("loss",):
-                continue
-            if hasattr(value, "item"):
-                out[key] = _number(value)
-        return out
+    def _records(self) -> list[Record]:
+        """The buffered steps as records: losses converted in one call, memory read once."""
+        mem = self._memory_gb()  # the peak so far, read once per flush rather than once per step
+        self._peak_mem = max(self._peak_mem, mem)
+        losses = _numbers([b[5] for b in self._buffer])
+        records = []
+        for (step, t, step_s, samples, tokens, _, wait, extra), loss in zip(self._buffer, losses):
+            rec: Record = {"step": step, "t": t, "step_s": step_s, "samples": samples, "loss": loss,
+                           "data_wait_s": wait, "peak_mem_gb": mem,
+                           "samples_per_s": samples * self.world_size / step_s,
+                           "samples_per_s_per_device": samples / step_s,
+                           "data_wait_frac": min(1.0, wait / step_s)}
+            if tokens:  # fields that do not apply are left out, not written as null
+                rec["tokens"] = tokens
+                rec["tokens_per_s"] = tokens * self.world_size / step_s
+            if self.flops_per_sample and self.peak_flops:
+                rec["mfu"] = self._mfu(samples, step_s)
+            for key, value in extra.items():
+                rec[key] = _number(value) if hasattr(value, "item") else value
+            records.append(rec)
+        self._buffer = []
+        return records
 
     def _mfu(self, samples: int, step_s: float) -> float | None:
         if not self.flops_per_sample or not self.peak_flops:
@@ -266,8 +282,7 @@ class Monitor:
         return self.flops_per_sample * samples / step_s / self.peak_flops
 
     def _flush(self) -> None:
-        records = [self._finish(r) for r in self._buffer]
-        self._buffer = []
+        records = self._records() if self.rank == 0 else []
         for sink in self.sinks:
             sink.write(records)
         self._exchange()
@@ -308,6 +323,7 @@ class Monitor:
 
     def summary(self) -> Record:
         """The run so far: medians and rates over the steps after warm-up."""
+        self._peak_mem = max(self._peak_mem, self._memory_gb())
         kept = self._kept
         steps = [k[0] for k in kept]
         time_s = sum(steps)

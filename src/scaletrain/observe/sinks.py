@@ -171,8 +171,13 @@ class JsonlSink:
     def _emit(self, records: list[Record]) -> None:
         if self._fh.closed:
             return
-        text = "".join(json.dumps({k: _clean(v) for k, v in r.items()}, default=str) + "\n"
-                       for r in records)
+        lines = []
+        for r in records:
+            try:
+                lines.append(json.dumps(r, default=str, allow_nan=False))
+            except ValueError:  # NaN/inf somewhere (a diverged loss): rare, so cleaned only then
+                lines.append(json.dumps({k: _clean(v) for k, v in r.items()}, default=str))
+        text = "\n".join(lines) + "\n"
         self._fh.write(text)
         self._fh.flush()
 
