@@ -167,6 +167,8 @@ class JsonlSink:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fh = open(self.path, "a", encoding="utf-8")
+        # one encoder for every line: json.dumps with options builds a new one per call
+        self._encode = json.JSONEncoder(default=str, allow_nan=False).encode
 
     def _emit(self, records: list[Record]) -> None:
         if self._fh.closed:
@@ -174,7 +176,7 @@ class JsonlSink:
         lines = []
         for r in records:
             try:
-                lines.append(json.dumps(r, default=str, allow_nan=False))
+                lines.append(self._encode(r))
             except ValueError:  # NaN/inf somewhere (a diverged loss): rare, so cleaned only then
                 lines.append(json.dumps({k: _clean(v) for k, v in r.items()}, default=str))
         text = "\n".join(lines) + "\n"
