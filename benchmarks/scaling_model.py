@@ -70,7 +70,7 @@ def local_case(repeats: int, steps: int) -> None:
             print(f"| {r + 1} | {row['nproc']} | {row['step_s'] * 1000:.1f} | {row['predicted_step_s'] * 1000:.1f} "
                   f"| {row['prediction_error'] * 100:+.0f}% | {row['efficiency'] * 100:.0f}% "
                   f"| {row['predicted_efficiency'] * 100:.0f}% | {row['predicted_limit']} |")
-        print(f"\nbandwidth: {doc['model']['source']}", file=sys.stderr)
+        print(f"\nrepeat {r + 1}: {doc['model']['source']}\n")
 
 
 def main() -> None:

@@ -55,3 +55,11 @@ def test_links_from_profiles():
     assert jw.intra_gbs == pytest.approx(4800 / 8 * 0.4) and jw.inter_gbs == pytest.approx(80.0)
     assert jw.devices_per_node == 4 and jw.whole_nodes
     assert links_from_profile(load_profile("local")) is None
+
+
+def test_cpu_contention_on_a_shared_machine():
+    step = StepProfile(compute_s=0.1, grad_bytes=0)
+    busy = Links(intra_gbs=1.0, inter_gbs=None, devices_per_node=64, latency_s=0.0, slots=2, background_load=14.0)
+    # alone: 1 of 15 runnable threads; with 4 of ours, 4 of 18: each runs 18/15 = 1.2x slower
+    assert predict(step, busy, 4).step_s == pytest.approx(0.1 * 18 / 15)
+    assert predict(step, busy, 4).efficiency == pytest.approx(15 / 18)

@@ -79,7 +79,7 @@ def run_size(req: ScalingRequest, n: int, workdir: Path) -> dict[str, Any]:
     return json.loads(out.read_text())
 
 
-def local_links(rows: list[dict[str, Any]]) -> tuple[Links | None, str]:
+def local_links(rows: list[dict[str, Any]], *, background_load: float = 0.0) -> tuple[Links | None, str]:
     """Links for this machine: the measured bus bandwidth, CPU cores as compute slots."""
     measured = [r for r in rows if r["nproc"] > 1 and r.get("allreduce_busbw_gbs")]
     if not measured:
@@ -93,11 +93,13 @@ def local_links(rows: list[dict[str, Any]]) -> tuple[Links | None, str]:
     threads = int(first.get("threads") or 1)
     links = Links(intra_gbs=first["allreduce_busbw_gbs"], inter_gbs=None, devices_per_node=10 ** 6,
                   latency_s=0.0, overlap=0.0 if cpu else 0.8,
-                  slots=max(1, cores // threads) if cpu else None)
+                  slots=max(1, cores // threads) if cpu else None,
+                  background_load=background_load if cpu else 0.0)
     source = (f"all_reduce bus bandwidth {first['allreduce_busbw_gbs']:.3f} GB/s measured at the gradient "
               f"size ({first['grad_bytes'] / 1024 ** 2:.2f} MiB) on {first['nproc']} processes"
-              + (f"; {cores} CPU cores shared by the processes; no overlap (gloo on the CPU "
-                 "computes and communicates on the same cores)" if cpu else ""))
+              + (f"; {cores} CPU cores shared by the processes and {background_load:.1f} other runnable "
+                 "threads (the load average before the runs); no overlap (gloo on the CPU computes "
+                 "and communicates on the same cores)" if cpu else ""))
     return links, source
 
 
@@ -129,6 +131,10 @@ def analyse(rows: list[dict[str, Any]], links: Links | None, link_source: str) -
 def run_scaling(req: ScalingRequest, *, log: Any = print) -> dict[str, Any]:
     """Run every size and return the report document (``scaling.json``)."""
     rows = []
+    try:  # other users' load on a shared machine, before ours starts (CPU runs only)
+        background = os.getloadavg()[0]
+    except OSError:
+        background = 0.0
     with tempfile.TemporaryDirectory(prefix="scaletrain-bench-") as tmp:
         for n in req.nproc:
             t0 = time.monotonic()
@@ -142,8 +148,8 @@ def run_scaling(req: ScalingRequest, *, log: Any = print) -> dict[str, Any]:
         links = links_from_profile(load_profile(req.cluster))
         source = f"cluster profile {req.cluster!r} (peak rates x achieved fractions)"
     else:
-        links, source = local_links(rows)
+        links, source = local_links(rows, background_load=background)
     doc = analyse(rows, links, source)
     doc.update(kind="scaling", workload=req.workload, strategy=req.strategy, mode=req.mode, steps=req.steps,
-               warmup=req.warmup, batch=req.batch, host=platform.node())
+               warmup=req.warmup, batch=req.batch, host=platform.node(), background_load=background)
     return doc

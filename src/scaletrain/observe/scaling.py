@@ -10,7 +10,9 @@ compute per device plus a gradient all-reduce. Per step::
 
 The bus bandwidth is the intra-node one while the job fits on one node, else the inter-node
 one. ``contention`` is 1 on GPUs; where the "devices" are CPU cores shared by several processes
-(this machine, the ``local`` profile) it is ``processes x threads / cores`` once that exceeds 1.
+(this machine, the ``local`` profile) it is how much slower a process runs when ``N`` of them and
+the machine's other runnable threads (``background_load``) share the cores, than when one does:
+``max(1, (load + N) / cores) / max(1, (load + 1) / cores)``; with no other load, ``N / cores``.
 
 Time to solution for a fixed amount of work (samples) is ``startup + samples / (N x samples per
 device per step) x step(N)``; billed GPU-hours count whole nodes where the cluster bills them.
@@ -54,6 +56,7 @@ class Links:
     latency_s: float = 10e-6         # per ring step
     overlap: float = 0.8             # share of the backward that DDP overlaps with comm
     slots: int | None = None         # CPU: cores/threads; processes beyond them share cores
+    background_load: float = 0.0     # CPU: runnable threads of other users (a shared machine)
     whole_nodes: bool = False        # the cluster bills whole nodes
 
 
@@ -97,7 +100,11 @@ def _step(step: StepProfile, links: Links, n: int) -> tuple[float, float, float,
     per_node = min(n, links.devices_per_node)
     bandwidth = links.intra_gbs if nodes == 1 else (links.inter_gbs or links.intra_gbs)
     comm = comm_time(step.grad_bytes, n, bandwidth, links.latency_s)
-    contention = max(1.0, per_node / links.slots) if links.slots else 1.0
+    contention = 1.0
+    if links.slots:  # the scheduler shares the cores among ours and everyone else's threads
+        def share(k: int) -> float:
+            return max(1.0, (links.background_load + k) / links.slots)
+        contention = share(per_node) / share(1)
     compute = step.compute_s * contention
     hidden = min(comm, links.overlap * BACKWARD_SHARE * compute)
     return step.data_wait_s + compute + comm - hidden, compute, comm, comm - hidden, nodes
