@@ -154,3 +154,13 @@ def test_bad_arguments_are_usage_errors():
         Monitor(None, every=0, device_sampler=None)
     with pytest.raises(UsageError):
         Monitor(None, total_steps=0, device_sampler=None)
+
+
+def test_exception_in_loop_keeps_records_and_closes(tmp_path):
+    with pytest.raises(RuntimeError):
+        with Monitor(tmp_path, console=False, every=50, device_sampler=None) as mon:
+            _loop(mon, 7, fetch_s=0.0, work_s=0.0)
+            raise RuntimeError("boom")
+    recs = _records(tmp_path / "metrics.jsonl")
+    assert [r["step"] for r in recs if r["type"] == "step"] == list(range(1, 8))
+    assert recs[-1]["type"] == "summary"

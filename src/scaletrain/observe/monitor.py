@@ -376,5 +376,13 @@ class Monitor:
     def __exit__(self, *exc: Any) -> None:
         if exc[0] is None:
             self.close()
-        elif self.sampler is not None:  # an exception: do not start a collective other ranks may miss
+            return
+        # an exception: no collective (other ranks may never reach it); keep what was measured
+        self._closed = True
+        if self.sampler is not None:
             self.sampler.close()
+        records = self._records() if self.rank == 0 and self._buffer else []
+        summary = self.summary()
+        for sink in self.sinks:
+            sink.write(records)
+            sink.close(summary)
