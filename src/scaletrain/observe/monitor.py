@@ -31,6 +31,7 @@ import socket
 import statistics
 import sys
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -39,6 +40,9 @@ from scaletrain.fileio import atomic_write
 from scaletrain.observe.commwait import CommWait
 from scaletrain.observe.health import Finding, HealthTracker, RankWindow
 from scaletrain.observe.sinks import ConsoleSink, JsonlSink, Record, Sink, TensorBoardSink
+
+
+RECENT_STEPS = 10_000  # step times kept for the summary's median (the last ones)
 
 
 def _dist() -> Any | None:
@@ -152,7 +156,10 @@ class Monitor:
         self._step = 0
         self._buffer: list[Record] = []
         self._window: list[tuple[float, float, float | None]] = []  # (step_s, wait_s, comm_s)
-        self._kept: list[tuple[float, float, int, int]] = []        # (step_s, wait_s, samples, tokens)
+        # after warm-up: running sums (time, wait, samples, tokens, steps) and the recent step
+        # times for the median, bounded so that a million-step run holds no million tuples
+        self._sums = [0.0, 0.0, 0, 0, 0]
+        self._recent: deque[float] = deque(maxlen=RECENT_STEPS)
         self._samples = 0
         self._findings: list[Finding] = []
         self._peak_mem = 0.0
@@ -236,7 +243,13 @@ class Monitor:
         comm = self._comm.take() if self._comm is not None else None
         self._window.append((step_s, wait, comm))
         if self._step > self.warmup:
-            self._kept.append((step_s, wait, samples, tokens or 0))
+            sums = self._sums
+            sums[0] += step_s
+            sums[1] += wait
+            sums[2] += samples
+            sums[3] += tokens or 0
+            sums[4] += 1
+            self._recent.append(step_s)
         self._samples += samples
         if self.rank == 0:  # a tuple now; the record (and the loss as a number) at the flush
             self._buffer.append((self._step, now - self._t0, step_s, samples, tokens, loss, wait, extra))
@@ -324,25 +337,22 @@ class Monitor:
     def summary(self) -> Record:
         """The run so far: medians and rates over the steps after warm-up."""
         self._peak_mem = max(self._peak_mem, self._memory_gb())
-        kept = self._kept
-        steps = [k[0] for k in kept]
-        time_s = sum(steps)
+        time_s, wait_s, samples, tokens, count = self._sums
+        recent = list(self._recent)
         out: Record = {"steps": self._step, "wall_s": time.perf_counter() - self._t0,
                        "world_size": self.world_size, "device": self.device,
                        "warmup_steps": min(self.warmup, self._step), "total_samples": self._samples,
-                       "step_s_median": statistics.median(steps) if steps else None,
-                       "step_s_mean": time_s / len(steps) if steps else None,
+                       "step_s_median": statistics.median(recent) if recent else None,
+                       "step_s_mean": time_s / count if count else None,
                        "peak_mem_gb": self._peak_mem, "grad_bytes": self.grad_bytes,
                        "mem_kind": "device max allocated" if self._cuda else "process peak RSS",
                        "findings": [f.to_dict() for f in self._findings]}
-        if steps and time_s > 0:
-            samples = sum(k[2] for k in kept)
-            tokens = sum(k[3] for k in kept)
+        if count and time_s > 0:
             out["samples_per_s_per_device"] = samples / time_s
-            out["samples_per_step"] = samples / len(kept)
+            out["samples_per_step"] = samples / count
             out["samples_per_s"] = samples * self.world_size / time_s
             out["tokens_per_s"] = tokens * self.world_size / time_s if tokens else None
-            out["data_wait_frac"] = sum(k[1] for k in kept) / time_s
+            out["data_wait_frac"] = wait_s / time_s
             out["mfu"] = self._mfu(samples, time_s) if samples else None
         if self.sampler is not None:
             out["device_util"] = self.sampler.overall()
