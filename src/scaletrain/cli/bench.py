@@ -39,6 +39,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not 0 < value < 1e7:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return value
+
+
 def run_scaling_cli(args: argparse.Namespace) -> int:
     """CLI body of ``bench scaling``."""
     from scaletrain.bench.report import format_table, write_report
@@ -47,6 +57,8 @@ def run_scaling_cli(args: argparse.Namespace) -> int:
 
     if args.workload not in WORKLOADS:
         raise UsageError(f"unknown workload {args.workload!r}", f"use one of: {', '.join(WORKLOADS)}")
+    if args.warmup < 0:
+        raise UsageError(f"--warmup must be 0 or more, got {args.warmup}", "e.g. --warmup 3")
     if args.warmup >= args.steps:
         raise UsageError(f"--warmup {args.warmup} leaves no measured steps of --steps {args.steps}",
                          "use more --steps than --warmup")
@@ -75,6 +87,8 @@ def run_comm_cli(args: argparse.Namespace) -> int:
     from scaletrain.runtime.detect import detect
 
     parse_ops(args.ops), parse_sizes(args.sizes)  # bad values fail here, before any process starts
+    if (args.iters is not None and args.iters < 1) or args.warmup < 0:
+        raise UsageError("--iters must be at least 1 and --warmup 0 or more", "e.g. --iters 20 --warmup 3")
     if detect(os.environ).world_size > 1:
         from scaletrain.bench import comm_worker
 
@@ -115,14 +129,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--batch", type=_positive_int, default=32, metavar="B",
                    help="batch per device (weak) or global (strong) (default 32)")
     s.add_argument("--cluster", metavar="NAME", help="predict with this cluster profile's bandwidths")
-    s.add_argument("--timeout", type=float, default=900.0, metavar="S", help="per size (default 900)")
+    s.add_argument("--timeout", type=_seconds, default=900.0, metavar="S", help="per size (default 900)")
     s.add_argument("--out", metavar="DIR", help="write scaling.json, scaling.png, scaling.html here")
     s.set_defaults(func=run_scaling_cli)
     c = sub.add_parser("comm", help="collective bandwidth per message size",
                        description="all_reduce/all_gather/reduce_scatter/broadcast bandwidth (nccl-tests definitions).")
     c.add_argument("--nproc", type=_positive_int, default=2, metavar="N",
                    help="local processes when not inside a job (default 2)")
-    c.add_argument("--timeout", type=float, default=900.0, metavar="S", help="(default 900)")
+    c.add_argument("--timeout", type=_seconds, default=900.0, metavar="S", help="(default 900)")
     add_comm_arguments(c)
     c.set_defaults(func=run_comm_cli)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])

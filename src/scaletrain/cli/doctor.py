@@ -42,8 +42,8 @@ def run_doctor(args: argparse.Namespace) -> int:
     from scaletrain.observe import envreport
     from scaletrain.runtime.detect import detect
 
-    if not args.timeout > 0 or not args.size_mb > 0:
-        raise UsageError("--timeout and --size-mb must be positive", "e.g. --timeout 60 --size-mb 16")
+    if not 0 < args.timeout < 1e7 or not 0 < args.size_mb <= 65536:  # also refuses nan and inf
+        raise UsageError("--timeout and --size-mb must be positive", "e.g. --timeout 60 --size-mb 16 (at most 65536 MiB)")
     env = detect(os.environ)
     if env.rank == 0:
         report = envreport.collect()
