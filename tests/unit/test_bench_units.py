@@ -87,3 +87,21 @@ def test_bad_values_are_one_line_usage_errors(argv, needle, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert needle in err and "Traceback" not in err
+
+
+def test_bench_subcommand_flags_are_a_decision():
+    import argparse
+
+    from scaletrain.cli.main import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    bench = sub.choices["bench"]
+    kinds = next(a for a in bench._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+    def flags(p):
+        return sorted(o for a in p._actions for o in a.option_strings if o.startswith("--"))
+
+    assert flags(kinds["scaling"]) == sorted(["--help", "--workload", "--nproc", "--strategy", "--mode", "--steps",
+                                              "--warmup", "--batch", "--cluster", "--timeout", "--out"])
+    assert flags(kinds["comm"]) == sorted(["--help", "--nproc", "--timeout", "--ops", "--sizes", "--iters",
+                                           "--warmup", "--out"])

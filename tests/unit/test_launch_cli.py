@@ -22,7 +22,7 @@ EXPECTED_FLAGS: dict[str, list[str]] = {
     "plan": ["--help", "--cluster", "--profile", "--partition", "--account", "--gpus", "--nodes",
              "--gpus-per-node", "--time", "--cpus-per-gpu", "--mem-per-gpu", "--launcher",
              "--device", "--container", "--stage-data", "--requeue", "--job-name", "--params",
-             "--output", "--json", "script", "script_args"],
+             "--output", "--json", "script", "script_args", "--explain"],
     "submit": ["--help", "--cluster", "--profile", "--partition", "--account", "--gpus",
                "--nodes", "--gpus-per-node", "--time", "--cpus-per-gpu", "--mem-per-gpu",
                "--launcher", "--device", "--container", "--stage-data", "--requeue",
@@ -30,6 +30,8 @@ EXPECTED_FLAGS: dict[str, list[str]] = {
                "--run-dir", "--dry-run", "--wait"],
     "lint": ["--help", "files", "--cluster", "--profile", "--format"],
     "clusters": ["--help", "cluster", "--json", "--output", "--name", "--partition"],
+    "doctor": ["--help", "--timeout", "--size-mb", "--json"],
+    "bench": ["--help"],  # its sub-commands' flags: tests/unit/test_bench_units.py
 }
 
 

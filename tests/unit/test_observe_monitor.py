@@ -164,3 +164,24 @@ def test_exception_in_loop_keeps_records_and_closes(tmp_path):
     recs = _records(tmp_path / "metrics.jsonl")
     assert [r["step"] for r in recs if r["type"] == "step"] == list(range(1, 8))
     assert recs[-1]["type"] == "summary"
+
+
+def test_flop_count_and_mfu(tmp_path):
+    import torch
+
+    from scaletrain.observe.flops import count_train_flops, peak_flops
+
+    layer = torch.nn.Linear(32, 16, bias=False)
+    flops = count_train_flops(layer, torch.randn(8, 32))
+    assert flops == 3 * 2 * 8 * 32 * 16          # forward 2*b*i*o; backward twice that
+    assert layer.weight.grad is None
+    assert peak_flops("NVIDIA A100-SXM4-40GB") == 312e12 and peak_flops("NVIDIA H100 PCIe") == 756e12
+    assert peak_flops("AMD Instinct MI250X") == 191.5e12 and peak_flops("some CPU") is None
+    mon = Monitor(tmp_path, console=False, every=5, warmup=0, device_sampler=None,
+                  flops_per_sample=1e6, peak_flops=1e9)
+    _loop(mon, 5, fetch_s=0.0, work_s=0.01, batch=8)
+    summary = mon.close()
+    steps = [r for r in _records(tmp_path / "metrics.jsonl") if r["type"] == "step"]
+    for r in steps:
+        assert r["mfu"] == pytest.approx(1e6 * 8 / r["step_s"] / 1e9)
+    assert summary["mfu"] == pytest.approx(1e6 * summary["samples_per_s_per_device"] / 1e9)

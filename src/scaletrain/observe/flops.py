@@ -45,7 +45,6 @@ def count_train_flops(model: Any, example: Any, *, loss_fn: Any = None) -> int:
     The gradients this computes are cleared afterwards, so it can run before training. Divide
     by the batch size for FLOPs per sample.
     """
-    import torch
     from torch.utils.flop_counter import FlopCounterMode
 
     counter = FlopCounterMode(display=False)
@@ -57,5 +56,4 @@ def count_train_flops(model: Any, example: Any, *, loss_fn: Any = None) -> int:
         loss.backward()
     for p in model.parameters():
         p.grad = None
-    del torch  # imported for its side effect of registering the counter's ops
     return int(counter.get_total_flops())
