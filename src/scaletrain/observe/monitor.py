@@ -12,10 +12,12 @@ Typical use::
 Per step it records step time, throughput (samples/s and tokens/s, global and per device),
 the data-wait fraction, peak memory (device memory on a GPU, the process's peak RSS on the
 CPU) and model FLOP utilisation when FLOPs per sample are given. The step path does only a
-clock read, a few additions and a list append; a loss tensor is converted to a number only
-when the buffered records go to the sinks (every ``every`` steps), so the monitor adds no
-device synchronisation of its own. Every ``every`` steps the ranks also exchange one small
-record each (an ``all_gather_object``), from which rank 0 names stragglers and idle devices.
+clock read, a few additions and a tuple append; every ``every`` steps (default 100) the buffered tuples go to a
+writer thread (:mod:`scaletrain.observe.writer`) that builds the records, converts losses (one
+call for the batch, so the monitor adds no per-step device synchronisation) and writes the
+sinks. Also every ``every`` steps the ranks exchange one small record each (an
+``all_gather_object``, on the training thread), from which rank 0 names stragglers and idle
+devices.
 
 ``step()`` and ``close()`` must be called the same number of times on every rank (as the
 training loop does), because of that exchange. ``samples`` is this process's batch: the
@@ -40,6 +42,7 @@ from scaletrain.fileio import atomic_write
 from scaletrain.observe.commwait import CommWait
 from scaletrain.observe.health import Finding, HealthTracker, RankWindow
 from scaletrain.observe.sinks import ConsoleSink, JsonlSink, Record, Sink, TensorBoardSink
+from scaletrain.observe.writer import SinkWriter
 
 
 RECENT_STEPS = 10_000  # step times kept for the summary's median (the last ones)
@@ -102,13 +105,13 @@ class Monitor:
 
     def __init__(self, run_dir: str | os.PathLike[str] | None = None, *, total_steps: int | None = None,
                  console: bool = True, jsonl: bool = True, tensorboard: bool = False,
-                 every: int = 50, log_every: int = 10, warmup: int = 1,
+                 every: int = 100, log_every: int = 10, warmup: int = 1,
                  flops_per_sample: float | None = None, peak_flops: float | None = None,
                  device_sampler: Any = "auto", num_workers: int | None = None,
                  env: Any = None, stream: Any = None) -> None:
         if every < 1 or log_every < 1 or warmup < 0:
             raise UsageError("Monitor: every and log_every must be >= 1 and warmup >= 0",
-                             "e.g. Monitor(run_dir, every=50, log_every=10, warmup=1)")
+                             "e.g. Monitor(run_dir, every=100, log_every=10, warmup=1)")
         if total_steps is not None and total_steps < 1:
             raise UsageError(f"Monitor: total_steps must be positive, got {total_steps}",
                              "leave it out when the number of steps is not known")
@@ -141,6 +144,7 @@ class Monitor:
             except ImportError:
                 TensorBoardSink("/nonexistent")  # raises the UsageError with the hint
 
+        self._writer = SinkWriter(self.sinks, self._build) if self.sinks else None
         if device_sampler == "auto":
             from scaletrain.observe.devices import sampler_for_device
 
@@ -266,13 +270,11 @@ class Monitor:
         return rss / (1024 ** 3 if sys.platform == "darwin" else 1024 ** 2)
 
     # ------------------------------------------------------------------ off the step path
-    def _records(self) -> list[Record]:
-        """The buffered steps as records: losses converted in one call, memory read once."""
-        mem = self._memory_gb()  # the peak so far, read once per flush rather than once per step
-        self._peak_mem = max(self._peak_mem, mem)
-        losses = _numbers([b[5] for b in self._buffer])
+    def _build(self, steps: list[Any], mem: float) -> list[Record]:
+        """Buffered step tuples as records (in the writer thread): losses converted in one call."""
+        losses = _numbers([b[5] for b in steps])
         records = []
-        for (step, t, step_s, samples, tokens, _, wait, extra), loss in zip(self._buffer, losses):
+        for (step, t, step_s, samples, tokens, _, wait, extra), loss in zip(steps, losses):
             rec: Record = {"step": step, "t": t, "step_s": step_s, "samples": samples, "loss": loss,
                            "data_wait_s": wait, "peak_mem_gb": mem,
                            "samples_per_s": samples * self.world_size / step_s,
@@ -286,7 +288,6 @@ class Monitor:
             for key, value in extra.items():
                 rec[key] = _number(value) if hasattr(value, "item") else value
             records.append(rec)
-        self._buffer = []
         return records
 
     def _mfu(self, samples: int, step_s: float) -> float | None:
@@ -294,10 +295,16 @@ class Monitor:
             return None
         return self.flops_per_sample * samples / step_s / self.peak_flops
 
+    def _hand_over(self) -> None:
+        """Give the buffered steps to the writer thread (rank 0), with the peak memory so far."""
+        if self._buffer and self._writer is not None:
+            mem = self._memory_gb()  # read once per flush rather than once per step
+            self._peak_mem = max(self._peak_mem, mem)
+            self._writer.records(self._buffer, mem)
+        self._buffer = []
+
     def _flush(self) -> None:
-        records = self._records() if self.rank == 0 else []
-        for sink in self.sinks:
-            sink.write(records)
+        self._hand_over()
         self._exchange()
 
     def _my_window(self) -> RankWindow:
@@ -331,8 +338,8 @@ class Monitor:
             return
         for finding in self._health.update(windows, step=self._step):
             self._findings.append(finding)
-            for sink in self.sinks:
-                sink.event(finding.to_dict())
+            if self._writer is not None:
+                self._writer.event(finding.to_dict())
 
     def summary(self) -> Record:
         """The run so far: medians and rates over the steps after warm-up."""
@@ -374,8 +381,8 @@ class Monitor:
                 summary["samples_per_s"] = float(sum(rates))
         if self.sampler is not None:
             self.sampler.close()
-        for sink in self.sinks:
-            sink.close(summary)
+        if self._writer is not None:
+            self._writer.close(summary)
         if self.rank == 0 and self.run_dir is not None:
             atomic_write(self.run_dir / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
         return summary
@@ -391,8 +398,6 @@ class Monitor:
         self._closed = True
         if self.sampler is not None:
             self.sampler.close()
-        records = self._records() if self.rank == 0 and self._buffer else []
-        summary = self.summary()
-        for sink in self.sinks:
-            sink.write(records)
-            sink.close(summary)
+        self._hand_over()
+        if self._writer is not None:
+            self._writer.close(self.summary())
