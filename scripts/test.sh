@@ -15,4 +15,11 @@ fi
 if command -v mpicc >/dev/null 2>&1 && ! "$PY" -c "import mpi4py" >/dev/null 2>&1; then
   "$PY" -m pip install -q mpi4py || echo "scaletrain tests: mpi4py could not be installed; MPI tests will skip" >&2
 fi
+# Chromium renders the HTML scaling report in one test; Debian's package, only as root with apt
+if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "scaletrain tests: installing Debian's chromium (HTML report test)" >&2
+  { apt-get -o DPkg::Lock::Timeout=300 update -qq \
+    && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends chromium >/dev/null; } \
+    || echo "scaletrain tests: chromium could not be installed; the HTML render test will skip" >&2
+fi
 exec "$PY" -m pytest -q -p no:cacheprovider "$@"

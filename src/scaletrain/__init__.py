@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # the real signatures for type checkers and IDEs; nothing run
     from scaletrain.data.loader import loader
     from scaletrain.data.lr import scale_lr
     from scaletrain.data.metrics import all_reduce_mean, gather_objects
+    from scaletrain.observe.monitor import Monitor
     from scaletrain.parallel.memory import estimate_memory
     from scaletrain.parallel.precision import accumulate, backward
     from scaletrain.parallel.setup import setup
@@ -56,6 +57,8 @@ _LAZY: dict[str, str] = {
     "scale_lr": "scaletrain.data.lr",
     # checkpoints
     "Checkpointer": "scaletrain.checkpoint",
+    # observability
+    "Monitor": "scaletrain.observe.monitor",
 }
 
 # `print` stays reachable as scaletrain.print but is left out of __all__, so that

@@ -43,6 +43,8 @@ CASES = {
     "scaletrain submit --help": ["submit", "--help"],
     "scaletrain lint --help": ["lint", "--help"],
     "scaletrain clusters --help": ["clusters", "--help"],
+    "scaletrain doctor --help": ["doctor", "--help"],
+    "scaletrain bench --help": ["bench", "--help"],
 }
 
 

@@ -26,7 +26,7 @@ EXPECTED_FLAGS: dict[str, list[str]] = {
              "--output", "--json", "script", "script_args",
              "--accelerate-config", "--expand-args", "--mail-type", "--mail-user", "--array", "--constraint",
              "--dependency", "--reservation", "--qos", "--log", "--error", "--chdir", "--exclusive", "--sbatch",
-             "--module", "--venv", "--conda", "--env", "--setup", "--gpus-per-proc", "--procs-per-gpu", "--cpus", "--mem"],
+             "--module", "--venv", "--conda", "--env", "--setup", "--gpus-per-proc", "--procs-per-gpu", "--cpus", "--mem", "--explain"],
     "submit": ["--help", "--cluster", "--profile", "--partition", "--account", "--gpus",
                "--nodes", "--gpus-per-node", "--time", "--cpus-per-gpu", "--mem-per-gpu",
                "--launcher", "--device", "--container", "--stage-data", "--requeue",
@@ -37,6 +37,8 @@ EXPECTED_FLAGS: dict[str, list[str]] = {
              "--module", "--venv", "--conda", "--env", "--setup", "--gpus-per-proc", "--procs-per-gpu", "--cpus", "--mem"],
     "lint": ["--help", "files", "--cluster", "--profile", "--format"],
     "clusters": ["--help", "cluster", "--json", "--output", "--name", "--partition"],
+    "doctor": ["--help", "--timeout", "--size-mb", "--json"],
+    "bench": ["--help"],  # its sub-commands' flags: tests/unit/test_bench_units.py
 }
 
 

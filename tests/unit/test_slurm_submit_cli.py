@@ -147,7 +147,7 @@ def test_submit_flags_are_plans_plus_three():
         return {o for a in p._actions for o in a.option_strings if o.startswith("--")}
 
     assert flags(submit) - flags(plan) == {"--run-dir", "--dry-run", "--wait"}
-    assert flags(plan) <= flags(submit)
+    assert flags(plan) - {"--explain"} <= flags(submit)  # --explain: plan's advice only
     assert "does NOT" in submit.epilog and "cancel" in submit.epilog   # Ctrl-C with --wait
 
 

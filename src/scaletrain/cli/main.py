@@ -30,6 +30,8 @@ VERBS: dict[str, str] = {
     "submit": "scaletrain.cli.submit",
     "lint": "scaletrain.cli.lint",
     "clusters": "scaletrain.cli.clusters",
+    "doctor": "scaletrain.cli.doctor",
+    "bench": "scaletrain.cli.bench",
 }
 
 EPILOG = """\

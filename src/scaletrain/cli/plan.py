@@ -283,9 +283,12 @@ def run_plan(args: argparse.Namespace) -> int:
 
     plan = plan_from_args(args)
     script = render_script(plan)
+    explained = _explain(plan, args.explain) if args.explain else None
     if args.json:
         data = plan_to_dict(plan)
         data["script"] = script
+        if explained:
+            data["explain"] = explained
         print(json.dumps(data, indent=2, default=str))
         return 0
     if args.output:
@@ -294,9 +297,17 @@ def run_plan(args: argparse.Namespace) -> int:
         sys.stdout.write(script)
         sys.stdout.flush()
     print(render_summary(plan), file=sys.stderr)
+    if explained:
+        print(explained, file=sys.stderr)
     if args.output:
         print(f"scaletrain: wrote {args.output}", file=sys.stderr)
     return 0
+
+
+def _explain(plan, run: str) -> str:
+    from scaletrain.observe.explain import explain_plan  # the logic lives with the scaling model
+
+    return explain_plan(plan, run)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -305,4 +316,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               description=DESCRIPTION, epilog=epilog(),
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     add_plan_arguments(p)
+    p.add_argument("--explain", metavar="RUN",
+                   help="how many GPUs are worth it: predicted scaling from a measured run (a Monitor "
+                        "run folder or summary.json, or a bench scaling.json), printed on stderr")
     p.set_defaults(func=run_plan)

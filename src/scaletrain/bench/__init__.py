@@ -1,0 +1,10 @@
+"""Benchmarks a user runs on their own allocation: ``scaletrain bench scaling`` and ``bench comm``.
+
+- :mod:`~scaletrain.bench.comm`: collective bandwidth per message size (the nccl-tests
+  definitions of algorithm and bus bandwidth), run by :mod:`~scaletrain.bench.comm_worker`.
+- :mod:`~scaletrain.bench.workloads`: built-in models on synthetic data (cnn, resnet, gpt).
+- :mod:`~scaletrain.bench.scaling`: runs a workload at several sizes through the launcher,
+  and :mod:`~scaletrain.bench.report` writes ``scaling.json``, a PNG plot and an HTML report.
+
+Importing this package imports no torch; the workers do.
+"""

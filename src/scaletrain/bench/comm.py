@@ -1,0 +1,157 @@
+"""Collective bandwidth, the way nccl-tests defines it.
+
+For a collective moving ``S`` bytes (the total buffer: the output of all_gather, the input of
+reduce_scatter) in time ``t`` on ``n`` ranks:
+
+- algorithm bandwidth ``algbw = S / t``;
+- bus bandwidth ``busbw = algbw x factor``, with the factor that makes it comparable to the
+  link's speed whatever the algorithm: all_reduce ``2(n-1)/n``, all_gather and reduce_scatter
+  ``(n-1)/n``, broadcast 1 (github.com/NVIDIA/nccl-tests, doc/PERFORMANCE.md).
+
+The time of one size is the mean over ``iters`` back-to-back calls after ``warmup`` calls,
+taken as the slowest rank's (a collective ends when the last rank has it).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from scaletrain.errors import UsageError
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
+_UNITS = {"": 1, "B": 1, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}
+
+
+def bus_factor(op: str, n: int) -> float:
+    """nccl-tests' bus-bandwidth factor of ``op`` on ``n`` ranks."""
+    if op == "all_reduce":
+        return 2 * (n - 1) / n
+    if op in ("all_gather", "reduce_scatter"):
+        return (n - 1) / n
+    if op == "broadcast":
+        return 1.0
+    raise UsageError(f"unknown collective {op!r}", f"use one of: {', '.join(OPS)}")
+
+
+def parse_size(text: str) -> int:
+    """``"64K"`` -> 65536 (binary units K, M, G; a plain number is bytes)."""
+    m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)(?:I?B)?\s*", text.upper())
+    if not m or int(m.group(1)) == 0:
+        raise UsageError(f"bad message size {text!r}", "write sizes like 1K, 64M, 1G")
+    return int(m.group(1)) * _UNITS[m.group(2)]
+
+
+def parse_sizes(text: str) -> list[int]:
+    """``"1K..1M"`` (doubling), ``"1K..1M:4"`` (x4 steps) or ``"1M,16M"`` to byte sizes."""
+    text = text.strip()
+    if ".." in text:
+        span, _, factor_text = text.partition(":")
+        low_text, high_text = span.split("..", 1)
+        low, high = parse_size(low_text), parse_size(high_text)
+        factor = int(factor_text) if factor_text.strip().isdigit() else 2
+        if low > high or factor < 2:
+            raise UsageError(f"bad size range {text!r}", "write LOW..HIGH[:FACTOR], e.g. 1K..64M or 1K..1G:4")
+        sizes = []
+        size = low
+        while size <= high:
+            sizes.append(size)
+            size *= factor
+        return sizes
+    return [parse_size(part) for part in text.split(",") if part.strip()]
+
+
+def parse_ops(text: str) -> list[str]:
+    """``"all_reduce,broadcast"`` or ``"all"`` to a list of collectives."""
+    ops = list(OPS) if text.strip() == "all" else [o.strip() for o in text.split(",") if o.strip()]
+    for op in ops:
+        bus_factor(op, 2)  # validates the name
+    return ops
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommResult:
+    """One collective at one size."""
+
+    op: str
+    bytes: int
+    world_size: int
+    time_s: float
+    algbw_gbs: float
+    busbw_gbs: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def result(op: str, nbytes: int, seconds: float, world: int) -> CommResult:
+    """Bandwidths from a measured time (GB = 1e9 bytes, as nccl-tests prints)."""
+    algbw = nbytes / seconds / 1e9
+    return CommResult(op=op, bytes=nbytes, world_size=world, time_s=seconds, algbw_gbs=algbw,
+                      busbw_gbs=algbw * bus_factor(op, world))
+
+
+def make_call(op: str, nbytes: int, *, device: Any, world: int, rank: int) -> Any:
+    """A zero-argument function doing ``op`` on buffers of ``nbytes`` total (float32)."""
+    import torch
+    import torch.distributed as dist
+
+    numel = max(world, nbytes // 4 // world * world)  # divisible by the world size
+    if op == "all_reduce":
+        buf = torch.ones(numel, device=device)
+        return lambda: dist.all_reduce(buf)
+    if op == "all_gather":
+        out = torch.empty(numel, device=device)
+        part = torch.ones(numel // world, device=device)
+        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # torch < 2.13
+        return lambda: gather(out, part)
+    if op == "reduce_scatter":
+        inp = torch.ones(numel, device=device)
+        part = torch.empty(numel // world, device=device)
+        scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+        return lambda: scatter(part, inp)
+    if op == "broadcast":
+        buf = torch.ones(numel, device=device)
+        return lambda: dist.broadcast(buf, src=0)
+    raise UsageError(f"unknown collective {op!r}", f"use one of: {', '.join(OPS)}")
+
+
+def measure(op: str, nbytes: int, *, iters: int, warmup: int, device: Any) -> CommResult:
+    """Time ``op`` on ``nbytes`` on every rank (a collective call: all ranks must call it)."""
+    import torch
+    import torch.distributed as dist
+
+    world, rank = dist.get_world_size(), dist.get_rank()
+    call = make_call(op, nbytes, device=device, world=world, rank=rank)
+    sync = (lambda: torch.cuda.synchronize(device)) if torch.device(device).type == "cuda" else (lambda: None)
+    for _ in range(warmup):
+        call()
+    sync()
+    dist.barrier()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        call()
+    sync()
+    elapsed = torch.tensor([(time.perf_counter() - t0) / iters], dtype=torch.float64)
+    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # the slowest rank's time (on CPU: gloo)
+    numel = max(world, nbytes // 4 // world * world)
+    return result(op, numel * 4, float(elapsed.item()), world)
+
+
+def iterations_for(nbytes: int, *, budget_bytes: int = 2 * 1024 ** 3, lo: int = 5, hi: int = 50) -> int:
+    """Fewer iterations for big messages, so every size takes a similar, bounded time."""
+    return max(lo, min(hi, budget_bytes // max(1, nbytes)))
+
+
+def format_table(results: list[CommResult]) -> str:
+    """A nccl-tests-like table: size, time, algbw, busbw per collective."""
+    lines = [f"{'collective':<15}{'size':>10}{'time (us)':>13}{'algbw GB/s':>12}{'busbw GB/s':>12}"]
+    for r in results:
+        size = r.bytes
+        unit = next((u for u, s in (("G", 1024 ** 3), ("M", 1024 ** 2), ("K", 1024)) if size >= s), "")
+        scale = _UNITS[unit]
+        label = f"{size / scale:g}{unit}" if unit else f"{size}B"
+        lines.append(f"{r.op:<15}{label:>10}{r.time_s * 1e6:>13.1f}{r.algbw_gbs:>12.3f}{r.busbw_gbs:>12.3f}")
+    return "\n".join(lines)

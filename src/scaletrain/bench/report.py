@@ -1,0 +1,159 @@
+"""The scaling report: ``scaling.json``, a text table, a PNG plot and a self-contained HTML page.
+
+The HTML page carries its chart as inline SVG (no scripts, no external files), so it opens
+anywhere, including a cluster's login node over a file share; the PNG needs matplotlib (the
+``report`` extra) and is skipped with a note when it is missing.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+from scaletrain.fileio import atomic_write
+
+
+def format_table(doc: dict[str, Any]) -> str:
+    """The seeds' kind of table: size, time per step, throughput, speed-up, efficiency, model."""
+    predicted = any("predicted_step_s" in r for r in doc["rows"])
+    head = f"{'procs':>5} {'ms/step':>9} {'samples/s':>10} {'per dev':>9} {'speed-up':>9} {'effic.':>7}"
+    if predicted:
+        head += f" {'model ms':>9} {'model eff':>9} {'error':>7}  limit"
+    lines = [head]
+    for r in doc["rows"]:
+        line = (f"{r['nproc']:>5} {r['step_s'] * 1000:>9.1f} {r['samples_per_s']:>10.1f} "
+                f"{r['samples_per_s_per_device']:>9.1f} {r['speedup']:>9.2f} {r['efficiency'] * 100:>6.0f}%")
+        if "predicted_step_s" in r:
+            line += (f" {r['predicted_step_s'] * 1000:>9.1f} {r['predicted_efficiency'] * 100:>8.0f}% "
+                     f"{r['prediction_error'] * 100:>+6.0f}%  {r['predicted_limit']}")
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def _svg(doc: dict[str, Any], width: int = 560, height: int = 320) -> str:
+    """Efficiency against size: measured points and line, model dashed."""
+    rows = doc["rows"]
+    sizes = [r["nproc"] for r in rows]
+    left, right, top, bottom = 60, 20, 20, 50
+    w, h = width - left - right, height - top - bottom
+    n_max = max(sizes) if sizes else 1
+    y_max = max([1.2] + [r["efficiency"] for r in rows] + [r.get("predicted_efficiency", 0) for r in rows])
+
+    def x(n: float) -> float:
+        return left + (w * (n - 1) / (n_max - 1) if n_max > 1 else w / 2)
+
+    def y(e: float) -> float:
+        return top + h - h * e / y_max
+
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" role="img" aria-label="parallel efficiency">',
+             f'<rect x="0" y="0" width="{width}" height="{height}" fill="#ffffff"/>',
+             f'<line x1="{left}" y1="{top + h}" x2="{left + w}" y2="{top + h}" stroke="#333"/>',
+             f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + h}" stroke="#333"/>']
+    for tick in (0.0, 0.25, 0.5, 0.75, 1.0):
+        parts.append(f'<line x1="{left}" y1="{y(tick):.1f}" x2="{left + w}" y2="{y(tick):.1f}" stroke="#ddd"/>')
+        parts.append(f'<text x="{left - 8}" y="{y(tick) + 4:.1f}" font-size="12" text-anchor="end">'
+                     f'{tick * 100:.0f}%</text>')
+    for n in sizes:
+        parts.append(f'<text x="{x(n):.1f}" y="{top + h + 18}" font-size="12" text-anchor="middle">{n}</text>')
+    parts.append(f'<text x="{left + w / 2}" y="{height - 8}" font-size="13" text-anchor="middle">'
+                 'processes (devices)</text>')
+    measured = " ".join(f"{x(r['nproc']):.1f},{y(r['efficiency']):.1f}" for r in rows)
+    parts.append(f'<polyline points="{measured}" fill="none" stroke="#1f77b4" stroke-width="3"/>')
+    for r in rows:
+        parts.append(f'<circle cx="{x(r["nproc"]):.1f}" cy="{y(r["efficiency"]):.1f}" r="6" fill="#1f77b4"/>')
+    if any("predicted_efficiency" in r for r in rows):
+        model = " ".join(f"{x(r['nproc']):.1f},{y(r['predicted_efficiency']):.1f}" for r in rows
+                         if "predicted_efficiency" in r)
+        parts.append(f'<polyline points="{model}" fill="none" stroke="#d62728" stroke-width="3" '
+                     'stroke-dasharray="8 5"/>')
+    parts.append(f'<text x="{left + 10}" y="{top + 14}" font-size="13" fill="#1f77b4">measured</text>')
+    parts.append(f'<text x="{left + 90}" y="{top + 14}" font-size="13" fill="#d62728">model</text>')
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
+def render_html(doc: dict[str, Any]) -> str:
+    """A self-contained HTML page: title, what ran, chart, table, model notes."""
+    esc = html.escape
+    rows = doc["rows"]
+    head = ["procs", "ms/step", "samples/s", "per device", "speed-up", "efficiency"]
+    pred = any("predicted_step_s" in r for r in rows)
+    if pred:
+        head += ["model ms/step", "model efficiency", "model error", "limit"]
+    body = []
+    for r in rows:
+        cells = [str(r["nproc"]), f"{r['step_s'] * 1000:.1f}", f"{r['samples_per_s']:.1f}",
+                 f"{r['samples_per_s_per_device']:.1f}", f"{r['speedup']:.2f}", f"{r['efficiency'] * 100:.0f}%"]
+        if pred:
+            cells += ([f"{r['predicted_step_s'] * 1000:.1f}", f"{r['predicted_efficiency'] * 100:.0f}%",
+                       f"{r['prediction_error'] * 100:+.0f}%", esc(r["predicted_limit"])]
+                      if "predicted_step_s" in r else ["-"] * 4)
+        body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    model = doc.get("model", {})
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>scaletrain scaling report: {esc(doc['workload'])}</title>
+<style>
+body {{ font-family: sans-serif; margin: 2em; color: #222; background: #fff; }}
+table {{ border-collapse: collapse; margin-top: 1em; }}
+td, th {{ border: 1px solid #999; padding: 4px 8px; text-align: right; white-space: nowrap; }}
+th {{ background: #e8eef7; }}
+.note {{ color: #555; max-width: 50em; }}
+</style></head>
+<body>
+<h1>Scaling report: {esc(doc['workload'])}, {esc(doc['strategy'])}, {esc(doc['mode'])} scaling</h1>
+<p>{doc['steps']} steps per size ({doc['warmup']} warm-up steps left out), batch {doc['batch']}
+{'per device' if doc['mode'] == 'weak' else 'global'}, host {esc(str(doc.get('host', '')))}.</p>
+{_svg(doc)}
+<table><tr>{''.join(f'<th>{h}</th>' for h in head)}</tr>
+{''.join(body)}
+</table>
+<p class="note">Efficiency = speed-up / size ratio against the smallest size. Model: ring all-reduce
+of the gradients with DDP's overlap, from the 1-process step; bandwidth: {esc(str(model.get('source', '')))}.
+{esc(str(model.get('note', '')))}</p>
+</body></html>
+"""
+
+
+def write_png(doc: dict[str, Any], path: Path) -> str | None:
+    """Write the efficiency plot as PNG; returns a note when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "no PNG plot: matplotlib is not installed (pip install 'scaletrain[report]')"
+    rows = doc["rows"]
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
+    ax.plot([r["nproc"] for r in rows], [r["efficiency"] for r in rows], "o-", label="measured")
+    if any("predicted_efficiency" in r for r in rows):
+        pr = [r for r in rows if "predicted_efficiency" in r]
+        ax.plot([r["nproc"] for r in pr], [r["predicted_efficiency"] for r in pr], "--", label="model")
+    ax.set_xticks([r["nproc"] for r in rows])
+    ax.set_xlabel("processes (devices)")
+    ax.set_ylabel("parallel efficiency")
+    ax.set_ylim(0, max(1.2, *[r["efficiency"] for r in rows]))
+    ax.set_title(f"{doc['workload']} ({doc['strategy']}, {doc['mode']} scaling)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp)
+    plt.close(fig)
+    atomic_write(path, tmp.read_bytes())
+    tmp.unlink()
+    return None
+
+
+def write_report(doc: dict[str, Any], out_dir: str | Path) -> list[str]:
+    """Write scaling.json, scaling.html and (with matplotlib) scaling.png; returns notes."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write(out / "scaling.json", json.dumps(doc, indent=2) + "\n")
+    atomic_write(out / "scaling.html", render_html(doc))
+    note = write_png(doc, out / "scaling.png")
+    return [note] if note else []

@@ -1,0 +1,155 @@
+"""``scaletrain bench scaling``: a built-in workload at several sizes, and what the model says.
+
+Each size runs through our own launcher (``scaletrain run --nproc-per-node N -m
+scaletrain.bench.scaling_worker``) one after the other, with one thread per worker so that a
+size's processes do not compete through thread pools. The rows get speed-up and parallel
+efficiency against the smallest size, and the scaling model's prediction from the smallest
+size's step (see :mod:`scaletrain.observe.scaling`), using either a cluster profile's
+bandwidths or, on this machine, the all-reduce bus bandwidth the 2-process run measured at the
+gradient size.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from scaletrain.errors import LaunchError, UsageError
+from scaletrain.observe.scaling import Links, StepProfile, links_from_profile, predict
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScalingRequest:
+    """What ``bench scaling`` runs."""
+
+    workload: str = "cnn"
+    nproc: tuple[int, ...] = (1, 2)
+    strategy: str = "ddp"
+    mode: str = "weak"
+    steps: int = 20
+    warmup: int = 3
+    batch: int = 32
+    cluster: str | None = None
+    timeout_s: float = 600.0
+
+
+def parse_nproc(text: str) -> tuple[int, ...]:
+    """``"1,2,4"`` -> (1, 2, 4), checked."""
+    try:
+        sizes = tuple(sorted({int(x) for x in text.split(",") if x.strip()}))
+    except ValueError:
+        raise UsageError(f"--nproc must be numbers separated by commas, got {text!r}", "e.g. --nproc 1,2,4") from None
+    if not sizes or sizes[0] < 1:
+        raise UsageError(f"--nproc sizes must be at least 1, got {text!r}", "e.g. --nproc 1,2,4")
+    return sizes
+
+
+def _worker_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}}
+    env["OMP_NUM_THREADS"] = "1"
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def run_size(req: ScalingRequest, n: int, workdir: Path) -> dict[str, Any]:
+    """Launch the worker on ``n`` local processes and return its row."""
+    out = workdir / f"size{n}.json"
+    cmd = [sys.executable, "-m", "scaletrain", "run", "--nproc-per-node", str(n), "--ranks", "0",
+           "-m", "scaletrain.bench.scaling_worker", "--workload", req.workload, "--strategy", req.strategy,
+           "--mode", req.mode, "--batch", str(req.batch), "--steps", str(req.steps),
+           "--warmup", str(req.warmup), "--out", str(out)]
+    try:
+        proc = subprocess.run(cmd, env=_worker_env(), capture_output=True, text=True, timeout=req.timeout_s)
+    except subprocess.TimeoutExpired:
+        raise LaunchError(f"bench scaling: {n} process(es) did not finish within {req.timeout_s:g} s",
+                          "use fewer --steps or a longer --timeout") from None
+    if proc.returncode != 0 or not out.is_file():
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-8:])
+        raise LaunchError(f"bench scaling: the run on {n} process(es) failed (exit {proc.returncode}):\n{tail}",
+                          "run the same size with 'scaletrain run' to see the whole output")
+    return json.loads(out.read_text())
+
+
+def local_links(rows: list[dict[str, Any]], *, background_load: float = 0.0) -> tuple[Links | None, str]:
+    """Links for this machine: the measured bus bandwidth, CPU cores as compute slots."""
+    measured = [r for r in rows if r["nproc"] > 1 and r.get("allreduce_busbw_gbs")]
+    if not measured:
+        return None, "no multi-process run measured a bandwidth"
+    first = min(measured, key=lambda r: r["nproc"])
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    cpu = first["device"] == "cpu"
+    threads = int(first.get("threads") or 1)
+    links = Links(intra_gbs=first["allreduce_busbw_gbs"], inter_gbs=None, devices_per_node=10 ** 6,
+                  latency_s=0.0, overlap=0.0 if cpu else 0.8,
+                  slots=max(1, cores // threads) if cpu else None,
+                  background_load=background_load if cpu else 0.0)
+    source = (f"all_reduce bus bandwidth {first['allreduce_busbw_gbs']:.3f} GB/s measured at the gradient "
+              f"size ({first['grad_bytes'] / 1024 ** 2:.2f} MiB) on {first['nproc']} processes"
+              + (f"; {cores} CPU cores shared by the processes and {background_load:.1f} other runnable "
+                 "threads (the load average before the runs); no overlap (gloo on the CPU computes "
+                 "and communicates on the same cores)" if cpu else ""))
+    return links, source
+
+
+def analyse(rows: list[dict[str, Any]], links: Links | None, link_source: str) -> dict[str, Any]:
+    """Speed-up, efficiency and the model's prediction for each row."""
+    rows = sorted(rows, key=lambda r: r["nproc"])
+    base = rows[0]
+    out_rows = []
+    step = None
+    if links is not None and base["nproc"] == 1:
+        wait = base["step_s"] * base["data_wait_frac"]
+        step = StepProfile(compute_s=base["step_s"] - wait, data_wait_s=wait, grad_bytes=base["grad_bytes"],
+                           samples_per_step=base["batch_per_device"])
+    for r in rows:
+        speedup = r["samples_per_s"] / base["samples_per_s"]
+        row = dict(r, speedup=speedup, efficiency=speedup / (r["nproc"] / base["nproc"]))
+        if step is not None:
+            p = predict(step, links, r["nproc"])
+            row.update(predicted_step_s=p.step_s, predicted_efficiency=p.efficiency, predicted_limit=p.limit,
+                       prediction_error=(p.step_s - r["step_s"]) / r["step_s"])
+        out_rows.append(row)
+    model = {"source": link_source, "from": "the 1-process step" if step else None}
+    if step is None:
+        model["note"] = ("no prediction: it needs a 1-process run (--nproc 1,...) and a bandwidth"
+                         if base["nproc"] != 1 or links is None else "")
+    return {"rows": out_rows, "model": model}
+
+
+def run_scaling(req: ScalingRequest, *, log: Any = print) -> dict[str, Any]:
+    """Run every size and return the report document (``scaling.json``)."""
+    rows = []
+    try:  # other users' load on a shared machine, before ours starts (CPU runs only)
+        background = os.getloadavg()[0]
+    except OSError:
+        background = 0.0
+    with tempfile.TemporaryDirectory(prefix="scaletrain-bench-") as tmp:
+        for n in req.nproc:
+            t0 = time.monotonic()
+            row = run_size(req, n, Path(tmp))
+            log(f"scaletrain bench scaling: {n} process(es): {row['step_s'] * 1000:.1f} ms/step, "
+                f"{row['samples_per_s']:.1f} samples/s ({time.monotonic() - t0:.0f} s)")
+            rows.append(row)
+    if req.cluster:
+        from scaletrain.clusters.profile import load_profile
+
+        links = links_from_profile(load_profile(req.cluster))
+        source = f"cluster profile {req.cluster!r} (peak rates x achieved fractions)"
+    else:
+        links, source = local_links(rows, background_load=background)
+    doc = analyse(rows, links, source)
+    doc.update(kind="scaling", workload=req.workload, strategy=req.strategy, mode=req.mode, steps=req.steps,
+               warmup=req.warmup, batch=req.batch, host=platform.node(), background_load=background)
+    return doc

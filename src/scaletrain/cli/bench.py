@@ -1,0 +1,142 @@
+"""``scaletrain bench``: ``scaling`` (a workload at several sizes) and ``comm`` (collective bandwidth).
+
+Nothing here imports torch: the workers do, in their own processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+
+from scaletrain.errors import LaunchError, UsageError
+
+DESCRIPTION = """\
+Measure how training scales on this machine or allocation.
+  scaling  a built-in workload (cnn, resnet, gpt on synthetic data) at each size, through
+           'scaletrain run'; per-device throughput, speed-up, parallel efficiency and the
+           scaling model's prediction; writes DIR/scaling.json, scaling.png, scaling.html
+  comm     all_reduce/all_gather/reduce_scatter/broadcast bandwidth per message size
+           (nccl-tests' algbw and busbw); writes DIR/comm.json"""
+
+EPILOG = """\
+examples:
+  scaletrain bench scaling --workload cnn --nproc 1,2,4 --steps 50 --out bench/
+  scaletrain bench scaling --workload gpt --nproc 1,2 --mode strong --out bench/
+  scaletrain bench comm --nproc 2 --sizes 1K..64M --out bench/
+  srun scaletrain bench comm --sizes 1K..1G --out bench/     # every task of an allocation
+"""
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not 0 < value < 1e7:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return value
+
+
+def run_scaling_cli(args: argparse.Namespace) -> int:
+    """CLI body of ``bench scaling``."""
+    from scaletrain.bench.report import format_table, write_report
+    from scaletrain.bench.scaling import ScalingRequest, parse_nproc, run_scaling
+    from scaletrain.bench.workloads import WORKLOADS
+
+    if args.workload not in WORKLOADS:
+        raise UsageError(f"unknown workload {args.workload!r}", f"use one of: {', '.join(WORKLOADS)}")
+    if args.warmup < 0:
+        raise UsageError(f"--warmup must be 0 or more, got {args.warmup}", "e.g. --warmup 3")
+    if args.warmup >= args.steps:
+        raise UsageError(f"--warmup {args.warmup} leaves no measured steps of --steps {args.steps}",
+                         "use more --steps than --warmup")
+    if args.cluster:
+        from scaletrain.clusters.profile import load_profile
+
+        load_profile(args.cluster)  # unknown names fail now, not after the runs
+    req = ScalingRequest(workload=args.workload, nproc=parse_nproc(args.nproc), strategy=args.strategy,
+                         mode=args.mode, steps=args.steps, warmup=args.warmup, batch=args.batch,
+                         cluster=args.cluster, timeout_s=args.timeout)
+    doc = run_scaling(req, log=lambda s: print(s, file=sys.stderr))
+    doc["command"] = " ".join(("scaletrain", *getattr(args, "_argv", ("bench", "scaling"))))
+    print(format_table(doc))
+    if args.out:
+        for note in write_report(doc, args.out):
+            print(f"scaletrain bench: {note}", file=sys.stderr)
+        print(f"scaletrain bench: wrote {args.out}/scaling.json, scaling.html"
+              + ("" if not os.path.exists(os.path.join(args.out, "scaling.png")) else ", scaling.png"),
+              file=sys.stderr)
+    return 0
+
+
+def run_comm_cli(args: argparse.Namespace) -> int:
+    """CLI body of ``bench comm``: in-process inside a job, else local workers through the launcher."""
+    from scaletrain.bench.comm import parse_ops, parse_sizes
+    from scaletrain.runtime.detect import detect
+
+    parse_ops(args.ops), parse_sizes(args.sizes)  # bad values fail here, before any process starts
+    if (args.iters is not None and args.iters < 1) or args.warmup < 0:
+        raise UsageError("--iters must be at least 1 and --warmup 0 or more", "e.g. --iters 20 --warmup 3")
+    if detect(os.environ).world_size > 1:
+        from scaletrain.bench import comm_worker
+
+        comm_worker.run(args)
+        return 0
+    cmd = [sys.executable, "-m", "scaletrain", "run", "--nproc-per-node", str(args.nproc), "--ranks", "0",
+           "-m", "scaletrain.bench.comm_worker", "--ops", args.ops, "--sizes", args.sizes,
+           "--warmup", str(args.warmup)]
+    if args.iters:
+        cmd += ["--iters", str(args.iters)]
+    if args.out:
+        cmd += ["--out", args.out]
+    try:
+        proc = subprocess.run(cmd, timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        raise LaunchError(f"bench comm did not finish within {args.timeout:g} s",
+                          "use fewer --sizes or smaller ones, or a longer --timeout") from None
+    return proc.returncode
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``bench`` verb with its ``scaling`` and ``comm`` sub-commands."""
+    from scaletrain.bench.comm_worker import add_arguments as add_comm_arguments
+
+    p = subparsers.add_parser("bench", help="scaling and communication benchmarks",
+                              description=DESCRIPTION, epilog=EPILOG,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="bench", metavar="KIND", parser_class=type(p))
+    s = sub.add_parser("scaling", help="a built-in workload at several sizes; efficiency and model",
+                       description="Run a built-in workload at each size and report scaling.")
+    s.add_argument("--workload", default="cnn", help="cnn, resnet or gpt (default cnn)")
+    s.add_argument("--nproc", default="1,2", metavar="LIST", help="process counts, e.g. 1,2,4 (default 1,2)")
+    s.add_argument("--strategy", default="ddp", help="parallel strategy (default ddp; see scaletrain.setup)")
+    s.add_argument("--mode", choices=("weak", "strong"), default="weak",
+                   help="weak: the same batch per device; strong: the same global batch (default weak)")
+    s.add_argument("--steps", type=_positive_int, default=30, metavar="N", help="steps per size (default 30)")
+    s.add_argument("--warmup", type=int, default=3, metavar="N", help="first steps left out (default 3)")
+    s.add_argument("--batch", type=_positive_int, default=32, metavar="B",
+                   help="batch per device (weak) or global (strong) (default 32)")
+    s.add_argument("--cluster", metavar="NAME", help="predict with this cluster profile's bandwidths")
+    s.add_argument("--timeout", type=_seconds, default=900.0, metavar="S", help="per size (default 900)")
+    s.add_argument("--out", metavar="DIR", help="write scaling.json, scaling.png, scaling.html here")
+    s.set_defaults(func=run_scaling_cli)
+    c = sub.add_parser("comm", help="collective bandwidth per message size",
+                       description="all_reduce/all_gather/reduce_scatter/broadcast bandwidth (nccl-tests definitions).")
+    c.add_argument("--nproc", type=_positive_int, default=2, metavar="N",
+                   help="local processes when not inside a job (default 2)")
+    c.add_argument("--timeout", type=_seconds, default=900.0, metavar="S", help="(default 900)")
+    add_comm_arguments(c)
+    c.set_defaults(func=run_comm_cli)
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])

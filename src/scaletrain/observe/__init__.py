@@ -1,0 +1,15 @@
+"""Observability: is every GPU earning its keep?
+
+- :class:`~scaletrain.observe.monitor.Monitor` measures each training step (time, throughput,
+  data wait, peak memory, model FLOP utilisation) and writes it to sinks: a console line, a
+  JSONL file per run, TensorBoard event files (optional extra) and a final summary.
+- :mod:`~scaletrain.observe.devices` samples GPU utilisation, memory and power off the step path
+  (NVML, AMD SMI; "unavailable" elsewhere, never a crash).
+- :mod:`~scaletrain.observe.health` names stragglers and idle devices from cross-rank statistics.
+- :mod:`~scaletrain.observe.scaling` predicts step time and efficiency at N GPUs from one
+  measured step and a cluster profile's bandwidths; :mod:`~scaletrain.observe.explain` turns it
+  into advice for ``scaletrain plan --explain``.
+- :mod:`~scaletrain.observe.doctor` checks an environment or allocation for a bug report.
+
+Importing this package imports neither torch nor any optional extra.
+"""

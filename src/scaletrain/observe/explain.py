@@ -1,0 +1,122 @@
+"""``scaletrain plan --explain RUN``: how many GPUs are worth asking for?
+
+``RUN`` is what a measured run left behind: a Monitor run folder (its ``summary.json``), a
+``summary.json`` itself, or a ``scaling.json`` from ``scaletrain bench scaling`` (its 1-process
+row). From that step, the plan's cluster profile and the scaling model
+(:mod:`scaletrain.observe.scaling`) this prints, for 1..N GPUs: predicted step time,
+efficiency, time to solution for the run's amount of work, and billed GPU-hours; then it
+recommends the largest GPU count whose predicted efficiency stays at or above 80% and says
+what limits it. Pure apart from reading ``RUN``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from scaletrain.errors import UsageError
+from scaletrain.observe.scaling import (DEFAULT_THRESHOLD, Links, StepProfile, billed_gpus, links_from_profile,
+                                        predict, recommend, sizes_up_to, time_to_solution)
+
+
+def load_measurement(path: str, *, params: float | None = None) -> tuple[StepProfile, float, str]:
+    """(step, samples of work, description) from a run folder, summary.json or scaling.json."""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        for name in ("summary.json", "scaling.json"):
+            if (p / name).is_file():
+                p = p / name
+                break
+    try:
+        doc = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise UsageError(f"--explain: {path} not found",
+                         "give a Monitor run folder (with summary.json) or a bench scaling.json") from None
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--explain: cannot read {p}: {exc}", "give a Monitor summary.json or a scaling.json") from None
+    if not isinstance(doc, dict):
+        raise UsageError(f"--explain: {p} is not a Monitor summary or scaling report", "give a summary.json")
+    if doc.get("kind") == "scaling":
+        rows = [r for r in doc.get("rows", []) if r.get("nproc") == 1]
+        if not rows:
+            raise UsageError(f"--explain: {p} has no 1-process row", "run bench scaling with --nproc 1,...")
+        r = rows[0]
+        step_s, wait_frac, grad, per_step = r["step_s"], r["data_wait_frac"], r["grad_bytes"], r["batch_per_device"]
+        work = per_step * r["steps"]
+        what = f"bench scaling of {r['workload']} on 1 process"
+    else:
+        step_s = doc.get("step_s_median")
+        per_step = doc.get("samples_per_step")
+        if not step_s or not per_step:
+            raise UsageError(f"--explain: {p} has no measured steps (step_s_median, samples_per_step)",
+                             "run more steps than the Monitor's warm-up before explaining")
+        wait_frac = doc.get("data_wait_frac") or 0.0
+        grad = doc.get("grad_bytes")
+        work = float(doc.get("total_samples") or 0) * int(doc.get("world_size") or 1)
+        what = f"Monitor summary of {doc.get('steps', '?')} steps on {doc.get('world_size', 1)} process(es)"
+        if int(doc.get("world_size") or 1) > 1:
+            what += " (its step is treated as a 1-GPU step; it includes that run's communication)"
+    if not grad:
+        if params is None:
+            raise UsageError(f"--explain: {p} does not give the gradient size",
+                             "call monitor.watch(model) in the run, or pass --params (e.g. 25.6M)")
+        grad = int(params * 4)  # fp32 gradients
+    wait = step_s * float(wait_frac)
+    step = StepProfile(compute_s=step_s - wait, data_wait_s=wait, grad_bytes=int(grad), samples_per_step=int(per_step))
+    return step, work, f"{what}, {p}"
+
+
+def _hms(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+def explain(step: StepProfile, links: Links, *, requested: int, work_samples: float, max_gpus: int | None = None,
+            time_limit_s: float | None = None, threshold: float = DEFAULT_THRESHOLD,
+            cluster: str = "", source: str = "") -> str:
+    """The advice text: a table for 1..N GPUs, the recommendation and what limits it."""
+    top = max_gpus or max(requested * 4, links.devices_per_node * 2)
+    sizes = sizes_up_to(top, include=(requested,))
+    preds = [predict(step, links, n) for n in sizes]
+    lines = [f"scaletrain plan --explain: data-parallel (DDP) scaling on {cluster}, from {source}",
+             f"  measured 1-GPU step {step.compute_s * 1000 + step.data_wait_s * 1000:.1f} ms "
+             f"(data wait {step.data_wait_s * 1000:.1f} ms), {step.grad_bytes / 1e6:.1f} MB of gradients, "
+             f"{step.samples_per_step} samples per GPU per step",
+             f"  all-reduce bandwidth: {links.intra_gbs:.0f} GB/s inside a node"
+             + (f", {links.inter_gbs:.0f} GB/s between nodes" if links.inter_gbs else "")
+             + " (the profile's peak rates x typical achieved fractions)",
+             f"  {'GPUs':>5} {'nodes':>5} {'ms/step':>9} {'effic.':>7} {'time to solution':>17} "
+             f"{'GPU-h billed':>13}  limit"]
+    for p in preds:
+        tts = time_to_solution(p, step, samples=work_samples) if work_samples else None
+        gpu_h = billed_gpus(p.n, links) * tts / 3600 if tts else None
+        mark = "  <- requested" if p.n == requested else ""
+        lines.append(f"  {p.n:>5} {p.nodes:>5} {p.step_s * 1000:>9.1f} {p.efficiency * 100:>6.0f}% "
+                     f"{_hms(tts) if tts else '-':>17} {f'{gpu_h:.1f}' if gpu_h else '-':>13}  {p.limit}{mark}")
+    best = recommend(preds, threshold=threshold)
+    beyond = [p for p in preds if p.n > best.n]
+    why = (f"; beyond it {beyond[0].limit} limits it ({beyond[0].n} GPUs: {beyond[0].efficiency * 100:.0f}%)"
+           if beyond else f"; it stays above {threshold * 100:.0f}% up to the largest size shown")
+    lines.append(f"  recommendation: {best.n} GPU(s) on {best.nodes} node(s), the largest count whose predicted "
+                 f"efficiency stays >= {threshold * 100:.0f}%{why}")
+    req = next(p for p in preds if p.n == requested)
+    if work_samples and time_limit_s:
+        tts = time_to_solution(req, step, samples=work_samples)
+        fits = "fits in" if tts <= time_limit_s else "does NOT fit in"
+        lines.append(f"  requested {requested} GPU(s): {_hms(tts)} for the measured run's work, which {fits} "
+                     f"the time limit {_hms(time_limit_s)}")
+    lines.append("  the model leaves out start-up, evaluation and checkpoint pauses and file-system "
+                 "contention: measure with 'scaletrain bench scaling' or a short run to check")
+    return "\n".join(lines)
+
+
+def explain_plan(plan: Any, run: str) -> str:
+    """``plan --explain RUN`` for a made plan."""
+    step, work, source = load_measurement(run, params=plan.request.params)
+    links = links_from_profile(plan.profile)
+    if links is None:
+        raise UsageError(f"cluster profile {plan.cluster!r} has no link bandwidths (intra_node_gbps)",
+                         "add intra_node_gbps and inter_node_gbps to the profile, or explain on another cluster")
+    return explain(step, links, requested=plan.gpus, work_samples=work, time_limit_s=plan.time_seconds,
+                   cluster=plan.cluster, source=source)

@@ -1,0 +1,129 @@
+"""Is every rank earning its keep? Stragglers and idle devices from cross-rank statistics.
+
+Every ``every`` steps each rank contributes a :class:`RankWindow` (its step times, data wait,
+time waiting for other ranks in gradient all-reduces, device utilisation); rank 0 passes the
+list to :class:`HealthTracker.update`, which returns findings to report.
+
+- A *straggler* is a rank whose busy time (step time less the time it waited for the others in
+  collectives) stays above ``1.2 x`` the median of the other ranks for ``patience`` windows in a
+  row. In a data-parallel loop every rank's *step* time is the same (they meet in the
+  all-reduce each step), so the wait has to come out; without comm timing (``Monitor.watch``
+  not called) the step time itself is compared, which finds stragglers in loops that do not
+  synchronise every step.
+- An *idle* device is busy less than ``idle_util_pct`` percent of the sampled time; the likely
+  cause follows from the data-wait fraction.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankWindow:
+    """One rank's statistics over the last aggregation window."""
+
+    rank: int
+    host: str
+    device: str
+    step_s: float                      # median step time in the window
+    comm_wait_s: float | None = None   # median time per step spent in gradient all-reduces
+    data_wait_frac: float = 0.0        # share of the window's time blocked on the data loader
+    util_pct: float | None = None      # device utilisation (sampler), None when unavailable
+    num_workers: int | None = None     # the loader's worker processes, when known
+
+    @property
+    def busy_s(self) -> float:
+        """Step time less the time spent waiting for others (a lower bound of 0)."""
+        return max(0.0, self.step_s - (self.comm_wait_s or 0.0))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Finding:
+    """Something a user should know about, with the rank, host and a hint."""
+
+    kind: str                          # "straggler" | "idle"
+    rank: int
+    host: str
+    message: str
+    hint: str
+    step: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _median_of_others(values: list[float], i: int) -> float | None:
+    others = values[:i] + values[i + 1:]
+    return statistics.median(others) if others else None
+
+
+def stragglers(windows: list[RankWindow], *, ratio: float = 1.2) -> list[tuple[RankWindow, float]]:
+    """Ranks whose busy time exceeds ``ratio`` times the median of the others, with the factor."""
+    busy = [w.busy_s for w in windows]
+    found = []
+    for i, w in enumerate(windows):
+        median = _median_of_others(busy, i)
+        if median and median > 0 and busy[i] > ratio * median:
+            found.append((w, busy[i] / median))
+    return found
+
+
+def idle_cause(w: RankWindow) -> tuple[str, str]:
+    """The likely cause of an idle device, and the hint that goes with it."""
+    if w.data_wait_frac >= 0.3:
+        workers = f" (now {w.num_workers})" if w.num_workers is not None else ""
+        return (f"the data loader: {w.data_wait_frac * 100:.0f}% of the time is spent waiting for batches",
+                f"raise the loader's num_workers{workers} and --cpus-per-task to match, and stage the "
+                "data to node-local disk (scaletrain plan --stage-data) instead of reading a shared "
+                "file system")
+    return ("not the data loader (little data wait): the step itself leaves the GPU idle",
+            "raise the per-GPU batch size, use mixed precision (precision='bf16'), or look for "
+            "host-side work (.item(), logging, CPU transforms) in the step")
+
+
+@dataclass
+class HealthTracker:
+    """Keeps findings persistent over windows so one noisy window does not name a rank."""
+
+    ratio: float = 1.2
+    patience: int = 2
+    idle_util_pct: float = 30.0
+    _streak: dict[int, int] = field(default_factory=dict)
+    _reported: set[tuple[str, int]] = field(default_factory=set)
+
+    def update(self, windows: list[RankWindow], *, step: int = 0) -> list[Finding]:
+        """Findings from this window (each kind and rank reported once per run)."""
+        out: list[Finding] = []
+        slow = {w.rank: factor for w, factor in stragglers(windows, ratio=self.ratio)}
+        for w in windows:
+            self._streak[w.rank] = self._streak.get(w.rank, 0) + 1 if w.rank in slow else 0
+            if self._streak[w.rank] >= self.patience and ("straggler", w.rank) not in self._reported:
+                self._reported.add(("straggler", w.rank))
+                what = "busy time" if w.comm_wait_s is not None else "step time"
+                cause = (f"; it waits for data {w.data_wait_frac * 100:.0f}% of the time"
+                         if w.data_wait_frac >= 0.2 else "")
+                out.append(Finding(
+                    kind="straggler", rank=w.rank, host=w.host, step=step,
+                    message=(f"rank {w.rank} on {w.host} ({w.device}) is a straggler: its {what} "
+                             f"{w.busy_s * 1000:.1f} ms is {slow[w.rank]:.1f}x the other ranks' "
+                             f"median for {self._streak[w.rank]} windows{cause}; every rank waits for it"),
+                    hint=("check that host for other jobs or a throttled GPU (nvidia-smi -q -d "
+                          "PERFORMANCE), its data path, and its CPU binding; exclude a bad node "
+                          "with sbatch --exclude=HOST")))
+        for w in windows:
+            if (w.util_pct is not None and w.util_pct < self.idle_util_pct
+                    and ("idle", w.rank) not in self._reported):
+                self._reported.add(("idle", w.rank))
+                cause, hint = idle_cause(w)
+                out.append(Finding(
+                    kind="idle", rank=w.rank, host=w.host, step=step,
+                    message=(f"rank {w.rank} on {w.host}: {w.device} is busy only {w.util_pct:.0f}% "
+                             f"of the time; likely cause: {cause}"),
+                    hint=hint))
+        return out

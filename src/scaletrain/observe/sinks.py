@@ -1,0 +1,249 @@
+"""Where a Monitor's records go: the console, a JSONL file, TensorBoard event files.
+
+Every sink has the same three methods: ``write(records)`` for a batch of per-step records
+(dicts), ``event(record)`` for a finding or a note, and ``close(summary)``. Batches keep the
+step path cheap: a sink sees records every few steps, never one system call per step.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Protocol, TextIO
+
+from scaletrain.errors import UsageError
+
+Record = dict[str, Any]
+
+
+class Sink(Protocol):
+    """The interface every sink implements."""
+
+    def write(self, records: list[Record]) -> None: ...
+
+    def event(self, record: Record) -> None: ...
+
+    def close(self, summary: Record) -> None: ...
+
+
+def _fmt_duration(seconds: float) -> str:
+    seconds = max(0, int(round(seconds)))
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
+
+
+def _fmt_rate(value: float) -> str:
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if value >= scale:
+            return f"{value / scale:.2f}{unit}"
+    return f"{value:.1f}"
+
+
+def format_step_line(rec: Record, total: int | None, eta_s: float | None) -> str:
+    """One human line for a step record: step, loss, time, throughput, data wait, memory, MFU."""
+    parts = [f"step {rec['step']}" + (f"/{total}" if total else "")]
+    if rec.get("loss") is not None:
+        parts.append(f"loss {rec['loss']:.4g}")
+    parts.append(f"{rec['step_s'] * 1000:.1f} ms/step")
+    parts.append(f"{_fmt_rate(rec['samples_per_s'])} samples/s")
+    if rec.get("tokens_per_s"):
+        parts.append(f"{_fmt_rate(rec['tokens_per_s'])} tok/s")
+    parts.append(f"data wait {rec['data_wait_frac'] * 100:.0f}%")
+    if rec.get("peak_mem_gb") is not None:
+        parts.append(f"mem {rec['peak_mem_gb']:.2f} GB")
+    if rec.get("mfu") is not None:
+        parts.append(f"MFU {rec['mfu'] * 100:.1f}%")
+    if eta_s is not None:
+        parts.append(f"ETA {_fmt_duration(eta_s)}")
+    return " | ".join(parts)
+
+
+class ConsoleSink:
+    """Rank 0's console: a progress bar on a terminal, plain lines elsewhere (a Slurm log).
+
+    ``every`` sets how often a plain line is printed; the bar redraws at most every 0.2 s.
+    """
+
+    def __init__(self, *, total: int | None = None, every: int = 10, stream: TextIO | None = None,
+                 bar: bool | None = None) -> None:
+        self.total = total
+        self.every = max(1, every)
+        self.stream = stream or sys.stderr
+        isatty = getattr(self.stream, "isatty", lambda: False)()
+        self.bar = bool(total) and (isatty if bar is None else bar)
+        self._start = time.monotonic()
+        self._last_draw = 0.0
+        self._drawn = False
+
+    def _eta(self, step: int) -> float | None:
+        if not self.total or step <= 0:
+            return None
+        elapsed = time.monotonic() - self._start
+        return elapsed / step * max(0, self.total - step)
+
+    def write(self, records: list[Record]) -> None:
+        if not records:
+            return
+        last = records[-1]
+        if self.bar:
+            now = time.monotonic()
+            if now - self._last_draw < 0.2 and last["step"] != self.total:
+                return
+            self._last_draw = now
+            frac = min(1.0, last["step"] / self.total) if self.total else 0.0
+            width = 24
+            filled = int(frac * width)
+            bar = "#" * filled + "-" * (width - filled)
+            line = f"[{bar}] {frac * 100:3.0f}% " + format_step_line(last, self.total, self._eta(last["step"]))
+            self.stream.write("\r" + line[:200].ljust(120))
+            self.stream.flush()
+            self._drawn = True
+            return
+        for rec in records:
+            if rec["step"] % self.every == 0 or rec["step"] == self.total:
+                self.stream.write(format_step_line(rec, self.total, self._eta(rec["step"])) + "\n")
+        self.stream.flush()
+
+    def event(self, record: Record) -> None:
+        if self._drawn:
+            self.stream.write("\n")
+            self._drawn = False
+        text = record.get("message", "")
+        hint = record.get("hint")
+        self.stream.write(f"scaletrain monitor: {text}" + (f"\n  HINT: {hint}" if hint else "") + "\n")
+        self.stream.flush()
+
+    def close(self, summary: Record) -> None:
+        if self._drawn:
+            self.stream.write("\n")
+        self.stream.write(format_summary(summary) + "\n")
+        self.stream.flush()
+
+
+def format_summary(summary: Record) -> str:
+    """The final summary as a few lines."""
+    lines = [f"scaletrain monitor: {summary.get('steps', 0)} steps in "
+             f"{_fmt_duration(summary.get('wall_s', 0.0))} on {summary.get('world_size', 1)} process(es)"]
+    if summary.get("step_s_median") is not None:
+        lines.append(f"  step time median {summary['step_s_median'] * 1000:.1f} ms, "
+                     f"{_fmt_rate(summary['samples_per_s'])} samples/s global, "
+                     f"{_fmt_rate(summary['samples_per_s_per_device'])} per device, "
+                     f"data wait {summary['data_wait_frac'] * 100:.0f}%")
+    if summary.get("peak_mem_gb") is not None:
+        lines.append(f"  peak memory {summary['peak_mem_gb']:.2f} GB ({summary.get('mem_kind', '')})")
+    if summary.get("mfu") is not None:
+        lines.append(f"  model FLOP utilisation {summary['mfu'] * 100:.1f}%")
+    dev = summary.get("device_util")
+    if isinstance(dev, dict) and dev.get("available"):
+        lines.append(f"  GPU utilisation {dev.get('util_pct', 0):.0f}%, memory {dev.get('mem_gb', 0):.1f} GB, "
+                     f"power {dev.get('power_w', 0):.0f} W")
+    elif isinstance(dev, dict):
+        lines.append(f"  GPU sampling unavailable: {dev.get('reason', 'unknown')}")
+    for finding in summary.get("findings", []):
+        lines.append(f"  {finding.get('kind', 'note')}: {finding.get('message', '')}")
+    return "\n".join(lines)
+
+
+def _clean(value: Any) -> Any:
+    """JSON has no NaN/inf: write them as null rather than produce an unreadable file."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+class JsonlSink:
+    """One JSON object per line in ``path``: ``{"type": "step", ...}`` records and events.
+
+    Lines are appended in batches and each batch is flushed, so a crash loses at most the
+    records since the last batch and never leaves half a line that a reader would trip on.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh = open(self.path, "a", encoding="utf-8")
+        # one encoder for every line: json.dumps with options builds a new one per call
+        self._encode = json.JSONEncoder(default=str, allow_nan=False).encode
+
+    def _emit(self, records: list[Record]) -> None:
+        if self._fh.closed:
+            return
+        lines = []
+        for r in records:
+            try:
+                lines.append(self._encode(r))
+            except ValueError:  # NaN/inf somewhere (a diverged loss): rare, so cleaned only then
+                lines.append(json.dumps({k: _clean(v) for k, v in r.items()}, default=str))
+        text = "\n".join(lines) + "\n"
+        self._fh.write(text)
+        self._fh.flush()
+
+    def write(self, records: list[Record]) -> None:
+        self._emit([{"type": "step", **r} for r in records])
+
+    def event(self, record: Record) -> None:
+        self._emit([{"type": "event", **record}])
+
+    def close(self, summary: Record) -> None:
+        self._emit([{"type": "summary", **summary}])
+        self._fh.close()
+
+
+# step-record fields that become TensorBoard scalars, and their tags
+TB_SCALARS = {
+    "loss": "train/loss",
+    "step_s": "perf/step_time_s",
+    "samples_per_s": "perf/samples_per_s",
+    "samples_per_s_per_device": "perf/samples_per_s_per_device",
+    "tokens_per_s": "perf/tokens_per_s",
+    "data_wait_frac": "perf/data_wait_frac",
+    "peak_mem_gb": "perf/peak_mem_gb",
+    "mfu": "perf/mfu",
+}
+
+
+# numeric step-record fields that are coordinates, not measurements
+NOT_SCALARS = {"step", "t", "rank", "world_size", "samples", "tokens", "data_wait_s"}
+
+
+class TensorBoardSink:
+    """TensorBoard event files in ``log_dir`` (needs the ``monitor`` extra: tensorboard).
+
+    Written with torch's ``SummaryWriter``; the files are read by TensorBoard itself. Extra
+    numeric fields given to ``Monitor.step(**extra)`` become ``extra/<name>`` scalars.
+    """
+
+    def __init__(self, log_dir: str | os.PathLike[str]) -> None:
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:
+            raise UsageError("TensorBoard logging needs the tensorboard package",
+                             "pip install 'scaletrain[monitor]' (or pip install tensorboard), "
+                             "or pass tensorboard=False") from None
+        self._writer = SummaryWriter(log_dir=str(log_dir))
+
+    def write(self, records: list[Record]) -> None:
+        for rec in records:
+            step = rec["step"]
+            for key, value in rec.items():
+                if not isinstance(value, (int, float)) or isinstance(value, bool) or key in ("step", "t"):
+                    continue
+                if key in NOT_SCALARS:
+                    continue
+                tag = TB_SCALARS.get(key, f"extra/{key}")
+                if math.isfinite(float(value)):
+                    self._writer.add_scalar(tag, float(value), step)
+        self._writer.flush()
+
+    def event(self, record: Record) -> None:
+        self._writer.add_text("monitor/events", str(record.get("message", "")), record.get("step", 0))
+
+    def close(self, summary: Record) -> None:
+        self._writer.add_text("monitor/summary", format_summary(summary).replace("\n", "  \n"))
+        self._writer.flush()
+        self._writer.close()

@@ -1,0 +1,107 @@
+"""bench comm and bench scaling without processes: sizes, bandwidth factors, analysis, report files."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from scaletrain.bench.comm import bus_factor, format_table, parse_ops, parse_sizes, result
+from scaletrain.bench.report import format_table as scaling_table
+from scaletrain.bench.report import render_html, write_report
+from scaletrain.bench.scaling import analyse, local_links, parse_nproc
+from scaletrain.cli.main import main
+from scaletrain.errors import UsageError
+
+
+def test_sizes_and_ops():
+    assert parse_sizes("1K..8K") == [1024, 2048, 4096, 8192]
+    assert parse_sizes("1K..1M:32") == [1024, 32768, 1048576]
+    assert parse_sizes("1M, 64M") == [2**20, 64 * 2**20]
+    assert parse_sizes("1G") == [2**30]
+    for bad in ("", "0K", "1X", "8K..1K", "1K..1M:1"):
+        with pytest.raises(UsageError):
+            if not parse_sizes(bad):
+                raise UsageError("empty")
+    assert parse_ops("all") == ["all_reduce", "all_gather", "reduce_scatter", "broadcast"]
+    with pytest.raises(UsageError):
+        parse_ops("all_reduce,alltoall")
+
+
+def test_nccl_tests_bandwidth_definitions():
+    assert bus_factor("all_reduce", 8) == pytest.approx(1.75)
+    assert bus_factor("all_gather", 8) == pytest.approx(0.875)
+    assert bus_factor("reduce_scatter", 4) == pytest.approx(0.75)
+    assert bus_factor("broadcast", 8) == 1.0
+    r = result("all_reduce", 10**9, 0.5, 4)
+    assert (r.algbw_gbs, r.busbw_gbs) == (pytest.approx(2.0), pytest.approx(3.0))
+    assert "all_reduce" in format_table([r]) and "3.000" in format_table([r])
+
+
+def _row(n, step_s, busbw=None):
+    return {"nproc": n, "nodes": 1, "workload": "cnn", "strategy": "ddp", "mode": "weak", "batch_per_device": 8,
+            "steps": 20, "warmup": 3, "device": "cpu", "backend": "gloo", "step_s": step_s,
+            "samples_per_s": 8 * n / step_s, "samples_per_s_per_device": 8 / step_s, "data_wait_frac": 0.0,
+            "grad_bytes": 10**6, "allreduce_busbw_gbs": busbw, "threads": 1}
+
+
+def test_analysis_speedup_efficiency_and_model(tmp_path):
+    rows = [_row(1, 0.1), _row(2, 0.125, busbw=0.1), _row(4, 0.2, busbw=0.1)]
+    links, source = local_links(rows, background_load=0.0)
+    assert links.intra_gbs == 0.1 and "0.100 GB/s" in source
+    doc = analyse(rows, links, source)
+    got = {r["nproc"]: r for r in doc["rows"]}
+    assert got[2]["speedup"] == pytest.approx(1.6) and got[2]["efficiency"] == pytest.approx(0.8)
+    # model at 2: 0.1 s compute + 2*1/2*1e6/0.1e9 = 0.01 s, no overlap on the CPU
+    assert got[2]["predicted_step_s"] == pytest.approx(0.11)
+    assert got[2]["prediction_error"] == pytest.approx((0.11 - 0.125) / 0.125)
+    doc.update(kind="scaling", workload="cnn", strategy="ddp", mode="weak", steps=20, warmup=3, batch=8, host="h")
+    text = scaling_table(doc)
+    assert "80%" in text and "model ms" in text
+    notes = write_report(doc, tmp_path)
+    assert json.loads((tmp_path / "scaling.json").read_text())["rows"][1]["efficiency"] == pytest.approx(0.8)
+    page = (tmp_path / "scaling.html").read_text()
+    assert page.startswith("<!DOCTYPE html>") and "<svg" in page and "<script" not in page
+    assert "http" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")  # self-contained
+    assert notes == [] or "matplotlib" in notes[0]
+
+
+def test_html_escapes_names():
+    doc = {"rows": [dict(_row(1, 0.1), speedup=1.0, efficiency=1.0)], "model": {"source": "<b>x</b>"},
+           "workload": "<script>", "strategy": "ddp", "mode": "weak", "steps": 1, "warmup": 0, "batch": 1}
+    page = render_html(doc)
+    assert "<script>" not in page and "&lt;b&gt;" in page
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["bench", "scaling", "--workload", "bert"], "unknown workload"),
+    (["bench", "scaling", "--nproc", "0,2"], "at least 1"),
+    (["bench", "scaling", "--nproc", "a"], "numbers separated by commas"),
+    (["bench", "scaling", "--steps", "3", "--warmup", "3"], "leaves no measured steps"),
+    (["bench", "scaling", "--cluster", "nowhere"], "unknown cluster"),
+    (["bench", "comm", "--sizes", "1K..2X"], "bad message size"),
+    (["bench", "comm", "--iters", "0"], "--iters must be at least 1"),
+    (["doctor", "--timeout", "nan"], "must be positive"),
+])
+def test_bad_values_are_one_line_usage_errors(argv, needle, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err
+
+
+def test_bench_subcommand_flags_are_a_decision():
+    import argparse
+
+    from scaletrain.cli.main import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    bench = sub.choices["bench"]
+    kinds = next(a for a in bench._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+    def flags(p):
+        return sorted(o for a in p._actions for o in a.option_strings if o.startswith("--"))
+
+    assert flags(kinds["scaling"]) == sorted(["--help", "--workload", "--nproc", "--strategy", "--mode", "--steps",
+                                              "--warmup", "--batch", "--cluster", "--timeout", "--out"])
+    assert flags(kinds["comm"]) == sorted(["--help", "--nproc", "--timeout", "--ops", "--sizes", "--iters",
+                                           "--warmup", "--out"])

@@ -1,0 +1,71 @@
+"""plan --explain: measured runs in, GPU-count advice out."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from scaletrain.cli.main import main
+from scaletrain.errors import UsageError
+from scaletrain.observe.explain import explain, load_measurement
+from scaletrain.observe.scaling import Links, StepProfile
+
+# The JSC course's 1-GPU ResNet-50 run: 10 ImageNet epochs, batch 256, 342 min
+JSC = {"step_s_median": 342.2 * 60 / 50045, "samples_per_step": 256, "data_wait_frac": 0.0,
+       "grad_bytes": 25_557_032 * 4, "total_samples": 50045 * 256, "world_size": 1, "steps": 50045}
+
+
+def test_load_monitor_summary_and_scaling_json(tmp_path):
+    (tmp_path / "summary.json").write_text(json.dumps({**JSC, "data_wait_frac": 0.25}))
+    step, work, source = load_measurement(str(tmp_path))
+    assert step.compute_s == pytest.approx(JSC["step_s_median"] * 0.75)
+    assert step.data_wait_s == pytest.approx(JSC["step_s_median"] * 0.25)
+    assert step.grad_bytes == JSC["grad_bytes"] and step.samples_per_step == 256
+    assert work == 50045 * 256 and "summary.json" in source
+    scaling = {"kind": "scaling", "rows": [
+        {"nproc": 1, "step_s": 0.05, "data_wait_frac": 0.0, "grad_bytes": 1000, "batch_per_device": 8,
+         "steps": 20, "workload": "cnn"},
+        {"nproc": 2, "step_s": 0.07, "data_wait_frac": 0.0, "grad_bytes": 1000, "batch_per_device": 8,
+         "steps": 20, "workload": "cnn"}]}
+    (tmp_path / "scaling.json").write_text(json.dumps(scaling))
+    step, work, _ = load_measurement(str(tmp_path / "scaling.json"))
+    assert (step.compute_s, step.grad_bytes, work) == (0.05, 1000, 160)
+
+
+def test_missing_gradient_size_needs_params(tmp_path):
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps({**JSC, "grad_bytes": None}))
+    with pytest.raises(UsageError) as err:
+        load_measurement(str(path))
+    assert "monitor.watch(model)" in err.value.hint and "--params" in err.value.hint
+    assert load_measurement(str(path), params=1e6)[0].grad_bytes == 4_000_000
+    with pytest.raises(UsageError):
+        load_measurement(str(tmp_path / "nope"))
+
+
+def test_recommendation_stops_where_communication_limits():
+    # 1 s of compute, 4 GB of gradients, 100 GB/s in a node, 10 GB/s between nodes, no overlap
+    step = StepProfile(compute_s=1.0, grad_bytes=4 * 10**9, samples_per_step=1)
+    links = Links(intra_gbs=100.0, inter_gbs=10.0, devices_per_node=4, latency_s=0.0, overlap=0.0)
+    text = explain(step, links, requested=8, work_samples=1000, time_limit_s=3600, cluster="c", source="s")
+    # 4 GPUs: 2*3/4*4e9/100e9 = 0.06 s -> 94%; 8 GPUs (2 nodes): 2*7/8*0.4 = 0.7 s -> 59%
+    assert "recommendation: 4 GPU(s) on 1 node(s)" in text
+    assert "beyond it communication limits it (8 GPUs: 59%)" in text
+    assert "<- requested" in text and "does NOT fit in" not in text
+
+
+def test_plan_explain_end_to_end(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "summary.json").write_text(json.dumps(JSC))
+    rc = main(["plan", "--cluster", "juwels-booster", "--gpus", "16", "--account", "p", "--time", "00:10:00",
+               "--explain", str(run), "--", "train.py"])
+    out, err = capsys.readouterr()
+    assert rc == 0 and out.startswith("#!")
+    assert "scaletrain plan --explain" in err and "102.2 MB of gradients" in err
+    assert "5:42:12" in err  # 1 GPU: the measured 342.2 minutes
+    assert "does NOT fit in the time limit 0:10:00" in err
+    rc = main(["plan", "--cluster", "juwels-booster", "--gpus", "4", "--account", "p", "--json",
+               "--explain", str(run), "--", "train.py"])
+    assert rc == 0 and "recommendation" in json.loads(capsys.readouterr().out)["explain"]

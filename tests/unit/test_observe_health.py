@@ -1,0 +1,41 @@
+"""Straggler and idle-device findings from cross-rank windows (pure)."""
+
+from __future__ import annotations
+
+from scaletrain.observe.health import HealthTracker, RankWindow, stragglers
+
+
+def _w(rank, step, comm=None, wait=0.0, util=None, host=None):
+    return RankWindow(rank=rank, host=host or f"node{rank // 4}", device=f"cuda:{rank % 4}",
+                      step_s=step, comm_wait_s=comm, data_wait_frac=wait, util_pct=util)
+
+
+def test_synchronised_ranks_straggler_found_from_comm_wait():
+    # every rank's step takes 100 ms (they meet in the all-reduce); rank 2 hardly waits
+    windows = [_w(0, 0.1, comm=0.05), _w(1, 0.1, comm=0.048), _w(2, 0.1, comm=0.002), _w(3, 0.1, comm=0.051)]
+    assert [w.rank for w, _ in stragglers(windows)] == [2]
+
+
+def test_no_straggler_below_ratio_and_patience_needed():
+    even = [_w(r, 0.1 + 0.01 * r) for r in range(4)]  # 130 ms vs median 110 ms: 1.18x
+    assert stragglers(even) == []
+    tracker = HealthTracker(patience=2)
+    slow = [_w(0, 0.1), _w(1, 0.1), _w(2, 0.2), _w(3, 0.1)]
+    assert tracker.update(slow, step=50) == []           # one window is not "stays"
+    found = tracker.update(slow, step=100)
+    assert [(f.kind, f.rank, f.host) for f in found] == [("straggler", 2, "node0")]
+    assert "2.0x" in found[0].message and "--exclude" in found[0].hint
+    assert tracker.update(slow, step=150) == []          # reported once
+    tracker2 = HealthTracker(patience=2)
+    tracker2.update(slow)
+    assert tracker2.update([_w(r, 0.1) for r in range(4)]) == []  # recovered: streak reset
+
+
+def test_idle_device_cause_depends_on_data_wait():
+    tracker = HealthTracker()
+    found = tracker.update([_w(0, 0.1, wait=0.6, util=10.0), _w(1, 0.1, wait=0.0, util=15.0),
+                            _w(2, 0.1, util=90.0), _w(3, 0.1, util=None)])
+    kinds = {f.rank: f for f in found}
+    assert set(kinds) == {0, 1}
+    assert "data loader" in kinds[0].message and "num_workers" in kinds[0].hint
+    assert "not the data loader" in kinds[1].message and "batch size" in kinds[1].hint
