@@ -334,3 +334,24 @@ def test_step_stop_without_exit(tmp_path, no_stop_request):
     assert ckpt.step(2, state) is True and ckpt.should_stop()
     assert ckpt.latest_step == 2
     ckpt.close()
+
+
+def test_strategy_report_decides_sharding(monkeypatch):
+    """is_sharded asks scaletrain.parallel.describe (the Strategy interface) first."""
+    import types
+
+    import scaletrain.parallel as parallel
+    from scaletrain.checkpoint import collect
+
+    model, opt, _ = _objects()
+    assert not collect.is_sharded(model) and not collect.is_sharded(opt, model)
+    layouts = {id(opt): "partitioned"}
+
+    def describe(obj):
+        layout = layouts.get(id(obj))
+        return None if layout is None else types.SimpleNamespace(layout_of=lambda o: layout)
+
+    monkeypatch.setattr(parallel, "describe", describe, raising=False)
+    assert collect.is_sharded(opt, model) and not collect.is_sharded(model)
+    layouts[id(model)] = "replicated"
+    assert not collect.is_sharded(model)

@@ -12,10 +12,12 @@
 - ``pipeline``: a ``scaletrain`` PipelineModel (this rank's stage);
 - ``object``: anything else with ``state_dict``/``load_state_dict`` (LR scheduler, GradScaler,
   a training loader, your own objects): rank 0's state_dict is written;
-- ``local``: an object whose state differs per rank (an evaluation loader): every rank's.
+- ``local``: an object whose state differs per rank (an evaluation loader, a model that
+  ``setup(strategy="none")`` left as each rank's own copy): every rank's.
 
 Whether an entry's tensors are sharded over ranks is decided in ONE function,
-:func:`is_sharded`; the rest of the package only reads ``Entry.sharded``.
+:func:`is_sharded` (from ``setup()``'s Strategy report and the objects); the rest of the
+package only reads ``Entry.sharded``.
 """
 
 from __future__ import annotations
@@ -81,16 +83,35 @@ def _params_of(obj: Any) -> list[Any]:
     return list(obj.parameters())
 
 
+# Layouts of scaletrain.parallel.Sharding whose state differs between ranks
+_SPLIT_LAYOUTS = ("sharded", "partitioned", "staged")
+
+
+def reported_layout(obj: Any) -> str | None:
+    """The layout ``setup()`` reports for ``obj`` through the Strategy interface
+    (``scaletrain.parallel.describe``), or None (not set up, or an older scaletrain)."""
+    if obj is None:
+        return None
+    try:
+        from scaletrain.parallel import describe  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    sharding = describe(obj)
+    return str(sharding.layout_of(obj)) if sharding is not None else None
+
+
 def is_sharded(obj: Any, model: Any = None) -> bool:
     """Whether ``obj``'s state is split over ranks (so written with DCP, a shard per rank).
 
-    The one place that decides. Sharded: a pipeline stage and its optimizer, a
-    ZeroRedundancyOptimizer, and any model or optimizer holding DTensor parameters (FSDP2:
-    zero2, zero3, hsdp, offload). The ParallelState that ``setup()`` attaches names the
-    strategy; the objects themselves are the ground truth (a strategy on a world of one runs
-    unwrapped). When the Strategy interface reports "which state is sharded, over which
-    mesh", it plugs in here.
+    The one place that decides. ``setup()``'s report (``scaletrain.parallel.describe``:
+    ``sharded`` FSDP2, ``partitioned`` ZeRO-1, ``staged`` pipeline) is asked first; the
+    objects themselves are checked too, so an object set up by hand counts as well: a
+    pipeline stage and its optimizer, a ZeroRedundancyOptimizer, and any model or optimizer
+    holding DTensor parameters (zero2, zero3, hsdp, offload). A strategy on a world of one
+    runs unwrapped and is replicated.
     """
+    if reported_layout(obj) in _SPLIT_LAYOUTS:
+        return True
     if is_pipeline(obj) or (model is not None and is_pipeline(model)) or is_zero(obj):
         return True
     try:
@@ -127,7 +148,10 @@ def classify(state: Mapping[str, Any]) -> list[Entry]:
             raise UsageError(f"checkpoint state name {name!r} is not usable",
                              hint="use non-empty string names without '/' that do not start "
                                   "with '_', e.g. 'model', 'optimizer'")
-        if is_pipeline(obj):
+        if reported_layout(obj) == "per_rank":
+            # strategy 'none' on several processes: every rank trains its own copy
+            entries.append(Entry(name=name, obj=obj, kind="local"))
+        elif is_pipeline(obj):
             entries.append(Entry(name=name, obj=obj, kind="pipeline", sharded=True))
             models.append(obj)
         elif isinstance(obj, torch.nn.Module):

@@ -83,8 +83,9 @@ def load(directory: Path, entries: list[Entry], state: MutableMapping[str, Any],
         warnings.warn(
             f"checkpoint step {step} was written by {marker.get('world_size')} processes and "
             f"this job has {comm.world_size}: model, optimizer and loader state are loaded "
-            "(sharded state resharded), but random-number generator states are not restored; "
-            "each rank keeps the seeds your script set", stacklevel=3)
+            "(sharded state resharded), but random-number generator states (and per-rank "
+            "objects) are not restored; each rank keeps the seeds your script set",
+            stacklevel=3)
     return int(step)
 
 

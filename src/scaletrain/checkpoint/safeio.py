@@ -40,8 +40,7 @@ def save_file(obj: Any, path: Path) -> int:
     """``torch.save`` into ``path``, then fsync; returns the size in bytes.
 
     A path (not a Python file object) lets torch write with its C++ writer, without a
-    Python call per record: faster, and it leaves the GIL to the training thread while an
-    async save writes in the background.
+    Python call per record; this made async saves stop slowing the training thread.
     """
     import torch
 
