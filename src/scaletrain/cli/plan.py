@@ -11,7 +11,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from scaletrain.errors import UsageError
 
@@ -220,7 +220,7 @@ def _pair(text: str, flag: str, *, required: bool) -> tuple[str, str]:
     return key, value
 
 
-def plan_from_args(args: argparse.Namespace, **overrides: object) -> Plan:
+def plan_from_args(args: argparse.Namespace, **overrides: Any) -> Plan:
     """Load the profile and make the plan for parsed ``add_plan_arguments`` flags.
 
     ``overrides`` replace request fields (``submit`` sets the working directory and log path).

@@ -126,7 +126,7 @@ def _patch_cuda(torch: ModuleType) -> None:
         setattr(cuda, name, value)
 
 
-def _patch_load(torch: ModuleType) -> None:
+def _patch_load(torch: Any) -> None:  # a module whose attributes we replace
     original = torch.load
 
     @functools.wraps(original)
@@ -148,7 +148,7 @@ def _patch_ddp() -> None:
                  *args: Any, **kwargs: Any) -> None:
         original(self, module, None, None, *args, **kwargs)
 
-    cls.__init__ = __init__
+    cls.__init__ = __init__  # type: ignore[method-assign]
 
 
 def patch_torch(torch: ModuleType) -> None:
@@ -156,12 +156,12 @@ def patch_torch(torch: ModuleType) -> None:
     _patch_cuda(torch)
     _patch_load(torch)
     _patch_ddp()
-    torch.nn.Module.cuda = lambda self, device=None: self  # type: ignore[method-assign]
+    torch.nn.Module.cuda = lambda self, device=None: self
     mode = _cpu_mode(torch)
     mode.__enter__()  # for the life of the process, like torch.set_default_device
 
 
-def patch_c10d(c10d: ModuleType) -> None:
+def patch_c10d(c10d: Any) -> None:  # torch.distributed.distributed_c10d, patched
     """``init_process_group``: NCCL (or a "cuda:nccl" pair) becomes gloo, device_id dropped."""
     original = c10d.init_process_group
 

@@ -19,7 +19,7 @@ import importlib.abc
 import importlib.machinery
 import os
 import sys
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from types import ModuleType
 from typing import Any
 
@@ -121,7 +121,7 @@ def activate(environ: MutableMapping[str, str] | None = None) -> None:
               "running the program without it", file=sys.stderr)
 
 
-def launcher_env(*, environ: MutableMapping[str, str], emulate: str | None, nodes: int,
+def launcher_env(*, environ: Mapping[str, str], emulate: str | None, nodes: int,
                  cpu: bool, job_id: str) -> dict[str, str]:
     """Launcher side: the variables that turn the shim on in the workers of one run.
 

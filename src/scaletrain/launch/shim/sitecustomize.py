@@ -30,7 +30,7 @@ def _next_sitecustomize() -> None:
 try:
     from scaletrain.launch.worker_shim import activate
 except ImportError:  # scaletrain not importable in this interpreter: leave the program alone
-    activate = None
-if activate is not None:
+    pass
+else:
     activate()
 _next_sitecustomize()
