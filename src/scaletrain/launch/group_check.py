@@ -95,7 +95,7 @@ def _record_exit() -> None:
                     "world_size": _STATE.get("world"), "framework_worlds": _framework_worlds()})
 
 
-def patch_c10d(c10d: ModuleType) -> None:
+def patch_c10d(c10d: Any) -> None:  # torch.distributed.distributed_c10d, patched
     """Wrap ``init_process_group`` in torch.distributed.distributed_c10d to record the size."""
     original = getattr(c10d, "init_process_group")
     if getattr(original, "_scaletrain_recorded", False):

@@ -68,7 +68,8 @@ def _setup(plan: Plan) -> list[str]:
 
 
 def _environment(plan: Plan) -> list[str]:
-    out = ["", f"# environment: the runtime finds the cluster profile through {CLUSTER_VAR}"]
+    out = ["", f"# environment: the cluster ({CLUSTER_VAR}, for scaletrain's tools in the job) "
+           "and what the runtime needs from its profile"]
     out += [f"export {check_env_name(k)}={q(check_text(k, v))}" for k, v in plan.env]
     if plan.scheduler == "slurm":
         out += [

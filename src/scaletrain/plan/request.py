@@ -51,7 +51,7 @@ class JobRequest:
     params: float | None = None
     job_name: str | None = None
     command: tuple[str, ...] = ()
-    # --profile FILE, absolute: exported as SCALETRAIN_CLUSTER so the job's runtime finds the same profile
+    # --profile FILE, absolute: exported as SCALETRAIN_CLUSTER so tools in the job find the same profile
     profile_file: str | None = None
     # more #SBATCH options (None: no line); every value is checked by scaletrain.plan.values
     mail_type: str | None = None
