@@ -152,9 +152,10 @@ VALID = {
     "lint": ["lint", "--cluster", "puhti"],
     "run": ["run", "--nproc-per-node", "1"],
     "clusters": ["clusters"],
+    "doctor": ["doctor"],
 }
 TAIL = {"plan": ["--", "train.py"], "submit": ["--", "train.py"], "lint": ["--", "job.sh"],
-        "run": ["--", "no_such_training_script.py"], "clusters": []}
+        "run": ["--", "no_such_training_script.py"], "clusters": [], "doctor": []}
 SKIP = {"submit": ("--wait",), "run": ("--module",)}   # follow a job / start a module: never here
 OWN_SUBMIT = ("--run-dir", "--job-name", "--output", "--json", "--dry-run")  # decide submit's own paths
 
@@ -238,7 +239,38 @@ def test_fuzz_sees_every_verb() -> None:
     """A verb added to the CLI must be added here too."""
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    fuzzed = {"plan", "submit", "lint", "run", "clusters"}
+    fuzzed = {"plan", "submit", "lint", "run", "clusters", "doctor", "bench"}
     missing = set(sub.choices) - fuzzed
     if missing:
         pytest.fail(f"verbs without a fuzz test: {sorted(missing)}")
+
+
+class _Launched(Exception):
+    """A bench command got past its checks and would start workers now."""
+
+
+@pytest.mark.parametrize("kind", ["comm", "scaling"])
+def test_bench_flags_with_every_nasty_value(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each flag of ``bench KIND`` with each NASTY value: one line and a hint, or past the checks
+    (where the benchmark's own runs are stubbed: they start processes for minutes)."""
+    import scaletrain.bench.scaling as scaling
+    import scaletrain.cli.bench as bench
+
+    def launched(*args: object, **kwargs: object) -> None:
+        raise _Launched()
+
+    monkeypatch.setattr(bench.subprocess, "run", launched)
+    monkeypatch.setattr(scaling, "run_scaling", launched)
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    kinds = next(a for a in sub.choices["bench"]._actions if isinstance(a, argparse._SubParsersAction))
+    flags = [(max(a.option_strings, key=len), a.nargs != 0) for a in kinds.choices[kind]._actions
+             if a.option_strings and "--help" not in a.option_strings]
+    for flag, takes in flags:
+        for value in (NASTY if takes else [""]):
+            try:
+                _check(["bench", kind, flag, value] if takes else ["bench", kind, flag])
+            except _Launched:
+                pass
+    for value in NASTY:
+        _check(["bench", value])

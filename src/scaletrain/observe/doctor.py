@@ -204,9 +204,25 @@ def run_checks(env_before: Any, *, timeout_s: float, size_mb: float, out: Callab
         torch.cuda.synchronize(device)
     seconds = (time.perf_counter() - t0) / iters
     measured = bus_bandwidth(numel * 4, seconds, env.world_size)
-    from scaletrain.runtime.detect import cluster_profile
-
-    line, hint = judge_bandwidth(measured, expected_bandwidth(cluster_profile(environ), num_nodes=env.num_nodes))
+    line, hint = judge_bandwidth(measured, expected_bandwidth(_profile(environ), num_nodes=env.num_nodes))
     _agree(hint is None, line, hint or "")
     passed.append(f"all_reduce of {numel * 4 / 1024 ** 2:.0f} MiB correct; {line}")
     return passed
+
+
+def _profile(environ: Mapping[str, str]) -> Any:
+    """The job's cluster profile (named by the generated script's SCALETRAIN_CLUSTER), or None.
+
+    doctor is a CLI verb: it may read the profile itself; the training runtime never does.
+    """
+    from scaletrain.clusters.profile import load_profile
+    from scaletrain.contract import CLUSTER_VAR
+    from scaletrain.errors import ScaletrainError
+
+    name = environ.get(CLUSTER_VAR, "").strip()
+    if not name:
+        return None
+    try:
+        return load_profile(name)
+    except ScaletrainError:
+        return None

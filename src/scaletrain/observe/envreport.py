@@ -87,7 +87,7 @@ def collect(environ: Mapping[str, str] | None = None, *, with_torch: bool = True
         cores = sorted(os.sched_getaffinity(0))
     except AttributeError:
         cores = list(range(os.cpu_count() or 1))
-    from scaletrain.runtime.affinity import format_cores
+    from scaletrain.contract import format_cores
 
     report: dict[str, Any] = {
         "scaletrain": __version__,

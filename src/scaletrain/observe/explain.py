@@ -20,15 +20,25 @@ from scaletrain.observe.scaling import (DEFAULT_THRESHOLD, Links, StepProfile, b
                                         predict, recommend, sizes_up_to, time_to_solution)
 
 
+MAX_REPORT_BYTES = 64 * 2**20
+
+
 def load_measurement(path: str, *, params: float | None = None) -> tuple[StepProfile, float, str]:
     """(step, samples of work, description) from a run folder, summary.json or scaling.json."""
     p = Path(path).expanduser()
-    if p.is_dir():
-        for name in ("summary.json", "scaling.json"):
-            if (p / name).is_file():
-                p = p / name
-                break
     try:
+        if p.is_dir():
+            for name in ("summary.json", "scaling.json"):
+                if (p / name).is_file():
+                    p = p / name
+                    break
+        # a report is a small regular file: never block on a FIFO or read a device without end
+        if p.exists() and not p.is_file():
+            raise UsageError(f"--explain: {path} is not a regular file",
+                             "give a Monitor run folder (with summary.json) or a bench scaling.json")
+        if p.exists() and p.stat().st_size > MAX_REPORT_BYTES:
+            raise UsageError(f"--explain: {path} is larger than a report can be "
+                             f"({MAX_REPORT_BYTES // 2**20} MiB)", "give a summary.json or scaling.json")
         doc = json.loads(p.read_text())
     except FileNotFoundError:
         raise UsageError(f"--explain: {path} not found",
