@@ -116,7 +116,7 @@ def analyse(rows: list[dict[str, Any]], links: Links | None, link_source: str) -
     for r in rows:
         speedup = r["samples_per_s"] / base["samples_per_s"]
         row = dict(r, speedup=speedup, efficiency=speedup / (r["nproc"] / base["nproc"]))
-        if step is not None:
+        if step is not None and links is not None:
             p = predict(step, links, r["nproc"])
             row.update(predicted_step_s=p.step_s, predicted_efficiency=p.efficiency, predicted_limit=p.limit,
                        prediction_error=(p.step_s - r["step_s"]) / r["step_s"])

@@ -134,7 +134,8 @@ def _make_tiny_gpt() -> type:
             n = tokens.shape[1]
             x = self.embed(tokens) + self.pos[:n]
             for block in self.blocks:
-                x = block(x, src_mask=self.mask[:n, :n], is_causal=True)
+                mask = self.get_buffer("mask")
+                x = block(x, src_mask=mask[:n, :n], is_causal=True)
             return self.head(x)
 
     return TinyGPT

@@ -93,7 +93,7 @@ def reported_layout(obj: Any) -> str | None:
     if obj is None:
         return None
     try:
-        from scaletrain.parallel import describe  # type: ignore[attr-defined]
+        from scaletrain.parallel import describe
     except ImportError:
         return None
     sharding = describe(obj)
@@ -209,8 +209,8 @@ def rng_state() -> dict[str, Any]:
     try:
         import numpy as np
 
-        kind, keys, pos, has_gauss, cached = np.random.get_state()
-        out["numpy"] = {"kind": str(kind), "keys": torch.from_numpy(keys.astype("int64")),
+        kind, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)
+        out["numpy"] = {"kind": str(kind), "keys": torch.from_numpy(np.asarray(keys).astype("int64")),
                         "pos": int(pos), "has_gauss": int(has_gauss), "cached": float(cached)}
     except ImportError:
         pass

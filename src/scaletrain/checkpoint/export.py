@@ -38,7 +38,7 @@ def export(path: str | Path, model: Any) -> Path | None:
 
         full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True,
                                                                     cpu_offload=True))
-        full = {k: v.detach().cpu() for k, v in full.items()}
+        full = {k: v.detach().cpu() for k, v in full.items() if isinstance(v, torch.Tensor)}
     rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
     result: Path | None = None
     error: str | None = None

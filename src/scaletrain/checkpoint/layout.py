@@ -19,6 +19,8 @@ writer, the loader and the tests share one answer.
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
+
 import errno
 import fcntl
 import json
@@ -235,7 +237,7 @@ class PartialFolder:
         shutil.rmtree(self.path, ignore_errors=True)
 
 
-def clean_partials(directory: Path, *, exclude: set[str] = frozenset()) -> list[str]:
+def clean_partials(directory: Path, *, exclude: AbstractSet[str] = frozenset()) -> list[str]:
     """Remove ``.partial-`` folders whose writer is gone; returns their names.
 
     A folder is left alone when its lock is held (a live save, here or on another node

@@ -64,7 +64,7 @@ def stage(obj: Any) -> Any:
     if isinstance(obj, torch.Tensor):
         t = obj.detach()
         if hasattr(t, "full_tensor") and type(t).__name__ == "DTensor":
-            t = t.to_local()
+            t = getattr(t, "to_local")()
         return t.to("cpu", copy=True)
     if isinstance(obj, dict):
         return type(obj)((k, stage(v)) for k, v in obj.items()) if type(obj) is not dict \

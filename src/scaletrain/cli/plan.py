@@ -304,7 +304,7 @@ def run_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def _explain(plan, run: str) -> str:
+def _explain(plan: Plan, run: str) -> str:
     from scaletrain.observe.explain import explain_plan  # the logic lives with the scaling model
 
     return explain_plan(plan, run)

@@ -111,6 +111,7 @@ class RocmSmiBackend:
         self.read()  # fail now, not in the thread, when it does not work
 
     def read(self) -> Sample:
+        assert self._exe is not None  # available() found rocm-smi
         out = subprocess.run([self._exe, "-d", str(self._index), "--showuse", "--showmemuse",
                               "--showpower", "--json"], capture_output=True, text=True, timeout=10)
         card = next(iter(json.loads(out.stdout).values()))

@@ -48,7 +48,7 @@ class RankInfo:
 def resolve_master(addr: str) -> str:
     """The IP address of ``addr``, or DoctorError saying it does not resolve."""
     try:
-        return socket.getaddrinfo(addr, None, type=socket.SOCK_STREAM)[0][4][0]
+        return str(socket.getaddrinfo(addr, None, type=socket.SOCK_STREAM)[0][4][0])
     except (socket.gaierror, UnicodeError) as exc:
         raise DoctorError(f"MASTER_ADDR {addr!r} does not resolve on {socket.gethostname()}: {exc}",
                           "set MASTER_ADDR to a host name every node can resolve: the first node "

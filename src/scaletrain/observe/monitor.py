@@ -158,7 +158,7 @@ class Monitor:
         self._last: float | None = None
         self._wait = 0.0
         self._step = 0
-        self._buffer: list[Record] = []
+        self._buffer: list[tuple[Any, ...]] = []  # raw tuples; records are built off this thread
         self._window: list[tuple[float, float, float | None]] = []  # (step_s, wait_s, comm_s)
         # after warm-up: running sums (time, wait, samples, tokens, steps) and the recent step
         # times for the median, bounded so that a million-step run holds no million tuples
@@ -290,7 +290,7 @@ class Monitor:
             records.append(rec)
         return records
 
-    def _mfu(self, samples: int, step_s: float) -> float | None:
+    def _mfu(self, samples: float, step_s: float) -> float | None:
         if not self.flops_per_sample or not self.peak_flops:
             return None
         return self.flops_per_sample * samples / step_s / self.peak_flops

@@ -102,8 +102,10 @@ def _step(step: StepProfile, links: Links, n: int) -> tuple[float, float, float,
     comm = comm_time(step.grad_bytes, n, bandwidth, links.latency_s)
     contention = 1.0
     if links.slots:  # the scheduler shares the cores among ours and everyone else's threads
+        slots = links.slots
+
         def share(k: int) -> float:
-            return max(1.0, (links.background_load + k) / links.slots)
+            return max(1.0, (links.background_load + k) / slots)
         contention = share(per_node) / share(1)
     compute = step.compute_s * contention
     hidden = min(comm, links.overlap * BACKWARD_SHARE * compute)

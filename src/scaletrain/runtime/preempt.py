@@ -299,6 +299,7 @@ class StopAgreement:
             return
         import torch
 
+        assert dist is not None  # poll() runs only with a process group
         backend = str(dist.get_backend(self._group)).lower()
         if "nccl" in backend and torch.cuda.is_available():
             device = torch.device("cuda", torch.cuda.current_device())
