@@ -28,6 +28,8 @@ BACKEND_VAR = "SCALETRAIN_BACKEND"            # "gloo": NCCL refuses two ranks o
 PROCS_PER_GPU_VAR = "SCALETRAIN_PROCS_PER_GPU"  # K: local rank r uses GPU r // K
 BIND_VAR = "SCALETRAIN_CPU_BIND"              # "auto" or "none"
 DATA_VAR = "SCALETRAIN_DATA"                  # where --stage-data copied the data on each node
+TIMEOUT_VAR = "SCALETRAIN_TIMEOUT"            # collective timeout in seconds once training runs
+RUN_DIR_VAR = "SCALETRAIN_RUN_DIR"            # `scaletrain run`'s folder: error records, stacks/
 
 # Exit code of a process that stopped on purpose at a time limit or preemption after its
 # state was saved: "try again later" (BSD sysexits EX_TEMPFAIL). A batch script requeues the

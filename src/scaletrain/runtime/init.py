@@ -38,8 +38,9 @@ from scaletrain.contract import BACKEND_VAR, PROCS_PER_GPU_VAR
 from scaletrain.runtime.device import normalize_request, physical_gpu, resolve_device
 from scaletrain.runtime.env import Env
 from scaletrain.runtime.threads import allowed_cpus, apply_threads, choose_threads
+from scaletrain.runtime import timeouts
+from scaletrain.runtime.timeouts import STARTUP_TIMEOUT_S
 
-STARTUP_TIMEOUT_S = 1800.0
 SETTLE_TIMEOUT_S = 5.0
 _GLOO_WORKER = "pt_gloo_runloop"  # the name c10d gives ProcessGroupGloo's worker threads
 _BACKENDS = ("gloo", "nccl", "mpi", "ucc", "xccl")
@@ -190,7 +191,7 @@ def _warn_batch_step(env: Env) -> None:
 
 
 def init(*, device: str | None = None, backend: str | None = None,
-         timeout_s: float | None = None) -> Env:
+         timeout_s: float | None = None, step_timeout_s: float | None = None) -> Env:
     """Join the job and return this process's :class:`Env`.
 
     Args:
@@ -200,6 +201,9 @@ def init(*, device: str | None = None, backend: str | None = None,
         backend: torch.distributed backend; default nccl on GPUs, gloo on the CPU. ``"gloo"``
             also allows several local ranks to share one GPU (CUDA MPS).
         timeout_s: start-up rendezvous and collective timeout (default 1800 s).
+        step_timeout_s: collective timeout once training runs (default ``SCALETRAIN_TIMEOUT``,
+            set by ``scaletrain run --timeout``, else 600 s, at most ``timeout_s``); applied
+            by :func:`scaletrain.runtime.timeouts.training_started`.
 
     Idempotent: a second call returns the same Env; one with different arguments raises
     UsageError. Raises :class:`DistEnvError` when the environment contradicts itself or the
@@ -244,6 +248,7 @@ def init(*, device: str | None = None, backend: str | None = None,
         _warn_batch_step(env)
 
         seconds = float(timeout_s) if timeout_s is not None else STARTUP_TIMEOUT_S
+        step_seconds = timeouts.step_timeout(seconds, step_timeout_s, environ)
         owns = False
         if dist.is_initialized():  # the script made its own group: adopt it if it matches
             if dist.get_rank() != env.rank or dist.get_world_size() != env.world_size:
@@ -262,6 +267,7 @@ def init(*, device: str | None = None, backend: str | None = None,
         facts = _bind_and_thread(env, environ, state)
         state.env = replace(env, extra={**env.extra, **facts})
         _STATE = state
+        timeouts.configure(step_seconds)
         _register_atexit()
         return state.env
 
@@ -285,6 +291,7 @@ def shutdown() -> None:
         state, _STATE = _STATE, None
     if state is None:
         return
+    timeouts.configure(None)
     import sys
 
     dist = sys.modules.get("torch.distributed")
