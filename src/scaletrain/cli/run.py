@@ -23,6 +23,7 @@ examples:
   scaletrain run train.py --lr 0.1                      # one worker per GPU (1 on a CPU machine)
   scaletrain run --ranks 0 -m mypkg.train --config a.yaml
   scaletrain run --procs-per-gpu 4 train.py             # 4 ranks per GPU (gloo, CUDA MPS)
+  scaletrain run --max-restarts 2 --timeout 300 train.py  # resume after a crash; end a hang in 5 min
   # two nodes (run on each, node-rank 0 and 1):
   scaletrain run --nnodes 2 --node-rank 0 --master-addr node1 --master-port 29500 train.py
 """
@@ -35,6 +36,16 @@ def _nproc(value: str) -> int | str:
         return int(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number or 'auto', got {value!r}") from None
+
+
+def _seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {value!r}") from None
+    if not 0 < seconds < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {value!r}")
+    return seconds
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -52,6 +63,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="restart all workers up to K times after a failure (default 0; one node only)")
     w.add_argument("--ranks", choices=("all", "0"), default="all",
                    help="whose output to show: all (default) or 0; lines are prefixed [rank N]")
+    f = p.add_argument_group("failures")
+    f.add_argument("--timeout", type=_seconds, default=None, metavar="SECONDS",
+                   help="end the run when a collective waits longer than this once training "
+                        "runs (default 600; start-up keeps init()'s 30 minutes)")
+    f.add_argument("--run-dir", default=None, metavar="DIR",
+                   help="where error records and, after a hang, every rank's Python stack go "
+                        "(default: a temporary folder, kept and named only after a hang)")
     n = p.add_argument_group("several nodes (static rendezvous)")
     n.add_argument("--nnodes", type=int, default=1, metavar="M", help="number of nodes (default 1)")
     n.add_argument("--node-rank", type=int, default=0, metavar="R", help="this node's index, 0..M-1")
@@ -78,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
         nproc_per_node=args.nproc_per_node, nnodes=args.nnodes, node_rank=args.node_rank,
         master_addr=args.master_addr, master_port=args.master_port,
         max_restarts=args.max_restarts, ranks=args.ranks, procs_per_gpu=args.procs_per_gpu,
+        timeout_s=args.timeout, run_dir=args.run_dir,
     )
     plan = plan_launch(request, environ=os.environ, gpus=count_visible_gpus())
     print(f"scaletrain: {plan.describe()}", file=sys.stderr, flush=True)

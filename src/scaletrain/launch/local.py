@@ -20,12 +20,17 @@ import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
+from scaletrain.contract import EXIT_STOPPED
 from scaletrain.errors import LaunchError
-from scaletrain.launch.failure import collect_failures, render_tail, worker_failed_error
+from scaletrain.launch.failure import (FailedRank, collect_failures, describe, render_tail,
+                                       root_cause, worker_failed_error)
 from scaletrain.launch.mps import mps_daemon
 from scaletrain.launch.output import make_logs_specs, prefix_template
 from scaletrain.launch.ports import check_port_free
+from scaletrain.launch.rundir import read_errors
 from scaletrain.launch.spec import LaunchPlan
+from scaletrain.launch.supervise import run_folder, supervised_agent, worker_environ
+from scaletrain.launch.worker import worker_args
 
 # How often the agent polls its workers (torchrun's default). Lower costs CPU on small
 # machines; higher delays noticing a finished or failed worker.
@@ -131,17 +136,29 @@ def launch(plan: LaunchPlan) -> int:
 
     log_dir = tempfile.mkdtemp(prefix="scaletrain_run_")
     logs_specs = make_logs_specs(log_dir, ranks=plan.ranks, node_rank=plan.node_rank)
+
+    def failures(report: Mapping[int, object]) -> list[FailedRank]:
+        return collect_failures(report, logs_specs.stderr_paths, records=read_errors(run_dir))
+
     try:
-        with mps_daemon(plan.procs_per_gpu is not None and plan.gpus > 0) as mps_env, \
-                _scoped_environ({**plan.worker_env, **mps_env}), _scoped_signal_handlers():
+        with run_folder(plan.run_dir) as run_dir, \
+                mps_daemon(plan.procs_per_gpu is not None and plan.gpus > 0) as mps_env, \
+                _scoped_environ({**plan.worker_env, **mps_env, **worker_environ(run_dir)}), \
+                _scoped_signal_handlers(), \
+                supervised_agent(run_dir, lambda report: describe(root_cause(failures(report)))):
             config = _config(plan, logs_specs)
             try:
-                elastic_launch(config, plan.entrypoint)(*plan.args)
+                elastic_launch(config, plan.entrypoint)(*worker_args(plan.args))
             except ChildFailedError as exc:
-                failed = collect_failures(exc.failures, logs_specs.stderr_paths)
-                error = worker_failed_error(failed, plan.node_rank)
-                cause = next(f for f in failed if f.rank == error.rank)
+                failed = failures(exc.failures)
+                cause = root_cause(failed)
                 sys.stdout.flush()
+                if cause.record is None and cause.exitcode == EXIT_STOPPED:
+                    print(f"scaletrain: rank {cause.rank} stopped on purpose after saving its "
+                          f"state (exit {EXIT_STOPPED}); run again, or requeue, to resume",
+                          file=sys.stderr)
+                    return EXIT_STOPPED
+                error = worker_failed_error(failed, plan.node_rank)
                 print(render_tail(cause), file=sys.stderr)
                 raise error from None
             except SignalException as exc:

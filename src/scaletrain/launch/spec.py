@@ -20,9 +20,15 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from scaletrain.contract import BACKEND_VAR, DEFAULT_PORT, PROCS_PER_GPU_VAR
+from scaletrain.contract import BACKEND_VAR, DEFAULT_PORT, PROCS_PER_GPU_VAR, TIMEOUT_VAR
 from scaletrain.errors import UsageError
 from scaletrain.launch.threads import ThreadBudget, thread_budget
+from scaletrain.runtime.threads import allowed_cpus
+
+# CPU workers per core beyond which a launch only thrashes (each worker is a whole Python
+# process with torch loaded, ~300 MB): refused before anything is spawned.
+WORKERS_PER_CORE = 4
+MIN_WORKER_BOUND = 8
 # Variables the runtime (scaletrain.init) reads; the launcher sets them only when asked.
 
 
@@ -41,6 +47,8 @@ class RunRequest:
     max_restarts: int = 0
     ranks: str = "all"                 # "all": every rank's lines prefixed; "0": rank 0 only
     procs_per_gpu: int | None = None
+    timeout_s: float | None = None     # collective timeout once training runs (workers)
+    run_dir: str | None = None         # error records and hang stacks (default: temporary)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,6 +70,7 @@ class LaunchPlan:
     gpus: int
     procs_per_gpu: int | None
     worker_env: dict[str, str] = field(default_factory=dict)  # added to each worker's environment
+    run_dir: str | None = None
 
     def describe(self) -> str:
         """One line for the launcher's start-up message."""
@@ -91,7 +100,7 @@ def _resolve_target(req: RunRequest) -> tuple[str, ...]:
     return ("-u", req.target, *req.args)
 
 
-def _resolve_nproc(req: RunRequest, gpus: int) -> int:
+def _resolve_nproc(req: RunRequest, gpus: int, cores_here: int | None = None) -> int:
     devices = max(gpus, 1)  # without a GPU the CPU is the one "device"
     if req.procs_per_gpu is not None:
         _positive("--procs-per-gpu", req.procs_per_gpu, "use --procs-per-gpu 2 or more")
@@ -110,6 +119,15 @@ def _resolve_nproc(req: RunRequest, gpus: int) -> int:
         raise UsageError(f"--nproc-per-node must be a number or 'auto', got {req.nproc_per_node!r}",
                          "e.g. --nproc-per-node 2") from None
     _positive("--nproc-per-node", nproc, "e.g. --nproc-per-node 2, or auto (one per GPU)")
+    if not gpus:
+        cores = cores_here if cores_here is not None else len(allowed_cpus())
+        bound = max(MIN_WORKER_BOUND, WORKERS_PER_CORE * cores)
+        if nproc > bound:
+            raise UsageError(
+                f"--nproc-per-node {nproc} CPU workers on {cores} core(s) would only thrash "
+                f"(at most {bound} here)",
+                f"use --nproc-per-node {min(cores, bound)} (one per core); for more ranks use "
+                "more nodes (scaletrain plan) or GPUs")
     if gpus and nproc > gpus:
         raise UsageError(
             f"--nproc-per-node {nproc} is more than the {gpus} GPU(s) visible here",
@@ -131,8 +149,12 @@ def _parse_port(value: str, where: str) -> int:
     return int(value)
 
 
-def plan_launch(req: RunRequest, *, environ: Mapping[str, str], gpus: int) -> LaunchPlan:
-    """Check ``req`` against the environment and return the plan, or raise UsageError."""
+def plan_launch(req: RunRequest, *, environ: Mapping[str, str], gpus: int,
+                cores: int | None = None) -> LaunchPlan:
+    """Check ``req`` against the environment and return the plan, or raise UsageError.
+
+    ``cores``: CPU cores this launcher may use (default: its affinity mask); bounds the
+    number of CPU workers."""
     _positive("--nnodes", req.nnodes, "e.g. --nnodes 2")
     if req.nnodes == 1 and req.node_rank != 0:
         raise UsageError("--node-rank needs --nnodes > 1", "e.g. --nnodes 2 --node-rank 1")
@@ -143,13 +165,16 @@ def plan_launch(req: RunRequest, *, environ: Mapping[str, str], gpus: int) -> La
     if req.max_restarts < 0:
         raise UsageError(f"--max-restarts must be 0 or more, got {req.max_restarts}",
                          "use 0 to fail at the first crash")
+    if req.timeout_s is not None and not (0 < req.timeout_s < float("inf")):
+        raise UsageError(f"--timeout must be a positive number of seconds, got {req.timeout_s:g}",
+                         "e.g. --timeout 600 (a collective waiting longer ends the run)")
     if req.ranks not in ("all", "0"):
         raise UsageError(f"--ranks must be 'all' or '0', got {req.ranks!r}", "e.g. --ranks 0")
     _check_agrees("--master-addr", req.master_addr, "MASTER_ADDR", environ)
     _check_agrees("--master-port", req.master_port, "MASTER_PORT", environ)
 
     args = _resolve_target(req)
-    nproc = _resolve_nproc(req, gpus)
+    nproc = _resolve_nproc(req, gpus, cores)
     addr = req.master_addr or environ.get("MASTER_ADDR") or None
     port: int | None = None
     if req.master_port is not None:
@@ -182,6 +207,8 @@ def plan_launch(req: RunRequest, *, environ: Mapping[str, str], gpus: int) -> La
         # Restarted workers must not share the agent's store with the failed attempt: its keys
         # would send them to dead peers (pytorch/pytorch#135712). Rank 0 then hosts a fresh store.
         worker_env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+    if req.timeout_s is not None:
+        worker_env[TIMEOUT_VAR] = f"{req.timeout_s:g}"
     if req.procs_per_gpu is not None:
         # NCCL refuses two ranks on one device; gloo works (through CUDA MPS on a GPU).
         worker_env[BACKEND_VAR] = "gloo"
@@ -193,5 +220,5 @@ def plan_launch(req: RunRequest, *, environ: Mapping[str, str], gpus: int) -> La
         local_addr=local_addr,
         master_port_fixed=port if (backend == "static" and req.node_rank == 0) else None,
         max_restarts=req.max_restarts, ranks=req.ranks, threads=threads, gpus=gpus,
-        procs_per_gpu=req.procs_per_gpu, worker_env=worker_env,
+        procs_per_gpu=req.procs_per_gpu, worker_env=worker_env, run_dir=req.run_dir,
     )
