@@ -41,6 +41,8 @@ _LAZY: dict[str, str] = {
     "all_reduce_mean": "scaletrain.data.metrics",
     "gather_objects": "scaletrain.data.metrics",
     "scale_lr": "scaletrain.data.lr",
+    # checkpoints
+    "Checkpointer": "scaletrain.checkpoint",
 }
 
 __all__ = ["__version__", "ScaletrainError", *_LAZY]

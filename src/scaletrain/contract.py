@@ -31,6 +31,7 @@ DATA_VAR = "SCALETRAIN_DATA"                  # where --stage-data copied the da
 TIMEOUT_VAR = "SCALETRAIN_TIMEOUT"            # collective timeout in seconds once training runs
 RUN_DIR_VAR = "SCALETRAIN_RUN_DIR"            # `scaletrain run`'s folder: error records, stacks/
 AGENT_PID_VAR = "SCALETRAIN_AGENT_PID"        # the launcher's PID: workers die with it
+STOP_SIGNALS_VAR = "SCALETRAIN_STOP_SIGNALS"  # "USR1:time_limit,TERM:preempted" or "none"
 
 # Exit code of a process that stopped on purpose at a time limit or preemption after its
 # state was saved: "try again later" (BSD sysexits EX_TEMPFAIL). A batch script requeues the

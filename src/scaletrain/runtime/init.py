@@ -191,7 +191,8 @@ def _warn_batch_step(env: Env) -> None:
 
 
 def init(*, device: str | None = None, backend: str | None = None,
-         timeout_s: float | None = None, step_timeout_s: float | None = None) -> Env:
+         timeout_s: float | None = None, step_timeout_s: float | None = None,
+         stop_signals: Mapping[str, str] | str | None = None) -> Env:
     """Join the job and return this process's :class:`Env`.
 
     Args:
@@ -204,6 +205,11 @@ def init(*, device: str | None = None, backend: str | None = None,
         step_timeout_s: collective timeout once training runs (default ``SCALETRAIN_TIMEOUT``,
             set by ``scaletrain run --timeout``, else 600 s, at most ``timeout_s``); applied
             by :func:`scaletrain.runtime.timeouts.training_started`.
+        stop_signals: signals that ask the training loop to save and stop, with their reason,
+            e.g. ``{"USR1": "time_limit", "TERM": "preempted"}`` (the default) or the same as
+            ``"USR1:time_limit,TERM:preempted"``; ``"none"`` installs nothing.
+            ``SCALETRAIN_STOP_SIGNALS`` gives the same choice from outside
+            (see :mod:`scaletrain.runtime.preempt`).
 
     Idempotent: a second call returns the same Env; one with different arguments raises
     UsageError. Raises :class:`DistEnvError` when the environment contradicts itself or the
@@ -217,6 +223,9 @@ def init(*, device: str | None = None, backend: str | None = None,
         if timeout_s is not None and not float(timeout_s) > 0:
             raise UsageError(f"timeout_s={timeout_s!r} must be a positive number of seconds",
                              "leave it out for the 30-minute start-up default")
+        from scaletrain.runtime import preempt
+
+        stop_signals = preempt.resolve(stop_signals)  # a bad value fails before any rendezvous
         environ = os.environ
         env = detect(environ)
         requested = normalize_request(device, environ)
@@ -269,6 +278,7 @@ def init(*, device: str | None = None, backend: str | None = None,
         _STATE = state
         timeouts.configure(step_seconds)
         _register_atexit()
+        preempt.install(stop_signals)
         return state.env
 
 
@@ -293,6 +303,10 @@ def shutdown() -> None:
         return
     timeouts.configure(None)
     import sys
+
+    from scaletrain.runtime import preempt
+
+    preempt.uninstall()  # the handlers init() replaced come back
 
     dist = sys.modules.get("torch.distributed")
     if state.owns_group and dist is not None and dist.is_initialized():

@@ -1,0 +1,51 @@
+"""Checkpoints: exact resume, crash-safe folders, sharded state, async saves, exports.
+
+``scaletrain.Checkpointer`` (in :mod:`scaletrain.checkpoint.checkpointer`) is the public entry.
+Importing this package does not import torch.
+
+Layout of a checkpoint directory::
+
+    checkpoints/
+      step-00001200/            a committed checkpoint (the newest = "latest")
+        COMMIT.json             commit marker, written last: step, world size, strategy,
+                                time, scaletrain/torch versions, every file with its size
+        replicated.pt           state all ranks hold alike (ddp/none/zero1 model, optimizer
+                                of replicated strategies, scheduler, scaler, loader, values),
+                                written once by rank 0 with torch.save
+        rank-00000.pt ...       each rank's RNG states (Python, NumPy, torch, CUDA)
+        sharded/                torch.distributed.checkpoint files, one shard per rank
+                                (zero1 optimizer, zero2/zero3/hsdp/offload, pipeline stages)
+      stop.json                 why and at which step the last run stopped on purpose
+      .partial-step-00001300-1a2b3c4d/   a save in progress (or killed): ignored by loads
+
+A save writes into a ``.partial-`` folder, fsyncs every file, renames the folder to
+``step-N`` and then writes ``COMMIT.json`` (temporary file, fsync, rename): a folder without
+the marker does not count, so a kill at any moment leaves the previous checkpoint as the
+latest. The newest ``keep`` committed folders are kept; an older one is deleted marker first.
+Partial folders of dead writers are removed by the next save or load (never one whose writer
+still holds its lock). To resume by hand from an older step, move the newer folders aside.
+Everything is read with ``torch.load(weights_only=True)`` (and DCP's metadata with an
+allow-list): a checkpoint holding any other pickled object is refused, never run.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from scaletrain.checkpoint.checkpointer import Checkpointer
+    from scaletrain.checkpoint.errors import CheckpointError
+
+__all__ = ["Checkpointer", "CheckpointError"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Checkpointer":
+        from scaletrain.checkpoint.checkpointer import Checkpointer
+
+        return Checkpointer
+    if name == "CheckpointError":
+        from scaletrain.checkpoint.errors import CheckpointError
+
+        return CheckpointError
+    raise AttributeError(f"module 'scaletrain.checkpoint' has no attribute {name!r}")

@@ -1,0 +1,263 @@
+"""``scaletrain.Checkpointer``: save, resume, stop on time limits, export weights.
+
+::
+
+    ckpt = scaletrain.Checkpointer("checkpoints", keep=3, every_steps=500)
+    state = {"model": model, "optimizer": opt, "scheduler": sched, "loader": train}
+    start = ckpt.load_latest(state) or 0
+    for step in range(start, total_steps):
+        train_one_step()
+        ckpt.step(step + 1, state)     # saves when due; stops the job cleanly on a signal
+    ckpt.close()
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import MutableMapping
+from pathlib import Path
+from typing import Any
+
+from scaletrain.checkpoint import layout
+from scaletrain.checkpoint.collect import classify
+from scaletrain.checkpoint.comm import Comm
+from scaletrain.checkpoint.errors import CheckpointError
+from scaletrain.errors import UsageError
+
+_MINUTES_DUE = 1  # StopAgreement flag bit 0: "every_minutes is due" on some rank
+
+
+def _positive(name: str, value: Any, kind: type, allow_none: bool = True) -> Any:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int) \
+            or value <= 0:
+        raise UsageError(f"Checkpointer {name} must be a positive "
+                         f"{'number' if kind is float else 'integer'}, got {value!r}",
+                         hint=f"e.g. Checkpointer('checkpoints', {name}="
+                              f"{'30' if kind is float else '3'})")
+    return value
+
+
+class Checkpointer:
+    """Checkpoints in ``directory``, one folder per step, the newest ``keep`` kept.
+
+    Args:
+        directory: where the ``step-NNNNNNNN/`` folders go (created; must be writable and,
+            for several nodes, on a file system every node sees).
+        keep: how many committed checkpoints to keep (the newest ones; >= 1).
+        every_steps: ``step()`` saves when ``step % every_steps == 0``.
+        every_minutes: ``step()`` saves when this much wall time passed since the last save;
+            agreed across ranks, so every rank saves the same step.
+        async_save: ``save()`` returns once the state is copied to CPU memory; the files are
+            written in the background while training goes on. At most one save is in flight
+            (the next waits); an error of the background write is raised by the next call.
+        exit_on_stop: on an agreed stop (time limit, preemption), ``step()`` saves and raises
+            ``SystemExit(75)`` (``contract.EXIT_STOPPED``); with False it returns True and
+            ``should_stop()`` is True from then on.
+    """
+
+    def __init__(self, directory: str | Path, keep: int = 3, every_steps: int | None = None,
+                 every_minutes: float | None = None, async_save: bool = False, *,
+                 exit_on_stop: bool = True) -> None:
+        if not isinstance(directory, (str, Path)) or not str(directory):
+            raise UsageError(f"Checkpointer directory must be a path, got {directory!r}",
+                             hint="e.g. Checkpointer('checkpoints')")
+        self.directory = Path(directory).expanduser().absolute()
+        self.keep = _positive("keep", keep, int, allow_none=False)
+        self.every_steps = _positive("every_steps", every_steps, int)
+        self.every_minutes = _positive("every_minutes", every_minutes, float)
+        self.async_save = bool(async_save)
+        self.exit_on_stop = bool(exit_on_stop)
+        layout.check_directory(self.directory)
+        self._comm: Comm | None = None
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._agreement: Any = None
+        self._last_saved: int | None = None
+        self._last_save_time = time.monotonic()
+        self._stop_reason: str | None = None
+        self._closed = False
+
+    # -- saving ----------------------------------------------------------------------
+    def save(self, step: int, state: MutableMapping[str, Any]) -> None:
+        """Save ``state`` as checkpoint ``step`` (a collective: call it on every rank).
+
+        Returns when the checkpoint is committed, or with ``async_save`` once the state is
+        copied and the background write has started.
+        """
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise UsageError(f"checkpoint step must be a non-negative integer, got {step!r}",
+                             hint="pass the number of optimizer steps done, e.g. save(1200, state)")
+        self._check_open()
+        self.wait()
+        from scaletrain.checkpoint.writer import SaveJob
+
+        entries = classify(state)
+        job = SaveJob(self.directory, step, entries, self._get_comm(), keep=self.keep,
+                      staged=self.async_save)
+        job.prepare()
+        self._last_saved = step
+        self._last_save_time = time.monotonic()
+        if not self.async_save:
+            job.run()
+            return
+        self._thread = threading.Thread(target=self._background, args=(job,),
+                                        name=f"scaletrain-checkpoint-{step}", daemon=True)
+        self._thread.start()
+
+    def _background(self, job: Any) -> None:
+        try:
+            job.run()
+        except BaseException as err:  # kept for the next call in the training thread
+            self._error = err
+
+    def wait(self) -> None:
+        """Wait for a save in flight; raise its error if it failed (never lost)."""
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join()
+        err, self._error = self._error, None
+        if err is not None:
+            if isinstance(err, CheckpointError):
+                raise err
+            raise CheckpointError(f"the background checkpoint save failed: {err}",
+                                  hint="the previous checkpoint is intact; check free space "
+                                       "and quota") from err
+
+    def close(self) -> None:
+        """Finish a save in flight and release the checkpointer's resources (all ranks)."""
+        if self._closed:
+            return
+        try:
+            self.wait()
+        finally:
+            self._closed = True
+            if self._agreement is not None:
+                self._agreement.close()
+                self._agreement = None
+            if self._comm is not None:
+                self._comm.close()
+                self._comm = None
+
+    def __enter__(self) -> Checkpointer:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- loading ---------------------------------------------------------------------
+    def load_latest(self, state: MutableMapping[str, Any]) -> int | None:
+        """Load the newest committed checkpoint into ``state``; its step, or None (fresh run).
+
+        Objects are loaded in place (``load_state_dict``); plain values are replaced in the
+        ``state`` mapping. Each rank reads onto its own device. Raises CheckpointError for a
+        damaged or unsafe checkpoint (it names the step and the file).
+        """
+        self._check_open()
+        self.wait()
+        from scaletrain.checkpoint import reader
+
+        entries = classify(state)
+        step = reader.load(self.directory, entries, state, self._get_comm(), _device(entries))
+        if step is not None:
+            self._last_saved = step
+        self._last_save_time = time.monotonic()
+        return step
+
+    @property
+    def latest_step(self) -> int | None:
+        """The step of the newest committed checkpoint on disk (no collective), or None."""
+        item = layout.latest(self.directory)
+        return item.step if item is not None else None
+
+    # -- the loop helper ---------------------------------------------------------------
+    def step(self, step: int, state: MutableMapping[str, Any]) -> bool:
+        """Call after every optimizer step, on every rank: saves when due, stops when asked.
+
+        Due: ``step % every_steps == 0``, or ``every_minutes`` passed (agreed across ranks
+        one step late, so all ranks save the same step). On an agreed stop (a time-limit or
+        preemption signal on any rank, see ``scaletrain.runtime.preempt``): saves ``step``
+        unless it is already saved, waits for the write, writes ``stop.json`` and raises
+        ``SystemExit(75)``; with ``exit_on_stop=False`` returns True instead.
+        """
+        from scaletrain.runtime import preempt
+
+        self._check_open()
+        if self._agreement is None:
+            self._agreement = preempt.StopAgreement()
+        minutes_due = (self.every_minutes is not None and
+                       time.monotonic() - self._last_save_time >= self.every_minutes * 60)
+        reason, flags = self._agreement.poll(_MINUTES_DUE if minutes_due else 0)
+        if reason is not None:
+            return self._stop(step, state, reason)
+        due = (self.every_steps is not None and step % self.every_steps == 0) or \
+            bool(flags & _MINUTES_DUE)
+        if due and self._last_saved != step:
+            self.save(step, state)
+        return False
+
+    def _stop(self, step: int, state: MutableMapping[str, Any], reason: str) -> bool:
+        from scaletrain.contract import EXIT_STOPPED
+        from scaletrain.runtime import preempt
+
+        if self._last_saved != step:
+            self.save(step, state)
+        self.wait()
+        self._stop_reason = reason
+        if self._get_comm().rank == 0:
+            preempt.write_stop_record(self.directory, reason=reason, step=step)
+        if self.exit_on_stop:
+            self.close()
+            raise SystemExit(EXIT_STOPPED)
+        return True
+
+    def should_stop(self) -> bool:
+        """True once ``step()`` stopped on an agreed time limit or preemption."""
+        return self._stop_reason is not None
+
+    # -- export ------------------------------------------------------------------------
+    def export(self, path: str | Path, model: Any) -> Path | None:
+        """Write ``model``'s consolidated weights to one file for inference (all ranks call).
+
+        See :func:`scaletrain.checkpoint.export.export`.
+        """
+        self.wait()
+        from scaletrain.checkpoint.export import export
+
+        return export(path, model)
+
+    # -- internals ---------------------------------------------------------------------
+    def _get_comm(self) -> Comm:
+        if self._comm is None:
+            self._comm = Comm()
+        return self._comm
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise UsageError("this Checkpointer is closed",
+                             hint="create a new Checkpointer to save or load again")
+        if self._error is not None or (self._thread is not None and not self._thread.is_alive()):
+            self.wait()  # surfaces a background failure at the next call
+
+    def __del__(self) -> None:
+        thread = getattr(self, "_thread", None)
+        if thread is not None and thread.is_alive() and not sys.is_finalizing():
+            thread.join()
+
+
+def _device(entries: list[Any]) -> Any:
+    """Where this rank's tensors live: the device ``setup()`` chose, else CUDA's current."""
+    from scaletrain.parallel.precision import state_of
+
+    for entry in entries:
+        ps = state_of(entry.obj)
+        if ps is not None:
+            return ps.env.device
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        return f"cuda:{torch.cuda.current_device()}"
+    return "cpu"

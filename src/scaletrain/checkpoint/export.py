@@ -1,0 +1,68 @@
+"""Consolidated model weights in one file, for inference, from any strategy.
+
+The file is a plain ``state_dict`` (parameter and buffer names of the unwrapped model, full
+tensors on the CPU) that ``torch.load(path, weights_only=True)`` reads and
+``model.load_state_dict`` accepts on a model that was never wrapped. Unlike a checkpoint this
+*gathers*: under FSDP2 every full tensor is assembled (``get_model_state_dict`` with
+``full_state_dict=True, cpu_offload=True``: one tensor at a time, on rank 0's host memory),
+and a pipeline's stages are collected from their ranks - so rank 0 needs host memory for the
+whole model. Call it on every rank; rank 0 writes (atomically) and returns the path, the
+others return None.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from scaletrain.checkpoint.collect import is_pipeline
+from scaletrain.errors import UsageError
+
+
+def export(path: str | Path, model: Any) -> Path | None:
+    """Write ``model``'s full weights to ``path`` on rank 0 (a collective); see the module doc."""
+    import torch
+    import torch.distributed as dist
+
+    if not (is_pipeline(model) or isinstance(model, torch.nn.Module)):
+        raise UsageError(f"export() takes the model, got {type(model).__name__}",
+                         hint="e.g. ckpt.export('model.pt', model)")
+    target = Path(path).expanduser().absolute()
+    if is_pipeline(model):
+        full = model.full_state_dict()
+    else:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, \
+            get_model_state_dict
+
+        full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True,
+                                                                    cpu_offload=True))
+        full = {k: v.detach().cpu() for k, v in full.items()}
+    rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    result: Path | None = None
+    error: str | None = None
+    if rank == 0:
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp",
+                                       dir=target.parent)
+            try:
+                with os.fdopen(fd, "wb") as fh:
+                    torch.save(full, fh)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                os.replace(tmp, target)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+            result = target
+        except OSError as err:
+            error = f"cannot write {target}: {err.strerror or err}"
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        box = [error]
+        dist.broadcast_object_list(box, src=0)
+        error = box[0]
+    if error:
+        raise UsageError(error, hint="export to a writable path")
+    return result

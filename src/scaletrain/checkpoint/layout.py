@@ -1,0 +1,314 @@
+"""The checkpoint folder on disk: names, the commit marker, "latest", retention, clean-up.
+
+Pure file-system logic, no torch: every rule about which folder counts lives here, so the
+writer, the loader and the tests share one answer.
+
+- ``step-00001200/`` is a committed checkpoint only when ``step-00001200/COMMIT.json`` exists,
+  parses, names step 1200 and lists files that are all there with their sizes. The marker is
+  the last thing a save writes (atomically: temporary file, fsync, rename).
+- A save writes into ``.partial-step-00001200-<token>/`` and renames it once every rank's
+  files are fsynced; a folder that a kill left behind keeps its ``.partial-`` name (or has
+  no marker) and is ignored by every reader.
+- Latest = the committed folder with the highest step (no symlink that could dangle).
+- Retention keeps the newest ``keep`` committed folders and never touches the folder just
+  committed nor the newest valid one. A folder is deleted marker first, so a kill half-way
+  through a deletion leaves an uncommitted folder, never a committed partial one.
+- Clean-up of partial folders skips any folder whose writer is alive: the writer holds an
+  ``flock`` on ``<folder>/.lock`` for the whole save, and records its host and PID.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import re
+import secrets
+import shutil
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from scaletrain.errors import UsageError
+from scaletrain.fileio import atomic_write, fsync_dir
+
+MARKER = "COMMIT.json"
+LOCK = ".lock"
+OWNER = ".owner.json"
+FORMAT = 1  # version of the folder layout; a reader refuses newer ones
+
+_STEP_DIR = re.compile(r"^step-(\d{8,})$")
+_PARTIAL_DIR = re.compile(r"^\.partial-step-(\d{8,})-[0-9a-f]+$")
+# a committed folder moved aside while the same step is saved again (see commit())
+_REPLACED_DIR = re.compile(r"^\.replaced-step-(\d{8,})-[0-9a-f]+$")
+
+
+def step_dirname(step: int) -> str:
+    """``step-00001200``: zero-padded so names sort like steps in a file browser."""
+    return f"step-{step:08d}"
+
+
+def partial_dirname(step: int, token: str | None = None) -> str:
+    """A fresh temporary name for a save of ``step`` in progress."""
+    return f".partial-{step_dirname(step)}-{token or secrets.token_hex(4)}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Committed:
+    """One committed checkpoint folder and its marker's content."""
+
+    step: int
+    path: Path
+    marker: dict[str, Any] = field(compare=False)
+
+
+def read_marker(folder: Path) -> dict[str, Any] | None:
+    """The folder's commit marker, or None when it is missing or not a marker of ours."""
+    try:
+        text = (folder / MARKER).read_text(encoding="utf-8")
+        data = json.loads(text)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("step"), int):
+        return None
+    if not isinstance(data.get("files"), dict):
+        return None
+    return data
+
+
+def verify_files(folder: Path, marker: dict[str, Any]) -> str | None:
+    """First problem with the files the marker lists (missing, wrong size), or None."""
+    for rel, size in marker["files"].items():
+        path = folder / rel
+        try:
+            actual = path.stat().st_size
+        except OSError:
+            return f"{rel} is missing"
+        if isinstance(size, int) and actual != size:
+            return f"{rel} has {actual} bytes, the commit marker says {size} (truncated?)"
+    return None
+
+
+def committed(directory: Path) -> list[Committed]:
+    """Every committed checkpoint in ``directory``, oldest step first.
+
+    A folder counts when its marker exists and names the folder's own step. A folder moved
+    aside by a re-save of the same step counts only when no committed folder has that step
+    (a kill in the middle of the swap leaves it as the valid copy).
+    """
+    found: dict[int, Committed] = {}
+    replaced: dict[int, Committed] = {}
+    try:
+        entries = list(os.scandir(directory))
+    except FileNotFoundError:
+        return []
+    for entry in entries:
+        match = _STEP_DIR.match(entry.name) or _REPLACED_DIR.match(entry.name)
+        if match is None or not entry.is_dir(follow_symlinks=False):
+            continue
+        step = int(match.group(1))
+        marker = read_marker(Path(entry.path))
+        if marker is None or marker["step"] != step:
+            continue
+        item = Committed(step=step, path=Path(entry.path), marker=marker)
+        (found if entry.name.startswith("step-") else replaced)[step] = item
+    for step, item in replaced.items():
+        found.setdefault(step, item)
+    return [found[s] for s in sorted(found)]
+
+
+def latest(directory: Path) -> Committed | None:
+    """The committed checkpoint with the highest step, or None."""
+    items = committed(directory)
+    return items[-1] if items else None
+
+
+def to_delete(steps: list[int], keep: int, protect: set[int]) -> list[int]:
+    """Steps to delete so that the newest ``keep`` remain; ``protect`` is never deleted.
+
+    Pure: ``steps`` are committed steps. The newest step is always kept (it is the last
+    valid checkpoint), whatever ``keep`` says.
+    """
+    if keep < 1:
+        raise ValueError("keep must be >= 1")
+    ordered = sorted(set(steps))
+    if not ordered:
+        return []
+    kept = set(ordered[-keep:]) | {ordered[-1]} | protect
+    return [s for s in ordered if s not in kept]
+
+
+def remove_committed(item: Committed) -> None:
+    """Delete a committed folder: marker first (then it no longer counts), then the rest."""
+    try:
+        (item.path / MARKER).unlink()
+    except FileNotFoundError:
+        pass
+    fsync_dir(item.path)
+    shutil.rmtree(item.path, ignore_errors=True)
+
+
+def apply_retention(directory: Path, keep: int, protect: set[int]) -> list[int]:
+    """Delete committed folders beyond the newest ``keep``; returns the steps deleted."""
+    items = committed(directory)
+    by_step = {item.step: item for item in items}
+    doomed = to_delete(list(by_step), keep, protect)
+    for step in doomed:
+        remove_committed(by_step[step])
+    # a stale moved-aside copy whose step has a committed folder again is garbage
+    for entry in _listdir(directory):
+        match = _REPLACED_DIR.match(entry)
+        if match and int(match.group(1)) in by_step and \
+                by_step[int(match.group(1))].path.name != entry:
+            _remove_if_abandoned(directory / entry)
+    return doomed
+
+
+# -- writing ----------------------------------------------------------------------------
+
+
+class PartialFolder:
+    """A checkpoint being written: a ``.partial-`` folder locked by its writer.
+
+    Created by the process that commits (rank 0); other ranks only write files into it.
+    """
+
+    def __init__(self, directory: Path, step: int, name: str | None = None) -> None:
+        self.directory = directory
+        self.step = step
+        self.path = directory / (name or partial_dirname(step))
+        self._lock_fd: int | None = None
+
+    def create(self) -> None:
+        """Make the folder, take its lock and record the owner (host, PID, time)."""
+        self.path.mkdir(parents=False, exist_ok=False)
+        self._lock_fd = os.open(self.path / LOCK, os.O_CREAT | os.O_RDWR, 0o644)
+        fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        atomic_write(self.path / OWNER, json.dumps(
+            {"host": socket.gethostname(), "pid": os.getpid(), "time": time.time()}))
+
+    def release(self) -> None:
+        """Drop the lock (after commit, or when giving up)."""
+        if self._lock_fd is not None:
+            try:
+                os.close(self._lock_fd)
+            finally:
+                self._lock_fd = None
+
+    def commit(self, marker: dict[str, Any]) -> Path:
+        """Rename to ``step-N`` and write the marker last; returns the committed path.
+
+        A committed folder of the same step (a re-save) is first moved aside under a
+        ``.replaced-`` name that readers still accept, and deleted only after the new marker
+        is on disk, so a valid copy of the step exists at every moment.
+        """
+        final = self.directory / step_dirname(self.step)
+        aside: Path | None = None
+        for name in (LOCK, OWNER):
+            try:
+                (self.path / name).unlink()
+            except FileNotFoundError:
+                pass
+        fsync_dir(self.path)
+        if final.exists():
+            aside = self.directory / f".replaced-{step_dirname(self.step)}-{secrets.token_hex(4)}"
+            os.replace(final, aside)
+        os.replace(self.path, final)
+        fsync_dir(self.directory)
+        atomic_write(final / MARKER, json.dumps(marker, indent=1, sort_keys=True) + "\n")
+        fsync_dir(self.directory)
+        self.release()
+        if aside is not None:
+            shutil.rmtree(aside, ignore_errors=True)
+        self.path = final
+        return final
+
+    def abandon(self) -> None:
+        """Remove the folder after a failed save (best effort)."""
+        self.release()
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def clean_partials(directory: Path, *, exclude: set[str] = frozenset()) -> list[str]:
+    """Remove ``.partial-`` folders whose writer is gone; returns their names.
+
+    A folder is left alone when its lock is held (a live save, here or on another node
+    where the file system honours flock), or when its owner is a live process on this host.
+    """
+    removed = []
+    for name in _listdir(directory):
+        if name in exclude or not _PARTIAL_DIR.match(name):
+            continue
+        if _remove_if_abandoned(directory / name):
+            removed.append(name)
+    return removed
+
+
+def _remove_if_abandoned(path: Path) -> bool:
+    lock = path / LOCK
+    fd: int | None = None
+    try:
+        if lock.exists():
+            fd = os.open(lock, os.O_RDWR)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as err:
+                if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    return False  # a live writer holds it
+                raise
+        if _owner_alive(path):
+            return False
+        shutil.rmtree(path, ignore_errors=True)
+        return not path.exists()
+    except OSError:
+        return False
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def _owner_alive(path: Path) -> bool:
+    try:
+        owner = json.loads((path / OWNER).read_text(encoding="utf-8"))
+        host, pid = owner["host"], int(owner["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    if host != socket.gethostname() or pid == os.getpid():
+        # our own PID: this process is not saving it now (the save would exclude it)
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _listdir(directory: Path) -> list[str]:
+    try:
+        return os.listdir(directory)
+    except FileNotFoundError:
+        return []
+
+
+def check_directory(directory: Path) -> None:
+    """Create ``directory`` if needed and make sure this process can write into it."""
+    if directory.exists() and not directory.is_dir():
+        raise UsageError(f"checkpoint directory {directory} is not a directory",
+                         hint="pass a folder path, not a file")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UsageError(
+            f"cannot create the checkpoint directory {directory}: {err.strerror or err}",
+            hint="pass a directory on a writable file system (e.g. your project's scratch)")
+    if not directory.is_dir():
+        raise UsageError(f"checkpoint directory {directory} is not a directory",
+                         hint="pass a folder path, not a file")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise UsageError(f"checkpoint directory {directory} is not writable",
+                         hint="pass a directory you can write to, or fix its permissions")

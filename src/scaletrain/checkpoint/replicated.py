@@ -1,0 +1,118 @@
+"""State that every rank holds alike (ddp, none, zero1's model, schedulers, loaders, values):
+gathered into one payload that rank 0 writes with ``torch.save``; plus each rank's own payload
+(RNG states, per-rank objects) that every rank writes to ``rank-NNNNN.pt``.
+
+Models and optimizers go through torch's state-dict helpers, so keys are the model's own
+parameter names (no ``module.`` prefix from DDP) and a checkpoint written under one of these
+strategies loads under another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import MutableMapping
+from typing import Any
+
+from scaletrain.checkpoint.collect import Entry, rng_state, set_rng_state
+
+
+def _options(*, full: bool = False, cpu: bool = False) -> Any:
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(full_state_dict=full, cpu_offload=cpu)
+
+
+def collect(entries: list[Entry]) -> dict[str, Any]:
+    """The replicated payload: ``{"values", "objects", "models", "optimizers", "groups"}``.
+
+    ``groups``: hyper-parameters of optimizers whose per-parameter state is sharded by name
+    (ZeRO-1, pipeline stage): identical on every rank, so written once here.
+    """
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, \
+        get_optimizer_state_dict
+
+    payload: dict[str, Any] = {"values": {}, "objects": {}, "models": {}, "optimizers": {},
+                               "groups": {}}
+    for e in entries:
+        if e.kind == "value":
+            payload["values"][e.name] = e.obj
+        elif e.kind == "object":
+            payload["objects"][e.name] = e.obj.state_dict()
+        elif e.kind == "model" and not e.sharded:
+            payload["models"][e.name] = get_model_state_dict(e.obj)
+        elif e.kind == "optimizer" and not e.sharded:
+            payload["optimizers"][e.name] = (
+                get_optimizer_state_dict(e.model, e.obj) if e.model is not None
+                else e.obj.state_dict())
+        elif e.kind == "optimizer" and e.named:
+            from scaletrain.checkpoint.sharded import named_groups
+
+            payload["groups"][e.name] = named_groups(e)
+    return payload
+
+
+def collect_local(entries: list[Entry]) -> dict[str, Any]:
+    """This rank's payload: RNG states and per-rank objects' state."""
+    return {"rng": rng_state(),
+            "local": {e.name: e.obj.state_dict() for e in entries if e.kind == "local"}}
+
+
+def stage(obj: Any) -> Any:
+    """A copy of ``obj`` with every tensor copied to CPU memory, so training may go on
+    changing the originals while a background thread writes the copy."""
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        t = obj.detach()
+        if hasattr(t, "full_tensor") and type(t).__name__ == "DTensor":
+            t = t.to_local()
+        return t.to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return type(obj)((k, stage(v)) for k, v in obj.items()) if type(obj) is not dict \
+            else {k: stage(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [stage(v) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(stage(v) for v in obj)
+    return obj
+
+
+def apply(entries: list[Entry], payload: dict[str, Any], state: MutableMapping[str, Any],
+          stored: dict[str, dict[str, Any]]) -> None:
+    """Load the replicated payload into the live objects (and values into ``state``)."""
+    from torch.distributed.checkpoint.state_dict import set_model_state_dict, \
+        set_optimizer_state_dict
+
+    for e in entries:
+        where = stored.get(e.name, {})
+        if where.get("sharded"):
+            continue
+        if e.kind == "value":
+            state[e.name] = payload["values"][e.name]
+        elif e.kind == "object":
+            e.obj.load_state_dict(payload["objects"][e.name])
+        elif e.kind == "model":
+            set_model_state_dict(e.obj, payload["models"][e.name],
+                                 options=_options(full=e.sharded))
+    # optimizers after every model: their helper reads the model's (new) parameters
+    for e in entries:
+        if e.kind != "optimizer" or stored.get(e.name, {}).get("sharded"):
+            continue
+        saved = payload["optimizers"][e.name]
+        if e.named:
+            from scaletrain.checkpoint.sharded import load_named_from_full
+
+            load_named_from_full(e, saved)
+        elif e.model is not None:
+            set_optimizer_state_dict(e.model, e.obj, saved, options=_options(full=e.sharded))
+        else:
+            e.obj.load_state_dict(saved)
+
+
+def apply_local(entries: list[Entry], payload: dict[str, Any], *, same_world: bool) -> None:
+    """Restore this rank's RNG states and per-rank objects (same world size only)."""
+    if not same_world:
+        return
+    set_rng_state(payload["rng"])
+    for e in entries:
+        if e.kind == "local" and e.name in payload["local"]:
+            e.obj.load_state_dict(payload["local"][e.name])

@@ -1,0 +1,173 @@
+"""Reading and writing checkpoint files without ever running a pickled object.
+
+- ``torch.save`` files are read with ``torch.load(weights_only=True)``: tensors, numbers,
+  strings, lists, tuples and dicts only. Anything else is refused with a CheckpointError that
+  names the file, before any of it runs.
+- ``torch.distributed.checkpoint`` (DCP) has two unsafe spots in torch 2.13: its ``.metadata``
+  file is read with a bare ``pickle.load`` (``FileSystemReader.read_metadata``), and non-tensor
+  entries ("bytes") with ``torch.load(weights_only=False)`` (``DefaultLoadPlanner.load_bytes``).
+  :class:`SafeReader` reads the metadata with an unpickler that admits only DCP's own metadata
+  classes, dtypes and ``torch.Size``; :func:`safe_planner` loads bytes entries with
+  ``weights_only=True``.
+- Truncated or garbage files become one-line CheckpointErrors (which step, which file, a hint).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+from pathlib import Path
+from typing import Any
+
+from scaletrain.checkpoint.errors import CheckpointError, unreadable, unsafe
+
+# What DCP's .metadata may name, (module, name); dtypes are checked separately.
+_METADATA_CLASSES = {
+    ("torch.distributed.checkpoint.metadata", n) for n in (
+        "Metadata", "TensorStorageMetadata", "BytesStorageMetadata", "ChunkStorageMetadata",
+        "TensorProperties", "MetadataIndex", "StorageMeta", "_MEM_FORMAT_ENCODING")
+} | {
+    ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
+    ("torch.serialization", "_get_layout"),
+    ("torch", "Size"),
+    ("pathlib", "PosixPath"), ("pathlib", "PurePosixPath"),
+    ("collections", "OrderedDict"),
+}
+
+
+def save_file(obj: Any, path: Path) -> int:
+    """``torch.save`` into ``path``, flushed and fsynced; returns the size in bytes."""
+    import torch
+
+    with open(path, "wb") as fh:
+        torch.save(obj, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    return path.stat().st_size
+
+
+def _is_weights_only_refusal(err: BaseException) -> bool:
+    """torch refused a global (a class or function the file wants to call)."""
+    return _refused_global(err) is not None
+
+
+def _refused_global(err: BaseException) -> str | None:
+    for line in str(err).splitlines():
+        low = line.lower()
+        if "unsupported global" in low or "unsupported class" in low or \
+                ("global" in low and "blocked" in low):
+            return line.strip()
+    return None
+
+
+def load_file(path: Path, *, step: int | None, map_location: Any = None,
+              fallback: int | None = None) -> Any:
+    """``torch.load(weights_only=True)`` with one-line errors for unsafe or damaged files."""
+    import torch
+
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as err:
+        if _is_weights_only_refusal(err):
+            raise unsafe(step, path, _refused_global(err) or "") from None
+        raise unreadable(step, path, f"not a torch file ({_detail(err)})",
+                         fallback=fallback) from None
+    except FileNotFoundError:
+        raise unreadable(step, path, "the file is missing", fallback=fallback) from None
+    except (RuntimeError, EOFError, ValueError, OSError, KeyError, IndexError,
+            AttributeError, TypeError) as err:
+        if _is_weights_only_refusal(err):
+            raise unsafe(step, path, _refused_global(err) or "") from None
+        raise unreadable(step, path, f"truncated or corrupt ({_detail(err)})",
+                         fallback=fallback) from None
+
+
+def _detail(err: BaseException) -> str:
+    """The informative line of torch's message (its first line is often boilerplate)."""
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    for line in lines:
+        if "Unsupported operand" in line or "failed" in line.lower() or "EOF" in line:
+            return line[:200]
+    return _first_line(err)
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    line = text[0] if text else type(err).__name__
+    return line if len(line) <= 200 else line[:197] + "..."
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        import torch
+
+        if (module, name) in _METADATA_CLASSES:
+            return super().find_class(module, name)
+        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
+            return getattr(torch, name)
+        raise pickle.UnpicklingError(f"Unsupported global {module}.{name} in DCP metadata")
+
+
+def read_dcp_metadata(path: Path, *, step: int | None = None, fallback: int | None = None) -> Any:
+    """DCP's ``.metadata`` of the folder ``path``, unpickled with the allow-list above."""
+    meta_path = path / ".metadata"
+    try:
+        with open(meta_path, "rb") as fh:
+            return _MetadataUnpickler(fh).load()
+    except pickle.UnpicklingError as err:
+        if "Unsupported global" in str(err):
+            raise unsafe(step, meta_path, _first_line(err)) from None
+        raise unreadable(step, meta_path, f"corrupt ({_first_line(err)})",
+                         fallback=fallback) from None
+    except FileNotFoundError:
+        raise unreadable(step, meta_path, "the file is missing", fallback=fallback) from None
+    except (EOFError, ValueError, OSError, TypeError, AttributeError, IndexError) as err:
+        raise unreadable(step, meta_path, f"truncated or corrupt ({_first_line(err)})",
+                         fallback=fallback) from None
+
+
+def safe_reader(path: Path, *, step: int | None = None, fallback: int | None = None) -> Any:
+    """A DCP ``FileSystemReader`` whose metadata goes through :func:`read_dcp_metadata`."""
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.metadata import StorageMeta
+
+    class SafeReader(FileSystemReader):
+        def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
+            if kwargs.get("rank") is not None:
+                raise CheckpointError("per-rank DCP metadata is not supported",
+                                      hint="this is a bug in scaletrain; please report it")
+            metadata = read_dcp_metadata(Path(self.path), step=step, fallback=fallback)
+            if getattr(metadata, "storage_meta", None) is None:
+                metadata.storage_meta = StorageMeta()
+            metadata.storage_meta.load_id = self.load_id
+            return metadata
+
+    return SafeReader(str(path))
+
+
+def safe_planner(*, step: int | None = None, path: Path | None = None, **kwargs: Any) -> Any:
+    """A DCP ``DefaultLoadPlanner`` that loads non-tensor entries with ``weights_only=True``."""
+    import torch
+    from torch.distributed.checkpoint import DefaultLoadPlanner
+    from torch.distributed.checkpoint._traverse import set_element
+
+    where = path or Path("sharded")
+
+    class SafePlanner(DefaultLoadPlanner):
+        def load_bytes(self, read_item: Any, value: io.BytesIO) -> None:
+            try:
+                obj = torch.load(value, weights_only=True)
+            except pickle.UnpicklingError as err:
+                if _is_weights_only_refusal(err):
+                    raise unsafe(step, where, _refused_global(err) or "") from None
+                raise unreadable(step, where, f"corrupt entry ({_first_line(err)})") from None
+            except (RuntimeError, EOFError, ValueError) as err:
+                raise unreadable(step, where, f"corrupt entry ({_first_line(err)})") from None
+            if self.flatten_state_dict:
+                set_element(self.original_state_dict,
+                            self.mappings[read_item.dest_index.fqn], obj)
+            else:
+                self.state_dict[read_item.dest_index.fqn] = obj
+
+    return SafePlanner(**kwargs)

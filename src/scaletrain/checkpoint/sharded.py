@@ -1,0 +1,197 @@
+"""Sharded state through ``torch.distributed.checkpoint`` (DCP): each rank writes its own shard.
+
+- FSDP2 models and optimizers (zero2, zero3, hsdp, offload): ``get_model_state_dict`` /
+  ``get_optimizer_state_dict`` give DTensor shards keyed by parameter name; DCP writes each
+  rank's shard and, on load, reads what each rank of the *new* world needs - so a checkpoint
+  written by W ranks loads on any number of ranks (resharding), with no full gather.
+- ZeroRedundancyOptimizer (zero1) and a pipeline stage's optimizer: each rank holds the state
+  of whole parameters (its partition, its stage). We write ``{name}.state.{param}.{key}`` for
+  this rank's parameters only; on load each rank reads the keys of the parameters it owns now,
+  found in the checkpoint's metadata. No ``consolidate_state_dict()`` (that gathers every
+  rank's state on one rank, the memory peak DCP avoids), and zero1 reshards too.
+- A pipeline stage's parameters are written under the model's own names.
+
+Loading goes through :mod:`scaletrain.checkpoint.safeio` (no pickle executed).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from scaletrain.checkpoint.collect import Entry, is_zero
+from scaletrain.checkpoint.safeio import read_dcp_metadata, safe_planner, safe_reader
+
+SUBDIR = "sharded"
+
+
+def _param_names(entry: Entry) -> dict[int, str]:
+    """``id(param) -> name`` for the parameters of the optimizer's model (no DDP prefix)."""
+    model = entry.model
+    if hasattr(model, "stage_of"):  # PipelineModel: the whole model's names
+        return {id(p): n for n, p in model.named_parameters()}
+    inner = getattr(model, "module", model)
+    return {id(p): n for n, p in inner.named_parameters(remove_duplicate=False)}
+
+
+def _local_optimizer(entry: Entry) -> Any:
+    """The optimizer that holds this rank's per-parameter state."""
+    return entry.obj.optim if is_zero(entry.obj) else entry.obj
+
+
+def named_groups(entry: Entry) -> list[dict[str, Any]]:
+    """The optimizer's param_groups with parameter names instead of tensors (all ranks alike)."""
+    names = _param_names(entry)
+    return [{**{k: v for k, v in g.items() if k != "params"},
+             "params": [names[id(p)] for p in g["params"]]} for g in entry.obj.param_groups]
+
+
+def _named_state(entry: Entry) -> dict[str, Any]:
+    names = _param_names(entry)
+    local = _local_optimizer(entry)
+    return {names[id(p)]: dict(s) for p, s in local.state.items() if s}
+
+
+def collect(entries: list[Entry]) -> dict[str, Any]:
+    """The DCP state dict of every sharded entry, keyed by entry name."""
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, \
+        get_optimizer_state_dict
+
+    out: dict[str, Any] = {}
+    for e in entries:
+        if not e.sharded:
+            continue
+        if e.kind == "pipeline":
+            out[e.name] = {n: p.detach() for n, p in e.obj.named_parameters()}
+        elif e.kind == "model":
+            out[e.name] = get_model_state_dict(e.obj)
+        elif e.kind == "optimizer" and e.named:
+            out[e.name] = {"state": _named_state(e)}
+        elif e.kind == "optimizer":
+            out[e.name] = get_optimizer_state_dict(e.model, e.obj)
+    return out
+
+
+def save(state: dict[str, Any], folder: Path, group: Any) -> None:
+    """Write ``state`` with DCP into ``folder/sharded`` (a collective over ``group``)."""
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+
+    target = folder / SUBDIR
+    dcp.save(state, storage_writer=dcp.FileSystemWriter(str(target), sync_files=True),
+             process_group=group, no_dist=not dist.is_initialized())
+
+
+def async_save(state: dict[str, Any], folder: Path, group: Any) -> Any:
+    """Start :func:`save` in DCP's background thread; returns its future (staging is done)."""
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+
+    target = folder / SUBDIR
+    return dcp.async_save(state, storage_writer=dcp.FileSystemWriter(str(target),
+                                                                     sync_files=True),
+                          process_group=group, no_dist=not dist.is_initialized())
+
+
+def load(entries: list[Entry], folder: Path, stored: dict[str, dict[str, Any]], *, step: int,
+         group: Any, groups: dict[str, Any], fallback: int | None) -> None:
+    """Read every entry stored sharded into the live objects (a collective over ``group``)."""
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, \
+        get_optimizer_state_dict, set_model_state_dict, set_optimizer_state_dict
+
+    wanted = [e for e in entries if stored.get(e.name, {}).get("sharded")]
+    if not wanted:
+        return
+    path = folder / SUBDIR
+    metadata = read_dcp_metadata(path, step=step, fallback=fallback)
+    keys = list(metadata.state_dict_metadata)
+    target: dict[str, Any] = {}
+    for e in wanted:
+        if e.kind == "pipeline":
+            target[e.name] = {n: p.detach() for n, p in e.obj.named_parameters()}
+        elif e.kind == "model":
+            target[e.name] = get_model_state_dict(e.obj)
+    # Optimizers after the models: get_optimizer_state_dict may initialise state (a zero step).
+    flat_named: dict[str, dict[str, Any]] = {}
+    for e in wanted:
+        if e.kind != "optimizer":
+            continue
+        if e.named:
+            flat_named[e.name] = _named_targets(e, metadata, keys)
+            target.update(flat_named[e.name])
+        else:
+            target[e.name] = get_optimizer_state_dict(e.model, e.obj)
+    dcp.load(target, storage_reader=safe_reader(path, step=step, fallback=fallback),
+             planner=safe_planner(step=step, path=path), process_group=group,
+             no_dist=not dist.is_initialized())
+    for e in wanted:
+        if e.kind == "model":
+            set_model_state_dict(e.obj, target[e.name])
+    for e in wanted:
+        if e.kind == "optimizer" and e.named:
+            _apply_named(e, flat_named[e.name], groups.get(e.name))
+        elif e.kind == "optimizer":
+            set_optimizer_state_dict(e.model, e.obj, target[e.name])
+
+
+def _named_targets(entry: Entry, metadata: Any, keys: list[str]) -> dict[str, Any]:
+    """Empty tensors for every checkpoint key of the parameters this rank's optimizer owns."""
+    import torch
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    names = _param_names(entry)
+    local = _local_optimizer(entry)
+    out: dict[str, Any] = {}
+    for g in local.param_groups:
+        for p in g["params"]:
+            prefix = f"{entry.name}.state.{names[id(p)]}."
+            for key in keys:
+                if not key.startswith(prefix):
+                    continue
+                meta = metadata.state_dict_metadata[key]
+                if isinstance(meta, TensorStorageMetadata):
+                    out[key] = torch.empty(meta.size, dtype=meta.properties.dtype)
+                else:
+                    out[key] = None  # a non-tensor value, read as bytes (weights_only)
+    return out
+
+
+def _apply_named(entry: Entry, flat: dict[str, Any], groups: list[dict[str, Any]] | None) -> None:
+    """Put the loaded per-parameter state into the local optimizer, and the hyper-parameters."""
+    names = _param_names(entry)
+    per_param: dict[str, dict[str, Any]] = {}
+    for g in _local_optimizer(entry).param_groups:
+        for p in g["params"]:
+            prefix = f"{entry.name}.state.{names[id(p)]}."
+            per_param[names[id(p)]] = {k[len(prefix):]: v for k, v in flat.items()
+                                       if k.startswith(prefix)}
+    _install(entry, per_param, groups)
+
+
+def load_named_from_full(entry: Entry, saved: dict[str, Any]) -> None:
+    """Load a full, name-keyed optimizer dict (written by a replicated strategy) into a
+    ZeRO-1 or pipeline optimizer: each rank takes its own parameters' state."""
+    _install(entry, saved.get("state", {}), saved.get("param_groups"))
+
+
+def _install(entry: Entry, per_param: dict[str, dict[str, Any]],
+             groups: list[dict[str, Any]] | None) -> None:
+    import torch
+
+    names = _param_names(entry)
+    local = _local_optimizer(entry)
+    for g in local.param_groups:
+        for p in g["params"]:
+            saved = per_param.get(names[id(p)])
+            if not saved:
+                continue
+            # "step" stays where optimizers keep it (a CPU scalar unless capturable/fused)
+            local.state[p] = {k: (v.to(p.device) if isinstance(v, torch.Tensor) and k != "step"
+                                  else v) for k, v in saved.items()}
+    if groups:
+        for live_groups in {id(entry.obj.param_groups): entry.obj.param_groups,
+                            id(local.param_groups): local.param_groups}.values():
+            for live, old in zip(live_groups, groups):
+                live.update({k: v for k, v in old.items() if k != "params"})

@@ -1,0 +1,174 @@
+"""One save, in two halves: :meth:`SaveJob.prepare` in the training thread (agree on the
+folder, take the state dicts, copy them to CPU for an async save), then :meth:`SaveJob.run`
+(write, fsync, gather every rank's file list, commit) - inline, or in a background thread.
+
+Files of ``step-N/``:
+
+- ``replicated.pt``: rank 0's ``torch.save`` of everything every rank holds alike;
+- ``rank-00000.pt`` ...: each rank's RNG states and per-rank objects;
+- ``sharded/``: DCP's files (``__R_0.distcp`` per rank, ``.metadata``) for sharded state;
+- ``COMMIT.json``: the marker, written last by rank 0.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import traceback
+from pathlib import Path
+from typing import Any
+
+from scaletrain.checkpoint import layout, replicated, sharded
+from scaletrain.checkpoint.collect import Entry, strategy_name
+from scaletrain.checkpoint.comm import Comm
+from scaletrain.checkpoint.errors import CheckpointError
+from scaletrain.checkpoint.safeio import save_file
+from scaletrain.fileio import fsync_dir
+
+REPLICATED = "replicated.pt"
+
+
+def rank_file(rank: int) -> str:
+    """The per-rank file name: ``rank-00003.pt``."""
+    return f"rank-{rank:05d}.pt"
+
+
+class SaveJob:
+    """The state of one save between its two halves."""
+
+    def __init__(self, directory: Path, step: int, entries: list[Entry], comm: Comm, *,
+                 keep: int, staged: bool) -> None:
+        self.directory = directory
+        self.step = step
+        self.entries = entries
+        self.comm = comm
+        self.keep = keep
+        self.staged = staged  # async: copy to CPU now, write later
+        self.folder: layout.PartialFolder | None = None
+        self.path: Path | None = None
+        self.payload: dict[str, Any] | None = None
+        self.local: dict[str, Any] | None = None
+        self.sharded_state: dict[str, Any] | None = None
+        self.sharded_future: Any = None
+
+    # -- first half: training thread, all ranks ---------------------------------------
+    def prepare(self) -> None:
+        """Agree on the partial folder and take (or stage) the state. A collective."""
+        name: Any = None
+        if self.comm.rank == 0:
+            try:
+                layout.clean_partials(self.directory)
+                self.folder = layout.PartialFolder(self.directory, self.step)
+                self.folder.create()
+                name = self.folder.path.name
+            except OSError as err:
+                name = ("error", f"cannot create a folder in {self.directory}: {err}")
+        name = self.comm.broadcast(name)
+        if isinstance(name, tuple):
+            raise CheckpointError(f"checkpoint step {self.step}: {name[1]}",
+                                  hint="check the file system's free space and permissions")
+        self.path = self.directory / name
+        try:
+            self.payload = replicated.collect(self.entries) if self.comm.rank == 0 else None
+            self.local = replicated.collect_local(self.entries)
+            self.sharded_state = sharded.collect(self.entries)
+            if self.staged:
+                self.payload = replicated.stage(self.payload)
+                self.local = replicated.stage(self.local)
+                if self.sharded_state:
+                    # DCP stages to CPU before returning, then writes in its own thread
+                    self.sharded_future = sharded.async_save(self.sharded_state, self.path,
+                                                             self.comm.group)
+                    self.sharded_state = None
+        except BaseException:
+            self.abandon()
+            raise
+
+    # -- second half: inline or background thread, all ranks --------------------------
+    def run(self) -> Path:
+        """Write this rank's files, wait for every rank's, commit on rank 0. A collective."""
+        assert self.path is not None  # set by prepare()
+        problem: str | None = None
+        files: dict[str, int] = {}
+        try:
+            if self.payload is not None:
+                files[REPLICATED] = save_file(self.payload, self.path / REPLICATED)
+            files[rank_file(self.comm.rank)] = save_file(self.local, self.path /
+                                                          rank_file(self.comm.rank))
+            self.payload = self.local = None  # the copies can go now
+        except BaseException as err:  # reported to rank 0, which abandons the save
+            problem = f"rank {self.comm.rank}: {_short(err)}"
+        # DCP is a collective of its own (it gathers plans and errors itself)
+        try:
+            if self.sharded_future is not None:
+                self.sharded_future.result()
+            elif self.sharded_state:
+                sharded.save(self.sharded_state, self.path, self.comm.group)
+        except BaseException as err:
+            problem = problem or f"rank {self.comm.rank}: sharded state: {_short(err)}"
+        finally:
+            self.sharded_state = self.sharded_future = None
+        reports = self.comm.gather((problem, files))
+        outcome: Any = None
+        if self.comm.rank == 0:
+            outcome = self._commit(reports or [])
+        outcome = self.comm.broadcast(outcome)
+        if isinstance(outcome, tuple):
+            raise CheckpointError(f"checkpoint step {self.step} was not saved: {outcome[1]}",
+                                  hint="the previous checkpoint is intact; check free space "
+                                       "and quota (e.g. `lfs quota` on Lustre)")
+        return self.directory / layout.step_dirname(self.step)
+
+    def _commit(self, reports: list[Any]) -> Any:
+        assert self.folder is not None and self.path is not None
+        problems = [p for p, _ in reports if p]
+        if problems:
+            self.abandon()
+            return ("error", "; ".join(problems))
+        try:
+            files: dict[str, int] = {}
+            for _, rank_files in reports:
+                files.update(rank_files)
+            shard_dir = self.path / sharded.SUBDIR
+            if shard_dir.is_dir():
+                fsync_dir(shard_dir)
+                for entry in os.scandir(shard_dir):
+                    files[f"{sharded.SUBDIR}/{entry.name}"] = entry.stat().st_size
+            fsync_dir(self.path)
+            self.folder.commit(self._marker(files))
+            layout.apply_retention(self.directory, self.keep, protect={self.step})
+        except BaseException as err:
+            self.abandon()
+            return ("error", _short(err))
+        return "ok"
+
+    def _marker(self, files: dict[str, int]) -> dict[str, Any]:
+        import torch
+
+        from scaletrain._version import __version__
+
+        return {
+            "format": layout.FORMAT,
+            "step": self.step,
+            "world_size": self.comm.world_size,
+            "strategy": strategy_name(self.entries),
+            "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "scaletrain_version": __version__,
+            "torch_version": torch.__version__,
+            "objects": {e.name: {"kind": e.kind, "sharded": e.sharded} for e in self.entries},
+            "files": dict(sorted(files.items())),
+        }
+
+    def abandon(self) -> None:
+        """Remove the partial folder (rank 0) after a failure."""
+        if self.folder is not None:
+            self.folder.abandon()
+
+
+def _short(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    line = text[0] if text else ""
+    if not line:
+        frames = traceback.extract_tb(err.__traceback__)
+        line = f"at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    return f"{type(err).__name__}: {line}"[:300]
