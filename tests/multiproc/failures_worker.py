@@ -2,6 +2,8 @@
 
 Usage: failures_worker.py OUT_DIR MODE [ARG]
   hang       : one step, then rank 1 sleeps 600 s before the next all_reduce (never arrives)
+  hang_abort : the same, but rank 0 aborts at its timeout (as NCCL's watchdog does), so only
+               the launcher can tell who did not arrive
   env_error  : scaletrain.init() meets a contradictory SCALETRAIN_PROCS_PER_GPU (DistEnvError)
   exit CODE  : rank 1 exits with CODE after both ranks wrote their PID; rank 0 sleeps
   sleep      : both ranks write their PID and sleep 600 s (the test kills the launcher)
@@ -30,11 +32,17 @@ attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
 t = torch.ones(2)
 dist.all_reduce(t)  # every PID is on disk before anything fails
 
-if mode == "hang":
+if mode in ("hang", "hang_abort"):
     scaletrain.training_started()  # a step ran: the short --timeout applies from here
     if env.rank == 1:
         time.sleep(600)
-    dist.all_reduce(t)
+    try:
+        dist.all_reduce(t)
+    except RuntimeError as exc:
+        if mode == "hang_abort":
+            print(f"watchdog: {exc}", file=sys.stderr, flush=True)
+            os.abort()
+        raise
 elif mode == "exit":
     if env.rank == 1:
         sys.exit(int(sys.argv[3]))

@@ -75,6 +75,21 @@ def test_hang_leaves_every_ranks_stack(hung):
     assert str(run_dir / "stacks") in hung[0].stderr  # the message says where they are
 
 
+def test_a_rank_that_aborts_at_its_timeout_is_diagnosed_by_the_launcher(tmp_path):
+    # NCCL's watchdog kills a timed-out rank (SIGABRT) before Python sees an exception
+    run_dir = tmp_path / "run"
+    proc = subprocess.run([*launcher_cmd(2, ["--timeout", "3", "--run-dir", str(run_dir)]),
+                           str(WORKER), str(tmp_path), "hang_abort"], env=worker_env(),
+                          capture_output=True, text=True, timeout=240)
+    assert not _reap(_pids(tmp_path))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    first = proc.stderr.split("scaletrain: error: ", 1)[1].splitlines()[0]
+    assert first.startswith("rank 1 did not reach the collective: rank 1 (host"), first
+    assert "rank 0 timed out waiting in a collective and aborted" in first
+    assert "failures_worker.py" in (run_dir / "stacks" / "rank-1.txt").read_text()
+    assert "Fatal Python error: Aborted" in (run_dir / "stacks" / "rank-0.txt").read_text()
+
+
 def test_scaletrain_error_in_a_worker_is_one_line_with_its_exit_code(tmp_path):
     proc = subprocess.run([*launcher_cmd(2), str(WORKER), str(tmp_path), "env_error"],
                           env=worker_env(), capture_output=True, text=True, timeout=180)

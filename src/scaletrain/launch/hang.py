@@ -32,6 +32,7 @@ _TORCH_WAITING = ("/torch/distributed/", "/torch/autograd/", "/torch/nn/parallel
 _TIMEOUT_RE = re.compile(r"timed out|timeout", re.IGNORECASE)
 _MS_RE = re.compile(r"Timed out waiting (\d+)\s*ms", re.IGNORECASE)
 _DUMP_WAIT_S = 3.0
+_ENABLED_BY_US: set[str] = set()  # stack files faulthandler.enable() writes to
 
 
 def stack_signal() -> int | None:
@@ -55,6 +56,10 @@ def install_stack_dump(run_dir: str, rank: int, attempt: int) -> IO[str] | None:
         path.parent.mkdir(parents=True, exist_ok=True)
         fh = open(path, "a", encoding="utf-8")  # append: an earlier attempt's dump stays
         faulthandler.register(sig, file=fh, all_threads=True, chain=False)
+        if not faulthandler.is_enabled():  # a user's own setting wins
+            # a fatal signal (SIGSEGV, an abort from NCCL's watchdog) leaves this rank's stack
+            faulthandler.enable(file=fh, all_threads=True)
+            _ENABLED_BY_US.add(fh.name)
         rundir.write_rank_info(run_dir, rundir.RankInfo(
             rank=rank, host=socket.gethostname(), pid=os.getpid(),
             thread=threading.main_thread().ident or 0, attempt=attempt))
@@ -70,6 +75,9 @@ def remove_if_empty(fh: IO[str] | None) -> None:
     sig = stack_signal()
     if sig is not None:
         faulthandler.unregister(sig)
+    if fh.name in _ENABLED_BY_US:
+        faulthandler.disable()
+        _ENABLED_BY_US.discard(fh.name)
     try:
         fh.close()
         if os.path.getsize(fh.name) == 0:
@@ -135,13 +143,16 @@ def _innermost(tb: Any, *, waiting: bool) -> _Frame | None:
     return None
 
 
-def _request_stacks(run_dir: str, me: int) -> dict[int, tuple[rundir.RankInfo, Path, int]]:
-    """Signal every other worker of this host; returns rank -> (info, stack file, old size)."""
+_Asked = dict[int, tuple[rundir.RankInfo, Path, int]]
+
+
+def _request_stacks(run_dir: str, skip: set[int]) -> _Asked:
+    """Signal every worker of this host not in ``skip``; rank -> (info, stack file, old size)."""
     sig = stack_signal()
     host = socket.gethostname()
     asked = {}
     for rank, info in rundir.read_rank_infos(run_dir).items():
-        if rank == me or info.host != host or sig is None:
+        if rank in skip or info.host != host or sig is None:
             continue
         path = rundir.stack_path(run_dir, rank)
         size = path.stat().st_size if path.exists() else 0
@@ -153,7 +164,7 @@ def _request_stacks(run_dir: str, me: int) -> dict[int, tuple[rundir.RankInfo, P
     return asked
 
 
-def _read_dumps(asked: dict[int, tuple[rundir.RankInfo, Path, int]]) -> dict[int, str]:
+def _read_dumps(asked: _Asked) -> dict[int, str]:
     deadline = time.monotonic() + _DUMP_WAIT_S
     texts: dict[int, str] = {}
     while asked.keys() - texts.keys() and time.monotonic() < deadline:
@@ -173,7 +184,8 @@ def _ranks(ranks: list[int]) -> str:
 
 def diagnose(exc: BaseException, *, run_dir: str, rank: int, world_size: int, attempt: int,
              own_stack: IO[str] | None, waited_s: float | None) -> rundir.ErrorRecord:
-    """Dump every local rank's stack and say which ranks did not reach the collective."""
+    """In the rank whose collective timed out: dump every local rank's stack and say which
+    ranks did not reach the collective."""
     if own_stack is not None:  # this rank's own view: where it waited, and every thread
         try:
             own_stack.write("".join(traceback.format_exception(exc)) + "\n")
@@ -181,16 +193,45 @@ def diagnose(exc: BaseException, *, run_dir: str, rank: int, world_size: int, at
             faulthandler.dump_traceback(file=own_stack, all_threads=True)
         except (OSError, ValueError):
             pass
-    asked = _request_stacks(run_dir, rank)
+    asked = _request_stacks(run_dir, {rank})
     dumps = _read_dumps(asked)
     where_wait = _innermost(exc.__traceback__, waiting=True)
     where_user = _innermost(exc.__traceback__, waiting=False)
     op = where_wait.func if where_wait is not None else "a collective"
     match = _MS_RE.search(str(exc))
     seconds = int(match[1]) / 1000 if match else waited_s
-    after = f" within {seconds:g} s" if seconds else ""
     at = f" at {where_user.short()}" if where_user is not None else ""
+    return _verdict(waiter=rank, waited=f"waited in {op}{at}", seconds=seconds, asked=asked,
+                    dumps=dumps, world_size=world_size, run_dir=run_dir, attempt=attempt,
+                    where=where_user.short() if where_user else "")
 
+
+# What a worker that died of a collective timeout (NCCL's watchdog aborts the process, so the
+# worker entry never sees an exception) leaves at the end of its stderr.
+_DIED_OF_TIMEOUT = ("Timed out waiting", "collective operation timeout", "Watchdog caught")
+
+
+def died_of_timeout(stderr_tail: tuple[str, ...] | list[str]) -> bool:
+    """True when a dead worker's last stderr lines report a collective timeout."""
+    return any(marker in line for line in stderr_tail for marker in _DIED_OF_TIMEOUT)
+
+
+def diagnose_dead(rank: int, *, run_dir: str, world_size: int, attempt: int,
+                  dead: set[int]) -> rundir.ErrorRecord:
+    """In the launcher, for a rank that died of a collective timeout without a word of its
+    own (an abort): ask the surviving local ranks for their stacks before they are stopped."""
+    asked = _request_stacks(run_dir, dead)
+    dumps = _read_dumps(asked)
+    return _verdict(waiter=rank, waited="timed out waiting in a collective and aborted",
+                    seconds=None, asked=asked, dumps=dumps, world_size=world_size,
+                    run_dir=run_dir, attempt=attempt, where="", absent_ok=dead)
+
+
+def _verdict(*, waiter: int, waited: str, seconds: float | None, asked: _Asked,
+             dumps: dict[int, str], world_size: int, run_dir: str, attempt: int, where: str,
+             absent_ok: set[int] | None = None) -> rundir.ErrorRecord:
+    """The record: ranks whose main thread is outside torch did not arrive."""
+    after = f" within {seconds:g} s" if seconds else ""
     absent: list[int] = []
     notes: list[str] = []
     for peer, (info, _, _) in sorted(asked.items()):
@@ -201,26 +242,25 @@ def diagnose(exc: BaseException, *, run_dir: str, rank: int, world_size: int, at
         elif not frame.waiting:
             absent.append(peer)
             notes.append(f"rank {peer} (host {info.host}) is at {frame.short()}")
-    local = set(asked) | {rank}
+    local = set(asked) | {waiter} | (absent_ok or set())
     elsewhere = [r for r in range(world_size) if r not in local]
     stacks = str(Path(run_dir) / rundir.STACKS)
     if absent:
         missing = absent
         message = (f"{_ranks(absent)} did not reach the collective{after}: "
-                   f"{'; '.join(notes)}; rank {rank} waited in {op}{at}")
+                   f"{'; '.join(notes)}; rank {waiter} {waited}")
     elif elsewhere:
         missing = elsewhere
         message = (f"a rank on another node did not reach the collective{after} "
                    f"(every rank of host {socket.gethostname()} waits in one; the others are "
-                   f"{_ranks(elsewhere)}); rank {rank} waited in {op}{at}")
+                   f"{_ranks(elsewhere)}); rank {waiter} {waited}")
     else:
         missing = []
         message = (f"every rank waited in a collective{after}: they called different "
-                   f"collectives, or in a different order; rank {rank} waited in {op}{at}")
+                   f"collectives, or in a different order; rank {waiter} {waited}")
     hint = (f"every rank's Python stack is in {stacks}; if that rank was busy on purpose (a long "
             "save or evaluation), raise the limit: scaletrain run --timeout SECONDS or "
             "scaletrain.init(step_timeout_s=...)")
-    return rundir.ErrorRecord(rank=rank, kind="timeout", type="CollectiveTimeoutError",
-                              message=message, hint=hint, exit_code=1,
-                              where=where_user.short() if where_user else "", attempt=attempt,
-                              missing=missing)
+    return rundir.ErrorRecord(rank=waiter, kind="timeout", type="CollectiveTimeoutError",
+                              message=message, hint=hint, exit_code=1, where=where,
+                              attempt=attempt, missing=missing)

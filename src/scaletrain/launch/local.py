@@ -22,8 +22,8 @@ from contextlib import contextmanager
 
 from scaletrain.contract import EXIT_STOPPED
 from scaletrain.errors import LaunchError
-from scaletrain.launch.failure import (FailedRank, collect_failures, describe, render_tail,
-                                       root_cause, worker_failed_error)
+from scaletrain.launch.failure import (FailedRank, collect_failures, render_tail, root_cause,
+                                       worker_failed_error)
 from scaletrain.launch.mps import mps_daemon
 from scaletrain.launch.output import make_logs_specs, prefix_template
 from scaletrain.launch.ports import check_port_free
@@ -145,7 +145,7 @@ def launch(plan: LaunchPlan) -> int:
                 mps_daemon(plan.procs_per_gpu is not None and plan.gpus > 0) as mps_env, \
                 _scoped_environ({**plan.worker_env, **mps_env, **worker_environ(run_dir)}), \
                 _scoped_signal_handlers(), \
-                supervised_agent(run_dir, lambda report: describe(root_cause(failures(report)))):
+                supervised_agent(run_dir, failures, plan.nproc_per_node * plan.nnodes):
             config = _config(plan, logs_specs)
             try:
                 elastic_launch(config, plan.entrypoint)(*worker_args(plan.args))

@@ -24,9 +24,12 @@ import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from scaletrain.contract import AGENT_PID_VAR, EXIT_STOPPED, RUN_DIR_VAR
-from scaletrain.launch import rundir
+from scaletrain.launch import hang, rundir
+from scaletrain.launch.failure import FailedRank
+from scaletrain.launch.output import tail_lines
 
 # A record of these exit codes means the same input would fail the same way again.
 _DETERMINISTIC = (2, 3)
@@ -65,16 +68,54 @@ def no_restart_reason(failures: Mapping[int, object], run_dir: str) -> str | Non
     return None
 
 
-@contextmanager
-def supervised_agent(run_dir: str,
-                     describe: Callable[[Mapping[int, object]], str]) -> Iterator[None]:
-    """Make ``elastic_launch`` use an agent that skips pointless restarts and says when it restarts.
+def diagnose_before_close(handlers: Mapping[int, Any], stderrs: Mapping[int, str],
+                          run_dir: str, world_size: int) -> bool:
+    """Before torch's process context stops the survivors of a failure: if a worker died of a
+    collective timeout without a record (NCCL's watchdog aborts the process, so the worker
+    entry never sees an exception), ask the survivors of this node for their stacks while
+    they still live, and write the record naming who did not arrive. True when written.
 
-    ``describe(failures)`` returns the one-line cause printed before a restart.
+    ``handlers``: local rank -> torch's SubprocessHandler (``.proc`` is the Popen);
+    ``stderrs``: local rank -> the worker's stderr file.
     """
+    if rundir.read_errors(run_dir):
+        return False  # a worker diagnosed it itself
+    infos = {info.pid: info for info in rundir.read_rank_infos(run_dir).values()}
+    dead = {lr: h.proc.pid for lr, h in handlers.items() if h.proc.poll() not in (None, 0)}
+    dead_ranks = {infos[pid].rank for pid in dead.values() if pid in infos}
+    for local_rank, pid in sorted(dead.items()):
+        info = infos.get(pid)
+        if info is not None and hang.died_of_timeout(tail_lines(stderrs.get(local_rank), 15)):
+            record = hang.diagnose_dead(info.rank, run_dir=run_dir, world_size=world_size,
+                                        attempt=info.attempt, dead=dead_ranks)
+            rundir.write_error(run_dir, record)
+            return True
+    return False
+
+
+@contextmanager
+def supervised_agent(run_dir: str, failures: Callable[[Mapping[int, object]], list[FailedRank]],
+                     world_size: int) -> Iterator[None]:
+    """Make ``elastic_launch`` use an agent that skips pointless restarts and says when it
+    restarts, and a process context that diagnoses silent timeouts before it stops workers.
+
+    ``failures(report)`` turns the agent's report (global rank -> ProcessFailure) into
+    FailedRanks with their stderr tails and records.
+    """
+    from scaletrain.launch.failure import describe, root_cause
+    import torch.distributed.elastic.multiprocessing.api as mp_api
     import torch.distributed.launcher.api as api
 
     base = api.LocalElasticAgent
+    base_close = getattr(mp_api.SubprocessContext, "_close", None)
+
+    def _close(ctx, *args, **kwargs):  # type: ignore[no-untyped-def]
+        try:
+            diagnose_before_close(getattr(ctx, "subprocess_handlers", {}),
+                                  getattr(ctx, "stderrs", {}), run_dir, world_size)
+        except Exception as exc:  # forensics must never stop the shutdown
+            print(f"scaletrain: could not collect the ranks' stacks: {exc}", file=sys.stderr)
+        return base_close(ctx, *args, **kwargs)  # type: ignore[misc]
 
     class _Agent(base):  # type: ignore[misc, valid-type]
         def _monitor_workers(self, worker_group):  # type: ignore[no-untyped-def]
@@ -86,14 +127,19 @@ def supervised_agent(run_dir: str,
                     print(f"scaletrain: {reason}", file=sys.stderr, flush=True)
                 else:
                     left = self._remaining_restarts - 1
-                    print(f"scaletrain: {describe(result.failures)}; restarting all workers "
+                    cause = describe(root_cause(failures(result.failures)))
+                    print(f"scaletrain: {cause}; restarting all workers "
                           f"({left} restart(s) left after this one); they resume from their "
                           "latest checkpoint", file=sys.stderr, flush=True)
                     rundir.clear_errors(run_dir)
             return result
 
     api.LocalElasticAgent = _Agent
+    if base_close is not None:
+        mp_api.SubprocessContext._close = _close  # type: ignore[method-assign]
     try:
         yield
     finally:
         api.LocalElasticAgent = base
+        if base_close is not None:
+            mp_api.SubprocessContext._close = base_close  # type: ignore[method-assign]
