@@ -77,8 +77,11 @@ def test_too_many_cpu_workers_are_refused_before_spawning(tmp_path):
     with pytest.raises(UsageError) as info:
         plan_launch(RunRequest(target=str(script), nproc_per_node=100000), environ={}, gpus=0,
                     cores=2)
-    assert "100000 CPU workers on 2 core(s)" in info.value.message
+    assert "100000 worker processes on 2 core(s)" in info.value.message
     assert "--nproc-per-node 2" in info.value.hint
+    with pytest.raises(UsageError, match="--procs-per-gpu asks for 100000 worker processes"):
+        plan_launch(RunRequest(target=str(script), procs_per_gpu=100000), environ={}, gpus=1,
+                    cores=2)
     assert plan_launch(RunRequest(target=str(script), nproc_per_node=8), environ={}, gpus=0,
                        cores=2).nproc_per_node == 8  # a few per core stays possible (tests)
 

@@ -66,7 +66,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     f = p.add_argument_group("failures")
     f.add_argument("--timeout", type=_seconds, default=None, metavar="SECONDS",
                    help="end the run when a collective waits longer than this once training "
-                        "runs (default 600; start-up keeps init()'s 30 minutes)")
+                        "runs, in scripts that call scaletrain.init() (default 600; start-up "
+                        "keeps init()'s 30 minutes)")
     f.add_argument("--run-dir", default=None, metavar="DIR",
                    help="where error records and, after a hang, every rank's Python stack go "
                         "(default: a temporary folder, kept and named only after a hang)")

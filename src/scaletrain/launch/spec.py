@@ -100,11 +100,24 @@ def _resolve_target(req: RunRequest) -> tuple[str, ...]:
     return ("-u", req.target, *req.args)
 
 
+def _check_worker_bound(nproc: int, flag: str, cores_here: int | None) -> None:
+    """Refuse, before anything is spawned, more workers than this machine's cores can carry."""
+    cores = cores_here if cores_here is not None else len(allowed_cpus())
+    bound = max(MIN_WORKER_BOUND, WORKERS_PER_CORE * cores)
+    if nproc > bound:
+        raise UsageError(
+            f"{flag} asks for {nproc} worker processes on {cores} core(s): they would only "
+            f"thrash (at most {bound} here)",
+            f"use --nproc-per-node {min(cores, bound)} (one per core) or a smaller "
+            "--procs-per-gpu; for more ranks use more nodes (scaletrain plan)")
+
+
 def _resolve_nproc(req: RunRequest, gpus: int, cores_here: int | None = None) -> int:
     devices = max(gpus, 1)  # without a GPU the CPU is the one "device"
     if req.procs_per_gpu is not None:
         _positive("--procs-per-gpu", req.procs_per_gpu, "use --procs-per-gpu 2 or more")
         wanted = devices * req.procs_per_gpu
+        _check_worker_bound(wanted, "--procs-per-gpu", cores_here)
         if req.nproc_per_node != "auto" and int(req.nproc_per_node) != wanted:
             raise UsageError(
                 f"--nproc-per-node {req.nproc_per_node} contradicts --procs-per-gpu "
@@ -120,14 +133,7 @@ def _resolve_nproc(req: RunRequest, gpus: int, cores_here: int | None = None) ->
                          "e.g. --nproc-per-node 2") from None
     _positive("--nproc-per-node", nproc, "e.g. --nproc-per-node 2, or auto (one per GPU)")
     if not gpus:
-        cores = cores_here if cores_here is not None else len(allowed_cpus())
-        bound = max(MIN_WORKER_BOUND, WORKERS_PER_CORE * cores)
-        if nproc > bound:
-            raise UsageError(
-                f"--nproc-per-node {nproc} CPU workers on {cores} core(s) would only thrash "
-                f"(at most {bound} here)",
-                f"use --nproc-per-node {min(cores, bound)} (one per core); for more ranks use "
-                "more nodes (scaletrain plan) or GPUs")
+        _check_worker_bound(nproc, "--nproc-per-node", cores_here)
     if gpus and nproc > gpus:
         raise UsageError(
             f"--nproc-per-node {nproc} is more than the {gpus} GPU(s) visible here",
