@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import collections
 import concurrent.futures
+import json
 import os
 import platform
 import subprocess
@@ -62,6 +63,8 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=200, help="jobs in all (default 200)")
     ap.add_argument("--parallel", type=int, default=3, help="jobs at once (default 3)")
     ap.add_argument("--modes", default="plain,save,stop", help="comma-separated modes")
+    ap.add_argument("--log", default=None, metavar="FILE",
+                    help="append one JSON line per finished run (counts survive an interruption)")
     args = ap.parse_args()
     modes = [m for m in args.modes.split(",") if m]
     for m in modes:
@@ -78,6 +81,10 @@ def main() -> int:
             mode, code, aborted, tail = future.result()
             kind = "abort" if aborted else ("ok" if code == EXPECTED[mode] else f"exit {code}")
             counts[mode][kind] += 1
+            if args.log:
+                with open(args.log, "a", encoding="utf-8") as fh:
+                    fh.write(json.dumps({"mode": mode, "code": code, "kind": kind,
+                                         "time": round(time.monotonic() - start, 1)}) + "\n")
             if kind != "ok" and len(examples) < 3:
                 examples.append(f"--- {mode}: {kind}\n{tail}")
             if done % 20 == 0:
