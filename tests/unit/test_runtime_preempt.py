@@ -23,8 +23,8 @@ def handlers():
     before = {s: signal.getsignal(s) for s in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM)}
     preempt._reset_for_tests()
     yield
-    preempt.uninstall()
     preempt._reset_for_tests()
+    preempt.uninstall()
     for s, h in before.items():
         signal.signal(s, h)
 
@@ -62,7 +62,7 @@ def test_handler_records_first_request_only(handlers):
     try:
         assert preempt.requested() is None
         os.kill(os.getpid(), signal.SIGUSR1)
-        assert preempt.requested() == "time_limit"
+        assert preempt.requested() == "time_limit" and preempt.requested_by() == "SIGUSR1"
         os.kill(os.getpid(), signal.SIGTERM)  # the second signal changes nothing
         assert preempt.requested() == "time_limit"
     finally:
@@ -86,6 +86,17 @@ def test_install_is_idempotent_and_uninstall_restores(handlers):
     assert signal.getsignal(signal.SIGUSR2) is not preempt._handler
     os.kill(os.getpid(), signal.SIGUSR1)
     assert seen == [signal.SIGUSR1]
+
+
+def test_a_pending_stop_keeps_ignoring_repeats_through_shutdown(handlers):
+    preempt.install()
+    agreement = preempt.StopAgreement()
+    preempt.request("time_limit")
+    agreement.close()
+    preempt.uninstall()  # as scaletrain.shutdown() does while the process exits with 75
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+    os.kill(os.getpid(), signal.SIGTERM)  # the agent stopping the other workers: survives
+    assert preempt.requested() == "time_limit"
 
 
 def test_without_a_listener_the_signal_keeps_its_default_action(tmp_path):
@@ -119,6 +130,7 @@ def test_agreement_at_world_size_one_is_one_step_late(handlers):
         preempt.request("preempted")
         assert agreement.poll(flags=4) == (None, 0)
         assert agreement.poll() == ("preempted", 4)
+        assert preempt.requested_by() == ""
         with pytest.raises(UsageError, match="flags"):
             agreement.poll(flags=256)
     finally:

@@ -28,6 +28,7 @@ from scaletrain.launch.mps import mps_daemon
 from scaletrain.launch.output import make_logs_specs, prefix_template
 from scaletrain.launch.ports import check_port_free
 from scaletrain.launch.rundir import read_errors
+from scaletrain.launch.signals import TORCH_SIGNALS, forward_stop_signals, stop_outcome
 from scaletrain.launch.spec import LaunchPlan
 from scaletrain.launch.supervise import run_folder, supervised_agent, worker_environ
 from scaletrain.launch.worker import worker_args
@@ -89,6 +90,7 @@ def _config(plan: LaunchPlan, logs_specs: object):
         start_method="spawn", log_line_prefix_template=prefix_template(plan.ranks),
         local_addr=plan.local_addr, logs_specs=logs_specs,  # type: ignore[arg-type]
         shutdown_timeout=int(shutdown) if shutdown else SHUTDOWN_TIMEOUT_S,
+        signals_to_handle=TORCH_SIGNALS,  # SIGTERM: forwarded so workers can save (signals.py)
     )
 
 
@@ -123,7 +125,9 @@ def launch(plan: LaunchPlan) -> int:
     """Start ``plan``'s workers, wait for them, and return 0 (or raise WorkerFailedError).
 
     Raises ``LaunchError`` when workers cannot start, ``WorkerFailedError`` naming the rank
-    when one fails. A SIGINT/SIGTERM to the launcher stops the workers and returns 128+N.
+    when one fails. USR1/USR2/TERM are passed to the workers (see launch.signals); when they
+    stop on purpose (exit code EXIT_STOPPED) so does this. A SIGINT, a second SIGTERM, or
+    workers that ignore the first, stop the workers and return 128+N.
     """
     if plan.master_port_fixed is not None:
         check_port_free(plan.master_port_fixed, where="--master-port/MASTER_PORT")
@@ -144,15 +148,21 @@ def launch(plan: LaunchPlan) -> int:
         with run_folder(plan.run_dir) as run_dir, \
                 mps_daemon(plan.procs_per_gpu is not None and plan.gpus > 0) as mps_env, \
                 _scoped_environ({**plan.worker_env, **mps_env, **worker_environ(run_dir)}), \
-                _scoped_signal_handlers(), \
+                _scoped_signal_handlers(), forward_stop_signals() as forwarding, \
                 supervised_agent(run_dir, failures, plan.nproc_per_node * plan.nnodes):
             config = _config(plan, logs_specs)
             try:
                 elastic_launch(config, plan.entrypoint)(*worker_args(plan.args))
             except ChildFailedError as exc:
+                stopped = stop_outcome(forwarding, (f.exitcode for f in exc.failures.values()))
+                if stopped is not None:  # a stop on purpose (75) or by our SIGTERM, no failure
+                    sys.stdout.flush()
+                    print(stopped[1], file=sys.stderr)
+                    return stopped[0]
                 failed = failures(exc.failures)
                 cause = root_cause(failed)
                 sys.stdout.flush()
+                # one rank stopped on purpose, the rest were stopped by the agent
                 if cause.record is None and cause.exitcode == EXIT_STOPPED:
                     print(f"scaletrain: rank {cause.rank} stopped on purpose after saving its "
                           f"state (exit {EXIT_STOPPED}); run again, or requeue, to resume",

@@ -14,7 +14,7 @@ from scaletrain._version import __version__
 from scaletrain.plan.planner import Plan, StagePlan
 
 # one formula for MASTER_PORT, shared with the runtime (scaletrain.init under Slurm) and lint
-from scaletrain.contract import PORT_SHELL_EXPR
+from scaletrain.contract import EXIT_STOPPED, PORT_SHELL_EXPR
 
 q = shlex.quote
 
@@ -181,25 +181,47 @@ def _launch(plan: Plan) -> list[str]:
     if not plan.requeue:
         out.append(launch_command(plan))
         return out
-    out += [
-        "# --requeue: USR1 arrives here before the time limit. Pass it to every task (srun relays it),",
-        "# wait for them to save and stop, then put the job back in the queue.",
-        "SCALETRAIN_PREEMPTED=0",
-        '_scaletrain_usr1() { SCALETRAIN_PREEMPTED=1; kill -USR1 "$SRUN_PID" 2>/dev/null || true; }',
-        "trap _scaletrain_usr1 USR1",
+    out += _requeue_block(plan)
+    return out
+
+
+def _requeue_block(plan: Plan) -> list[str]:
+    """Launch in the background, relay stop signals, requeue only when the tasks saved.
+
+    Slurm signals the batch shell: USR1 ``signal_seconds`` before the time limit (the
+    header's ``--signal=B:USR1@N``), SIGTERM at a preemption. bash runs a trap only between
+    commands, hence srun in the background and ``wait`` in a loop. srun relays both signals to
+    every task; scaletrain.init() made them stop requests, so the tasks save at the next step
+    and exit with EXIT_STOPPED, which srun passes on. Any other exit (a crash, a finished run)
+    is not requeued, and SLURM_RESTART_COUNT bounds the loop.
+    """
+    bound = plan.max_requeues
+    return [
+        f"# --requeue: Slurm sends USR1 here {plan.signal_seconds} s before the time limit, SIGTERM at a",
+        "# preemption. srun relays them to every task, which saves at its next step and exits with",
+        f"# {EXIT_STOPPED}; only then is the job put back in the queue (at most {bound} times).",
+        '_scaletrain_stop() { echo "scaletrain: job $SLURM_JOB_ID got SIG$1; the tasks save and stop" >&2;',
+        '  kill -"$1" "$SRUN_PID" 2>/dev/null || true; }',
+        "trap '_scaletrain_stop USR1' USR1",
+        "trap '_scaletrain_stop TERM' TERM",
         f"{launch_command(plan)} &",
         "SRUN_PID=$!",
         "set +e",
         'while :; do wait "$SRUN_PID"; rc=$?; kill -0 "$SRUN_PID" 2>/dev/null || break; done',
         "set -e",
-        f'if [ "$SCALETRAIN_PREEMPTED" = 1 ] && [ "${{SLURM_RESTART_COUNT:-0}}" -lt {plan.max_requeues} ]; then',
-        '  echo "scaletrain: requeueing job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0})"',
-        '  scontrol requeue "$SLURM_JOB_ID"',
-        "  exit 0",
+        f'if [ "$rc" -eq {EXIT_STOPPED} ]; then',
+        f'  if [ "${{SLURM_RESTART_COUNT:-0}}" -lt {bound} ]; then',
+        '    echo "scaletrain: the tasks saved; requeueing job $SLURM_JOB_ID'
+        f' (restart $((${{SLURM_RESTART_COUNT:-0}} + 1)) of {bound})" >&2',
+        '    scontrol requeue "$SLURM_JOB_ID" && exit 0',
+        '    echo "scaletrain: scontrol requeue failed; submit the script again to resume" >&2',
+        "  else",
+        f'    echo "scaletrain: job $SLURM_JOB_ID was requeued {bound} times already; not again'
+        ' (submit the script again to resume)" >&2',
+        "  fi",
         "fi",
         'exit "$rc"',
     ]
-    return out
 
 
 def render_script(plan: Plan) -> str:

@@ -169,14 +169,21 @@ def install(signals: Mapping[str, str] | str | None = None) -> None:
 
 
 def uninstall() -> None:
-    """Put back the handlers :func:`install` replaced and forget a pending request."""
-    global _request
+    """Put back the handlers :func:`install` replaced (run by ``scaletrain.shutdown()``).
+
+    While a stop is pending the signals are ignored instead: the process is exiting with
+    EXIT_STOPPED after saving, and a repeated signal (torch's agent stops the other workers
+    with SIGTERM once one has exited) must not turn that clean stop into a death by signal.
+    (A Python handler would not do: the interpreter resets those to the default action
+    while it finalizes; an ignored signal stays ignored.)
+    """
     if threading.current_thread() is not threading.main_thread():
         return
     with _lock:
         for signum in list(_installed):
+            if _request is not None:
+                _installed[signum] = signal.SIG_IGN
             _restore(signum)
-        _request = None
 
 
 def installed() -> dict[str, str]:
@@ -188,6 +195,13 @@ def requested() -> str | None:
     """This rank's pending stop reason (no collective), or None."""
     request = _request
     return request.reason if request is not None else None
+
+
+def requested_by() -> str | None:
+    """The signal that asked this rank to stop (``"SIGUSR1"``), ``""`` when the stop came from
+    :func:`request` or from another rank through the agreement, None when none is pending."""
+    request_ = _request
+    return request_.signal if request_ is not None else None
 
 
 def request(reason: str = "requested") -> None:
@@ -282,10 +296,10 @@ class StopAgreement:
             self._setup()
         if not self._distributed:  # one rank: nothing to agree on, no collective
             previous, self._local = self._local, (code, int(flags))
-            return _decode(previous)
+            return _agreed(_decode(previous))
         previous = self._collect()
         self._start(code, int(flags))
-        return _decode(previous)
+        return _agreed(_decode(previous))
 
     def _collect(self) -> tuple[int, int] | None:
         if self._work is None:
@@ -320,6 +334,15 @@ class StopAgreement:
             self._work.wait()  # makes the side stream wait for NCCL's; the host does not
             self._host.copy_(self._buffer, non_blocking=True)
             self._event.record(self._stream)
+
+
+def _agreed(result: tuple[str | None, int]) -> tuple[str | None, int]:
+    """Adopt an agreed stop as this rank's own request: a rank that got no signal is stopping
+    too, and must not die by a later one (see :func:`uninstall`)."""
+    global _request
+    if result[0] is not None and _request is None:
+        _request = _Request(result[0], "", time.monotonic())
+    return result
 
 
 def _decode(values: tuple[int, int] | None) -> tuple[str | None, int]:
