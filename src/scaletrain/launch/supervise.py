@@ -28,7 +28,7 @@ from typing import Any
 
 from scaletrain.contract import AGENT_PID_VAR, EXIT_STOPPED, RUN_DIR_VAR
 from scaletrain.launch import hang, rundir
-from scaletrain.launch.failure import FailedRank
+from scaletrain.launch.failure import FailedRank, describe, root_cause
 from scaletrain.launch.output import tail_lines
 
 # A record of these exit codes means the same input would fail the same way again.
@@ -102,7 +102,6 @@ def supervised_agent(run_dir: str, failures: Callable[[Mapping[int, object]], li
     ``failures(report)`` turns the agent's report (global rank -> ProcessFailure) into
     FailedRanks with their stderr tails and records.
     """
-    from scaletrain.launch.failure import describe, root_cause
     import torch.distributed.elastic.multiprocessing.api as mp_api
     import torch.distributed.launcher.api as api
 
@@ -129,8 +128,9 @@ def supervised_agent(run_dir: str, failures: Callable[[Mapping[int, object]], li
                     left = self._remaining_restarts - 1
                     cause = describe(root_cause(failures(result.failures)))
                     print(f"scaletrain: {cause}; restarting all workers "
-                          f"({left} restart(s) left after this one); they resume from their "
-                          "latest checkpoint", file=sys.stderr, flush=True)
+                          f"({left} restart(s) left after this one; a script with a "
+                          "Checkpointer resumes from its latest checkpoint)",
+                          file=sys.stderr, flush=True)
                     rundir.clear_errors(run_dir)
             return result
 
