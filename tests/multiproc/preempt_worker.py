@@ -1,6 +1,7 @@
 """Worker for tests/multiproc/test_preempt_multiproc.py: a DDP loop that polls the stop agreement.
 
 Usage: python preempt_worker.py OUT_DIR [--kill RANK:STEP:SIG ...] [--steps N] [--sleep S]
+       [--period P]   (StopAgreement's period_s; default 0 = agree at every step)
 
 Each step trains a tiny DDP model (real gradient all-reduces interleaved with the agreement's
 own), then may send SIG to itself (``--kill 0:3:USR1`` = rank 0 after step 3), then polls.
@@ -32,6 +33,7 @@ parser.add_argument("--kill", action="append", default=[])
 parser.add_argument("--flags", action="append", default=[])
 parser.add_argument("--steps", type=int, default=12)
 parser.add_argument("--sleep", type=float, default=0.0)
+parser.add_argument("--period", type=float, default=0.0)  # 0: agree at every step
 args = parser.parse_args()
 
 env = scaletrain.init()
@@ -49,7 +51,7 @@ for item in args.flags:
 torch.manual_seed(0)
 model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 4))
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
-agreement = preempt.StopAgreement()
+agreement = preempt.StopAgreement(period_s=args.period)
 seen: list = []
 record: dict = {"rank": env.rank}
 for step in range(1, args.steps + 1):

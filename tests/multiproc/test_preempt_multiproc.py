@@ -69,7 +69,9 @@ def test_sigterm_on_one_rank_is_a_preemption_for_all(tmp_path):
 
 
 def _signal_launcher(tmp_path: Path, signum: int) -> tuple[subprocess.CompletedProcess, int]:
-    cmd = [*launcher_cmd(2), str(WORKER), str(tmp_path), "--steps", "100000", "--sleep", "0.02"]
+    # the default sync period (0.5 s): the interval adapts to ~25 steps of 20 ms
+    cmd = [*launcher_cmd(2), str(WORKER), str(tmp_path), "--steps", "100000", "--sleep", "0.02",
+           "--period", "0.5"]
     proc = subprocess.Popen(cmd, env=worker_env(), cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:

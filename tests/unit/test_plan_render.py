@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from scaletrain.clusters.profile import list_profiles, load_profile
+from scaletrain.contract import EXIT_STOPPED
 from scaletrain.plan.planner import make_plan
 from scaletrain.plan.render import launch_command, render_script
 from scaletrain.plan.request import LAUNCHERS, JobRequest
@@ -48,7 +49,9 @@ while [ $# -gt 0 ] && [[ "$1" == --* ]]; do shift; done
 # what srun gives a task on the second node (the batch host itself has no SLURM_NODEID)
 export SLURM_NODEID=1 SLURM_PROCID=5 SLURM_LOCALID=1 SLURM_NTASKS=8
 if [ -n "${FAKE_SRUN_WAIT:-}" ]; then
-  trap 'echo "srun got USR1" >> "$FAKE_LOG"; exit 0' USR1
+  # like real tasks under scaletrain.init(): a stop signal -> save -> exit 75 (or FAKE_SRUN_RC)
+  trap 'echo "srun got USR1" >> "$FAKE_LOG"; exit "${FAKE_SRUN_RC:-75}"' USR1
+  trap 'echo "srun got TERM" >> "$FAKE_LOG"; exit "${FAKE_SRUN_RC:-75}"' TERM
   touch "$FAKE_SRUN_WAIT"; for _ in $(seq 300); do sleep 0.1; done; exit 9
 fi
 exec "$@"
@@ -223,7 +226,8 @@ def test_stage_data_extracts_once_per_node(fakebin, kind: str) -> None:
 
 # --------------------------------------------------------------------------- requeue
 
-def _run_until_srun_waits(fakebin, text: str, **extra: str) -> tuple[int, str]:
+def _run_until_srun_waits(fakebin, text: str, signum: int = signal.SIGUSR1,
+                          **extra: str) -> tuple[int, str]:
     tmp = fakebin.tmp
     script = tmp / "job.sh"
     script.write_text(text)
@@ -236,7 +240,7 @@ def _run_until_srun_waits(fakebin, text: str, **extra: str) -> tuple[int, str]:
             time.sleep(0.05)
         assert ready.exists(), "fake srun never started"
         time.sleep(0.2)                      # let bash reach 'wait'
-        os.kill(proc.pid, signal.SIGUSR1)    # what Slurm does with --signal=B:USR1@...
+        os.kill(proc.pid, signum)            # what Slurm does: --signal=B:USR1@..., or preemption
         out, _ = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
@@ -245,18 +249,32 @@ def _run_until_srun_waits(fakebin, text: str, **extra: str) -> tuple[int, str]:
     return proc.returncode, (tmp / "log").read_text() + out
 
 
-def test_requeue_forwards_usr1_and_requeues(fakebin) -> None:
+def test_requeue_forwards_usr1_and_requeues_once_the_tasks_saved(fakebin) -> None:
     text = render("puhti", gpus=4, requeue=True, time="02:00:00")
     assert "#SBATCH --signal=B:USR1@300\n#SBATCH --requeue\n" in text
-    rc, log = _run_until_srun_waits(fakebin, text)
+    rc, log = _run_until_srun_waits(fakebin, text, SLURM_RESTART_COUNT="1")
     assert rc == 0 and "srun got USR1" in log and "scontrol requeue 123456" in log
+    assert "got SIGUSR1" in log and "restart 2 of 5" in log
+
+
+def test_requeue_after_sigterm_preemption(fakebin) -> None:
+    rc, log = _run_until_srun_waits(fakebin, render("puhti", gpus=4, requeue=True),
+                                    signum=signal.SIGTERM)
+    assert rc == 0 and "srun got TERM" in log and "scontrol requeue 123456" in log
+
+
+def test_no_requeue_when_the_tasks_did_not_save(fakebin) -> None:
+    # srun's exit code is not EXIT_STOPPED (a crash, or tasks without a handler): no requeue
+    rc, log = _run_until_srun_waits(fakebin, render("puhti", gpus=4, requeue=True), FAKE_SRUN_RC="1")
+    assert rc == 1 and "srun got USR1" in log and "scontrol requeue" not in log
 
 
 def test_requeue_stops_after_the_bound(fakebin) -> None:
     text = render("puhti", gpus=4, requeue=True)
     rc, log = _run_until_srun_waits(fakebin, text, SLURM_RESTART_COUNT="5")
-    assert "srun got USR1" in log and "requeue" not in log.replace("--requeue", "")
-    assert rc == 0   # the fake srun exits 0 after saving
+    assert "srun got USR1" in log and "scontrol requeue" not in log
+    assert "requeued 5 times already" in log
+    assert rc == EXIT_STOPPED   # saved, not requeued: the job ends with the tasks' code
 
 
 # --------------------------------------------------------------------------- local profile

@@ -123,7 +123,7 @@ def test_without_a_listener_the_signal_keeps_its_default_action(tmp_path):
 
 
 def test_agreement_at_world_size_one_is_one_step_late(handlers):
-    agreement = preempt.StopAgreement()
+    agreement = preempt.StopAgreement(period_s=0)  # agree at every call
     try:
         assert agreement.poll(flags=1) == (None, 0)  # first call: nothing reduced yet
         assert agreement.poll() == (None, 1)          # the previous call's flags
@@ -137,6 +137,27 @@ def test_agreement_at_world_size_one_is_one_step_late(handlers):
         agreement.close()
     with pytest.raises(UsageError, match="after close"):
         agreement.poll()
+
+
+def test_sync_interval_follows_the_step_time(handlers, monkeypatch):
+    clock = [100.0]
+    monkeypatch.setattr(preempt.time, "monotonic", lambda: clock[0])
+    agreement = preempt.StopAgreement(period_s=0.1)
+    results = []
+    try:
+        for call in range(40):
+            clock[0] += 0.01                      # 10 ms steps
+            if call == 20:
+                preempt.request("time_limit")
+            results.append((agreement.poll(flags=2 if call == 14 else 0), agreement.interval))
+    finally:
+        agreement.close()
+    assert results[0] == ((None, 0), 1) and results[1] == ((None, 0), 1)
+    assert results[2][1] == 10                     # 0.1 s / 10 ms, from the reduced step time
+    # syncs at calls 0, 1, 2, 12, 22, 32: the flag of call 14 and the request of call 20 are
+    # contributed at the sync of call 22 and seen at the next one, call 32
+    seen = {i: r for i, (r, _) in enumerate(results) if r != (None, 0)}
+    assert seen == {32: ("time_limit", 2)}
 
 
 def test_stop_record_and_message(tmp_path, handlers, clean_env, capsys):

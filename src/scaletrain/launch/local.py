@@ -145,10 +145,11 @@ def launch(plan: LaunchPlan) -> int:
         return collect_failures(report, logs_specs.stderr_paths, records=read_errors(run_dir))
 
     try:
-        with run_folder(plan.run_dir) as run_dir, \
+        # forward_stop_signals first: it exits last, so its choice of handlers stays
+        with forward_stop_signals() as forwarding, run_folder(plan.run_dir) as run_dir, \
                 mps_daemon(plan.procs_per_gpu is not None and plan.gpus > 0) as mps_env, \
                 _scoped_environ({**plan.worker_env, **mps_env, **worker_environ(run_dir)}), \
-                _scoped_signal_handlers(), forward_stop_signals() as forwarding, \
+                _scoped_signal_handlers(), \
                 supervised_agent(run_dir, failures, plan.nproc_per_node * plan.nnodes):
             config = _config(plan, logs_specs)
             try:

@@ -34,6 +34,8 @@ FORWARDED = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM)
 # agent's shutdown (SIGTERM again, SIGKILL SHUTDOWN_TIMEOUT_S later). Slurm's KillWait and a
 # preemption's GraceTime usually end the job sooner; this bounds a local `kill`.
 STOP_TIMEOUT_S = 120.0
+# After a SIGTERM that finds no worker: long enough for the agent to notice exited workers.
+NO_WORKER_WAIT_S = 5.0
 # The signals torch's agent may turn into "stop the workers now" (LaunchConfig.signals_to_handle):
 # its default less SIGTERM, which forward_stop_signals handles.
 TORCH_SIGNALS = "SIGINT,SIGHUP,SIGQUIT"
@@ -45,6 +47,7 @@ class Forwarding:
 
     received: list[str] = field(default_factory=list)
     stop_timeout_s: float = STOP_TIMEOUT_S
+    stopped: bool = False  # the workers stopped on purpose: ignore stop signals until exit
 
 
 def _children(pid: int) -> set[int]:
@@ -108,9 +111,12 @@ def forward_stop_signals(stop_timeout_s: float = STOP_TIMEOUT_S) -> Iterator[For
         state.received.append(name)
         pids = worker_pids()
         if signum == signal.SIGTERM:
-            if again or not pids:  # asked twice, or nothing to save yet: stop now
+            if again:  # asked twice: stop now
                 _agent_shutdown(signum)
-            signal.setitimer(signal.ITIMER_REAL, max(state.stop_timeout_s, 0.001))
+            # No worker alive: not started yet, or all exited and the agent has not looked yet
+            # (srun's --kill-on-bad-exit sends TERM once another node's task exited 75).
+            wait_s = state.stop_timeout_s if pids else min(state.stop_timeout_s, NO_WORKER_WAIT_S)
+            signal.setitimer(signal.ITIMER_REAL, max(wait_s, 0.001))
         if not again:
             print(f"scaletrain: received {name}; passing it to the workers so they can save "
                   "and stop", file=sys.stderr, flush=True)
@@ -130,6 +136,10 @@ def forward_stop_signals(stop_timeout_s: float = STOP_TIMEOUT_S) -> Iterator[For
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         for s, handler in saved.items():
+            if state.stopped and s in FORWARDED:
+                # Exiting with EXIT_STOPPED: a late TERM (srun stopping the step once another
+                # node's task exited 75) must not turn it into a death by signal.
+                handler = signal.SIG_IGN
             try:
                 signal.signal(s, handler if handler is not None else signal.SIG_DFL)
             except (ValueError, TypeError):
@@ -148,6 +158,7 @@ def stop_outcome(state: Forwarding, exit_codes: Iterable[int]) -> tuple[int, str
     if not codes:
         return None
     if all(code == EXIT_STOPPED for code in codes):
+        state.stopped = True
         why = f" after {state.received[0]}" if state.received else ""
         return EXIT_STOPPED, (f"scaletrain: the workers saved and stopped on purpose{why}; exit "
                               f"code {EXIT_STOPPED} (run again to resume; a script from "

@@ -435,6 +435,7 @@ def _sbatch_lines(request: JobRequest, profile: ClusterProfile, part: Partition,
     if signal_s is not None:
         lines.append(("signal", f"B:USR1@{signal_s}"))
         lines.append(("requeue", ""))
+        lines.append(("open-mode", "append"))  # a requeued run must not truncate the first's log
     return tuple(lines)
 
 
