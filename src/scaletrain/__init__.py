@@ -45,6 +45,7 @@ _LAZY: dict[str, str] = {
     "print": "scaletrain.runtime.helpers",  # the same function; rank_print does not shadow
     "barrier": "scaletrain.runtime.helpers",
     "main_first": "scaletrain.runtime.helpers",
+    "training_started": "scaletrain.runtime.timeouts",
     # parallel strategies and precision
     "setup": "scaletrain.parallel.setup",
     "backward": "scaletrain.parallel.precision",

@@ -32,6 +32,9 @@ DATA_VAR = "SCALETRAIN_DATA"                  # where --stage-data copied the da
 # The cluster profile's GPU -> nearest CPU cores map ("0:49-55;1:57-63"), exported by a generated
 # script so the runtime can bind torchrun's workers without reading the profile itself.
 GPU_CPU_MAP_VAR = "SCALETRAIN_GPU_CPU_MAP"
+TIMEOUT_VAR = "SCALETRAIN_TIMEOUT"            # collective timeout in seconds once training runs
+RUN_DIR_VAR = "SCALETRAIN_RUN_DIR"            # `scaletrain run`'s folder: error records, stacks/
+AGENT_PID_VAR = "SCALETRAIN_AGENT_PID"        # the launcher's PID: workers die with it
 STOP_SIGNALS_VAR = "SCALETRAIN_STOP_SIGNALS"  # "USR1:time_limit,TERM:preempted" or "none"
 
 # Exit code of a process that stopped on purpose at a time limit or preemption after its

@@ -9,11 +9,20 @@ at its edge, as::
 and exits with ``exit_code``; user errors never show a traceback. Library callers catch
 ``ScaletrainError`` (or a subclass) like any exception.
 
-Exit codes:
-    1  a failure at run time (a worker crashed, a job failed, lint found errors)
-    2  usage: bad flags or values, unknown cluster/partition, file not found, impossible plan
-    3  the environment contradicts itself or the job (ranks, GPUs, variables)
-    4  Slurm is missing or refused the job
+Exit codes (one mapping for every verb, ``scaletrain run`` included; README "Errors and exit codes"):
+    0      success
+    1      a failure at run time: a worker raised or exited non-zero for a reason of its own
+           (its own code is in the message, never passed through, so it cannot pass for one
+           of the codes below), a collective timed out, a job failed, lint found errors
+    2      usage: bad flags or values, unknown cluster/partition, file not found, impossible
+           plan; also a UsageError raised inside a worker of ``scaletrain run``
+    3      the environment contradicts itself or the job (ranks, GPUs, variables); also a
+           DistEnvError raised inside a worker
+    4      Slurm is missing or refused the job
+    75     stopped on purpose at a time limit or preemption after saving its state
+           (``scaletrain.contract.EXIT_STOPPED``): requeue, or run again, to resume
+    128+N  killed by signal N: a worker (137 = SIGKILL, often out of memory) or
+           ``scaletrain run`` itself (130 = Ctrl-C, 143 = SIGTERM)
 """
 
 from __future__ import annotations

@@ -33,7 +33,9 @@ record = {
     "dist_rank": rank, "dist_world": world,
     "sum": total.item(), "vector": vector.tolist(), "max": biggest.item(),
     "threads": torch.get_num_threads(), "argv": passed, "pid": os.getpid(),
-    "scaletrain_imported": any(m == "scaletrain" or m.startswith("scaletrain.") for m in sys.modules),
+    # the worker entry (scaletrain.launch.worker) is loaded; nothing of the runtime is
+    "scaletrain_runtime_imported": any(m.startswith(("scaletrain.runtime", "scaletrain.parallel",
+                                                     "scaletrain.data")) for m in sys.modules),
 }
 with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as fh:
     json.dump(record, fh)

@@ -85,7 +85,7 @@ def test_all_reduce_sums(three):
 
 def test_plain_script_needs_no_scaletrain(three):
     _, records = three
-    assert not any(rec["scaletrain_imported"] for rec in records)
+    assert not any(rec["scaletrain_runtime_imported"] for rec in records)
 
 
 def test_args_passed_verbatim(three):

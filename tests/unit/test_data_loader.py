@@ -48,8 +48,8 @@ def ids(batch) -> list[int]:
 def test_global_batch_is_divided_by_world_size():
     assert per_process_batch(None, 256, 4) == 64
     assert per_process_batch(64, None, 4) == 64
-    assert make(dataset(8), 0, 4, batch_size=None, global_batch_size=256).batch_size == 64
-    assert make(dataset(8), 2, 3, batch_size=5).batch_size == 5
+    assert make(dataset(256), 0, 4, batch_size=None, global_batch_size=256).batch_size == 64
+    assert make(dataset(256), 2, 3, batch_size=5).batch_size == 5
 
 
 def test_indivisible_global_batch_names_nearest_sizes():
@@ -291,12 +291,12 @@ def test_global_batch_warning_once(monkeypatch):
     env = Env(rank=0, world_size=4)
     with pytest.warns(lr_mod.GlobalBatchWarning, match=r"global batch is 256 = 64 x 4 processes; "
                                                         r"it was 64 = 64 x 1") as rec:
-        scaletrain.loader(dataset(8), batch_size=64, env=env, num_workers=0)
+        scaletrain.loader(dataset(256), batch_size=64, env=env, num_workers=0)
     assert "scale_lr(lr, 64, 256)" in str(rec[0].message)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        scaletrain.loader(dataset(8), batch_size=64, env=env, num_workers=0)  # only once
-        scaletrain.loader(dataset(8), global_batch_size=64, env=env, num_workers=0)
-        scaletrain.loader(dataset(8), batch_size=32, env=env, num_workers=0, base_world_size=4)
-        scaletrain.loader(dataset(8), batch_size=32, env=Env(rank=1, world_size=2), num_workers=0)
-        scaletrain.loader(dataset(8), batch_size=32, env=Env(), num_workers=0)
+        scaletrain.loader(dataset(256), batch_size=64, env=env, num_workers=0)  # only once
+        scaletrain.loader(dataset(256), global_batch_size=64, env=env, num_workers=0)
+        scaletrain.loader(dataset(256), batch_size=32, env=env, num_workers=0, base_world_size=4)
+        scaletrain.loader(dataset(256), batch_size=32, env=Env(rank=1, world_size=2), num_workers=0)
+        scaletrain.loader(dataset(256), batch_size=32, env=Env(), num_workers=0)

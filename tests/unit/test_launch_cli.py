@@ -19,7 +19,7 @@ EXPECTED_FLAGS: dict[str, list[str]] = {
     "": ["--help", "--version"],
     "run": ["--help", "--nproc-per-node", "--procs-per-gpu", "--max-restarts", "--ranks",
             "--emulate", "--cpu", "--strict", "--nnodes", "--node-rank", "--master-addr", "--master-port", "--module",
-            "target", "args"],
+            "--timeout", "--run-dir", "target", "args"],
     "plan": ["--help", "--cluster", "--profile", "--partition", "--account", "--gpus", "--nodes",
              "--gpus-per-node", "--time", "--cpus-per-gpu", "--mem-per-gpu", "--launcher",
              "--device", "--container", "--stage-data", "--requeue", "--job-name", "--params",

@@ -27,6 +27,7 @@ examples:
   scaletrain run --procs-per-gpu 4 train.py             # 4 ranks per GPU (gloo, CUDA MPS)
   scaletrain run --emulate slurm --nnodes 2 --nproc-per-node 2 train.py   # a program written for srun
   scaletrain run --cpu --nproc-per-node 2 cuda_train.py   # smoke-test a CUDA/NCCL program on the CPU
+  scaletrain run --max-restarts 2 --timeout 300 train.py  # resume after a crash; end a hang in 5 min
   # two nodes (run on each, node-rank 0 and 1):
   scaletrain run --nnodes 2 --node-rank 0 --master-addr node1 --master-port 29500 train.py
 """
@@ -40,6 +41,16 @@ def _nproc(value: str) -> int | str:
         return number
     except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(f"expected a number or 'auto', got {value!r:.40}") from None
+
+
+def _seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {value!r}") from None
+    if not 0 < seconds < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {value!r}")
+    return seconds
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -66,6 +77,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     b.add_argument("--strict", action="store_true",
                    help="exit 1 when the workers finish without forming one process group "
                         "(default: a warning)")
+    f = p.add_argument_group("failures")
+    f.add_argument("--timeout", type=_seconds, default=None, metavar="SECONDS",
+                   help="end the run when a collective waits longer than this once training "
+                        "runs, in scripts that call scaletrain.init() (default 600; start-up "
+                        "keeps init()'s 30 minutes)")
+    f.add_argument("--run-dir", default=None, metavar="DIR",
+                   help="where error records and, after a hang, every rank's Python stack go "
+                        "(default: a temporary folder, kept and named only after a hang)")
     n = p.add_argument_group("several nodes (static rendezvous)")
     n.add_argument("--nnodes", type=count(), default=1, metavar="M", help="number of nodes (default 1)")
     n.add_argument("--node-rank", type=count(low=0), default=0, metavar="R", help="this node's index, 0..M-1")
@@ -93,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
         master_addr=args.master_addr, master_port=args.master_port,
         max_restarts=args.max_restarts, ranks=args.ranks, procs_per_gpu=args.procs_per_gpu,
         emulate=args.emulate, cpu=args.cpu, strict=args.strict,
+        timeout_s=args.timeout, run_dir=args.run_dir,
     )
     plan = plan_launch(request, environ=os.environ, gpus=count_visible_gpus())
     print(f"scaletrain: {plan.describe()}", file=sys.stderr, flush=True)

@@ -36,6 +36,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 from scaletrain.data.lr import check_global_batch
 from scaletrain.data.sampler import ResumableDistributedSampler, ShardedIterable
 from scaletrain.errors import ScaletrainError, UsageError
+from scaletrain.runtime import timeouts
 from scaletrain.runtime.env import Env
 
 AUTO_WORKERS_CAP = 8  # past ~8 workers per process, input pipelines rarely get faster
@@ -277,6 +278,10 @@ class DistributedLoader(DataLoader):
         total = self._pass_samples()
         assert self.batch_size is not None  # always set by __init__
         for batch in batches:
+            if self._batches_done == 1 and self.mode != "eval":
+                # a second batch is asked for: a training step ran, so every rank is in the
+                # loop and collectives may use the shorter step timeout
+                timeouts.training_started()
             self._batches_done += 1
             self._consumed += self.batch_size
             if total is not None:
@@ -380,7 +385,34 @@ def loader(dataset: Dataset, batch_size: int | None = None, global_batch_size: i
         persistent_workers = False
     if pin_memory is None:
         pin_memory = env.device.startswith("cuda") and torch.cuda.is_available()
-    return DistributedLoader(dataset, env=env, per_process_batch=per, mode=mode, shuffle=shuffle,
-                             seed=seed, drop_last=drop_last, num_workers=num_workers,
-                             collate_fn=collate_fn, pin_memory=pin_memory,
-                             persistent_workers=persistent_workers, **dataloader_kwargs)
+    result = DistributedLoader(dataset, env=env, per_process_batch=per, mode=mode,
+                               shuffle=shuffle, seed=seed, drop_last=drop_last,
+                               num_workers=num_workers, collate_fn=collate_fn,
+                               pin_memory=pin_memory, persistent_workers=persistent_workers,
+                               **dataloader_kwargs)
+    _check_not_empty(result, dataset, per, env.world_size, global_batch_size is not None)
+    return result
+
+
+def _check_not_empty(result: DistributedLoader, dataset: Dataset, per: int, world: int,
+                     is_global: bool) -> None:
+    """A training loader of a sized dataset that would yield no step is a mistake, not an
+    empty epoch: a loop over it would end at once and "finish" without training."""
+    if result.mode == "eval":
+        return  # ranks may legitimately get nothing to evaluate (fewer samples than ranks)
+    try:
+        size = len(dataset)  # type: ignore[arg-type]
+    except TypeError:
+        return  # an unsized iterable: its length is only known by reading it
+    if size == 0:
+        raise UsageError("the dataset is empty: the loader would yield 0 steps",
+                         hint="check the dataset's path and filters")
+    samples = result._pass_samples()
+    if samples is None or samples >= per or (samples > 0 and not result.drop_last):
+        return
+    batch = f"a global batch of {per * world}" if is_global else f"batch_size={per} per process"
+    raise UsageError(
+        f"{batch} is larger than the {size} samples of the dataset on {world} process(es) "
+        f"({samples} per process): the loader would yield 0 steps",
+        hint=f"use global_batch_size={max(1, size // world) * world} or less, or "
+             "drop_last=False to train on a short last batch")

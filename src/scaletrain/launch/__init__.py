@@ -4,5 +4,8 @@ Modules: ``spec`` (request -> validated ``LaunchPlan``, pure), ``gpus`` (visible
 without torch), ``threads`` (CPU threads per worker), ``ports`` (fixed-port checks),
 ``output`` (rank prefixes, ``--ranks 0``, captured stderr), ``failure`` (the error for a failed
 worker), ``mps`` (CUDA MPS daemon for ``--procs-per-gpu``), ``local`` (runs a plan with
-``elastic_launch``). Nothing here imports torch at import time.
+``elastic_launch``). Failures: ``worker`` (the entry every worker runs: dies with its agent,
+ScaletrainErrors as records, timeout diagnosis), ``hang`` (stacks on request, who did not
+arrive), ``rundir`` (the run folder both sides share), ``supervise`` (restart policy and the
+agent/process-context hooks). Nothing here imports torch at import time.
 """

@@ -4,6 +4,13 @@ When one rank crashes, the agent stops the others (SIGTERM, then SIGKILL) and re
 non-zero exit, including those it caused itself, and ranks that died because their peer
 vanished (gloo "Connection closed by peer"). The user needs the root cause: the first rank
 that failed for a reason of its own, its exit code or signal, and the end of its stderr.
+A worker that left a structured record in the run folder (a ScaletrainError, a diagnosed
+collective timeout) is the root cause before any other, and its record is the message.
+
+The launcher's exit code follows one mapping (README "Errors and exit codes", errors.py):
+a worker's ScaletrainError keeps its code (2 usage, 3 environment); a worker that stopped on
+purpose after saving keeps 75; a worker killed by signal N gives 128+N; every other failure
+(any other exit code, a traceback, a timeout) gives 1, with the worker's own code in the message.
 """
 
 from __future__ import annotations
@@ -12,8 +19,10 @@ import signal
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from scaletrain.contract import EXIT_STOPPED
 from scaletrain.errors import WorkerFailedError
 from scaletrain.launch.output import tail_lines
+from scaletrain.launch.rundir import ErrorRecord
 
 # Exits the agent's own shutdown causes (negative = killed by that signal; 128+N = a
 # Python handler that exited with the conventional code).
@@ -35,6 +44,7 @@ class FailedRank:
     pid: int
     exitcode: int          # negative: killed by signal -exitcode
     stderr_tail: tuple[str, ...] = ()
+    record: ErrorRecord | None = None
 
     @property
     def how(self) -> str:
@@ -56,21 +66,31 @@ class FailedRank:
 
 
 def collect_failures(failures: Mapping[int, object], stderr_paths: Mapping[int, str],
-                     tail: int = 15) -> list[FailedRank]:
-    """``ChildFailedError.failures`` (global rank -> ProcessFailure), in the agent's order."""
+                     tail: int = 15,
+                     records: Mapping[int, ErrorRecord] | None = None) -> list[FailedRank]:
+    """``ChildFailedError.failures`` (global rank -> ProcessFailure), in the agent's order,
+    each with its error record from the run folder when it left one."""
     out = []
+    records = records or {}
     for rank, failure in failures.items():
         local_rank = int(getattr(failure, "local_rank"))
         out.append(FailedRank(
             rank=int(rank), local_rank=local_rank, pid=int(getattr(failure, "pid")),
             exitcode=int(getattr(failure, "exitcode")),
             stderr_tail=tuple(tail_lines(stderr_paths.get(local_rank), tail)),
+            record=records.get(int(rank)),
         ))
     return out
 
 
 def root_cause(failed: list[FailedRank]) -> FailedRank:
-    """The first failure that is not a consequence of another (the agent lists them in order)."""
+    """The rank to blame: one that raised a ScaletrainError, then one whose collective timed
+    out (its record names who did not arrive), then the first failure that is not a
+    consequence of another (the agent lists them in order)."""
+    for kind in ("error", "timeout"):
+        for item in failed:
+            if item.record is not None and item.record.kind == kind:
+                return item
     for item in failed:
         if not item.looks_secondary:
             return item
@@ -78,16 +98,29 @@ def root_cause(failed: list[FailedRank]) -> FailedRank:
 
 
 def exit_code_for(item: FailedRank) -> int:
-    """The launcher's exit code: the worker's own code when it is a plain one, 128+N for signal N."""
+    """The launcher's exit code for a root cause (the mapping in the module doc)."""
+    if item.record is not None:
+        return item.record.exit_code if item.record.exit_code in (1, 2, 3, 4) else 1
+    if item.exitcode == EXIT_STOPPED:
+        return EXIT_STOPPED
     if item.exitcode < 0:
         return 128 + (-item.exitcode)
-    if 0 < item.exitcode < 126:
-        return item.exitcode
     return 1
+
+
+def describe(item: FailedRank) -> str:
+    """``rank 1 exited with code 3``, or the record's message: for a restart notice."""
+    if item.record is not None:
+        return f"rank {item.rank}: {item.record.message}"
+    return f"rank {item.rank} {item.how}"
 
 
 def render_tail(item: FailedRank) -> str:
     """The block printed before the error line: the failed rank's last stderr lines."""
+    if item.record is not None:
+        where = f" at {item.record.where}" if item.record.where else ""
+        what = "timed out" if item.record.kind == "timeout" else f"raised {item.record.type}"
+        return f"scaletrain: rank {item.rank} {what}{where}"
     if not item.stderr_tail:
         return f"scaletrain: rank {item.rank} wrote nothing to stderr"
     body = "\n".join(f"  | {line}" for line in item.stderr_tail)
@@ -97,6 +130,9 @@ def render_tail(item: FailedRank) -> str:
 def worker_failed_error(failed: list[FailedRank], node_rank: int = 0) -> WorkerFailedError:
     """The one-line error for the root cause, naming the rank, and what happened to the rest."""
     cause = root_cause(failed)
+    if cause.record is not None:
+        return WorkerFailedError(cause.record.message, cause.record.hint,
+                                 exit_code=exit_code_for(cause), rank=cause.rank)
     rest = "; the other workers were stopped"
     where = f" on node {node_rank}" if node_rank else ""
     message = (f"rank {cause.rank} (local rank {cause.local_rank}{where}, pid {cause.pid}) "

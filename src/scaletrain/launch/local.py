@@ -23,16 +23,20 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from scaletrain.contract import GROUP_RECORD_VAR
+from scaletrain.contract import EXIT_STOPPED, GROUP_RECORD_VAR
 from scaletrain.errors import LaunchError
 from scaletrain.launch.cpu_smoke import BANNER
-from scaletrain.launch.failure import collect_failures, render_tail, worker_failed_error
+from scaletrain.launch.failure import (FailedRank, collect_failures, render_tail, root_cause,
+                                       worker_failed_error)
 from scaletrain.launch.group_check import read_records, verdict
 from scaletrain.launch.mps import mps_daemon
 from scaletrain.launch.output import make_logs_specs, prefix_template
 from scaletrain.launch.ports import check_port_free
+from scaletrain.launch.rundir import read_errors
 from scaletrain.launch.signals import TORCH_SIGNALS, forward_stop_signals, stop_outcome
 from scaletrain.launch.spec import LaunchPlan
+from scaletrain.launch.supervise import run_folder, supervised_agent, worker_environ
+from scaletrain.launch.worker import worker_args
 
 if TYPE_CHECKING:
     from torch.distributed.launcher.api import LaunchConfig
@@ -148,25 +152,37 @@ def launch(plan: LaunchPlan) -> int:
     os.mkdir(records)
     if plan.cpu:
         print(f"scaletrain: {BANNER}", file=sys.stderr, flush=True)
+
+    def failures(report: Mapping[int, object]) -> list[FailedRank]:
+        return collect_failures(report, logs_specs.stderr_paths, records=read_errors(run_dir))
+
     try:
         # forward_stop_signals first: it exits last, so its choice of handlers stays
-        with forward_stop_signals() as forwarding, \
+        with forward_stop_signals() as forwarding, run_folder(plan.run_dir) as run_dir, \
                 mps_daemon(plan.procs_per_gpu is not None and plan.gpus > 0) as mps_env, \
-                _scoped_environ({**plan.worker_env, **mps_env, GROUP_RECORD_VAR: records}), \
-                _scoped_signal_handlers():
+                _scoped_environ({**plan.worker_env, **mps_env, **worker_environ(run_dir),
+                                 GROUP_RECORD_VAR: records}), \
+                _scoped_signal_handlers(), \
+                supervised_agent(run_dir, failures, plan.nproc_per_node * plan.nnodes):
             config = _config(plan, logs_specs)
             try:
-                elastic_launch(config, plan.entrypoint)(*plan.args)
+                elastic_launch(config, plan.entrypoint)(*worker_args(plan.args))
             except ChildFailedError as exc:
                 stopped = stop_outcome(forwarding, (f.exitcode for f in exc.failures.values()))
                 if stopped is not None:  # a stop on purpose (75) or by our SIGTERM, no failure
                     sys.stdout.flush()
                     print(stopped[1], file=sys.stderr)
                     return stopped[0]
-                failed = collect_failures(exc.failures, logs_specs.stderr_paths)
-                error = worker_failed_error(failed, plan.node_rank)
-                cause = next(f for f in failed if f.rank == error.rank)
+                failed = failures(exc.failures)
+                cause = root_cause(failed)
                 sys.stdout.flush()
+                # one rank stopped on purpose, the rest were stopped by the agent
+                if cause.record is None and cause.exitcode == EXIT_STOPPED:
+                    print(f"scaletrain: rank {cause.rank} stopped on purpose after saving its "
+                          f"state (exit {EXIT_STOPPED}); run again, or requeue, to resume",
+                          file=sys.stderr)
+                    return EXIT_STOPPED
+                error = worker_failed_error(failed, plan.node_rank)
                 print(render_tail(cause), file=sys.stderr)
                 raise error from None
             except SignalException as exc:

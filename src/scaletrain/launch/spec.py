@@ -20,10 +20,16 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from scaletrain.contract import BACKEND_VAR, DEFAULT_PORT, PROCS_PER_GPU_VAR
+from scaletrain.contract import BACKEND_VAR, DEFAULT_PORT, PROCS_PER_GPU_VAR, TIMEOUT_VAR
 from scaletrain.errors import UsageError
 from scaletrain.launch.emulate import MODES
 from scaletrain.launch.threads import ThreadBudget, thread_budget
+from scaletrain.runtime.threads import allowed_cpus
+
+# CPU workers per core beyond which a launch only thrashes (each worker is a whole Python
+# process with torch loaded, ~300 MB): refused before anything is spawned.
+WORKERS_PER_CORE = 4
+MIN_WORKER_BOUND = 8
 from scaletrain.launch.worker_shim import launcher_env
 # Variables the runtime (scaletrain.init) reads; the launcher sets them only when asked.
 
@@ -46,6 +52,8 @@ class RunRequest:
     emulate: str | None = None         # "slurm"/"mpi": workers get srun's/mpirun's variables
     cpu: bool = False                  # CPU smoke test of a CUDA/NCCL program
     strict: bool = False               # exit non-zero when the workers never formed one group
+    timeout_s: float | None = None     # collective timeout once training runs (workers)
+    run_dir: str | None = None         # error records and hang stacks (default: temporary)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,6 +79,7 @@ class LaunchPlan:
     emulated_nodes: int = 1
     cpu: bool = False
     strict: bool = False
+    run_dir: str | None = None
 
     def describe(self) -> str:
         """One line for the launcher's start-up message."""
@@ -102,11 +111,24 @@ def _resolve_target(req: RunRequest) -> tuple[str, ...]:
     return ("-u", req.target, *req.args)
 
 
-def _resolve_nproc(req: RunRequest, gpus: int) -> int:
+def _check_worker_bound(nproc: int, flag: str, cores_here: int | None) -> None:
+    """Refuse, before anything is spawned, more workers than this machine's cores can carry."""
+    cores = cores_here if cores_here is not None else len(allowed_cpus())
+    bound = max(MIN_WORKER_BOUND, WORKERS_PER_CORE * cores)
+    if nproc > bound:
+        raise UsageError(
+            f"{flag} asks for {nproc} worker processes on {cores} core(s): they would only "
+            f"thrash (at most {bound} here)",
+            f"use --nproc-per-node {min(cores, bound)} (one per core) or a smaller "
+            "--procs-per-gpu; for more ranks use more nodes (scaletrain plan)")
+
+
+def _resolve_nproc(req: RunRequest, gpus: int, cores_here: int | None = None) -> int:
     devices = max(gpus, 1)  # without a GPU the CPU is the one "device"
     if req.procs_per_gpu is not None:
         _positive("--procs-per-gpu", req.procs_per_gpu, "use --procs-per-gpu 2 or more")
         wanted = devices * req.procs_per_gpu
+        _check_worker_bound(wanted, "--procs-per-gpu", cores_here)
         if req.nproc_per_node != "auto" and int(req.nproc_per_node) != wanted:
             raise UsageError(
                 f"--nproc-per-node {req.nproc_per_node} contradicts --procs-per-gpu "
@@ -121,6 +143,8 @@ def _resolve_nproc(req: RunRequest, gpus: int) -> int:
         raise UsageError(f"--nproc-per-node must be a number or 'auto', got {req.nproc_per_node!r}",
                          "e.g. --nproc-per-node 2") from None
     _positive("--nproc-per-node", nproc, "e.g. --nproc-per-node 2, or auto (one per GPU)")
+    if not gpus:
+        _check_worker_bound(nproc, "--nproc-per-node", cores_here)
     if gpus and nproc > gpus:
         raise UsageError(
             f"--nproc-per-node {nproc} is more than the {gpus} GPU(s) visible here",
@@ -142,8 +166,12 @@ def _parse_port(value: str, where: str) -> int:
     return int(value)
 
 
-def plan_launch(req: RunRequest, *, environ: Mapping[str, str], gpus: int) -> LaunchPlan:
-    """Check ``req`` against the environment and return the plan, or raise UsageError."""
+def plan_launch(req: RunRequest, *, environ: Mapping[str, str], gpus: int,
+                cores: int | None = None) -> LaunchPlan:
+    """Check ``req`` against the environment and return the plan, or raise UsageError.
+
+    ``cores``: CPU cores this launcher may use (default: its affinity mask); bounds the
+    number of CPU workers."""
     emulated_nodes = _check_emulation(req)
     if req.emulate is not None:
         req = replace(req, nnodes=1)  # emulated nodes are local workers, not real nodes
@@ -157,13 +185,18 @@ def plan_launch(req: RunRequest, *, environ: Mapping[str, str], gpus: int) -> La
     if req.max_restarts < 0:
         raise UsageError(f"--max-restarts must be 0 or more, got {req.max_restarts}",
                          "use 0 to fail at the first crash")
+    if req.timeout_s is not None and not (0 < req.timeout_s < float("inf")):
+        raise UsageError(f"--timeout must be a positive number of seconds, got {req.timeout_s:g}",
+                         "e.g. --timeout 600 (a collective waiting longer ends the run)")
     if req.ranks not in ("all", "0"):
         raise UsageError(f"--ranks must be 'all' or '0', got {req.ranks!r}", "e.g. --ranks 0")
     _check_agrees("--master-addr", req.master_addr, "MASTER_ADDR", environ)
     _check_agrees("--master-port", req.master_port, "MASTER_PORT", environ)
 
     args = _resolve_target(req)
-    nproc = _resolve_nproc(req, gpus) * emulated_nodes
+    nproc = _resolve_nproc(req, gpus, cores) * emulated_nodes
+    if emulated_nodes > 1 and not gpus:   # the bound is on every worker started here
+        _check_worker_bound(nproc, "--nnodes x --nproc-per-node", cores)
     addr = req.master_addr or environ.get("MASTER_ADDR") or None
     port: int | None = None
     if req.master_port is not None:
@@ -196,6 +229,8 @@ def plan_launch(req: RunRequest, *, environ: Mapping[str, str], gpus: int) -> La
         # Restarted workers must not share the agent's store with the failed attempt: its keys
         # would send them to dead peers (pytorch/pytorch#135712). Rank 0 then hosts a fresh store.
         worker_env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+    if req.timeout_s is not None:
+        worker_env[TIMEOUT_VAR] = f"{req.timeout_s:g}"
     if req.procs_per_gpu is not None:
         # NCCL refuses two ranks on one device; gloo works (through CUDA MPS on a GPU).
         worker_env[BACKEND_VAR] = "gloo"
@@ -211,7 +246,7 @@ def plan_launch(req: RunRequest, *, environ: Mapping[str, str], gpus: int) -> La
         master_port_fixed=port if (backend == "static" and req.node_rank == 0) else None,
         max_restarts=req.max_restarts, ranks=req.ranks, threads=threads, gpus=gpus,
         procs_per_gpu=req.procs_per_gpu, worker_env=worker_env, emulate=req.emulate,
-        emulated_nodes=emulated_nodes, cpu=req.cpu, strict=req.strict,
+        emulated_nodes=emulated_nodes, cpu=req.cpu, strict=req.strict, run_dir=req.run_dir,
     )
 
 

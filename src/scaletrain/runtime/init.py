@@ -43,9 +43,10 @@ from scaletrain.runtime.device import gpu_view, normalize_request, torch_gpus
 from scaletrain.runtime.env import Env, Placement
 from scaletrain.runtime.resolve import (CpuPlan, Request, choose_backend, choose_device,
                                         normalize_backend, plan_cpus, read_request)
+from scaletrain.runtime import timeouts
 from scaletrain.runtime.threads import allowed_cpus, apply_threads
+from scaletrain.runtime.timeouts import STARTUP_TIMEOUT_S
 
-STARTUP_TIMEOUT_S = 1800.0
 SETTLE_TIMEOUT_S = 5.0
 _GLOO_WORKER = "pt_gloo_runloop"  # the name c10d gives ProcessGroupGloo's worker threads
 
@@ -205,7 +206,7 @@ def _warn_batch_step(placement: Placement) -> None:
 
 
 def init(*, device: str | None = None, backend: str | None = None,
-         timeout_s: float | None = None,
+         timeout_s: float | None = None, step_timeout_s: float | None = None,
          stop_signals: Mapping[str, str] | str | None = None) -> Env:
     """Join the job and return this process's :class:`Env`.
 
@@ -216,6 +217,9 @@ def init(*, device: str | None = None, backend: str | None = None,
         backend: torch.distributed backend; default nccl on GPUs, gloo on the CPU. ``"gloo"``
             also allows several local ranks to share one GPU (CUDA MPS).
         timeout_s: start-up rendezvous and collective timeout (default 1800 s).
+        step_timeout_s: collective timeout once training runs (default ``SCALETRAIN_TIMEOUT``,
+            set by ``scaletrain run --timeout``, else 600 s, at most ``timeout_s``); applied
+            by :func:`scaletrain.runtime.timeouts.training_started`.
         stop_signals: signals that ask the training loop to save and stop, with their reason,
             e.g. ``{"USR1": "time_limit", "TERM": "preempted"}`` (the default) or the same as
             ``"USR1:time_limit,TERM:preempted"``; ``"none"`` installs nothing.
@@ -238,6 +242,7 @@ def init(*, device: str | None = None, backend: str | None = None,
         from scaletrain.runtime import preempt
 
         stop_signals = preempt.resolve(stop_signals)  # a bad value fails before any rendezvous
+        step_seconds = timeouts.step_timeout(seconds, step_timeout_s, os.environ)
         environ = os.environ
 
         # 1. Who am I in the job (environment only), and what was asked for.
@@ -268,8 +273,10 @@ def init(*, device: str | None = None, backend: str | None = None,
             if not dist.is_initialized():
                 _start_group(env, chosen_backend, dev, timedelta(seconds=seconds))
                 owns = True
-            # hooks that need the process group go here (e.g. runtime.timeouts' shorter
-            # collective timeout once start-up is over); a raise undoes everything
+            # hooks that need the process group go here; a raise undoes everything.
+            # The shorter collective timeout applies once the first step has run
+            # (runtime.timeouts.training_started), not during start-up.
+            timeouts.configure(step_seconds)
         except BaseException:
             if owns and dist.is_initialized():
                 dist.destroy_process_group()
@@ -307,6 +314,7 @@ def shutdown() -> None:
     from scaletrain.runtime import preempt
 
     preempt.uninstall()  # the handlers init() replaced come back
+    timeouts.configure(None)
 
     dist = sys.modules.get("torch.distributed")
     if state.owns_group and dist is not None and dist.is_initialized():

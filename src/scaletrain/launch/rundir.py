@@ -1,0 +1,130 @@
+"""The run folder `scaletrain run` shares with its workers: who runs where, why a rank failed,
+and every rank's Python stack after a hang.
+
+Layout (``SCALETRAIN_RUN_DIR``; ``--run-dir``, else a temporary folder kept only when it holds
+something worth reading)::
+
+    ranks/rank-N.json    {"rank", "host", "pid", "thread", "attempt"}: written by the worker
+                         entry when it can dump its stack on request (the consent to be signalled)
+    errors/rank-N.json   a structured error: a ScaletrainError raised in the worker, or a
+                         collective timeout with the ranks that did not arrive
+    stacks/rank-N.txt    Python stacks of every thread, written on request after a hang
+
+Both sides import this module; it imports neither torch nor anything that does. Every file is
+written whole or not at all (:func:`scaletrain.fileio.atomic_write`), so the launcher never
+reads half a record.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from scaletrain.fileio import atomic_write
+
+RANKS = "ranks"
+ERRORS = "errors"
+STACKS = "stacks"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankInfo:
+    """Where one worker runs and how to ask it for its stack."""
+
+    rank: int
+    host: str
+    pid: int
+    thread: int       # threading.get_ident() of its main thread (faulthandler prints it in hex)
+    attempt: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class ErrorRecord:
+    """Why a worker ended, in a form the launcher renders as one line and an exit code."""
+
+    rank: int
+    kind: str                 # "error" (a ScaletrainError) or "timeout" (a collective timed out)
+    type: str                 # the exception class
+    message: str
+    hint: str = ""
+    exit_code: int = 1
+    where: str = ""           # "train.py:12 in main": the user's line that raised or waited
+    attempt: int = 0
+    missing: list[int] = field(default_factory=list)   # timeout: ranks that did not arrive
+
+
+def _rank_file(run_dir: str | os.PathLike[str], sub: str, rank: int, suffix: str) -> Path:
+    return Path(run_dir) / sub / f"rank-{rank}{suffix}"
+
+
+def stack_path(run_dir: str | os.PathLike[str], rank: int) -> Path:
+    """Where rank ``rank``'s stack dump goes."""
+    return _rank_file(run_dir, STACKS, rank, ".txt")
+
+
+def write_rank_info(run_dir: str | os.PathLike[str], info: RankInfo) -> Path:
+    """Publish where this worker runs (after its stack handler is installed)."""
+    path = _rank_file(run_dir, RANKS, info.rank, ".json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, json.dumps(asdict(info)))
+    return path
+
+
+def read_rank_infos(run_dir: str | os.PathLike[str]) -> dict[int, RankInfo]:
+    """Every worker that published itself (on this node, or on all nodes of a shared folder)."""
+    out: dict[int, RankInfo] = {}
+    for path in sorted((Path(run_dir) / RANKS).glob("rank-*.json")):
+        data = _load(path)
+        try:
+            info = RankInfo(**data) if data is not None else None
+        except TypeError:
+            info = None
+        if info is not None:
+            out[info.rank] = info
+    return out
+
+
+def write_error(run_dir: str | os.PathLike[str], record: ErrorRecord) -> Path:
+    """Write ``record`` for the launcher (replaces an older one of the same rank)."""
+    path = _rank_file(run_dir, ERRORS, record.rank, ".json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, json.dumps(asdict(record)))
+    return path
+
+
+def read_errors(run_dir: str | os.PathLike[str] | None) -> dict[int, ErrorRecord]:
+    """Every error record in the run folder, by rank (malformed ones are skipped)."""
+    if not run_dir:
+        return {}
+    out: dict[int, ErrorRecord] = {}
+    for path in sorted((Path(run_dir) / ERRORS).glob("rank-*.json")):
+        data = _load(path)
+        try:
+            record = ErrorRecord(**data) if data is not None else None
+        except TypeError:
+            record = None
+        if record is not None:
+            out[record.rank] = record
+    return out
+
+
+def clear_errors(run_dir: str | os.PathLike[str]) -> None:
+    """Forget the records of a failed attempt before the workers restart."""
+    for path in (Path(run_dir) / ERRORS).glob("rank-*.json"):
+        path.unlink(missing_ok=True)
+
+
+def has_stacks(run_dir: str | os.PathLike[str]) -> bool:
+    """True when some rank's stack was dumped (a file that is not empty)."""
+    return any(p.stat().st_size > 0 for p in (Path(run_dir) / STACKS).glob("rank-*.txt"))
+
+
+def _load(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

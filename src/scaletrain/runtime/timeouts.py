@@ -1,0 +1,110 @@
+"""Collective timeouts: long while a job starts, shorter once training runs.
+
+At start-up ranks legitimately wait for each other for minutes (Slurm starts nodes apart,
+the first rank loads data, compiles, downloads). Once the first training step has run,
+every rank is in the loop and a collective that waits for minutes means a rank stopped
+answering; a shorter timeout then ends the job instead of keeping the allocation idle.
+torchtitan does the same (``distributed/utils.py`` ``set_pg_timeouts``) with torch's
+``_set_pg_timeout``, which changes the timeout of an existing group in place (gloo and NCCL).
+
+Sources of the step timeout, first wins: ``init(step_timeout_s=...)``, ``SCALETRAIN_TIMEOUT``
+(``scaletrain run --timeout S`` sets it for its workers), :data:`DEFAULT_STEP_TIMEOUT_S`,
+never more than the start-up timeout. "Training started" is signalled by
+:func:`training_started`: the loader calls it when a second batch is asked for, the stop
+agreement when it first polls, and a script may call it itself. It is idempotent, local (no
+collective) and costs one flag test after the first call.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from datetime import timedelta
+
+from scaletrain.contract import TIMEOUT_VAR
+from scaletrain.errors import DistEnvError, UsageError
+
+# Slurm may start the nodes of one job minutes apart; the first collective waits for all.
+STARTUP_TIMEOUT_S = 1800.0
+# Once every rank is in the training loop (NCCL's own default). Long enough for a blocking
+# checkpoint save or an evaluation on one rank while the others wait; raise it if yours are longer.
+DEFAULT_STEP_TIMEOUT_S = 600.0
+
+_step_s: float | None = None   # None: init() has not configured a group
+_started = False
+
+
+def _positive(value: object, name: str) -> float:
+    try:
+        seconds = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        seconds = float("nan")
+    if not seconds > 0 or seconds == float("inf"):
+        raise UsageError(f"{name}={value!r} must be a positive number of seconds",
+                         "e.g. 600 (10 minutes); leave it out for the default")
+    return seconds
+
+
+def step_timeout(startup_s: float, step_timeout_s: float | None = None,
+                 environ: Mapping[str, str] | None = None) -> float:
+    """The collective timeout once training runs (seconds); see the module doc for the order."""
+    if step_timeout_s is not None:
+        return _positive(step_timeout_s, "step_timeout_s")
+    env = os.environ if environ is None else environ
+    text = env.get(TIMEOUT_VAR, "").strip()
+    if text:
+        try:
+            return _positive(text, TIMEOUT_VAR)
+        except UsageError:
+            raise DistEnvError(f"{TIMEOUT_VAR}={text!r} is not a positive number of seconds",
+                               "unset it, or give scaletrain run --timeout SECONDS") from None
+    return min(DEFAULT_STEP_TIMEOUT_S, startup_s)
+
+
+def configure(step_s: float | None) -> None:
+    """Remember the step timeout of the group init() just created (None: forget it)."""
+    global _step_s, _started
+    _step_s, _started = step_s, False
+
+
+def current_step_timeout() -> float | None:
+    """The step timeout init() configured, or None without init()."""
+    return _step_s
+
+
+def is_started() -> bool:
+    """True once :func:`training_started` shortened the timeouts."""
+    return _started
+
+
+def training_started() -> bool:
+    """Say that the first training step has run: shorten every collective timeout now.
+
+    Idempotent and cheap (one flag test after the first call); local to this rank (no
+    collective), so each rank may call it at its own moment. Returns True on the call that
+    changed the timeouts. Without ``scaletrain.init()`` it does nothing.
+    """
+    global _started
+    if _started or _step_s is None:
+        return False
+    _started = True
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return False
+    set_group_timeouts(_step_s)
+    return True
+
+
+def set_group_timeouts(seconds: float) -> None:
+    """Set the timeout of the default group and of every group this rank belongs to."""
+    from torch.distributed import distributed_c10d as c10d
+
+    timeout = timedelta(seconds=seconds)
+    groups = [None, *list(getattr(c10d._world, "pg_map", {}).keys())]
+    for group in groups:
+        try:
+            c10d._set_pg_timeout(timeout, group)
+        except (ValueError, RuntimeError, AssertionError, AttributeError):
+            # a group this rank is not in, or a backend without settable timeouts (mpi)
+            continue

@@ -1,0 +1,176 @@
+"""Tier 1 for failures in a job: the exit-code mapping with error records, the CPU-worker
+bound, the run folder's records, stack-dump parsing, and the worker entry in-process."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+
+import pytest
+
+from scaletrain.contract import EXIT_STOPPED, RUN_DIR_VAR
+from scaletrain.errors import UsageError
+from scaletrain.launch import hang, rundir, supervise, worker
+from scaletrain.launch.failure import (FailedRank, exit_code_for, render_tail, root_cause,
+                                       worker_failed_error)
+from scaletrain.launch.spec import RunRequest, plan_launch
+
+
+def _f(rank, code, record=None, tail=()):
+    return FailedRank(rank=rank, local_rank=rank, pid=100 + rank, exitcode=code,
+                      stderr_tail=tuple(tail), record=record)
+
+
+def _rec(rank, kind="error", code=2, **kw):
+    return rundir.ErrorRecord(rank=rank, kind=kind, type="UsageError", message=f"bad {rank}",
+                              hint="fix it", exit_code=code, **kw)
+
+
+# -- exit codes ---------------------------------------------------------------------------
+@pytest.mark.parametrize("code,want", [(1, 1), (2, 1), (3, 1), (4, 1), (7, 1), (255, 1),
+                                       (EXIT_STOPPED, EXIT_STOPPED),
+                                       (-signal.SIGKILL, 128 + signal.SIGKILL)])
+def test_plain_worker_codes_never_collide_with_scaletrains(code, want):
+    assert exit_code_for(_f(0, code)) == want
+
+
+@pytest.mark.parametrize("code", [2, 3, 4])
+def test_a_workers_scaletrain_error_keeps_its_code(code):
+    assert exit_code_for(_f(0, code, _rec(0, code=code))) == code
+    assert exit_code_for(_f(0, 1, _rec(0, code=99))) == 1  # nothing outside the mapping
+
+
+def test_records_are_the_root_cause_and_the_message():
+    stopped = _f(0, -signal.SIGTERM)
+    crashed = _f(1, 1, tail=["ValueError: boom"])
+    timeout = _f(2, 1, _rec(2, kind="timeout", code=1, where="t.py:3 in main"))
+    error = _f(3, 2, _rec(3, where="t.py:9 in <module>"))
+    assert root_cause([stopped, crashed, timeout, error]) is error
+    assert root_cause([stopped, crashed, timeout]) is timeout
+    err = worker_failed_error([stopped, error])
+    assert (err.message, err.hint, err.exit_code, err.rank) == ("bad 3", "fix it", 2, 3)
+    assert render_tail(error) == "scaletrain: rank 3 raised UsageError at t.py:9 in <module>"
+    assert render_tail(timeout) == "scaletrain: rank 2 timed out at t.py:3 in main"
+
+
+# -- restarts -----------------------------------------------------------------------------
+class _PF:
+    def __init__(self, code):
+        self.exitcode = code
+
+
+def test_restart_is_refused_when_it_would_repeat(tmp_path):
+    assert supervise.no_restart_reason({1: _PF(1)}, str(tmp_path)) is None
+    assert "stopped on purpose" in supervise.no_restart_reason({1: _PF(EXIT_STOPPED)}, str(tmp_path))
+    rundir.write_error(tmp_path, _rec(1, code=3))
+    assert "fail the same way" in supervise.no_restart_reason({1: _PF(3)}, str(tmp_path))
+    rundir.clear_errors(tmp_path)
+    rundir.write_error(tmp_path, _rec(1, kind="timeout", code=1))
+    assert supervise.no_restart_reason({1: _PF(1)}, str(tmp_path)) is None  # a hang may pass
+
+
+# -- CPU worker bound ---------------------------------------------------------------------
+def test_too_many_cpu_workers_are_refused_before_spawning(tmp_path):
+    script = tmp_path / "t.py"
+    script.write_text("")
+    with pytest.raises(UsageError) as info:
+        plan_launch(RunRequest(target=str(script), nproc_per_node=100000), environ={}, gpus=0,
+                    cores=2)
+    assert "100000 worker processes on 2 core(s)" in info.value.message
+    assert "--nproc-per-node 2" in info.value.hint
+    with pytest.raises(UsageError, match="--procs-per-gpu asks for 100000 worker processes"):
+        plan_launch(RunRequest(target=str(script), procs_per_gpu=100000), environ={}, gpus=1,
+                    cores=2)
+    assert plan_launch(RunRequest(target=str(script), nproc_per_node=8), environ={}, gpus=0,
+                       cores=2).nproc_per_node == 8  # a few per core stays possible (tests)
+
+
+def test_timeout_reaches_the_workers(tmp_path):
+    script = tmp_path / "t.py"
+    script.write_text("")
+    plan = plan_launch(RunRequest(target=str(script), timeout_s=2.5), environ={}, gpus=0)
+    assert plan.worker_env["SCALETRAIN_TIMEOUT"] == "2.5"
+    with pytest.raises(UsageError, match="--timeout"):
+        plan_launch(RunRequest(target=str(script), timeout_s=0.0), environ={}, gpus=0)
+
+
+# -- run folder and stacks ----------------------------------------------------------------
+def test_records_round_trip_and_bad_files_are_skipped(tmp_path):
+    rundir.write_error(tmp_path, _rec(1, missing=[2]))
+    (tmp_path / "errors" / "rank-9.json").write_text("{half")
+    assert rundir.read_errors(tmp_path) == {1: _rec(1, missing=[2])}
+    assert rundir.read_errors(None) == {}
+
+
+def test_temporary_run_folder_is_kept_only_with_stacks():
+    with supervise.run_folder(None) as quiet:
+        pass
+    with supervise.run_folder(None) as hung:
+        rundir.stack_path(hung, 0).parent.mkdir()
+        rundir.stack_path(hung, 0).write_text("Thread 0x1 ...")
+    import os
+    import shutil
+    assert not os.path.exists(quiet) and os.path.exists(hung)
+    shutil.rmtree(hung)
+
+
+DUMP = '''Thread 0x00007f0000000002 (most recent call first):
+  File "/usr/lib/python3.11/threading.py", line 320 in wait
+
+Current thread 0x00007f0000000001 (most recent call first):
+  File "/site-packages/torch/distributed/distributed_c10d.py", line 3252 in all_reduce
+  File "/work/train.py", line 10 in <module>
+'''
+
+
+def test_main_thread_frame_picks_the_right_thread():
+    frame = hang.main_thread_frame(DUMP, 0x7F0000000001)
+    assert frame is not None and frame.func == "all_reduce" and frame.waiting
+    other = hang.main_thread_frame(DUMP, 0x7F0000000002)
+    assert other is not None and not other.waiting and other.line == 320
+    assert hang.main_thread_frame(DUMP, 0x1234) is None
+
+
+@pytest.mark.parametrize("text,want", [
+    ("[gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 3000ms for recv operation", True),
+    ("Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5)", True),
+    ("Connection closed by peer [127.0.0.1]:5 (timeout?)", False),
+    ("shape mismatch", False)])
+def test_collective_timeouts_are_recognised(text, want):
+    assert hang.is_collective_timeout(RuntimeError(text)) is want
+    assert not hang.is_collective_timeout(ValueError(text))
+
+
+# -- the worker entry, in this process ----------------------------------------------------
+@pytest.fixture
+def entry(monkeypatch, tmp_path):
+    monkeypatch.setattr(worker, "die_with_parent", lambda: True)  # never on pytest itself
+    monkeypatch.setenv(RUN_DIR_VAR, str(tmp_path / "run"))
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    return tmp_path
+
+
+def test_worker_turns_a_scaletrain_error_into_a_record(entry, capsys):
+    script = entry / "train.py"
+    script.write_text("import sys\nfrom scaletrain.errors import DistEnvError\n"
+                      "assert sys.argv == [__file__, '--x', '1'], sys.argv\n"
+                      "raise DistEnvError('env is odd', 'unset X')\n")
+    assert worker.main([str(script), "--x", "1"]) == 3
+    record = json.loads((entry / "run" / "errors" / "rank-1.json").read_text())
+    assert record["message"] == "env is odd" and record["exit_code"] == 3
+    assert record["where"].endswith("train.py:4 in <module>")
+    assert capsys.readouterr().err == ""   # the launcher renders it, once
+    assert not list((entry / "run" / "stacks").glob("*"))  # nobody asked: no stack file
+
+
+def test_worker_keeps_user_tracebacks_without_its_own_frames(entry, capsys):
+    script = entry / "train.py"
+    script.write_text("def f():\n    raise ValueError('mine')\nf()\n")
+    assert worker.main([str(script)]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "ValueError: mine" in err and 'train.py", line 3' in err
+    assert "runpy" not in err and "launch/worker.py" not in err
+    assert not (entry / "run" / "errors").exists()
