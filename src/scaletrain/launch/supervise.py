@@ -134,12 +134,12 @@ def supervised_agent(run_dir: str, failures: Callable[[Mapping[int, object]], li
                     rundir.clear_errors(run_dir)
             return result
 
-    api.LocalElasticAgent = _Agent
+    setattr(api, "LocalElasticAgent", _Agent)
     if base_close is not None:
-        mp_api.SubprocessContext._close = _close  # type: ignore[method-assign]
+        setattr(mp_api.SubprocessContext, "_close", _close)
     try:
         yield
     finally:
-        api.LocalElasticAgent = base
+        setattr(api, "LocalElasticAgent", base)
         if base_close is not None:
-            mp_api.SubprocessContext._close = base_close  # type: ignore[method-assign]
+            setattr(mp_api.SubprocessContext, "_close", base_close)
