@@ -117,15 +117,16 @@ def supervised_agent(run_dir: str, failures: Callable[[Mapping[int, object]], li
         return base_close(ctx, *args, **kwargs)  # type: ignore[misc]
 
     class _Agent(base):  # type: ignore[misc, valid-type]
-        def _monitor_workers(self, worker_group):  # type: ignore[no-untyped-def]
+        def _monitor_workers(self, worker_group: Any) -> Any:
             result = super()._monitor_workers(worker_group)
-            if result.is_failed() and self._remaining_restarts > 0:
+            remaining: int = getattr(self, "_remaining_restarts")
+            if result.is_failed() and remaining > 0:
                 reason = no_restart_reason(result.failures, run_dir)
                 if reason is not None:
                     self._remaining_restarts = 0
                     print(f"scaletrain: {reason}", file=sys.stderr, flush=True)
                 else:
-                    left = self._remaining_restarts - 1
+                    left = remaining - 1
                     cause = describe(root_cause(failures(result.failures)))
                     print(f"scaletrain: {cause}; restarting all workers "
                           f"({left} restart(s) left after this one; a script with a "
