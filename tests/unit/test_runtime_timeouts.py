@@ -53,3 +53,15 @@ def test_training_started_shortens_the_live_group_once(bare):
     assert timeouts.training_started() is False           # idempotent
     shutdown()
     assert timeouts.current_step_timeout() is None and not timeouts.is_started()
+
+
+def test_the_first_stop_agreement_poll_starts_training(bare):
+    """A loop with a Checkpointer but no scaletrain.loader still gets the short timeout."""
+    from scaletrain.runtime.preempt import StopAgreement
+
+    init(device="cpu", step_timeout_s=9)
+    agreement = StopAgreement()
+    assert _group_timeout_s() == pytest.approx(1800)
+    agreement.poll()
+    assert timeouts.is_started() and _group_timeout_s() == pytest.approx(9)
+    agreement.close()

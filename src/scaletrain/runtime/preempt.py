@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from scaletrain.contract import EXIT_STOPPED, STOP_SIGNALS_VAR
+from scaletrain.runtime import timeouts
 from scaletrain.errors import UsageError
 from scaletrain.fileio import atomic_write
 
@@ -322,6 +323,9 @@ class StopAgreement:
                              f"use bits 0..{FLAG_BITS - 1}")
         if self._closed:
             raise UsageError("StopAgreement.poll() after close()", "create a new StopAgreement")
+        # a poll follows a training step: collectives may use the shorter step timeout now
+        # (idempotent; one flag test after the first call)
+        timeouts.training_started()
         self._flags |= int(flags)
         self._calls += 1
         if self._calls < self._interval:
