@@ -6,6 +6,8 @@ internal words in scripts, and help examples that did not run.
 
 from __future__ import annotations
 
+import json
+
 import os
 import re
 import shlex
@@ -274,6 +276,10 @@ def test_every_plan_and_submit_example_runs(tmp_path: Path, monkeypatch, capsys)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "train.py").write_text("print('hi')\n")
     shutil.copy(load_profile("puhti").path, tmp_path / "my.toml")   # the --profile FILE example
+    (tmp_path / "runs" / "exp1").mkdir(parents=True)   # the --explain example: a Monitor run's summary
+    (tmp_path / "runs" / "exp1" / "summary.json").write_text(json.dumps(
+        {"steps": 200, "world_size": 1, "step_s_median": 0.25, "samples_per_step": 64,
+         "data_wait_frac": 0.05, "grad_bytes": 100_000_000, "total_samples": 12800}))
     sources = {"scaletrain --help": build_parser().epilog or "", "plan --help": epilog(),
                "submit --help": EXAMPLES, "README.md": (REPO / "README.md").read_text()}
     ran = 0
