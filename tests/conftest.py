@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import is_launcher_var
+from helpers import alive as _alive, is_launcher_var
 
 REPO = Path(__file__).resolve().parent.parent
 SEEDS = REPO.parent / "shared" / "seeds"
@@ -33,14 +33,6 @@ def _children(pid: int) -> set[int]:
             continue
         kids.update(int(p) for p in text.split())
     return kids
-
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 @pytest.fixture(autouse=True)

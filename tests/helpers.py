@@ -7,6 +7,7 @@ pytest puts the root conftest's folder there, and tests/workers.py puts it on th
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 from collections.abc import Mapping
 
 import pytest
@@ -46,3 +47,12 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def alive(pid: int) -> bool:
+    """True while process ``pid`` exists and is not a zombie (Linux /proc)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"

@@ -14,19 +14,12 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import alive as _alive
 from workers import launcher_cmd, worker_env
 
 pytestmark = pytest.mark.multiproc
 
 WORKER = Path(__file__).with_name("launch_fail_worker.py")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 @pytest.fixture(scope="module")
