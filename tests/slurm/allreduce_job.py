@@ -21,9 +21,12 @@ def main() -> int:
     dist.all_reduce(value)
     node = os.environ.get("SLURMD_NODENAME", socket.gethostname())
     args = " ".join(sys.argv[1:])
-    print(f"RANK {env.rank} WORLD {env.world_size} LOCAL {env.local_rank}/{env.local_world_size} "
-          f"NODE {env.node_rank}/{env.num_nodes} HOST {node} LAUNCHER {env.launcher} "
-          f"DEVICE {env.device} SUM {value.item():g} ARGS {args}", flush=True)
+    # one write per line: ranks share the job's output file and run unbuffered (PYTHONUNBUFFERED),
+    # where print() writes the text and the newline separately and lines of two ranks can interleave
+    sys.stdout.write(f"RANK {env.rank} WORLD {env.world_size} LOCAL {env.local_rank}/{env.local_world_size} "
+                     f"NODE {env.node_rank}/{env.num_nodes} HOST {node} LAUNCHER {env.launcher} "
+                     f"DEVICE {env.device} SUM {value.item():g} ARGS {args}\n")
+    sys.stdout.flush()
     scaletrain.shutdown()
     return 0
 

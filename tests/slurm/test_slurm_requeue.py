@@ -1,6 +1,6 @@
 """Requeue end to end on the local 2-node Slurm cluster: a script from ``plan --requeue``.
 
-- A 2-node job training with a Checkpointer, in torchrun mode (srun -> ``scaletrain run`` on each
+- A 2-node job training with a Checkpointer, with the per-node agent (srun -> ``scaletrain run`` on each
   node -> a worker) and in the default mode (srun -> one task per rank), gets ``scancel --batch --signal=USR1`` (what ``--signal=B:USR1@grace`` does at
   the time limit): the batch shell relays it to srun, srun to each ``scaletrain run``, which
   forwards it to its worker (default mode: srun to each rank); both ranks save the same step and exit 75; the script requeues the
@@ -58,7 +58,7 @@ def _output(run_dir: Path) -> str:
     return "\n".join(p.read_text(errors="replace") for p in sorted(run_dir.glob("*.out")))
 
 
-@pytest.mark.parametrize("launcher", ["torchrun", "scaletrain"])
+@pytest.mark.parametrize("launcher", ["scaletrain-run", "scaletrain"])
 def test_usr1_checkpoints_requeues_and_resumes_exactly(slurm_cluster, probed_profile, tmp_path,
                                                        launcher):
     out = tmp_path / "out"

@@ -172,10 +172,11 @@ def test_rendered_scripts_pass_lint(capsys, tmp_path: Path) -> None:
     pytest.importorskip("scaletrain.cli.lint")
     files = []
     for cluster, gpus in (("puhti", 8), ("mahti", 2), ("lumi", 16), ("narval", 4), ("juwels-booster", 8)):
-        for launcher in ("scaletrain", "torchrun", "srun", "accelerate", "deepspeed"):
+        for launcher in ("scaletrain", "torchrun", "scaletrain-run", "srun", "accelerate", "deepspeed"):
             f = tmp_path / f"{cluster}-{launcher}.sh"
+            requeue = ["--requeue"] if launcher in ("scaletrain", "scaletrain-run", "srun") else []
             assert main(["plan", "--cluster", cluster, "--gpus", str(gpus), "--launcher", launcher,
-                         "--account", "p", "--requeue", "--output", str(f), "--", "t.py", "$(id)"]) == 0
+                         "--account", "p", *requeue, "--output", str(f), "--", "t.py", "$(id)"]) == 0
             files.append((cluster, f))
     capsys.readouterr()
     for cluster in {c for c, _ in files}:

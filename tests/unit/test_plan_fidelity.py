@@ -357,3 +357,16 @@ def test_expand_args_refuses_per_task_variables() -> None:
     with pytest.raises(UsageError) as exc:
         render("puhti", gpus=8, expand_args=True, script_args=("--rank=$SLURM_PROCID",))
     assert "batch shell" in exc.value.message
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "accelerate", "deepspeed"])
+def test_requeue_is_refused_where_the_agent_cannot_pass_the_stop_on(launcher, capsys) -> None:
+    """Their per-node agent dies of the USR1 and exits 1, not 75: a requeue could never happen."""
+    from helpers import run_cli
+
+    code, _, err = run_cli(capsys, "plan", "--cluster", "mahti", "--nodes", "2", "--launcher", launcher,
+                           "--requeue", "--account", "project_1", "--", "train.py")
+    assert code == 2 and "--requeue cannot work" in err and "scaletrain-run" in err
+    code, out, _ = run_cli(capsys, "plan", "--cluster", "mahti", "--nodes", "2", "--launcher",
+                           "scaletrain-run", "--requeue", "--account", "project_1", "--", "train.py")
+    assert code == 0 and "scontrol requeue" in out

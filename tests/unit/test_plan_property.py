@@ -40,10 +40,11 @@ def requests(draw):
     per = prof.gpus_per_node
     nodes = draw(st.integers(1, 3))
     gpn = per if nodes > 1 else draw(st.integers(1, per))
+    launcher = draw(st.sampled_from(LAUNCHERS))
     kw = dict(cluster=cluster, nodes=nodes, gpus_per_node=gpn, account=draw(WORD),
-              launcher=draw(st.sampled_from(LAUNCHERS)), script=draw(TEXT.filter(bool)),
+              launcher=launcher, script=draw(TEXT.filter(bool)),
               script_args=tuple(draw(st.lists(TEXT, max_size=4))), job_name=draw(TEXT.filter(bool)),
-              requeue=draw(st.booleans()), device=draw(st.sampled_from(("auto", "cpu"))),
+              requeue=draw(st.booleans()) and SPECS[launcher].requeue_ok, device=draw(st.sampled_from(("auto", "cpu"))),
               env=tuple((k, v) for k, v in draw(st.dictionaries(st.from_regex(r"[A-Z][A-Z0-9_]{0,8}",
                                                                              fullmatch=True), TEXT,
                                                                  max_size=2)).items()),

@@ -32,6 +32,9 @@ class LauncherSpec:
     program_reads: str      # what the training program reads to find its rank (help, docs)
     comment: str            # the "# launch:" comment in the script
     build: Callable[[Plan], str]
+    # --requeue needs the USR1 to reach the workers and their exit code 75 to reach srun; a third-
+    # party per-node agent dies of the USR1 and exits 1 when its workers stop on purpose
+    requeue_ok: bool = True
 
 
 def srun_prefix(plan: Plan) -> str:
@@ -112,7 +115,8 @@ _SPECS = (
     LauncherSpec("scaletrain", False, True, "Slurm's variables, through scaletrain.init()",
                  "one task per GPU; scaletrain.init() reads Slurm's variables", _python),
     LauncherSpec("torchrun", True, False, "RANK, LOCAL_RANK, WORLD_SIZE, set by torchrun",
-                 "one task per node; torchrun (torch.distributed.run) starts a worker per GPU", _torchrun),
+                 "one task per node; torchrun (torch.distributed.run) starts a worker per GPU", _torchrun,
+                 requeue_ok=False),
     LauncherSpec("scaletrain-run", True, True, "RANK, LOCAL_RANK, WORLD_SIZE, set by scaletrain run",
                  "one task per node; scaletrain run starts a worker per GPU", _scaletrain_run),
     LauncherSpec("srun", False, False, "RANK, LOCAL_RANK, WORLD_SIZE, set from SLURM_PROCID/LOCALID/NTASKS",
@@ -120,9 +124,11 @@ _SPECS = (
     LauncherSpec("lightning", False, False, "Slurm's variables, through Lightning's SLURMEnvironment",
                  "one task per GPU; Lightning reads Slurm's variables", _python),
     LauncherSpec("accelerate", True, False, "what accelerate launch sets (RANK, LOCAL_RANK, WORLD_SIZE)",
-                 "one task per node; accelerate launch starts a worker per GPU", _accelerate),
+                 "one task per node; accelerate launch starts a worker per GPU", _accelerate,
+                 requeue_ok=False),
     LauncherSpec("deepspeed", True, False, "LOCAL_RANK, set by the deepspeed launcher",
-                 "one task per node; the deepspeed launcher starts a worker per GPU", _deepspeed),
+                 "one task per node; the deepspeed launcher starts a worker per GPU", _deepspeed,
+                 requeue_ok=False),
     LauncherSpec("mpi", False, False, "the MPI rank (SLURM_PROCID under srun)",
                  "one task per GPU (MPI-style: rank = SLURM_PROCID)", _python),
 )

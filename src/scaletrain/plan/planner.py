@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from scaletrain.clusters.profile import ClusterProfile, format_time, parse_time
 from scaletrain.clusters.resources import ERROR, Resources, billed_gpu_hours
+from scaletrain.contract import EXIT_STOPPED
 from scaletrain.errors import PlanError, UsageError
 from scaletrain.plan import layout, software
 from scaletrain.plan.launchers import SPECS
@@ -132,6 +133,11 @@ def _check_request(req: JobRequest, profile: ClusterProfile) -> None:
                          "use one node of an NVIDIA cluster, or one process per GPU")
     if req.accelerate_config and req.launcher != "accelerate":
         raise UsageError("--accelerate-config goes with --launcher accelerate", "add --launcher accelerate")
+    if req.requeue and req.launcher in SPECS and not SPECS[req.launcher].requeue_ok:
+        raise UsageError(f"--requeue cannot work with --launcher {req.launcher}: its per-node agent dies of the "
+                         f"USR1 that asks the workers to save, and exits 1 (not {EXIT_STOPPED}) when they stop",
+                         "use --launcher scaletrain-run (torchrun-style scripts run unchanged and the signal "
+                         "reaches them), or a launcher with one task per GPU (scaletrain, srun)")
 
 
 def _limits(res: Resources, profile: ClusterProfile) -> list[str]:
