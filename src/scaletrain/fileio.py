@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 
 def fsync_dir(directory: str | os.PathLike[str]) -> None:
@@ -28,16 +31,16 @@ def fsync_dir(directory: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
-def atomic_write(path: str | os.PathLike[str], data: str | bytes, *, mode: int | None = None,
-                 encoding: str = "utf-8") -> Path:
-    """Write ``data`` to ``path`` atomically (temporary file, fsync, rename); returns the path.
+@contextmanager
+def atomic_file(path: str | os.PathLike[str], *, mode: int | None = None) -> Iterator[BinaryIO]:
+    """A binary file handle whose content replaces ``path`` atomically when the block ends.
 
-    Text is encoded *before* anything touches the disk, so an argument that cannot be encoded
-    raises without creating or truncating a file. ``mode`` sets the permission bits (default:
-    those of the file being replaced, else 0o666 less the umask).
+    For writers that stream (``torch.save(obj, fh)``): nothing is held twice in memory. The
+    temporary file beside ``path`` is flushed, fsynced and renamed over it only when the block
+    ends without an exception; otherwise it is removed and ``path`` is untouched. ``mode`` sets
+    the permission bits (default: those of the file being replaced, else 0o666 less the umask).
     """
     target = Path(path)
-    payload = data.encode(encoding) if isinstance(data, str) else bytes(data)
     if mode is None:
         try:
             mode = target.stat().st_mode & 0o7777
@@ -48,7 +51,7 @@ def atomic_write(path: str | os.PathLike[str], data: str | bytes, *, mode: int |
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(payload)
+            yield fh
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, mode)
@@ -60,4 +63,16 @@ def atomic_write(path: str | os.PathLike[str], data: str | bytes, *, mode: int |
             pass
         raise
     fsync_dir(target.parent)
-    return target
+
+
+def atomic_write(path: str | os.PathLike[str], data: str | bytes, *, mode: int | None = None,
+                 encoding: str = "utf-8") -> Path:
+    """Write ``data`` to ``path`` atomically (temporary file, fsync, rename); returns the path.
+
+    Text is encoded *before* anything touches the disk, so an argument that cannot be encoded
+    raises without creating or truncating a file. ``mode`` as for :func:`atomic_file`.
+    """
+    payload = data.encode(encoding) if isinstance(data, str) else bytes(data)
+    with atomic_file(path, mode=mode) as fh:
+        fh.write(payload)
+    return Path(path)

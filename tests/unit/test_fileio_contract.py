@@ -8,7 +8,7 @@ import stat
 import pytest
 
 from scaletrain import contract
-from scaletrain.fileio import atomic_write
+from scaletrain.fileio import atomic_file, atomic_write
 
 
 def test_atomic_write_replaces_whole_and_keeps_mode(tmp_path):
@@ -53,3 +53,18 @@ def test_exit_stopped_does_not_collide_with_cli_codes():
              if isinstance(cls, type) and issubclass(cls, errors.ScaletrainError)}
     assert codes == {1, 2, 3, 4}
     assert contract.EXIT_STOPPED not in codes | {0}
+
+
+def test_atomic_file_streams_and_leaves_the_old_file_on_error(tmp_path):
+    target = tmp_path / "weights.pt"
+    target.write_bytes(b"old")
+    with pytest.raises(RuntimeError):
+        with atomic_file(target) as fh:
+            fh.write(b"half of the new")
+            raise RuntimeError("the writer failed part-way")
+    assert target.read_bytes() == b"old"
+    assert os.listdir(tmp_path) == ["weights.pt"]
+    with atomic_file(target) as fh:
+        fh.write(b"new ")
+        fh.write(b"content")
+    assert target.read_bytes() == b"new content"

@@ -12,13 +12,12 @@ others return None.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from scaletrain.checkpoint.collect import is_pipeline
 from scaletrain.errors import UsageError
+from scaletrain.fileio import atomic_file
 
 
 def export(path: str | Path, model: Any) -> Path | None:
@@ -45,17 +44,8 @@ def export(path: str | Path, model: Any) -> Path | None:
     if rank == 0:
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp",
-                                       dir=target.parent)
-            try:
-                with os.fdopen(fd, "wb") as fh:
-                    torch.save(full, fh)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                os.replace(tmp, target)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
+            with atomic_file(target) as fh:   # streamed: the weights are not held twice
+                torch.save(full, fh)
             result = target
         except OSError as err:
             error = f"cannot write {target}: {err.strerror or err}"

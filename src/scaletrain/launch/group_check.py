@@ -24,6 +24,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from scaletrain.fileio import atomic_write
+
 # Framework modules worth naming in the warning, and the setting that usually causes it.
 FRAMEWORK_HINTS: dict[str, str] = {
     "accelerate": "Accelerate on CPU needs its CPU setting ('accelerate launch --cpu', "
@@ -58,9 +60,7 @@ def _write(kind: str, payload: dict[str, Any]) -> None:
         return
     path = Path(folder) / f"{kind}-rank{_STATE['rank']}-pid{os.getpid()}.json"
     try:
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(payload))
-        os.replace(tmp, path)
+        atomic_write(path, json.dumps(payload))
     except OSError:  # the launcher's folder is gone (it stopped): nothing to tell it
         pass
 
