@@ -272,3 +272,15 @@ def test_plan_output_through_a_symlink_keeps_the_link(tmp_path: Path, capsys) ->
     code, err = _run([*PLAN, "-o", str(link), "--", "train.py"], capsys)
     assert code == 0, err
     assert link.is_symlink() and target.read_text().startswith("#!")
+
+
+def test_cli_and_renderer_refuse_the_same_control_characters() -> None:
+    """One rule (plan.values.has_control): a C1 control such as NEL is refused when parsed too."""
+    import argparse
+
+    from scaletrain.cli.args import text
+
+    for bad in ("a\nb", "a\x1bb", "a\x85b", "a\x7fb"):
+        with pytest.raises(argparse.ArgumentTypeError, match="control character"):
+            text()(bad)
+    assert text()("plain value") == "plain value"

@@ -16,6 +16,8 @@ import math
 import re
 from typing import Callable
 
+from scaletrain.plan.values import has_control
+
 # Far above any real job (the largest machines have ~40,000 GPUs), small enough that loops over
 # a count stay short.
 MAX_COUNT = 100_000
@@ -27,7 +29,6 @@ MAX_MEM_MIB = 64 * 1024.0 ** 2   # 64 TiB per GPU
 MAX_PARAMS = 1e15          # a quadrillion parameters
 
 _DIGITS = re.compile(r"[0-9]{1,12}")     # ASCII digits only: int() also reads '٣' and '1_0'
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 Type = Callable[[str], object]
 
@@ -54,7 +55,7 @@ def text(*, max_len: int = MAX_TEXT) -> Type:
     def parse(value: str) -> str:
         if not value.strip():
             raise _fail("must not be empty (leave the flag out for the default)")
-        if _CONTROL.search(value):
+        if has_control(value):   # the renderer's own rule, so both refuse the same values
             raise _fail(f"contains a control character: {value!r:.60}")
         if len(value) > max_len:
             raise _fail(f"is {len(value)} characters long; at most {max_len} are accepted")
