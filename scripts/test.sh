@@ -15,6 +15,12 @@ fi
 if command -v mpicc >/dev/null 2>&1 && ! "$PY" -c "import mpi4py" >/dev/null 2>&1; then
   "$PY" -m pip install -q mpi4py || echo "scaletrain tests: mpi4py could not be installed; MPI tests will skip" >&2
 fi
+# DeepSpeed checks the ZeRO configs scaletrain writes with its own config class; it installs on a
+# CPU machine from its source package (no ops compiled), and the tests fall back to a field check
+if ! "$PY" -c "import deepspeed" >/dev/null 2>&1; then
+  { "$PY" -m pip install -q wheel && DS_BUILD_OPS=0 "$PY" -m pip install -q --no-build-isolation "deepspeed==0.19.8"; } \
+    || echo "scaletrain tests: deepspeed could not be installed; its config check falls back to fields" >&2
+fi
 # Chromium renders the HTML scaling report in one test; Debian's package, only as root with apt
 if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   echo "scaletrain tests: installing Debian's chromium (HTML report test)" >&2

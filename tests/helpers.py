@@ -9,6 +9,7 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 from collections.abc import Mapping
+from typing import Any
 
 import pytest
 
@@ -56,3 +57,40 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+def deepspeed_attr(module: str, name: str) -> Any:
+    """``module.name`` from DeepSpeed where it installs, else None (tests then check fields).
+
+    DeepSpeed sets PYTORCH_NVML_BASED_CUDA_CHECK when first imported; the environment is put
+    back as it was, so the hygiene fixture sees no leak.
+    """
+    import importlib
+    import os
+
+    saved = dict(os.environ)
+    try:
+        return getattr(importlib.import_module(module), name)
+    except Exception:  # noqa: BLE001 - not installed, or fails to import on this machine
+        return None
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def plan_for(cluster: str, **kw: Any) -> Any:
+    """``make_plan`` for a shipped cluster profile, with an account and a training script by default."""
+    from scaletrain.clusters.profile import load_profile
+    from scaletrain.plan.planner import make_plan
+    from scaletrain.plan.request import JobRequest
+
+    kw.setdefault("account", "project_1")
+    kw.setdefault("script", "train.py")
+    return make_plan(JobRequest(cluster=cluster, **kw), load_profile(cluster))
+
+
+def render_for(cluster: str, **kw: Any) -> str:
+    """The batch script ``plan_for`` gives."""
+    from scaletrain.plan.render import render_script
+
+    return render_script(plan_for(cluster, **kw))

@@ -30,3 +30,82 @@ def test_framework_forms_one_world_under_slurm(slurm_cluster, probed_profile, tm
         str(out), timeout=240)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert json.loads(out.read_text())[key] == 4
+
+
+def test_accelerate_config_written_by_the_job_forms_one_world(slurm_cluster, probed_profile, tmp_path):
+    """--accelerate-config ddp: the job writes Accelerate's config and accelerate launch reads it;
+    the program (Accelerator() with no CPU setting) still forms one world of 4."""
+    if importlib.util.find_spec("accelerate") is None:
+        pytest.skip("accelerate is not installed (pip install -e '.[test]')")
+    out, run = tmp_path / "world.json", tmp_path / "run"
+    proc = slurm_cluster.scaletrain(
+        "submit", "--profile", str(probed_profile), "--run-dir", str(run), "--wait",
+        "--nodes", "2", "--gpus-per-node", "2", "--cpus-per-gpu", "1", "--device", "cpu",
+        "--time", "00:05:00", "--launcher", "accelerate", "--accelerate-config", "ddp",
+        "--", str(EXAMPLES / "accelerate_train.py"), "plain", str(out), timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads(out.read_text())["num_processes"] == 4
+    text = (run / "accelerate.yaml").read_text()   # submit's run folder holds what the job wrote
+    assert "distributed_type: 'MULTI_GPU'" in text and "num_processes: 4" in text
+
+
+TF_PROBE = """\
+import json, os, sys
+config = json.loads(os.environ["TF_CONFIG"])
+index = config["task"]["index"]
+with open(os.path.join(sys.argv[1], f"tf-{index}.json"), "w") as fh:
+    # the node's Slurm name (the test cluster's nodes share one machine and its host name)
+    json.dump({"config": config, "host": os.environ["SLURMD_NODENAME"],
+               "procid": int(os.environ["SLURM_PROCID"])}, fh)
+"""
+
+
+def test_tensorflow_launcher_gives_each_node_its_tf_config(slurm_cluster, probed_profile, tmp_path):
+    """--launcher tensorflow: one worker per node, TF_CONFIG lists both nodes, each task its own index."""
+    program = tmp_path / "tf_probe.py"
+    program.write_text(TF_PROBE)
+    proc = slurm_cluster.scaletrain(
+        "submit", "--profile", str(probed_profile), "--run-dir", str(tmp_path / "run"), "--wait",
+        "--nodes", "2", "--gpus-per-node", "2", "--cpus-per-gpu", "1", "--device", "cpu",
+        "--time", "00:05:00", "--launcher", "tensorflow", "--", str(program), str(tmp_path), timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    seen = [json.loads((tmp_path / f"tf-{i}.json").read_text()) for i in (0, 1)]
+    workers = seen[0]["config"]["cluster"]["worker"]
+    assert len(workers) == 2 and seen[1]["config"]["cluster"]["worker"] == workers
+    assert [s["config"]["task"] for s in seen] == [{"type": "worker", "index": 0}, {"type": "worker", "index": 1}]
+    assert [s["procid"] for s in seen] == [0, 1]
+    # each worker's entry names the node it runs on, and the two nodes differ
+    assert {w.split(":")[0] for w in workers} == {s["host"] for s in seen} and len({s["host"] for s in seen}) == 2
+
+
+DS_PROBE = """\
+import argparse, json, os, sys
+p = argparse.ArgumentParser()
+p.add_argument("out")
+p.add_argument("--deepspeed", action="store_true")
+p.add_argument("--deepspeed_config")
+a = p.parse_args()
+config = json.load(open(a.deepspeed_config))
+with open(os.path.join(a.out, f"ds-{os.environ['RANK']}.json"), "w") as fh:
+    json.dump({"deepspeed": a.deepspeed, "path": a.deepspeed_config, "config": config,
+               "lightning": os.environ.get("PL_DEEPSPEED_CONFIG_PATH")}, fh)
+"""
+
+
+def test_deepspeed_config_reaches_every_task(slurm_cluster, probed_profile, tmp_path):
+    """--deepspeed-config zero3 with one task per GPU (the guides' MPI-style DeepSpeed launch): every
+    task gets --deepspeed --deepspeed_config PATH, and the file is the ZeRO-3 config asked for."""
+    program = tmp_path / "ds_probe.py"
+    program.write_text(DS_PROBE)
+    proc = slurm_cluster.scaletrain(
+        "submit", "--profile", str(probed_profile), "--run-dir", str(tmp_path / "run"), "--wait",
+        "--nodes", "2", "--gpus-per-node", "2", "--cpus-per-gpu", "1", "--device", "cpu",
+        "--time", "00:05:00", "--launcher", "srun", "--deepspeed-config", "zero3", "--micro-batch", "4",
+        "--precision", "bf16", "--", str(program), str(tmp_path), timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    seen = [json.loads((tmp_path / f"ds-{r}.json").read_text()) for r in range(4)]
+    assert len({s["path"] for s in seen}) == 1 and all(s["deepspeed"] for s in seen)
+    config = seen[0]["config"]
+    assert config["zero_optimization"]["stage"] == 3 and config["train_micro_batch_size_per_gpu"] == 4
+    assert config["bf16"] == {"enabled": True}
+    assert all(s["lightning"] == s["path"] for s in seen)

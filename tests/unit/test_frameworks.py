@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from helpers import deepspeed_attr
 from scaletrain.errors import DistEnvError, UsageError
 from scaletrain.frameworks.accelerate import accelerate_config, to_yaml
 from scaletrain.frameworks.deepspeed import deepspeed_config, to_json
@@ -36,7 +37,10 @@ def test_accelerate_yaml_parses_and_carries_the_strategy(tmp_path, strategy, kin
 
 
 def test_accelerate_cpu_and_refusals():
-    assert accelerate_config("ddp", cpu=True, num_processes=4)["distributed_type"] == "MULTI_CPU"
+    # accelerate launch starts one process per machine for MULTI_CPU: several CPU processes are
+    # MULTI_GPU with use_cpu (and ACCELERATE_USE_CPU in the job), one is NO
+    assert accelerate_config("ddp", cpu=True, num_processes=4)["distributed_type"] == "MULTI_GPU"
+    assert accelerate_config("ddp", cpu=True, num_processes=1)["distributed_type"] == "NO"
     assert accelerate_config("ddp", cpu=True)["use_cpu"] is True
     with pytest.raises(UsageError, match="zero1"):
         accelerate_config("zero1")
@@ -63,11 +67,10 @@ def test_deepspeed_json_carries_the_stage_and_offload(strategy, stage, device):
         if device == "nvme":
             assert zero[part]["nvme_path"] == "/local/scratch"
     # DeepSpeed's own config class, where DeepSpeed installs (it needs no GPU to parse)
-    try:
-        from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
-    except Exception:  # noqa: BLE001 - not installed here: the structure above is the check
+    zero_class = deepspeed_attr("deepspeed.runtime.zero.config", "DeepSpeedZeroConfig")
+    if zero_class is None:   # not installed here: the structure above is the check
         return
-    parsed = DeepSpeedZeroConfig(**zero)
+    parsed = zero_class(**zero)
     assert int(parsed.stage) == stage
 
 

@@ -141,7 +141,9 @@ def test_flags_are_a_decision() -> None:
         "--gpus-per-node", "--time", "--cpus-per-gpu", "--mem-per-gpu", "--launcher", "--device",
         "--container", "--stage-data", "--requeue", "--job-name", "--params", "--output", "--json",
         # issue 8: sbatch options, software set-up, accelerate config, run-time expansion
-        "--accelerate-config", "--expand-args", "--mail-type", "--mail-user", "--array", "--constraint",
+        "--accelerate-config", "--expand-args",
+        # issue 12: framework configs written from our names
+        "--deepspeed-config", "--precision", "--micro-batch", "--mail-type", "--mail-user", "--array", "--constraint",
              "--dependency", "--reservation", "--qos", "--log", "--error", "--chdir", "--exclusive", "--sbatch",
              "--module", "--venv", "--conda", "--env", "--setup", "--gpus-per-proc", "--procs-per-gpu", "--cpus",
         "--mem"])   # --mem only refuses, pointing at --mem-per-gpu

@@ -17,15 +17,14 @@ from pathlib import Path
 
 import pytest
 
+from helpers import plan_for, render_for
 from scaletrain.cli.main import main
 from scaletrain.clusters.profile import list_profiles, load_profile
 from scaletrain.errors import UsageError
 from scaletrain.lint import lint_text
 from scaletrain.lint.script import parse_script
 from scaletrain.plan.launchers import LAUNCHERS
-from scaletrain.plan.planner import make_plan
 from scaletrain.plan.render import render_script
-from scaletrain.plan.request import JobRequest
 from scaletrain.plan.values import check_sbatch, check_text, sbatch_word
 
 BASH = shutil.which("bash")
@@ -33,14 +32,7 @@ pytestmark = pytest.mark.skipif(BASH is None, reason="bash not installed")
 REPO = Path(__file__).resolve().parents[2]
 
 
-def plan(cluster: str, **kw):
-    kw.setdefault("account", "project_1")
-    kw.setdefault("script", "train.py")
-    return make_plan(JobRequest(cluster=cluster, **kw), load_profile(cluster))
-
-
-def render(cluster: str, **kw) -> str:
-    return render_script(plan(cluster, **kw))
+plan, render = plan_for, render_for
 
 
 def lint(text: str, cluster: str) -> list:

@@ -30,6 +30,7 @@ examples:
   scaletrain plan --cluster puhti --gpus 8 --account project_123 -- train.py --epochs 3
   scaletrain plan --cluster mahti --gpus 2 --launcher torchrun --account project_123 -- train.py
   scaletrain plan --cluster lumi --nodes 4 --launcher accelerate --time 12:00:00 --account project_465000123 -- train.py
+  scaletrain plan --cluster mahti --nodes 2 --launcher deepspeed --deepspeed-config zero3 --precision bf16 --account project_123 -- train.py
   scaletrain plan --cluster narval --gpus 4 --stage-data ~/data/imagenet.tar --requeue --account def-someone -- train.py
   scaletrain plan --cluster juwels-booster --gpus 16 --params 7e9 --json --account training2324 -- train.py
   scaletrain plan --cluster puhti --gpus 4 --account project_123 --mail-type END,FAIL --mail-user me@uni.fi --venv /projappl/project_123/env -- train.py
@@ -94,9 +95,18 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     r.add_argument("--requeue", action="store_true",
                    help="USR1 before the time limit, passed to the tasks; the job then requeues itself")
     r.add_argument("--job-name", type=A.job_name, metavar="NAME", help="Slurm job name (default: the script's name)")
-    r.add_argument("--accelerate-config", type=A.text(), metavar="FILE",
-                   help="with --launcher accelerate: the accelerate config (FSDP, DeepSpeed...); "
-                        "scaletrain adds only the layout flags")
+    r.add_argument("--accelerate-config", type=A.text(), metavar="NAME|FILE",
+                   help="with --launcher accelerate: ddp, zero2, zero3, fsdp, offload or hsdp (the job writes "
+                        "Accelerate's config and passes it), or your own config FILE; scaletrain adds only "
+                        "the layout flags")
+    r.add_argument("--deepspeed-config", type=A.text(), metavar="NAME|FILE",
+                   help="zero1, zero2, zero3, offload (to CPU memory) or nvme (to node-local disk): the job "
+                        "writes DeepSpeed's config; or your own FILE. The program gets --deepspeed "
+                        "--deepspeed_config PATH, as in the centres' guides (see docs/bring-your-script.md)")
+    r.add_argument("--precision", choices=("fp32", "tf32", "bf16", "fp16"), default="fp32",
+                   help="mixed precision in the configs --accelerate-config/--deepspeed-config write (default fp32)")
+    r.add_argument("--micro-batch", type=A.count(), metavar="N",
+                   help="with --deepspeed-config NAME: the per-GPU micro-batch (train_micro_batch_size_per_gpu)")
     r.add_argument("--expand-args", action="store_true",
                    help="let $NAME / ${NAME} in the program's arguments expand when the job runs (job-wide "
                         "values such as $SLURM_JOB_ID; nothing else is interpreted); default: passed literally")
@@ -182,7 +192,7 @@ def request_from_args(args: argparse.Namespace) -> JobRequest:
         stage = os.path.abspath(os.path.expanduser(stage))
     account = args.account or os.environ.get("SBATCH_ACCOUNT") or os.environ.get("SLURM_ACCOUNT") or None
     venv = os.path.abspath(os.path.expanduser(args.venv)) if args.venv else None
-    accel = os.path.abspath(os.path.expanduser(args.accelerate_config)) if args.accelerate_config else None
+    accel, ds = _config_arg(args.accelerate_config), _config_arg(args.deepspeed_config)
     return JobRequest(
         cluster=args.cluster or Path(args.profile).stem,
         script=args.script,
@@ -211,9 +221,19 @@ def request_from_args(args: argparse.Namespace) -> JobRequest:
         sbatch_extra=tuple(_pair(x, "--sbatch", required=False) for x in args.sbatch),
         modules=tuple(args.module), venv=venv, conda=args.conda,
         env=tuple(_pair(x, "--env", required=True) for x in args.env), setup=tuple(args.setup),
-        accelerate_config=accel, expand_args=bool(args.expand_args),
+        accelerate_config=accel, deepspeed_config=ds, precision=args.precision, micro_batch=args.micro_batch,
+        expand_args=bool(args.expand_args),
         gpus_per_proc=args.gpus_per_proc, procs_per_gpu=args.procs_per_gpu, cpus=args.cpus,
     )
+
+
+def _config_arg(value: str | None) -> str | None:
+    """A strategy name as given (the planner checks it), or the user's config file as an absolute path."""
+    from scaletrain.plan.jobfiles import is_file
+
+    if not value:
+        return None
+    return os.path.abspath(os.path.expanduser(value)) if is_file(value) else value
 
 
 def _pair(text: str, flag: str, *, required: bool) -> tuple[str, str]:

@@ -154,7 +154,8 @@ def run_submit(args: argparse.Namespace) -> int:
         existed = False
     run_dir = _run_dir(args, job_name_for(request)).absolute()
     # the job runs where the user submitted from; the script's path survives any cd
-    overrides: dict[str, object] = {"chdir": args.chdir or here,
+    # framework configs the job writes (--accelerate-config NAME...) go next to its script
+    overrides: dict[str, object] = {"chdir": args.chdir or here, "files_dir": str(run_dir),
                                     "script": os.path.abspath(os.path.expanduser(args.script))}
     if not args.log:
         overrides["log"] = str(run_dir / "%x-%j.out")

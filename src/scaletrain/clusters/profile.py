@@ -89,6 +89,7 @@ class ClusterProfile:
     exec_wrapper: str | None = None     # prefix for launchers the module does not wrap (deepspeed)
     scratch_gres: str | None = None     # GRES that buys node-local disk ("nvme" on Puhti/Mahti)
     scratch_max_gb: float | None = None
+    scratch_in_memory: bool = False     # node-local "scratch" is a RAM disk (LUMI-G /tmp): no NVMe offload
     default_time: str = "01:00:00"
     notes: tuple[str, ...] = ()
     path: str = ""                      # the file the profile was read from
@@ -220,7 +221,7 @@ _PROFILE_KEYS = {
     "account_required", "scratch_var", "setup_lines", "container", "env", "master_addr_suffix",
     "gpu_cpu_map", "intra_node_gbps", "inter_node_gbps", "sources", "scheduler", "python",
     "mem_request", "mem_per_gpu_gb", "gpu_request_accepts", "exec_wrapper", "scratch_gres",
-    "scratch_max_gb", "default_time", "notes", "max_cores_per_gpu", "max_mem_per_gpu_gb",
+    "scratch_max_gb", "scratch_in_memory", "default_time", "notes", "max_cores_per_gpu", "max_mem_per_gpu_gb",
     "gpu_share_policy", "billing", "container_binds", "container_setup_lines", "python_env_lines",
 }
 _PARTITION_KEYS = {"gpus", "max_gpus", "max_nodes", "min_nodes", "whole_node", "max_time",
@@ -364,6 +365,7 @@ def profile_from_dict(data: dict[str, Any], *, path: str = "", default_name: str
         exec_wrapper=_typed(data, "exec_wrapper", str, path, None, none_ok=True) or None,
         scratch_gres=_typed(data, "scratch_gres", str, path, None, none_ok=True) or None,
         scratch_max_gb=_typed(data, "scratch_max_gb", float, path, None, none_ok=True),
+        scratch_in_memory=_typed(data, "scratch_in_memory", bool, path, False),
         default_time=default_time,
         notes=tuple(str(s) for s in _typed(data, "notes", list, path, [])),
         path=path,

@@ -19,6 +19,7 @@ _STRATEGIES: dict[str, tuple[str, str | None, bool]] = {
     "offload": ("FSDP", "FULL_SHARD", True),
     "hsdp": ("FSDP", "HYBRID_SHARD", False),
 }
+STRATEGIES: tuple[str, ...] = tuple(_STRATEGIES)
 _PRECISION = {"fp32": "no", "tf32": "no", "bf16": "bf16", "fp16": "fp16"}
 
 
@@ -29,6 +30,11 @@ def accelerate_config(strategy: str, *, precision: str = "fp32", num_machines: i
 
     ``num_processes`` is the total over all machines (Accelerate's meaning). Raises UsageError
     for a strategy Accelerate cannot express (``zero1``, ``pipeline``).
+
+    ``cpu``: ``accelerate launch`` starts one process per machine for ``MULTI_CPU`` (it expects
+    mpirun to start the rest), so several CPU processes are written as ``MULTI_GPU`` with
+    ``use_cpu``, and the job exports ``ACCELERATE_USE_CPU=true`` (scaletrain's plan does): the
+    launcher then starts them all and each one runs on the CPU.
     """
     if strategy not in _STRATEGIES:
         raise UsageError(f"Accelerate has no equivalent of strategy {strategy!r}",
@@ -41,7 +47,7 @@ def accelerate_config(strategy: str, *, precision: str = "fp32", num_machines: i
         if kind != "MULTI_GPU":
             raise UsageError(f"Accelerate runs {strategy} (FSDP) on GPUs only",
                              "use --strategy ddp for a CPU job")
-        kind = "MULTI_CPU" if num_processes > 1 else "NO"
+        kind = "MULTI_GPU" if num_processes > 1 else "NO"
     config: dict[str, Any] = {
         "compute_environment": "LOCAL_MACHINE", "debug": False, "distributed_type": kind,
         "downcast_bf16": "no", "gpu_ids": "all", "machine_rank": 0,

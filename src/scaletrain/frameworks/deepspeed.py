@@ -14,9 +14,10 @@ from typing import Any
 from scaletrain.errors import UsageError
 
 _STAGE = {"zero1": 1, "zero2": 2, "zero3": 3, "fsdp": 3, "offload": 3, "nvme": 3}
+STRATEGIES: tuple[str, ...] = ("zero1", "zero2", "zero3", "offload", "nvme")
 
 
-def deepspeed_config(strategy: str, *, micro_batch_per_gpu: int = 1,
+def deepspeed_config(strategy: str, *, micro_batch_per_gpu: int | None = 1,
                      gradient_accumulation_steps: int = 1, precision: str = "fp32",
                      nvme_path: str | None = None,
                      gradient_clipping: float | None = None) -> dict[str, Any]:
@@ -24,11 +25,13 @@ def deepspeed_config(strategy: str, *, micro_batch_per_gpu: int = 1,
 
     ``nvme`` needs ``nvme_path``: a folder on node-local NVMe (e.g. ``$LOCAL_SCRATCH`` on CSC's
     machines, ``$SLURM_TMPDIR`` on the Alliance's), never a shared file system.
+    ``micro_batch_per_gpu=None`` leaves the micro-batch out, for Lightning's DeepSpeedStrategy,
+    which fills it in from the program's DataLoader.
     """
     if strategy not in _STAGE:
         raise UsageError(f"DeepSpeed has no equivalent of strategy {strategy!r}",
                          f"use one of {', '.join(_STAGE)} with DeepSpeed")
-    if micro_batch_per_gpu < 1 or gradient_accumulation_steps < 1:
+    if (micro_batch_per_gpu is not None and micro_batch_per_gpu < 1) or gradient_accumulation_steps < 1:
         raise UsageError("micro-batch per GPU and accumulation steps must be at least 1",
                          "e.g. micro_batch_per_gpu=8, gradient_accumulation_steps=1")
     if strategy == "nvme" and not nvme_path:
@@ -42,11 +45,11 @@ def deepspeed_config(strategy: str, *, micro_batch_per_gpu: int = 1,
     elif strategy == "nvme":
         zero["offload_optimizer"] = {"device": "nvme", "nvme_path": nvme_path, "pin_memory": True}
         zero["offload_param"] = {"device": "nvme", "nvme_path": nvme_path, "pin_memory": True}
-    config: dict[str, Any] = {
-        "train_micro_batch_size_per_gpu": micro_batch_per_gpu,
-        "gradient_accumulation_steps": gradient_accumulation_steps,
-        "zero_optimization": zero,
-    }
+    config: dict[str, Any] = {}
+    if micro_batch_per_gpu is not None:
+        config["train_micro_batch_size_per_gpu"] = micro_batch_per_gpu
+    config["gradient_accumulation_steps"] = gradient_accumulation_steps
+    config["zero_optimization"] = zero
     if strategy == "nvme":
         config["aio"] = {"block_size": 1048576, "queue_depth": 8, "single_submit": False,
                          "overlap_events": True}

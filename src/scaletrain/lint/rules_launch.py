@@ -61,6 +61,11 @@ def _spawns_per_gpu(step: Step) -> bool:
     return any(w.value.split("=")[0] in _SPAWN_ARGS for w in step.invocation.args)
 
 
+def _tensorflow_workers(ctx: LintContext) -> bool:
+    """The script sets TF_CONFIG: a MultiWorkerMirroredStrategy worker drives every GPU of its node."""
+    return any("TF_CONFIG" in line for line in ctx.script.lines)
+
+
 def _gpus_used_elsewhere(ctx: LintContext, this: Step, gpn: int) -> bool:
     """Another step uses every GPU (a launcher, or one task per GPU): this one is a side job
     such as data preparation or evaluation, not the training."""
@@ -87,7 +92,7 @@ def tasks_per_gpu(ctx: LintContext) -> Iterable[Finding]:
             continue
         line = ctx.option_line("ntasks-per-node", "ntasks")
         if tpn <= 1:
-            if _spawns_per_gpu(step) or _gpus_used_elsewhere(ctx, step, gpn):
+            if _spawns_per_gpu(step) or _gpus_used_elsewhere(ctx, step, gpn) or _tensorflow_workers(ctx):
                 continue
             yield finding("tasks-per-gpu", WARNING, step.line,
                           f"srun starts one '{step.invocation.program}' per node on {gpn} GPUs per node: "

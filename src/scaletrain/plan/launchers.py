@@ -35,6 +35,8 @@ class LauncherSpec:
     # --requeue needs the USR1 to reach the workers and their exit code 75 to reach srun; a third-
     # party per-node agent dies of the USR1 and exits 1 when its workers stop on purpose
     requeue_ok: bool = True
+    # the task is its node's only process and drives every GPU itself (TensorFlow's worker)
+    one_process: bool = False
 
 
 def srun_prefix(plan: Plan) -> str:
@@ -85,8 +87,9 @@ def _scaletrain_run(plan: Plan) -> str:
 def _accelerate(plan: Plan) -> str:
     n, g = plan.nodes, plan.procs_per_node
     if plan.accelerate_config:
-        # the user's config decides the strategy (FSDP, DeepSpeed, ...); we give only the layout
-        extra = f" --config_file={q(plan.accelerate_config)}"
+        # the config (the user's, or the one the job wrote) decides the strategy (FSDP, DeepSpeed,
+        # ...); the flags below give only the layout. The value is already a shell word.
+        extra = f" --config_file={plan.accelerate_config}"
     else:
         # on the CPU too: ACCELERATE_USE_CPU (exported by the plan) makes it MULTI_CPU
         extra = " --multi_gpu" if plan.world_size > 1 else (" --cpu" if plan.device == "cpu" else "")
@@ -111,6 +114,15 @@ def _deepspeed(plan: Plan) -> str:
     return _per_node(plan, inner)
 
 
+def _tensorflow(plan: Plan) -> str:
+    # TF_CONFIG lists every task of the step; each task finds its own index (SLURM_PROCID), so it
+    # is computed on the node. A failure there stops the task with the module's own message.
+    py = f"{plan.container}{plan.python}"
+    inner = (f'TF_CONFIG="$({py} -m scaletrain.frameworks.tensorflow)" || exit $?; export TF_CONFIG; '
+             f'exec {py} -u "$@"')
+    return _per_node(plan, inner)
+
+
 _SPECS = (
     LauncherSpec("scaletrain", False, True, "Slurm's variables, through scaletrain.init()",
                  "one task per GPU; scaletrain.init() reads Slurm's variables", _python),
@@ -129,6 +141,9 @@ _SPECS = (
     LauncherSpec("deepspeed", True, False, "LOCAL_RANK, set by the deepspeed launcher",
                  "one task per node; the deepspeed launcher starts a worker per GPU", _deepspeed,
                  requeue_ok=False),
+    LauncherSpec("tensorflow", True, True, "TF_CONFIG, built for each task from the allocation",
+                 "one task per node, driving all its GPUs; TF_CONFIG lists every node as a "
+                 "MultiWorkerMirroredStrategy worker", _tensorflow, requeue_ok=False, one_process=True),
     LauncherSpec("mpi", False, False, "the MPI rank (SLURM_PROCID under srun)",
                  "one task per GPU (MPI-style: rank = SLURM_PROCID)", _python),
 )

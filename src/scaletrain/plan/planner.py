@@ -16,6 +16,7 @@ from scaletrain.clusters.resources import ERROR, Resources, billed_gpu_hours
 from scaletrain.contract import EXIT_STOPPED
 from scaletrain.errors import PlanError, UsageError
 from scaletrain.plan import layout, software
+from scaletrain.plan.jobfiles import JobFile, framework_files
 from scaletrain.plan.launchers import SPECS
 from scaletrain.plan.layout import StagePlan
 from scaletrain.plan.request import DEVICES, LAUNCHERS, JobRequest
@@ -78,7 +79,10 @@ class Plan:
     program_words: str              # the script and its arguments as shell words
     check_scaletrain: bool          # the job imports scaletrain: check for it before launching
     master_addr_suffix: str         # "i" on JUWELS (InfiniBand host names)
-    accelerate_config: str | None
+    accelerate_config: str | None   # accelerate's --config_file value, a shell word
+    job_files: tuple[JobFile, ...] = ()   # framework configs the job writes before launching
+    files_dir: str | None = None    # their folder (None: .scaletrain/job-ID in the working directory)
+    disk_gb: int | None = None      # node-local disk requested (staged data + NVMe offload)
 
 
 def job_name_for(request: JobRequest) -> str:
@@ -131,8 +135,11 @@ def _check_request(req: JobRequest, profile: ClusterProfile) -> None:
                                   or (req.gpus or 0) > profile.gpus_per_node):
         raise UsageError("--procs-per-gpu needs NVIDIA MPS on one node (the batch script starts its daemon)",
                          "use one node of an NVIDIA cluster, or one process per GPU")
-    if req.accelerate_config and req.launcher != "accelerate":
-        raise UsageError("--accelerate-config goes with --launcher accelerate", "add --launcher accelerate")
+    if req.launcher == "tensorflow" and profile.scheduler != "slurm":
+        raise UsageError(f"--launcher tensorflow builds TF_CONFIG from a Slurm allocation; the {profile.name} "
+                         "profile has none",
+                         "plan for a cluster, or try the program here with 'scaletrain run --emulate slurm' "
+                         "and TF_CONFIG from 'python -m scaletrain.frameworks.tensorflow'")
     if req.requeue and req.launcher in SPECS and not SPECS[req.launcher].requeue_ok:
         raise UsageError(f"--requeue cannot work with --launcher {req.launcher}: its per-node agent dies of the "
                          f"USR1 that asks the workers to save, and exits 1 (not {EXIT_STOPPED}) when they stop",
@@ -165,6 +172,8 @@ def make_plan(request: JobRequest, profile: ClusterProfile) -> Plan:
     spec = SPECS[request.launcher]
     per_node = spec.per_node or profile.scheduler == "none"
     tasks, gpt, procs = layout.tasks(request, profile, per_node=per_node, gpn=gpn)
+    if spec.one_process:   # the task is the node's only process; it drives every GPU itself
+        procs = tasks
     cpus = layout.cpus_per_task(request, profile, tasks_per_node=tasks, gpn=gpn, whole_node=part.whole_node)
     mem, mem_gb = layout.memory(request, profile, gpn=gpn, cpus=cpus * tasks)
     part_name = None if part.implicit else part.name
@@ -182,8 +191,13 @@ def make_plan(request: JobRequest, profile: ClusterProfile) -> Plan:
                      f"task and the job requeues itself (at most {MAX_REQUEUES} times)")
     notes += [n for n in (bind_note, *_launcher_notes(request, profile, nodes, gpn)) if n]
     device = "cpu" if profile.gpu_vendor == "none" or gpn == 0 else request.device
+    fw = framework_files(request, profile, nodes=nodes, world=procs * nodes, device=device)
+    notes += fw.notes
+    # staged data and NVMe offload share the node's one local-disk request
+    disk = ((stage.disk_gb or 0) if stage else 0) + (fw.disk_gb or 0) or None
     threads = max(1, cpus * tasks // procs)
     name = job_name_for(request)
+    words = " ".join((software.program_words(request), *fw.program_extra))
     return Plan(
         request=request, profile=profile, cluster=profile.name, partition=part_name,
         partition_family=_family(profile, part_name), nodes=nodes, gpus_per_node=gpn, gpus=nodes * gpn,
@@ -196,14 +210,16 @@ def make_plan(request: JobRequest, profile: ClusterProfile) -> Plan:
         cpu_bind=bind, notes=tuple(notes), scheduler=profile.scheduler,
         sbatch=sbatch_options(request, profile, job_name=name, partition=part_name, nodes=nodes,
                               tasks_per_node=tasks, cpus_per_task=cpus, mem=mem, seconds=seconds, gpn=gpn,
-                              gpus_per_task=gpt, stage=stage, signal_s=signal_s),
-        env=software.environment(request, profile, threads=threads, device=device),
+                              gpus_per_task=gpt, disk_gb=disk, signal_s=signal_s),
+        env=fw.env + software.environment(request, profile, threads=threads, device=device),
         job_name=name, command=tuple(request.command), setup=software.setup_lines(request, profile),
         python=profile.python, exec_wrapper=profile.exec_wrapper,
         container=software.container_prefix(request, profile, scratch=stage.scratch_var if stage else None),
-        program_words=software.program_words(request),
+        program_words=words,
         check_scaletrain=spec.needs_scaletrain or profile.scheduler == "none",
-        master_addr_suffix=profile.master_addr_suffix, accelerate_config=request.accelerate_config,
+        master_addr_suffix=profile.master_addr_suffix, accelerate_config=fw.accelerate_word,
+        job_files=fw.files, disk_gb=disk,
+        files_dir=check_text("the run folder", request.files_dir) if request.files_dir else None,
     )
 
 
@@ -215,9 +231,6 @@ def _launcher_notes(request: JobRequest, profile: ClusterProfile, nodes: int, gp
     if request.launcher == "deepspeed" and nodes > 1:
         notes.append("deepspeed launcher: one task per node, nodes joined with --no_ssh and "
                      "--node_rank=$SLURM_NODEID (needs DeepSpeed >= 0.14)")
-    if request.launcher == "accelerate" and request.accelerate_config:
-        notes.append("accelerate: the strategy comes from --accelerate-config; scaletrain passes only the "
-                     "layout (--num_processes, --num_machines, --machine_rank, the main process address)")
     if request.container and profile.container is None:
         notes.append("the program runs inside the container given by --container (apptainer exec)")
     if request.expand_args:

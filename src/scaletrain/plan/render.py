@@ -17,6 +17,7 @@ from scaletrain._version import __version__
 # one formula for MASTER_PORT and the variable names, shared with the runtime and lint
 from scaletrain.contract import CLUSTER_VAR, DATA_VAR, EXIT_STOPPED, PORT_SHELL_EXPR
 from scaletrain.errors import DistEnvError
+from scaletrain.plan.jobfiles import shell_lines as job_file_lines
 from scaletrain.plan.launchers import spec
 from scaletrain.plan.planner import Plan, StagePlan
 from scaletrain.plan.values import check_env_name, check_text, sbatch_line
@@ -182,5 +183,6 @@ def render_script(plan: Plan) -> str:
     lines = _header(plan) + _setup(plan) + _environment(plan)
     if plan.stage is not None:
         lines += _stage(plan, plan.stage)
+    lines += job_file_lines(plan.job_files, slurm=plan.scheduler == "slurm", folder=plan.files_dir)
     lines += _launch(plan)
     return "\n".join(lines) + "\n"

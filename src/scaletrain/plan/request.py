@@ -72,7 +72,13 @@ class JobRequest:
     conda: str | None = None            # --conda ENV: conda activate ENV
     env: tuple[tuple[str, str], ...] = ()   # --env KEY=VALUE, exported before launch
     setup: tuple[str, ...] = ()         # --setup CMD: shell lines run after the set-up, as written
-    accelerate_config: str | None = None    # --accelerate-config FILE: passed as --config_file
+    # framework configs (scaletrain.plan.jobfiles): one of our strategy names (the job writes the
+    # config) or the absolute path of the user's own file
+    accelerate_config: str | None = None    # --accelerate-config NAME|FILE: accelerate --config_file
+    deepspeed_config: str | None = None     # --deepspeed-config NAME|FILE: --deepspeed_config for the program
+    precision: str = "fp32"                 # --precision: mixed precision in the generated configs
+    micro_batch: int | None = None          # --micro-batch: DeepSpeed's train_micro_batch_size_per_gpu
+    files_dir: str | None = None            # where the job writes those configs (submit: its run folder)
     # job shapes beyond one process per GPU
     gpus_per_proc: int = 1              # --gpus-per-proc G: one process drives G GPUs (model parallel)
     procs_per_gpu: int = 1              # --procs-per-gpu K: K processes share each GPU (NVIDIA MPS)

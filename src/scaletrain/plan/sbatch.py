@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from scaletrain.clusters.profile import ClusterProfile, format_time
 from scaletrain.errors import UsageError
-from scaletrain.plan.layout import StagePlan
 from scaletrain.plan.request import JobRequest
 from scaletrain.plan.values import check_sbatch
 
@@ -63,9 +62,13 @@ def _extra(request: JobRequest) -> list[tuple[str, str]]:
 
 def sbatch_options(request: JobRequest, profile: ClusterProfile, *, job_name: str, partition: str | None,
                    nodes: int, tasks_per_node: int, cpus_per_task: int, mem: str | None, seconds: int,
-                   gpn: int, gpus_per_task: int, stage: StagePlan | None,
+                   gpn: int, gpus_per_task: int, disk_gb: int | None,
                    signal_s: int | None) -> tuple[tuple[str, str], ...]:
-    """Ordered (option, value) pairs; value "" is a bare flag."""
+    """Ordered (option, value) pairs; value "" is a bare flag.
+
+    ``disk_gb``: node-local disk to request where the cluster sells it as a GRES (staged data,
+    DeepSpeed's NVMe offload).
+    """
     if profile.scheduler != "slurm":
         return ()
     lines: list[tuple[str, str]] = [("job-name", job_name)]
@@ -78,7 +81,7 @@ def sbatch_options(request: JobRequest, profile: ClusterProfile, *, job_name: st
     if mem is not None:
         lines.append(("mem", mem))
     lines.append(("time", format_time(seconds)))
-    disk = f"{profile.scratch_gres}:{stage.disk_gb}" if stage and stage.disk_gb and profile.scratch_gres else None
+    disk = f"{profile.scratch_gres}:{disk_gb}" if disk_gb and profile.scratch_gres else None
     lines += gpu_options(profile, gpn=gpn, gpus_per_task=gpus_per_task, disk=disk)
     if request.exclusive:
         lines.append(("exclusive", ""))

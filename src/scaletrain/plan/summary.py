@@ -78,7 +78,8 @@ def render_summary(plan: Plan) -> str:
                      f" x {p.gpus_per_node} {p.profile.gpu_model} = {p.gpus} GPU{'s' if p.gpus != 1 else ''}, "
                      f"{p.world_size} process{'es' if p.world_size != 1 else ''} ({p.launcher})")
         mem = f", {format_mem(p.mem_per_proc_gb)} memory" if p.mem_per_proc_gb else ""
-        share = f"{p.gpus_per_node / p.procs_per_node:g} GPU" if p.gpus_per_node else "no GPU"
+        per = p.gpus_per_node / p.procs_per_node
+        share = f"{per:g} GPU{'s' if per > 1 else ''}" if p.gpus_per_node else "no GPU"
         lines.append(f"  per process: {share}, {p.threads_per_proc} CPU core{'s' if p.threads_per_proc != 1 else ''}"
                      f"{mem}; Slurm tasks: {p.tasks_per_node} per node x {p.cpus_per_task} CPUs"
                      + (f", --mem={p.mem}" if p.mem else ""))
