@@ -170,6 +170,13 @@ def test_probe_cli_with_a_fake_scontrol(tmp_path, monkeypatch, capsys):
     assert (prof.name, prof.gpus_per_node, prof.gres_type) == ("puhti", 4, "v100")
     assert list(prof.partitions) == ["gpu", "gputest"]
     assert out.read_text().startswith("# Cluster profile written by scaletrain")
+    # probing again replaces the file whole (temporary file + rename: a new inode, no leftovers)
+    before = out.stat().st_ino
+    assert main(["clusters", "probe", "--output", str(out)]) == 0
+    assert out.stat().st_ino != before and sorted(p.name for p in out.parent.iterdir()) == ["p.toml"]
+    assert load_profile(str(out)).name == "puhti"
+    assert main(["clusters", "probe", "--output", str(out.parent)]) == 2      # a folder: refused
+    assert "is a directory" in capsys.readouterr().err
 
 
 def test_probe_cli_without_scontrol_is_exit_4(tmp_path, monkeypatch, capsys):

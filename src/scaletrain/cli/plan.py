@@ -273,7 +273,7 @@ def _write_stream(path: Path, payload: bytes) -> None:
         os.close(fd)
 
 
-def write_output(path: str, script: str) -> None:
+def write_output(path: str, script: str, *, mode: int = 0o755) -> None:
     """Write the script to ``path`` whole or not at all: the user's old file stays untouched
     until the new content is complete (temporary file + rename). A device or pipe
     (``-o /dev/stdout``) is written to directly: renaming over it would replace the device."""
@@ -290,7 +290,7 @@ def write_output(path: str, script: str) -> None:
             _write_stream(out, payload)
             return
         out.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(out, payload, mode=0o755)
+        atomic_write(out, payload, mode=mode)
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}",
                          "choose a writable --output path") from None

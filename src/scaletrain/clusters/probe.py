@@ -20,7 +20,6 @@ import re
 import sys
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 if sys.version_info >= (3, 11):
@@ -252,13 +251,10 @@ def run_probe(args: argparse.Namespace) -> int:
     profile_from_dict(tomllib.loads(text), path="(probed)")  # what we write must load back
     output = getattr(args, "output", None)
     if output and output != "-":
-        path = Path(output)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-        except OSError as exc:
-            raise UsageError(f"cannot write {output}: {exc.strerror}",
-                             "choose a writable --output path") from None
+        from scaletrain.cli.plan import write_output
+
+        # whole or not at all: a profile being replaced stays as it was until the new one is complete
+        write_output(output, text, mode=0o644)
         print(f"scaletrain: wrote profile '{name}' to {output}", file=sys.stderr)
     else:
         sys.stdout.write(text)
