@@ -241,3 +241,16 @@ def test_bad_launcher_device_time() -> None:
 
 def test_no_scratch_for_stage_data() -> None:
     assert "no node-local scratch" in _err(PlanError, "juwels-booster", gpus=4, stage_data="/p/d.tar")
+
+
+def test_gpu_split_is_bounded_for_any_request():
+    from scaletrain.plan.layout import _split_gpus
+
+    assert _split_gpus(6, 4) == (2, 3) and _split_gpus(10, 4) == (5, 2) and _split_gpus(7, 4) == (7, 1)
+    assert _split_gpus(2**61 - 1, 4) == (2**61 - 1, 1)     # a prime: one GPU per node, found at once
+    # every split is even and within a node, and no split with fewer nodes exists
+    for gpus in range(1, 200):
+        for per in (1, 2, 4, 8):
+            nodes, gpn = _split_gpus(gpus, per)
+            assert nodes * gpn == gpus and gpn <= per
+            assert not any(gpus % n == 0 and gpus // n <= per for n in range(1, nodes))

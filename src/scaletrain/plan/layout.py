@@ -43,11 +43,14 @@ def slots(profile: ClusterProfile) -> int:
 
 
 def _split_gpus(gpus: int, per_node: int) -> tuple[int, int]:
-    """Fewest nodes that hold ``gpus`` evenly (same count on every node, at most per_node)."""
-    nodes = -(-gpus // per_node)
-    while gpus % nodes or gpus // nodes > per_node:
-        nodes += 1
-    return nodes, gpus // nodes
+    """Fewest nodes that hold ``gpus`` evenly (same count on every node, at most per_node).
+
+    The fewest nodes are the most GPUs per node that divide ``gpus``: at most ``per_node``
+    tries, however large the request (counting nodes up from the minimum took ``gpus`` tries
+    for a prime number of GPUs).
+    """
+    gpn = next(g for g in range(min(per_node, gpus), 0, -1) if gpus % g == 0)
+    return gpus // gpn, gpn
 
 
 def _nearest_multiples(gpus: int, per_node: int) -> str:
