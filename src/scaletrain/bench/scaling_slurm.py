@@ -1,0 +1,329 @@
+"""``scaletrain bench scaling --nodes 1,2,4``: one Slurm job per size, all submitted at once.
+
+Each size is planned by our own planner (``JobRequest`` -> ``make_plan`` -> ``render_script``)
+as ``python -m scaletrain.bench.scaling_worker`` on N nodes with the profile's default launcher,
+written into ``DIR/jobs/<timestamp>/nodes-N/`` and submitted with ``sbatch`` through
+:mod:`scaletrain.slurm.commands` (the only module that runs Slurm's commands). The sizes are
+independent jobs, so they queue together and the whole benchmark takes as long as its slowest
+size, not the sum. The collector polls their states (slowing down, like ``submit --wait``) until
+all have ended or ``timeout_s`` has passed, then reads each size's result (the worker's JSON
+row, on the shared file system) and builds the same report as the local path
+(:func:`scaletrain.bench.scaling.build_document`).
+
+A size that sbatch refuses, that fails, or that is still queued at the timeout is a *failed
+size*: a line with the reason and its log file, never a traceback. Unlike ``submit --wait``,
+the jobs here are the benchmark's own and worth nothing without the collector: Ctrl-C and the
+timeout cancel every job not yet ended, so nothing is left in the queue spending the budget.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from scaletrain.bench.scaling import ScalingRequest, build_document, profile_links, worker_args
+from scaletrain.errors import ScaletrainError, SlurmError, UsageError
+from scaletrain.fileio import atomic_write
+
+WORKER = "scaletrain.bench.scaling_worker"
+RESULT = "result.json"
+DEFAULT_TIME = "00:20:00"   # short limits start sooner (backfill); --time for longer workloads
+POLL_S = 2.0                # first poll interval; grows by 20 % a round up to MAX_POLL_S
+MAX_POLL_S = 15.0
+RESULT_WAIT_S = 10.0        # a shared file system may show the result a moment after the job ends
+_STATE_RETRIES = 5          # consecutive scontrol failures tolerated for one job
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlurmScaling:
+    """Where and how the sizes of ``bench scaling --nodes`` run."""
+
+    nodes: tuple[int, ...]
+    cluster: str                    # a profile name or a .toml file
+    out_dir: Path                   # on a shared file system: the jobs write their results here
+    gpus_per_node: int | None = None
+    account: str | None = None
+    partition: str | None = None
+    time: str | None = None
+    device: str = "auto"
+    timeout_s: float = 900.0
+    command: tuple[str, ...] = ()
+
+
+@dataclass(kw_only=True)
+class SizeJob:
+    """One size: its folder, its job (once submitted) and what became of it."""
+
+    nodes: int
+    job_dir: Path
+    world_size: int = 0
+    job_id: str | None = None
+    state: str = "NEW"
+    log: str | None = None
+    error: str | None = None        # why this size has no result (None while it may still have one)
+    cancelled: bool = False         # cancelled by us (timeout): its log ends with our scancel, not a cause
+    raw: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def result(self) -> Path:
+        """The worker's JSON row."""
+        return self.job_dir / RESULT
+
+    def describe(self) -> str:
+        """``2 nodes (job 123)`` for messages."""
+        job = f" (job {self.job_id})" if self.job_id else ""
+        return f"{self.nodes} node{'s' if self.nodes != 1 else ''}{job}"
+
+
+def check_slurm_profile(cluster: str) -> Any:
+    """The profile for ``--nodes``: it must describe a Slurm cluster (UsageError otherwise)."""
+    from scaletrain.clusters.profile import load_profile
+
+    profile = load_profile(cluster)
+    if profile.scheduler != "slurm":
+        raise UsageError(f"cluster {profile.name!r} has no Slurm: --nodes submits one job per size",
+                         "on this machine use --nproc 1,2,4; for a cluster give its profile with --cluster")
+    return profile
+
+
+def require_sbatch() -> None:
+    """``SlurmError`` (exit 4) with the way out when this machine has no sbatch."""
+    from scaletrain.slurm import commands
+
+    try:
+        commands.which("sbatch")
+    except SlurmError as exc:
+        raise SlurmError(exc.message, "run --nodes on the cluster's login node; "
+                                      "on this machine use --nproc 1,2,4") from None
+
+
+def plan_size(req: ScalingRequest, slurm: SlurmScaling, profile: Any, nodes: int, job_dir: Path) -> Any:
+    """The plan of one size: the worker on ``nodes`` nodes, its output and result in ``job_dir``."""
+    from scaletrain.plan.planner import make_plan
+    from scaletrain.plan.request import JobRequest
+
+    is_file = slurm.cluster.endswith(".toml") or os.sep in slurm.cluster
+    request = JobRequest(
+        cluster=profile.name, script="-m", script_args=(WORKER, *worker_args(req, job_dir / RESULT)),
+        nodes=nodes, gpus_per_node=slurm.gpus_per_node, account=slurm.account, partition=slurm.partition,
+        time=slurm.time or DEFAULT_TIME, device=slurm.device, job_name=f"bench-scaling-{nodes}n",
+        command=slurm.command, chdir=str(job_dir), log=str(job_dir / "%x-%j.out"),
+        profile_file=str(Path(slurm.cluster).expanduser().absolute()) if is_file else None)
+    return make_plan(request, profile)
+
+
+def _jobs_root(out_dir: Path) -> Path:
+    """A fresh ``DIR/jobs/<timestamp>`` folder: a second run never reuses a folder whose job may run."""
+    from scaletrain.cli.submit import _fresh_dir
+
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    try:
+        return _fresh_dir(out_dir / "jobs" / stamp).absolute()
+    except OSError as exc:
+        raise UsageError(f"cannot create the job folders in {out_dir}: {exc.strerror or exc}",
+                         "give a writable --out DIR on a file system the compute nodes share") from None
+
+
+def prepare(req: ScalingRequest, slurm: SlurmScaling) -> list[tuple[SizeJob, str]]:
+    """Plan and render every size before anything is written or submitted (bad input fails first)."""
+    from scaletrain.plan.render import render_script
+
+    profile = check_slurm_profile(slurm.cluster)
+    # every size is planned once before any folder exists: a size the cluster cannot take
+    # (partition limits, GPUs per node) stops the benchmark before anything is made
+    planned = [(n, plan_size(req, slurm, profile, n, Path("/job")).world_size) for n in slurm.nodes]
+    require_sbatch()
+    root = _jobs_root(slurm.out_dir)
+    out = []
+    for n, world in planned:
+        job = SizeJob(nodes=n, job_dir=root / f"nodes-{n}", world_size=world)
+        job.job_dir.mkdir()
+        out.append((job, render_script(plan_size(req, slurm, profile, n, job.job_dir))))
+    return out
+
+
+def submit_all(prepared: list[tuple[SizeJob, str]], *, log: Callable[[str], None]) -> None:
+    """Write each script and submit it; a refused size gets its error, the others go on.
+
+    Each ``SizeJob`` gets its id the moment sbatch answers, so an interrupt half-way leaves
+    the caller knowing every job to cancel. ``SlurmError`` only when sbatch is not there at all
+    (exit 4, nothing was submitted).
+    """
+    from scaletrain.slurm import commands
+
+    require_sbatch()
+    for job, script in prepared:
+        atomic_write(job.job_dir / "job.sh", script.encode("utf-8"), mode=0o755)
+        try:
+            job.job_id = commands.sbatch_parsable("job.sh", cwd=job.job_dir)
+        except SlurmError as exc:
+            job.state, job.error = "REFUSED", f"sbatch refused it: {exc.message}"
+            log(f"scaletrain bench scaling: {job.describe()}: {job.error}")
+            continue
+        job.state = "SUBMITTED"
+        atomic_write(job.job_dir / "job_id", f"{job.job_id}\n".encode())
+        log(f"scaletrain bench scaling: {job.describe()} submitted ({job.world_size} "
+            f"process{'es' if job.world_size != 1 else ''}) "
+            f"from {job.job_dir}")
+
+
+def _poll(job: SizeJob, failures: dict[str, int], log: Callable[[str], None]) -> None:
+    """Update ``job`` from ``scontrol show job``; a job Slurm forgot counts as ended."""
+    from scaletrain.slurm import commands
+
+    try:
+        info = commands.job_info(str(job.job_id))
+    except SlurmError as exc:
+        failures[job.job_id or ""] = failures.get(job.job_id or "", 0) + 1
+        if failures[job.job_id or ""] >= _STATE_RETRIES:
+            job.state, job.error = "UNKNOWN", f"Slurm cannot say what became of it ({exc.message})"
+        return
+    failures.pop(job.job_id or "", None)
+    job.log = info.stdout or job.log
+    job.raw = info.raw
+    if info.state != job.state:
+        where = f" on {info.node_list}" if info.state == "RUNNING" and info.node_list else ""
+        log(f"scaletrain bench scaling: {job.describe()} {info.state}{where}")
+        job.state = info.state
+    if info.finished and info.returncode != 0:
+        reason = f", {info.reason}" if info.reason and info.reason != "None" else ""
+        job.error = f"job {job.job_id} {info.state} (exit code {info.returncode}{reason})"
+
+
+def _ended(job: SizeJob) -> bool:
+    from scaletrain.slurm.parse import FINAL_STATES
+
+    return job.job_id is None or job.state in FINAL_STATES or job.state == "UNKNOWN"
+
+
+def wait_all(jobs: list[SizeJob], *, timeout_s: float, log: Callable[[str], None],
+             clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> bool:
+    """Poll until every submitted job has ended (True) or ``timeout_s`` has passed (False)."""
+    deadline = clock() + timeout_s
+    delay = POLL_S
+    failures: dict[str, int] = {}
+    while True:
+        for job in jobs:
+            if not _ended(job):
+                _poll(job, failures, log)
+        if all(_ended(job) for job in jobs):
+            return True
+        if clock() > deadline:
+            return False
+        sleep(delay)
+        delay = min(MAX_POLL_S, delay * 1.2)
+
+
+def cancel_unfinished(jobs: list[SizeJob], *, log: Callable[[str], None]) -> list[str]:
+    """``scancel`` every submitted job that has not ended; returns their ids."""
+    from scaletrain.slurm import commands
+
+    cancelled = []
+    for job in jobs:
+        if job.job_id and not _ended(job):
+            try:
+                commands.cancel(job.job_id)
+                cancelled.append(job.job_id)
+            except SlurmError as exc:  # keep cancelling the others; say which one is left
+                log(f"scaletrain bench scaling: could not cancel job {job.job_id}: {exc.message} "
+                    f"(cancel it with: scancel {job.job_id})")
+    return cancelled
+
+
+def _log_tail(path: str | None) -> str:
+    """The log's most telling line (the last error line, else the last line), shortened."""
+    if not path:
+        return ""
+    try:
+        lines = [s.strip() for s in Path(path).read_text(errors="replace").splitlines() if s.strip()]
+    except OSError:
+        return ""
+    for line in reversed(lines):
+        if "error" in line.lower() or "Traceback" in line:
+            return line[:200]
+    return lines[-1][:200] if lines else ""
+
+
+def collect(job: SizeJob, *, wait_s: float = RESULT_WAIT_S) -> dict[str, Any] | None:
+    """The worker's row of a completed job, or None with ``job.error`` saying why not."""
+    if job.error is None and job.state != "COMPLETED":
+        job.error = f"job {job.job_id} ended {job.state}"
+    if job.error is None:
+        deadline = time.monotonic() + wait_s
+        while not job.result.is_file() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        try:
+            row = json.loads(job.result.read_text())
+        except (OSError, ValueError) as exc:
+            job.error = f"job {job.job_id} COMPLETED but left no readable {RESULT} ({exc})"
+        else:
+            if isinstance(row, dict) and row.get("samples_per_s"):
+                return dict(row, job_id=job.job_id, log=job.log)
+            job.error = f"job {job.job_id} COMPLETED but its {RESULT} has no throughput"
+    tail = "" if job.cancelled else _log_tail(job.log)
+    if tail and tail not in job.error:
+        job.error += f": {tail}"
+    return None
+
+
+def failed_row(job: SizeJob) -> dict[str, Any]:
+    """A failed size for the report: what it was, why it failed, where to look."""
+    return {"nodes": job.nodes, "nproc": job.world_size, "job_id": job.job_id, "state": job.state,
+            "reason": job.error or "unknown", "log": job.log, "job_dir": str(job.job_dir)}
+
+
+def run_slurm_scaling(req: ScalingRequest, slurm: SlurmScaling, *,
+                      log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Submit every size, wait (bounded), collect: the report document with ``failed`` sizes.
+
+    Ctrl-C cancels the jobs not yet ended and re-raises. ``SlurmError`` when sbatch is missing
+    or refused every size; ``ScaletrainError`` (exit 1) when no size produced a result.
+    """
+    prepared = prepare(req, slurm)
+    jobs = [job for job, _ in prepared]
+    try:
+        submit_all(prepared, log=log)
+        if all(job.job_id is None for job in jobs):
+            first = jobs[0].error or "sbatch refused every size"
+            raise SlurmError(f"bench scaling: no size was submitted ({first})",
+                             "fix the request (see Slurm's message), or check the profile with 'sinfo'")
+        finished = wait_all(jobs, timeout_s=slurm.timeout_s, log=log)
+    except KeyboardInterrupt:
+        gone = cancel_unfinished(jobs, log=log)
+        if gone:
+            log(f"scaletrain bench scaling: interrupted; cancelled job{'s' if len(gone) > 1 else ''} "
+                + ", ".join(gone))
+        raise
+    if not finished:
+        late = [job for job in jobs if not _ended(job)]
+        cancel_unfinished(jobs, log=log)
+        for job in late:
+            reason = job.raw.get("Reason", "")
+            job.cancelled = True
+            job.error = (f"job {job.job_id} still {job.state}"
+                         + (f" ({reason})" if reason and reason != "None" else "")
+                         + f" after {slurm.timeout_s:g} s; cancelled (log: {job.log or job.job_dir})")
+            log(f"scaletrain bench scaling: {job.nodes} node{'s' if job.nodes != 1 else ''}: {job.error}")
+    rows, failed = [], []
+    for job in jobs:
+        row = collect(job)
+        if row is None:
+            failed.append(failed_row(job))
+        else:
+            rows.append(row)
+    if not rows:
+        first = failed[0]
+        raise ScaletrainError(f"bench scaling: no size finished; {first['nodes']} node(s): {first['reason']}",
+                              f"read the job's log ({first['log'] or first['job_dir']}); "
+                              "every job folder is under " + str(jobs[0].job_dir.parent))
+    links, source = profile_links(slurm.cluster)
+    one = "--nodes 1,... --gpus-per-node 1"
+    return build_document(req, rows, links, source, one_device=one, launch="slurm", cluster=slurm.cluster,
+                          failed=failed, jobs_dir=str(jobs[0].job_dir.parent),
+                          jobs=[{"nodes": j.nodes, "nproc": j.world_size, "job_id": j.job_id, "state": j.state,
+                                 "log": j.log, "job_dir": str(j.job_dir)} for j in jobs])
