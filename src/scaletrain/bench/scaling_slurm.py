@@ -21,6 +21,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -235,22 +236,29 @@ def cancel_unfinished(jobs: list[SizeJob], *, log: Callable[[str], None]) -> lis
     return cancelled
 
 
+_EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Interrupt)|scaletrain[\w ]*: error):")
+
+
 def _log_tail(path: str | None) -> str:
-    """The log's most telling line (the last error line, else the last line), shortened."""
+    """The log's most telling line, shortened: the last exception or scaletrain error, else the
+    last error line that is not srun's own ("task 3: Exited with exit code 1"), else the last line."""
     if not path:
         return ""
     try:
         lines = [s.strip() for s in Path(path).read_text(errors="replace").splitlines() if s.strip()]
     except OSError:
         return ""
-    for line in reversed(lines):
-        if "error" in line.lower() or "Traceback" in line:
-            return line[:200]
-    return lines[-1][:200] if lines else ""
+    ours = [ln for ln in lines if not ln.startswith(("srun:", "slurmstepd:"))]
+    for picked in ([ln for ln in ours if _EXCEPTION.match(ln)], [ln for ln in ours if "error" in ln.lower()],
+                   lines):
+        if picked:
+            return picked[-1][:200]
+    return ""
 
 
-def collect(job: SizeJob, *, wait_s: float = RESULT_WAIT_S) -> dict[str, Any] | None:
+def collect(job: SizeJob, *, wait_s: float | None = None) -> dict[str, Any] | None:
     """The worker's row of a completed job, or None with ``job.error`` saying why not."""
+    wait_s = RESULT_WAIT_S if wait_s is None else wait_s
     if job.error is None and job.state != "COMPLETED":
         job.error = f"job {job.job_id} ended {job.state}"
     if job.error is None:
