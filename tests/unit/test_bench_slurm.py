@@ -64,7 +64,7 @@ queue = json.load(open(os.path.join(state, "queue.json")))
 job_id = sys.argv[-1]
 open(os.path.join(state, "calls.txt"), "a").write(f"scontrol {job_id}\n")
 if how.get("interrupt"):
-    os.kill(os.getppid(), signal.SIGINT)     # the user's Ctrl-C, while the collector polls
+    os.kill(os.getppid(), getattr(signal, how["interrupt"]))   # Ctrl-C or a hang-up, while the collector polls
 job = queue[job_id]
 code = "1:0" if job["state"] == "FAILED" else "0:0"
 reason = "Resources" if job["state"] == "PENDING" else "None"
@@ -177,8 +177,10 @@ def test_timeout_cancels_the_jobs_left_and_names_them(fake_slurm, tmp_path, caps
     assert "Traceback" not in err
 
 
-def test_ctrl_c_while_waiting_cancels_every_job(fake_slurm, tmp_path, capsys):
-    _behave(fake_slurm, interrupt=True, state={"1": "RUNNING", "2": "PENDING"})
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGHUP"])
+def test_ctrl_c_while_waiting_cancels_every_job(fake_slurm, tmp_path, capsys, sig):
+    """Ctrl-C, or the login session ending (SIGHUP, SIGTERM): nothing is left in the queue."""
+    _behave(fake_slurm, interrupt=sig, state={"1": "RUNNING", "2": "PENDING"})
     assert main([*ARGS, "--nodes", "1,2", "--out", str(tmp_path / "bench")]) == 130
     err = capsys.readouterr().err
     assert "interrupted; cancelled jobs 100, 101" in err

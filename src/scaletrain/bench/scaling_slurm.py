@@ -18,18 +18,25 @@ timeout cancel every job not yet ended, so nothing is left in the queue spending
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
 import re
+import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from scaletrain.bench.scaling import ScalingRequest, build_document, profile_links, worker_args
 from scaletrain.errors import ScaletrainError, SlurmError, UsageError
 from scaletrain.fileio import atomic_write
+
+if TYPE_CHECKING:
+    from scaletrain.clusters.profile import ClusterProfile
+    from scaletrain.plan.planner import Plan
 
 WORKER = "scaletrain.bench.scaling_worker"
 RESULT = "result.json"
@@ -81,7 +88,7 @@ class SizeJob:
         return f"{self.nodes} node{'s' if self.nodes != 1 else ''}{job}"
 
 
-def check_slurm_profile(cluster: str) -> Any:
+def check_slurm_profile(cluster: str) -> ClusterProfile:
     """The profile for ``--nodes``: it must describe a Slurm cluster (UsageError otherwise)."""
     from scaletrain.clusters.profile import load_profile
 
@@ -103,7 +110,8 @@ def require_sbatch() -> None:
                                       "on this machine use --nproc 1,2,4") from None
 
 
-def plan_size(req: ScalingRequest, slurm: SlurmScaling, profile: Any, nodes: int, job_dir: Path) -> Any:
+def plan_size(req: ScalingRequest, slurm: SlurmScaling, profile: ClusterProfile, nodes: int,
+              job_dir: Path) -> Plan:
     """The plan of one size: the worker on ``nodes`` nodes, its output and result in ``job_dir``."""
     from scaletrain.plan.planner import make_plan
     from scaletrain.plan.request import JobRequest
@@ -285,22 +293,42 @@ def failed_row(job: SizeJob) -> dict[str, Any]:
             "reason": job.error or "unknown", "log": job.log, "job_dir": str(job.job_dir)}
 
 
+@contextlib.contextmanager
+def _hangup_is_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP (a closed SSH session) stop the collector like Ctrl-C: its jobs are cancelled."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    old = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
 def run_slurm_scaling(req: ScalingRequest, slurm: SlurmScaling, *,
                       log: Callable[[str], None] = print) -> dict[str, Any]:
     """Submit every size, wait (bounded), collect: the report document with ``failed`` sizes.
 
-    Ctrl-C cancels the jobs not yet ended and re-raises. ``SlurmError`` when sbatch is missing
-    or refused every size; ``ScaletrainError`` (exit 1) when no size produced a result.
+    Ctrl-C (or SIGTERM/SIGHUP) cancels the jobs not yet ended and raises KeyboardInterrupt.
+    ``SlurmError`` when sbatch is missing or refused every size; ``ScaletrainError`` (exit 1)
+    when no size produced a result.
     """
     prepared = prepare(req, slurm)
     jobs = [job for job, _ in prepared]
     try:
-        submit_all(prepared, log=log)
-        if all(job.job_id is None for job in jobs):
-            first = jobs[0].error or "sbatch refused every size"
-            raise SlurmError(f"bench scaling: no size was submitted ({first})",
-                             "fix the request (see Slurm's message), or check the profile with 'sinfo'")
-        finished = wait_all(jobs, timeout_s=slurm.timeout_s, log=log)
+        with _hangup_is_interrupt():
+            submit_all(prepared, log=log)
+            if all(job.job_id is None for job in jobs):
+                why = jobs[0].error or "sbatch refused every size"
+                raise SlurmError(f"bench scaling: no size was submitted ({why})",
+                                 "fix the request (see Slurm's message), or check the profile with 'sinfo'")
+            finished = wait_all(jobs, timeout_s=slurm.timeout_s, log=log)
     except KeyboardInterrupt:
         gone = cancel_unfinished(jobs, log=log)
         if gone:
@@ -317,7 +345,8 @@ def run_slurm_scaling(req: ScalingRequest, slurm: SlurmScaling, *,
                          + (f" ({reason})" if reason and reason != "None" else "")
                          + f" after {slurm.timeout_s:g} s; cancelled (log: {job.log or job.job_dir})")
             log(f"scaletrain bench scaling: {job.nodes} node{'s' if job.nodes != 1 else ''}: {job.error}")
-    rows, failed = [], []
+    rows: list[dict[str, Any]] = []
+    failed: list[dict[str, Any]] = []
     for job in jobs:
         row = collect(job)
         if row is None:
