@@ -118,8 +118,32 @@ def test_timeout_cancels_and_names_the_job(slurm_cluster, probed_profile, tmp_pa
         assert proc.returncode == 1, proc.stdout + proc.stderr
         err = proc.stderr.strip().splitlines()
         assert len(ids) == 1
-        assert re.search(rf"job {ids[0]} still (PENDING|RUNNING).* after 3 s; cancelled \(log: ", err[-2]), err
-        assert err[-1].startswith("  HINT: read the job's log")
+        assert re.search(rf"job {ids[0]} still (PENDING|RUNNING).* after 3 s; cancelled$", err[-2]), err
+        assert err[-1].startswith(("  HINT: it waited in the queue: give a longer --timeout",
+                                   "  HINT: fewer --steps, or a longer --timeout (log: ")), err
+        assert "Traceback" not in proc.stderr
+        assert _live(slurm_cluster, ids) == []
+    finally:
+        for job_id in ids:
+            slurm_cluster.run("scancel", job_id)
+
+
+def test_size_slurm_cannot_start_is_a_failed_row(slurm_cluster, probed_profile, tmp_path):
+    """3 nodes of a 2-node cluster: sbatch takes the job, Slurm keeps it pending for ever
+    (PartitionConfig, then PartitionNodeLimit). It is cancelled at once, and the 1-node size still makes the report."""
+    out = tmp_path / "over"
+    proc = _bench(slurm_cluster, probed_profile, out, "--nodes", "1,3", "--steps", "4", "--warmup", "1",
+                  "--timeout", "240")
+    ids = _job_ids(out)
+    try:
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        doc = json.loads((out / "scaling.json").read_text())
+        assert [r["nodes"] for r in doc["rows"]] == [1]
+        failed = doc["failed"]
+        assert len(failed) == 1 and failed[0]["nodes"] == 3, failed
+        # Slurm gives PartitionConfig first, PartitionNodeLimit once the scheduler has looked again
+        assert re.match(rf"job {ids[1]} cannot start: Slurm says Partition(Config|NodeLimit) ", failed[0]["reason"])
+        assert re.search(r"^\s+3\s+3\s+FAILED: job \d+ cannot start", proc.stdout, re.M), proc.stdout
         assert "Traceback" not in proc.stderr
         assert _live(slurm_cluster, ids) == []
     finally:

@@ -5,32 +5,31 @@ as ``python -m scaletrain.bench.scaling_worker`` on N nodes with the profile's d
 written into ``DIR/jobs/<timestamp>/nodes-N/`` and submitted with ``sbatch`` through
 :mod:`scaletrain.slurm.commands` (the only module that runs Slurm's commands). The sizes are
 independent jobs, so they queue together and the whole benchmark takes as long as its slowest
-size, not the sum. The collector polls their states (slowing down, like ``submit --wait``) until
+size, not the sum. The collector follows them (:mod:`scaletrain.bench.slurm_jobs`) until
 all have ended or ``timeout_s`` has passed, then reads each size's result (the worker's JSON
 row, on the shared file system) and builds the same report as the local path
 (:func:`scaletrain.bench.scaling.build_document`).
 
-A size that sbatch refuses, that fails, or that is still queued at the timeout is a *failed
-size*: a line with the reason and its log file, never a traceback. Unlike ``submit --wait``,
-the jobs here are the benchmark's own and worth nothing without the collector: Ctrl-C and the
-timeout cancel every job not yet ended, so nothing is left in the queue spending the budget.
+A size that sbatch refuses, that Slurm will never start, that fails, or that is still queued
+at the timeout is a *failed size*: a line with the reason, a hint and its log file, never a
+traceback. Unlike ``submit --wait``, the jobs here are the benchmark's own and worth nothing
+without the collector: Ctrl-C, a hang-up and the timeout cancel every job not yet ended, so
+nothing is left in the queue spending the budget.
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import json
 import os
 import re
-import signal
-import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable
 
 from scaletrain.bench.scaling import ScalingRequest, build_document, profile_links, worker_args
+from scaletrain.bench.slurm_jobs import SizeJob, cancel_unfinished, ended, hangup_is_interrupt, wait_all
 from scaletrain.errors import ScaletrainError, SlurmError, UsageError
 from scaletrain.fileio import atomic_write
 
@@ -41,10 +40,7 @@ if TYPE_CHECKING:
 WORKER = "scaletrain.bench.scaling_worker"
 RESULT = "result.json"
 DEFAULT_TIME = "00:20:00"   # short limits start sooner (backfill); --time for longer workloads
-POLL_S = 2.0                # first poll interval; grows by 20 % a round up to MAX_POLL_S
-MAX_POLL_S = 15.0
 RESULT_WAIT_S = 10.0        # a shared file system may show the result a moment after the job ends
-_STATE_RETRIES = 5          # consecutive scontrol failures tolerated for one job
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,31 +57,6 @@ class SlurmScaling:
     device: str = "auto"
     timeout_s: float = 900.0
     command: tuple[str, ...] = ()
-
-
-@dataclass(kw_only=True)
-class SizeJob:
-    """One size: its folder, its job (once submitted) and what became of it."""
-
-    nodes: int
-    job_dir: Path
-    world_size: int = 0
-    job_id: str | None = None
-    state: str = "NEW"
-    log: str | None = None
-    error: str | None = None        # why this size has no result (None while it may still have one)
-    cancelled: bool = False         # cancelled by us (timeout): its log ends with our scancel, not a cause
-    raw: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def result(self) -> Path:
-        """The worker's JSON row."""
-        return self.job_dir / RESULT
-
-    def describe(self) -> str:
-        """``2 nodes (job 123)`` for messages."""
-        job = f" (job {self.job_id})" if self.job_id else ""
-        return f"{self.nodes} node{'s' if self.nodes != 1 else ''}{job}"
 
 
 def check_slurm_profile(cluster: str) -> ClusterProfile:
@@ -172,6 +143,7 @@ def submit_all(prepared: list[tuple[SizeJob, str]], *, log: Callable[[str], None
             job.job_id = commands.sbatch_parsable("job.sh", cwd=job.job_dir)
         except SlurmError as exc:
             job.state, job.error = "REFUSED", f"sbatch refused it: {exc.message}"
+            job.hint = "fix the request from Slurm's message: fewer --nodes, another --partition or --time"
             log(f"scaletrain bench scaling: {job.describe()}: {job.error}")
             continue
         job.state = "SUBMITTED"
@@ -179,69 +151,6 @@ def submit_all(prepared: list[tuple[SizeJob, str]], *, log: Callable[[str], None
         log(f"scaletrain bench scaling: {job.describe()} submitted ({job.world_size} "
             f"process{'es' if job.world_size != 1 else ''}) "
             f"from {job.job_dir}")
-
-
-def _poll(job: SizeJob, failures: dict[str, int], log: Callable[[str], None]) -> None:
-    """Update ``job`` from ``scontrol show job``; a job Slurm forgot counts as ended."""
-    from scaletrain.slurm import commands
-
-    try:
-        info = commands.job_info(str(job.job_id))
-    except SlurmError as exc:
-        failures[job.job_id or ""] = failures.get(job.job_id or "", 0) + 1
-        if failures[job.job_id or ""] >= _STATE_RETRIES:
-            job.state, job.error = "UNKNOWN", f"Slurm cannot say what became of it ({exc.message})"
-        return
-    failures.pop(job.job_id or "", None)
-    job.log = info.stdout or job.log
-    job.raw = info.raw
-    if info.state != job.state:
-        where = f" on {info.node_list}" if info.state == "RUNNING" and info.node_list else ""
-        log(f"scaletrain bench scaling: {job.describe()} {info.state}{where}")
-        job.state = info.state
-    if info.finished and info.returncode != 0:
-        reason = f", {info.reason}" if info.reason and info.reason != "None" else ""
-        job.error = f"job {job.job_id} {info.state} (exit code {info.returncode}{reason})"
-
-
-def _ended(job: SizeJob) -> bool:
-    from scaletrain.slurm.parse import FINAL_STATES
-
-    return job.job_id is None or job.state in FINAL_STATES or job.state == "UNKNOWN"
-
-
-def wait_all(jobs: list[SizeJob], *, timeout_s: float, log: Callable[[str], None],
-             clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> bool:
-    """Poll until every submitted job has ended (True) or ``timeout_s`` has passed (False)."""
-    deadline = clock() + timeout_s
-    delay = POLL_S
-    failures: dict[str, int] = {}
-    while True:
-        for job in jobs:
-            if not _ended(job):
-                _poll(job, failures, log)
-        if all(_ended(job) for job in jobs):
-            return True
-        if clock() > deadline:
-            return False
-        sleep(delay)
-        delay = min(MAX_POLL_S, delay * 1.2)
-
-
-def cancel_unfinished(jobs: list[SizeJob], *, log: Callable[[str], None]) -> list[str]:
-    """``scancel`` every submitted job that has not ended; returns their ids."""
-    from scaletrain.slurm import commands
-
-    cancelled = []
-    for job in jobs:
-        if job.job_id and not _ended(job):
-            try:
-                commands.cancel(job.job_id)
-                cancelled.append(job.job_id)
-            except SlurmError as exc:  # keep cancelling the others; say which one is left
-                log(f"scaletrain bench scaling: could not cancel job {job.job_id}: {exc.message} "
-                    f"(cancel it with: scancel {job.job_id})")
-    return cancelled
 
 
 _EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Interrupt)|scaletrain[\w ]*: error):")
@@ -270,17 +179,20 @@ def collect(job: SizeJob, *, wait_s: float | None = None) -> dict[str, Any] | No
     if job.error is None and job.state != "COMPLETED":
         job.error = f"job {job.job_id} ended {job.state}"
     if job.error is None:
+        job.hint = f"read the job's log: {job.log or job.job_dir}"
+    if job.error is None:
         deadline = time.monotonic() + wait_s
-        while not job.result.is_file() and time.monotonic() < deadline:
+        while not (job.job_dir / RESULT).is_file() and time.monotonic() < deadline:
             time.sleep(0.2)
         try:
-            row = json.loads(job.result.read_text())
+            row = json.loads((job.job_dir / RESULT).read_text())
         except (OSError, ValueError) as exc:
             job.error = f"job {job.job_id} COMPLETED but left no readable {RESULT} ({exc})"
         else:
             if isinstance(row, dict) and row.get("samples_per_s"):
                 return dict(row, job_id=job.job_id, log=job.log)
             job.error = f"job {job.job_id} COMPLETED but its {RESULT} has no throughput"
+    job.hint = job.hint or f"read the job's log: {job.log or job.job_dir}"
     tail = "" if job.cancelled else _log_tail(job.log)
     if tail and tail not in job.error:
         job.error += f": {tail}"
@@ -290,25 +202,7 @@ def collect(job: SizeJob, *, wait_s: float | None = None) -> dict[str, Any] | No
 def failed_row(job: SizeJob) -> dict[str, Any]:
     """A failed size for the report: what it was, why it failed, where to look."""
     return {"nodes": job.nodes, "nproc": job.world_size, "job_id": job.job_id, "state": job.state,
-            "reason": job.error or "unknown", "log": job.log, "job_dir": str(job.job_dir)}
-
-
-@contextlib.contextmanager
-def _hangup_is_interrupt() -> Iterator[None]:
-    """SIGTERM and SIGHUP (a closed SSH session) stop the collector like Ctrl-C: its jobs are cancelled."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def stop(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    old = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
+            "reason": job.error or "unknown", "hint": job.hint, "log": job.log, "job_dir": str(job.job_dir)}
 
 
 def run_slurm_scaling(req: ScalingRequest, slurm: SlurmScaling, *,
@@ -322,7 +216,7 @@ def run_slurm_scaling(req: ScalingRequest, slurm: SlurmScaling, *,
     prepared = prepare(req, slurm)
     jobs = [job for job, _ in prepared]
     try:
-        with _hangup_is_interrupt():
+        with hangup_is_interrupt():
             submit_all(prepared, log=log)
             if all(job.job_id is None for job in jobs):
                 why = jobs[0].error or "sbatch refused every size"
@@ -336,14 +230,16 @@ def run_slurm_scaling(req: ScalingRequest, slurm: SlurmScaling, *,
                 + ", ".join(gone))
         raise
     if not finished:
-        late = [job for job in jobs if not _ended(job)]
+        late = [job for job in jobs if not ended(job)]
         cancel_unfinished(jobs, log=log)
         for job in late:
             reason = job.raw.get("Reason", "")
-            job.cancelled = True
             job.error = (f"job {job.job_id} still {job.state}"
                          + (f" ({reason})" if reason and reason != "None" else "")
-                         + f" after {slurm.timeout_s:g} s; cancelled (log: {job.log or job.job_dir})")
+                         + f" after {slurm.timeout_s:g} s; cancelled")
+            job.hint = ("it waited in the queue: give a longer --timeout (queue time counts), or a partition "
+                        "that starts sooner" if job.state == "PENDING" else
+                        f"fewer --steps, or a longer --timeout (log: {job.log or job.job_dir})")
             log(f"scaletrain bench scaling: {job.nodes} node{'s' if job.nodes != 1 else ''}: {job.error}")
     rows: list[dict[str, Any]] = []
     failed: list[dict[str, Any]] = []
@@ -356,8 +252,7 @@ def run_slurm_scaling(req: ScalingRequest, slurm: SlurmScaling, *,
     if not rows:
         first = failed[0]
         raise ScaletrainError(f"bench scaling: no size finished; {first['nodes']} node(s): {first['reason']}",
-                              f"read the job's log ({first['log'] or first['job_dir']}); "
-                              "every job folder is under " + str(jobs[0].job_dir.parent))
+                              first["hint"])
     links, source = profile_links(slurm.cluster)
     one = "--nodes 1,... --gpus-per-node 1"
     return build_document(req, rows, links, source, one_device=one, launch="slurm", cluster=slurm.cluster,

@@ -130,8 +130,7 @@ def run_scaling_cli(args: argparse.Namespace) -> int:
         first = failed[0]
         raise ScaletrainError(f"bench scaling: {len(failed)} of {len(failed) + len(doc['rows'])} sizes failed; "
                               f"{first['nodes']} node(s): {first['reason']}",
-                              f"the report has the sizes that ran; read the job's log "
-                              f"({first['log'] or first['job_dir']})")
+                              f"the report has the sizes that ran; {first['hint']}")
     return 0
 
 
