@@ -275,3 +275,24 @@ def test_the_nodes_path_does_not_import_torch(fake_slurm, tmp_path):
                           timeout=120, env=env)
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result == {"code": 0, "torch": []}, proc.stderr
+
+
+def test_every_nodes_example_runs(fake_slurm, tmp_path, monkeypatch, capsys):
+    """The --nodes examples of the help, the README and docs/observability.md plan and submit
+    (to the fake Slurm) as written; the test-cluster one (a probed ci.toml) is the Slurm test's."""
+    import shlex
+
+    from scaletrain.cli.bench import EPILOG
+
+    repo = Path(__file__).resolve().parents[2]
+    texts = [EPILOG, (repo / "README.md").read_text(), (repo / "docs" / "observability.md").read_text()]
+    examples = [shlex.split(line.split("  #", 1)[0].strip())[1:] for text in texts for line in text.splitlines()
+                if line.strip().startswith("scaletrain bench scaling") and "--nodes" in line]
+    monkeypatch.chdir(tmp_path)
+    ran = 0
+    for argv in examples:
+        if "ci.toml" in argv:
+            continue
+        assert main(argv) == 0, f"scaletrain {shlex.join(argv)}\n{capsys.readouterr().err}"
+        ran += 1
+    assert ran >= 3
