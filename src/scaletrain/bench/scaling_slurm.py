@@ -179,8 +179,6 @@ def collect(job: SizeJob, *, wait_s: float | None = None) -> dict[str, Any] | No
     if job.error is None and job.state != "COMPLETED":
         job.error = f"job {job.job_id} ended {job.state}"
     if job.error is None:
-        job.hint = f"read the job's log: {job.log or job.job_dir}"
-    if job.error is None:
         deadline = time.monotonic() + wait_s
         while not (job.job_dir / RESULT).is_file() and time.monotonic() < deadline:
             time.sleep(0.2)
