@@ -102,6 +102,9 @@ def test_bench_subcommand_flags_are_a_decision():
         return sorted(o for a in p._actions for o in a.option_strings if o.startswith("--"))
 
     assert flags(kinds["scaling"]) == sorted(["--help", "--workload", "--nproc", "--strategy", "--mode", "--steps",
-                                              "--warmup", "--batch", "--cluster", "--timeout", "--out"])
+                                              "--warmup", "--batch", "--cluster", "--timeout", "--out",
+                                              # one Slurm job per size (scaletrain.bench.scaling_slurm)
+                                              "--nodes", "--gpus-per-node", "--account", "--partition",
+                                              "--time", "--device"])
     assert flags(kinds["comm"]) == sorted(["--help", "--nproc", "--timeout", "--ops", "--sizes", "--iters",
                                            "--warmup", "--out"])

@@ -254,6 +254,7 @@ def test_bench_flags_with_every_nasty_value(kind: str, monkeypatch: pytest.Monke
     """Each flag of ``bench KIND`` with each NASTY value: one line and a hint, or past the checks
     (where the benchmark's own runs are stubbed: they start processes for minutes)."""
     import scaletrain.bench.scaling as scaling
+    import scaletrain.bench.scaling_slurm as scaling_slurm
     import scaletrain.cli.bench as bench
 
     def launched(*args: object, **kwargs: object) -> None:
@@ -261,6 +262,7 @@ def test_bench_flags_with_every_nasty_value(kind: str, monkeypatch: pytest.Monke
 
     monkeypatch.setattr(bench.subprocess, "run", launched)
     monkeypatch.setattr(scaling, "run_scaling", launched)
+    monkeypatch.setattr(scaling_slurm, "run_slurm_scaling", launched)   # --nodes: would submit jobs
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     kinds = next(a for a in sub.choices["bench"]._actions if isinstance(a, argparse._SubParsersAction))

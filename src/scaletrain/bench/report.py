@@ -18,18 +18,28 @@ from scaletrain.fileio import atomic_write
 def format_table(doc: dict[str, Any]) -> str:
     """The seeds' kind of table: size, time per step, throughput, speed-up, efficiency, model."""
     predicted = any("predicted_step_s" in r for r in doc["rows"])
-    head = f"{'procs':>5} {'ms/step':>9} {'samples/s':>10} {'per dev':>9} {'speed-up':>9} {'effic.':>7}"
+    nodes = _by_nodes(doc)
+    head = (f"{'nodes':>5} " if nodes else "") + \
+        f"{'procs':>5} {'ms/step':>9} {'samples/s':>10} {'per dev':>9} {'speed-up':>9} {'effic.':>7}"
     if predicted:
         head += f" {'model ms':>9} {'model eff':>9} {'error':>7}  limit"
     lines = [head]
     for r in doc["rows"]:
-        line = (f"{r['nproc']:>5} {r['step_s'] * 1000:>9.1f} {r['samples_per_s']:>10.1f} "
-                f"{r['samples_per_s_per_device']:>9.1f} {r['speedup']:>9.2f} {r['efficiency'] * 100:>6.0f}%")
+        line = (f"{r.get('nodes', 1):>5} " if nodes else "") + \
+            (f"{r['nproc']:>5} {r['step_s'] * 1000:>9.1f} {r['samples_per_s']:>10.1f} "
+             f"{r['samples_per_s_per_device']:>9.1f} {r['speedup']:>9.2f} {r['efficiency'] * 100:>6.0f}%")
         if "predicted_step_s" in r:
             line += (f" {r['predicted_step_s'] * 1000:>9.1f} {r['predicted_efficiency'] * 100:>8.0f}% "
                      f"{r['prediction_error'] * 100:>+6.0f}%  {r['predicted_limit']}")
         lines.append(line)
+    for f in doc.get("failed", []):
+        lines.append((f"{f['nodes']:>5} " if nodes else "") + f"{f['nproc']:>5}  FAILED: {f['reason']}")
     return "\n".join(lines)
+
+
+def _by_nodes(doc: dict[str, Any]) -> bool:
+    """Sizes counted in nodes (``--nodes``, one Slurm job each), not local processes."""
+    return doc.get("launch") == "slurm"
 
 
 def _svg(doc: dict[str, Any], width: int = 560, height: int = 320) -> str:
@@ -79,20 +89,29 @@ def render_html(doc: dict[str, Any]) -> str:
     """A self-contained HTML page: title, what ran, chart, table, model notes."""
     esc = html.escape
     rows = doc["rows"]
-    head = ["procs", "ms/step", "samples/s", "per device", "speed-up", "efficiency"]
+    nodes = _by_nodes(doc)
+    head = (["nodes"] if nodes else []) + ["procs", "ms/step", "samples/s", "per device", "speed-up", "efficiency"]
     pred = any("predicted_step_s" in r for r in rows)
     if pred:
         head += ["model ms/step", "model efficiency", "model error", "limit"]
     body = []
     for r in rows:
-        cells = [str(r["nproc"]), f"{r['step_s'] * 1000:.1f}", f"{r['samples_per_s']:.1f}",
-                 f"{r['samples_per_s_per_device']:.1f}", f"{r['speedup']:.2f}", f"{r['efficiency'] * 100:.0f}%"]
+        cells = ([str(r.get("nodes", 1))] if nodes else []) + [
+            str(r["nproc"]), f"{r['step_s'] * 1000:.1f}", f"{r['samples_per_s']:.1f}",
+            f"{r['samples_per_s_per_device']:.1f}", f"{r['speedup']:.2f}", f"{r['efficiency'] * 100:.0f}%"]
         if pred:
             cells += ([f"{r['predicted_step_s'] * 1000:.1f}", f"{r['predicted_efficiency'] * 100:.0f}%",
                        f"{r['prediction_error'] * 100:+.0f}%", esc(r["predicted_limit"])]
                       if "predicted_step_s" in r else ["-"] * 4)
         body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    for f in doc.get("failed", []):
+        lead = ([str(f["nodes"])] if nodes else []) + [str(f["nproc"])]
+        body.append("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in lead)
+                    + f'<td colspan="{len(head) - len(lead)}" style="text-align:left">failed: '
+                    f"{esc(str(f['reason']))}</td></tr>")
     model = doc.get("model", {})
+    where = (f"one Slurm job per size on {esc(str(doc.get('cluster', '')))}" if nodes
+             else f"host {esc(str(doc.get('host', '')))}")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <title>scaletrain scaling report: {esc(doc['workload'])}</title>
@@ -106,7 +125,7 @@ th {{ background: #e8eef7; }}
 <body>
 <h1>Scaling report: {esc(doc['workload'])}, {esc(doc['strategy'])}, {esc(doc['mode'])} scaling</h1>
 <p>{doc['steps']} steps per size ({doc['warmup']} warm-up steps left out), batch {doc['batch']}
-{'per device' if doc['mode'] == 'weak' else 'global'}, host {esc(str(doc.get('host', '')))}.</p>
+{'per device' if doc['mode'] == 'weak' else 'global'}, {where}.</p>
 {_svg(doc)}
 <table><tr>{''.join(f'<th>{h}</th>' for h in head)}</tr>
 {''.join(body)}

@@ -41,15 +41,22 @@ class ScalingRequest:
     timeout_s: float = 600.0
 
 
-def parse_nproc(text: str) -> tuple[int, ...]:
-    """``"1,2,4"`` -> (1, 2, 4), checked."""
+def parse_nproc(text: str, flag: str = "--nproc") -> tuple[int, ...]:
+    """``"1,2,4"`` -> (1, 2, 4), checked (``flag`` names it in errors: --nproc or --nodes)."""
     try:
         sizes = tuple(sorted({int(x) for x in text.split(",") if x.strip()}))
     except ValueError:
-        raise UsageError(f"--nproc must be numbers separated by commas, got {text!r}", "e.g. --nproc 1,2,4") from None
+        raise UsageError(f"{flag} must be numbers separated by commas, got {text!r}", f"e.g. {flag} 1,2,4") from None
     if not sizes or sizes[0] < 1:
-        raise UsageError(f"--nproc sizes must be at least 1, got {text!r}", "e.g. --nproc 1,2,4")
+        raise UsageError(f"{flag} sizes must be at least 1, got {text!r}", f"e.g. {flag} 1,2,4")
     return sizes
+
+
+def worker_args(req: ScalingRequest, out: Path) -> list[str]:
+    """The worker's arguments after ``-m scaletrain.bench.scaling_worker`` (local runs and Slurm jobs)."""
+    return ["--workload", req.workload, "--strategy", req.strategy, "--mode", req.mode,
+            "--batch", str(req.batch), "--steps", str(req.steps), "--warmup", str(req.warmup),
+            "--out", str(out)]
 
 
 def _worker_env() -> dict[str, str]:
@@ -64,9 +71,7 @@ def run_size(req: ScalingRequest, n: int, workdir: Path) -> dict[str, Any]:
     """Launch the worker on ``n`` local processes and return its row."""
     out = workdir / f"size{n}.json"
     cmd = [sys.executable, "-m", "scaletrain", "run", "--nproc-per-node", str(n), "--ranks", "0",
-           "-m", "scaletrain.bench.scaling_worker", "--workload", req.workload, "--strategy", req.strategy,
-           "--mode", req.mode, "--batch", str(req.batch), "--steps", str(req.steps),
-           "--warmup", str(req.warmup), "--out", str(out)]
+           "-m", "scaletrain.bench.scaling_worker", *worker_args(req, out)]
     try:
         proc = subprocess.run(cmd, env=_worker_env(), capture_output=True, text=True, timeout=req.timeout_s)
     except subprocess.TimeoutExpired:
@@ -103,8 +108,10 @@ def local_links(rows: list[dict[str, Any]], *, background_load: float = 0.0) -> 
     return links, source
 
 
-def analyse(rows: list[dict[str, Any]], links: Links | None, link_source: str) -> dict[str, Any]:
-    """Speed-up, efficiency and the model's prediction for each row."""
+def analyse(rows: list[dict[str, Any]], links: Links | None, link_source: str, *,
+            one_device: str = "--nproc 1,...") -> dict[str, Any]:
+    """Speed-up, efficiency and the model's prediction for each row (``one_device``: the flags
+    that give the 1-process run the prediction starts from, for the note when it is missing)."""
     rows = sorted(rows, key=lambda r: r["nproc"])
     base = rows[0]
     out_rows = []
@@ -123,7 +130,7 @@ def analyse(rows: list[dict[str, Any]], links: Links | None, link_source: str) -
         out_rows.append(row)
     model = {"source": link_source, "from": "the 1-process step" if step else None}
     if step is None:
-        model["note"] = ("no prediction: it needs a 1-process run (--nproc 1,...) and a bandwidth"
+        model["note"] = (f"no prediction: it needs a 1-process run ({one_device}) and a bandwidth"
                          if base["nproc"] != 1 or links is None else "")
     return {"rows": out_rows, "model": model}
 
@@ -143,13 +150,27 @@ def run_scaling(req: ScalingRequest, *, log: Any = print) -> dict[str, Any]:
                 f"{row['samples_per_s']:.1f} samples/s ({time.monotonic() - t0:.0f} s)")
             rows.append(row)
     if req.cluster:
-        from scaletrain.clusters.profile import load_profile
-
-        links = links_from_profile(load_profile(req.cluster))
-        source = f"cluster profile {req.cluster!r} (peak rates x achieved fractions)"
+        links, source = profile_links(req.cluster)
     else:
         links, source = local_links(rows, background_load=background)
-    doc = analyse(rows, links, source)
+    return build_document(req, rows, links, source, background_load=background)
+
+
+def profile_links(cluster: str) -> tuple[Links | None, str]:
+    """The model's links from a cluster profile (a name or a .toml file) and where they come from."""
+    from scaletrain.clusters.profile import load_profile
+
+    profile = load_profile(cluster)
+    links = links_from_profile(profile)
+    if links is None:
+        return None, f"cluster profile {profile.name!r} gives no bandwidths"
+    return links, f"cluster profile {profile.name!r} (peak rates x achieved fractions)"
+
+
+def build_document(req: ScalingRequest, rows: list[dict[str, Any]], links: Links | None, source: str, *,
+                   one_device: str = "--nproc 1,...", **extra: Any) -> dict[str, Any]:
+    """The report document (``scaling.json``) of measured ``rows``: one path for local and Slurm runs."""
+    doc = analyse(rows, links, source, one_device=one_device)
     doc.update(kind="scaling", workload=req.workload, strategy=req.strategy, mode=req.mode, steps=req.steps,
-               warmup=req.warmup, batch=req.batch, host=platform.node(), background_load=background)
+               warmup=req.warmup, batch=req.batch, host=platform.node(), **extra)
     return doc

@@ -9,14 +9,20 @@ import argparse
 import os
 import subprocess
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from scaletrain.errors import LaunchError, UsageError
+from scaletrain.errors import LaunchError, ScaletrainError, UsageError
+
+if TYPE_CHECKING:
+    from scaletrain.bench.scaling_slurm import SlurmScaling
 
 DESCRIPTION = """\
 Measure how training scales on this machine or allocation.
   scaling  a built-in workload (cnn, resnet, gpt on synthetic data) at each size, through
-           'scaletrain run'; per-device throughput, speed-up, parallel efficiency and the
-           scaling model's prediction; writes DIR/scaling.json, scaling.png, scaling.html
+           'scaletrain run' (--nproc) or one Slurm job per size (--nodes); per-device
+           throughput, speed-up, parallel efficiency and the scaling model's prediction;
+           writes DIR/scaling.json, scaling.png, scaling.html
   comm     all_reduce/all_gather/reduce_scatter/broadcast bandwidth per message size
            (nccl-tests' algbw and busbw); writes DIR/comm.json"""
 
@@ -24,6 +30,7 @@ EPILOG = """\
 examples:
   scaletrain bench scaling --workload cnn --nproc 1,2,4 --steps 50 --out bench/
   scaletrain bench scaling --workload gpt --nproc 1,2 --mode strong --out bench/
+  scaletrain bench scaling --cluster puhti --account project_123 --nodes 1,2,4 --out bench/  # Slurm jobs
   scaletrain bench comm --nproc 2 --sizes 1K..64M --out bench/
   srun scaletrain bench comm --sizes 1K..1G --out bench/     # every task of an allocation
 """
@@ -49,8 +56,36 @@ def _seconds(text: str) -> float:
     return value
 
 
+# flags that only mean something for one Slurm job per size
+_SLURM_ONLY = ("gpus_per_node", "account", "partition", "time", "device")
+
+
+def _slurm_request(args: argparse.Namespace) -> SlurmScaling:
+    """The ``--nodes`` form's flag checks (the plans and sbatch's presence are checked before submitting)."""
+    from scaletrain.bench.scaling import parse_nproc
+    from scaletrain.bench.scaling_slurm import SlurmScaling, check_slurm_profile
+
+    if args.nproc is not None:
+        raise UsageError("--nodes and --nproc exclude each other: --nodes runs one Slurm job per size, "
+                         "--nproc local processes", "give one of them, e.g. --nodes 1,2,4 --cluster NAME")
+    nodes = parse_nproc(args.nodes, "--nodes")
+    if not args.cluster:
+        raise UsageError("--nodes needs --cluster NAME: the Slurm cluster the jobs go to",
+                         "e.g. --cluster puhti (see 'scaletrain clusters'), or a profile file --cluster my.toml")
+    if not args.out:
+        raise UsageError("--nodes needs --out DIR: the jobs write their results there",
+                         "give a folder on a file system the compute nodes share, e.g. --out bench/")
+    check_slurm_profile(args.cluster)
+    return SlurmScaling(
+        nodes=nodes, cluster=args.cluster, out_dir=Path(args.out).expanduser(),
+        gpus_per_node=args.gpus_per_node,
+        account=args.account or os.environ.get("SBATCH_ACCOUNT") or os.environ.get("SLURM_ACCOUNT") or None,
+        partition=args.partition, time=args.time, device=args.device or "auto", timeout_s=args.timeout,
+        command=("scaletrain", *getattr(args, "_argv", ("bench", "scaling"))))
+
+
 def run_scaling_cli(args: argparse.Namespace) -> int:
-    """CLI body of ``bench scaling``."""
+    """CLI body of ``bench scaling``: local processes (``--nproc``) or Slurm jobs (``--nodes``)."""
     from scaletrain.bench.report import format_table, write_report
     from scaletrain.bench.scaling import ScalingRequest, parse_nproc, run_scaling
     from scaletrain.bench.workloads import WORKLOADS
@@ -62,14 +97,26 @@ def run_scaling_cli(args: argparse.Namespace) -> int:
     if args.warmup >= args.steps:
         raise UsageError(f"--warmup {args.warmup} leaves no measured steps of --steps {args.steps}",
                          "use more --steps than --warmup")
-    if args.cluster:
-        from scaletrain.clusters.profile import load_profile
+    slurm = _slurm_request(args) if args.nodes is not None else None
+    if slurm is None:
+        given = [f"--{k.replace('_', '-')}" for k in _SLURM_ONLY if getattr(args, k, None) is not None]
+        if given:
+            raise UsageError(f"{given[0]} goes with --nodes (one Slurm job per size)",
+                             "add --nodes 1,2,... --cluster NAME, or leave it out for local --nproc runs")
+        if args.cluster:
+            from scaletrain.clusters.profile import load_profile
 
-        load_profile(args.cluster)  # unknown names fail now, not after the runs
-    req = ScalingRequest(workload=args.workload, nproc=parse_nproc(args.nproc), strategy=args.strategy,
+            load_profile(args.cluster)  # unknown names fail now, not after the runs
+    req = ScalingRequest(workload=args.workload, nproc=parse_nproc(args.nproc or "1,2"), strategy=args.strategy,
                          mode=args.mode, steps=args.steps, warmup=args.warmup, batch=args.batch,
                          cluster=args.cluster, timeout_s=args.timeout)
-    doc = run_scaling(req, log=lambda s: print(s, file=sys.stderr))
+    log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
+    if slurm is not None:
+        from scaletrain.bench.scaling_slurm import run_slurm_scaling
+
+        doc = run_slurm_scaling(req, slurm, log=log)
+    else:
+        doc = run_scaling(req, log=log)
     doc["command"] = " ".join(("scaletrain", *getattr(args, "_argv", ("bench", "scaling"))))
     print(format_table(doc))
     if args.out:
@@ -78,6 +125,12 @@ def run_scaling_cli(args: argparse.Namespace) -> int:
         print(f"scaletrain bench: wrote {args.out}/scaling.json, scaling.html"
               + ("" if not os.path.exists(os.path.join(args.out, "scaling.png")) else ", scaling.png"),
               file=sys.stderr)
+    failed = doc.get("failed") or []
+    if failed:
+        first = failed[0]
+        raise ScaletrainError(f"bench scaling: {len(failed)} of {len(failed) + len(doc['rows'])} sizes failed; "
+                              f"{first['nodes']} node(s): {first['reason']}",
+                              f"the report has the sizes that ran; {first['hint']}")
     return 0
 
 
@@ -112,6 +165,7 @@ def run_comm_cli(args: argparse.Namespace) -> int:
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``bench`` verb with its ``scaling`` and ``comm`` sub-commands."""
     from scaletrain.bench.comm_worker import add_arguments as add_comm_arguments
+    from scaletrain.cli import args as A
 
     p = subparsers.add_parser("bench", help="scaling and communication benchmarks",
                               description=DESCRIPTION, epilog=EPILOG,
@@ -120,7 +174,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s = sub.add_parser("scaling", help="a built-in workload at several sizes; efficiency and model",
                        description="Run a built-in workload at each size and report scaling.")
     s.add_argument("--workload", default="cnn", help="cnn, resnet or gpt (default cnn)")
-    s.add_argument("--nproc", default="1,2", metavar="LIST", help="process counts, e.g. 1,2,4 (default 1,2)")
+    s.add_argument("--nproc", metavar="LIST", help="local process counts, e.g. 1,2,4 (default 1,2)")
     s.add_argument("--strategy", default="ddp", help="parallel strategy (default ddp; see scaletrain.setup)")
     s.add_argument("--mode", choices=("weak", "strong"), default="weak",
                    help="weak: the same batch per device; strong: the same global batch (default weak)")
@@ -128,9 +182,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--warmup", type=int, default=3, metavar="N", help="first steps left out (default 3)")
     s.add_argument("--batch", type=_positive_int, default=32, metavar="B",
                    help="batch per device (weak) or global (strong) (default 32)")
-    s.add_argument("--cluster", metavar="NAME", help="predict with this cluster profile's bandwidths")
-    s.add_argument("--timeout", type=_seconds, default=900.0, metavar="S", help="per size (default 900)")
-    s.add_argument("--out", metavar="DIR", help="write scaling.json, scaling.png, scaling.html here")
+    s.add_argument("--cluster", metavar="NAME", help="predict with this cluster profile's bandwidths; with "
+                   "--nodes, the Slurm cluster (a profile name or .toml file)")
+    s.add_argument("--timeout", type=_seconds, default=900.0, metavar="S",
+                   help="per size; with --nodes, for all jobs together, queue time included (default 900)")
+    s.add_argument("--out", metavar="DIR", help="write scaling.json, scaling.png, scaling.html here "
+                   "(with --nodes also the job folders; on a shared file system)")
+    g = s.add_argument_group("on Slurm: one job per size, submitted together (cancelled on Ctrl-C or timeout)")
+    g.add_argument("--nodes", metavar="LIST", help="node counts, e.g. 1,2,4 (instead of --nproc; needs --cluster)")
+    g.add_argument("--gpus-per-node", type=A.count(), metavar="G", help="GPUs per node (default: all)")
+    g.add_argument("--account", type=A.name, metavar="A", help="project to bill (default: $SBATCH_ACCOUNT)")
+    g.add_argument("--partition", type=A.name, metavar="P", help="partition (default: the profile's choice)")
+    g.add_argument("--time", type=A.time_limit, metavar="HH:MM:SS", help="time limit per job (default 00:20:00)")
+    g.add_argument("--device", choices=("auto", "cpu"), help="cpu: run on the CPU where GPUs were allocated")
     s.set_defaults(func=run_scaling_cli)
     c = sub.add_parser("comm", help="collective bandwidth per message size",
                        description="all_reduce/all_gather/reduce_scatter/broadcast bandwidth (nccl-tests definitions).")
