@@ -99,11 +99,11 @@ def plan_size(req: ScalingRequest, slurm: SlurmScaling, profile: ClusterProfile,
 
 def _jobs_root(out_dir: Path) -> Path:
     """A fresh ``DIR/jobs/<timestamp>`` folder: a second run never reuses a folder whose job may run."""
-    from scaletrain.cli.submit import _fresh_dir
+    from scaletrain.cli.submit import fresh_dir
 
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     try:
-        return _fresh_dir(out_dir / "jobs" / stamp).absolute()
+        return fresh_dir(out_dir / "jobs" / stamp).absolute()
     except OSError as exc:
         raise UsageError(f"cannot create the job folders in {out_dir}: {exc.strerror or exc}",
                          "give a writable --out DIR on a file system the compute nodes share") from None

@@ -69,7 +69,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run_submit)
 
 
-def _fresh_dir(base: Path) -> Path:
+def fresh_dir(base: Path) -> Path:
     """Create ``base`` (or ``base-2``, ``base-3``...): a folder no other submission has."""
     base.parent.mkdir(parents=True, exist_ok=True)
     for n in range(1, 1000):
@@ -98,7 +98,7 @@ def _run_dir(args: argparse.Namespace, job_name: str) -> Path:
             return run_dir
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         safe = re.sub(r"[^A-Za-z0-9._-]+", "_", job_name).strip("._")[:100] or "job"
-        return _fresh_dir(Path("runs") / f"{stamp}-{safe}")
+        return fresh_dir(Path("runs") / f"{stamp}-{safe}")
     except OSError as exc:
         where = getattr(args, "run_dir", None) or "runs/"
         raise UsageError(f"cannot write the job script into {where}: {exc.strerror or exc}",
