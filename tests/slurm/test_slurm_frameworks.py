@@ -109,3 +109,23 @@ def test_deepspeed_config_reaches_every_task(slurm_cluster, probed_profile, tmp_
     assert config["zero_optimization"]["stage"] == 3 and config["train_micro_batch_size_per_gpu"] == 4
     assert config["bf16"] == {"enabled": True}
     assert all(s["lightning"] == s["path"] for s in seen)
+
+
+@pytest.mark.parametrize("strategy,stage", [("zero2", 2), ("zero3", 3)])
+def test_deepspeed_launcher_trains_with_the_config_the_job_wrote(slurm_cluster, probed_profile, tmp_path,
+                                                                 strategy, stage):
+    """A real DeepSpeed program under the deepspeed launcher, one task per node on 2 nodes
+    (--no_ssh, --node_rank), with the ZeRO config the job wrote: DeepSpeed reports world 4 and
+    the stage asked for (on CPU: DeepSpeed's CPU accelerator with gloo)."""
+    if importlib.util.find_spec("deepspeed") is None:
+        pytest.skip("deepspeed is not installed (scripts/test.sh installs it)")
+    out = tmp_path / "ds.json"
+    proc = slurm_cluster.scaletrain(
+        "submit", "--profile", str(probed_profile), "--run-dir", str(tmp_path / "run"), "--wait",
+        "--nodes", "2", "--gpus-per-node", "2", "--cpus-per-gpu", "1", "--device", "cpu",
+        "--time", "00:05:00", "--launcher", "deepspeed", "--deepspeed-config", strategy, "--micro-batch", "4",
+        "--", str(EXAMPLES / "deepspeed_train.py"), str(out), timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    got = json.loads(out.read_text())
+    assert (got["world_size"], got["stage"]) == (4, stage)
+    assert json.loads((tmp_path / "run" / "ds_config.json").read_text())["zero_optimization"]["stage"] == stage
