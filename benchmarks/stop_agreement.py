@@ -52,7 +52,7 @@ def _work(args: argparse.Namespace) -> None:
     import torch.distributed as dist
 
     import scaletrain
-    from scaletrain.runtime.preempt import StopAgreement
+    from scaletrain.runtime.agreement import StopAgreement
 
     env = scaletrain.init()
     rows = []

@@ -26,6 +26,7 @@ import torch
 import scaletrain
 from scaletrain.contract import EXIT_STOPPED
 from scaletrain.runtime import preempt
+from scaletrain.runtime.agreement import StopAgreement
 
 parser = argparse.ArgumentParser()
 parser.add_argument("out", type=Path)
@@ -51,7 +52,7 @@ for item in args.flags:
 torch.manual_seed(0)
 model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 4))
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
-agreement = preempt.StopAgreement(period_s=args.period)
+agreement = StopAgreement(period_s=args.period)
 seen: list = []
 record: dict = {"rank": env.rank}
 for step in range(1, args.steps + 1):

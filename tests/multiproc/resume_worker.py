@@ -27,11 +27,11 @@ import torch
 from torch.utils.data import TensorDataset
 
 import scaletrain
-from scaletrain.runtime import preempt
+from scaletrain.runtime import agreement
 
 # Agree at every step, so the stop lands exactly one step after the signal (step 5, in the
 # middle of the first epoch) instead of up to ~2 sync periods later.
-preempt.SYNC_PERIOD_S = 0
+agreement.SYNC_PERIOD_S = 0
 
 parser = argparse.ArgumentParser()
 parser.add_argument("out", type=Path)

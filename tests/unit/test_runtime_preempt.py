@@ -15,6 +15,7 @@ import pytest
 from scaletrain.contract import EXIT_STOPPED, STOP_SIGNALS_VAR
 from scaletrain.errors import UsageError
 from scaletrain.runtime import preempt
+from scaletrain.runtime.agreement import StopAgreement
 
 
 @pytest.fixture
@@ -58,7 +59,7 @@ def test_bad_signal_specs_are_usage_errors(text, match):
 def test_handler_records_first_request_only(handlers):
     preempt.install()
     assert preempt.installed() == {"SIGUSR1": "time_limit", "SIGTERM": "preempted"}
-    agreement = preempt.StopAgreement()
+    agreement = StopAgreement()
     try:
         assert preempt.requested() is None
         os.kill(os.getpid(), signal.SIGUSR1)
@@ -90,7 +91,7 @@ def test_install_is_idempotent_and_uninstall_restores(handlers):
 
 def test_a_pending_stop_keeps_ignoring_repeats_through_shutdown(handlers):
     preempt.install()
-    agreement = preempt.StopAgreement()
+    agreement = StopAgreement()
     preempt.request("time_limit")
     agreement.close()
     preempt.uninstall()  # as scaletrain.shutdown() does while the process exits with 75
@@ -104,9 +105,10 @@ def test_without_a_listener_the_signal_keeps_its_default_action(tmp_path):
     code = textwrap.dedent("""
         import os, signal, sys, time
         from scaletrain.runtime import preempt
+        from scaletrain.runtime.agreement import StopAgreement
         preempt.install()
         if sys.argv[1] == "listen":
-            agreement = preempt.StopAgreement()
+            agreement = StopAgreement()
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(0.2)
         print(preempt.requested())
@@ -123,7 +125,7 @@ def test_without_a_listener_the_signal_keeps_its_default_action(tmp_path):
 
 
 def test_agreement_at_world_size_one_is_one_step_late(handlers):
-    agreement = preempt.StopAgreement(period_s=0)  # agree at every call
+    agreement = StopAgreement(period_s=0)  # agree at every call
     try:
         assert agreement.poll(flags=1) == (None, 0)  # first call: nothing reduced yet
         assert agreement.poll() == (None, 1)          # the previous call's flags
@@ -142,7 +144,7 @@ def test_agreement_at_world_size_one_is_one_step_late(handlers):
 def test_sync_interval_follows_the_step_time(handlers, monkeypatch):
     clock = [100.0]
     monkeypatch.setattr(preempt.time, "monotonic", lambda: clock[0])
-    agreement = preempt.StopAgreement(period_s=0.1)
+    agreement = StopAgreement(period_s=0.1)
     results = []
     try:
         for call in range(40):

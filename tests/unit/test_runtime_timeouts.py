@@ -57,7 +57,7 @@ def test_training_started_shortens_the_live_group_once(bare):
 
 def test_the_first_stop_agreement_poll_starts_training(bare):
     """A loop with a Checkpointer but no scaletrain.loader still gets the short timeout."""
-    from scaletrain.runtime.preempt import StopAgreement
+    from scaletrain.runtime.agreement import StopAgreement
 
     init(device="cpu", step_timeout_s=9)
     agreement = StopAgreement()

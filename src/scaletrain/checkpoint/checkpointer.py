@@ -192,11 +192,11 @@ class Checkpointer:
         unless it is already saved, waits for the write, writes ``stop.json`` and raises
         ``SystemExit(75)``; with ``exit_on_stop=False`` returns True instead.
         """
-        from scaletrain.runtime import preempt
+        from scaletrain.runtime import agreement
 
         self._check_open()
         if self._agreement is None:
-            self._agreement = preempt.StopAgreement()
+            self._agreement = agreement.StopAgreement()
         self._calls += 1
         minutes_due = (self.every_minutes is not None and
                        time.monotonic() - self._last_save_time >= self.every_minutes * 60)
