@@ -258,7 +258,8 @@ class Monitor:
         Args:
             samples: samples this process trained on in the step.
             tokens: tokens in the step, for tokens/s (language models).
-            loss: the loss, a number or a tensor (converted only in the writer thread).
+            loss: the loss, a number or a tensor (a GPU tensor is converted only in the writer
+                thread, so the monitor adds no per-step device synchronisation).
             data_wait_s: time blocked on data, when not measured by :meth:`data`.
             extra: more numbers to log (TensorBoard ``extra/<name>``).
         """
@@ -270,8 +271,14 @@ class Monitor:
         else:
             wait, self._wait = float(data_wait_s), 0.0
         self._step = n = self._step + 1
-        self._buffer.append((n, now - self._t0, step_s if step_s > 1e-9 else 1e-9, samples, tokens,
-                             loss if self._keep_loss else None, wait,
+        if loss is not None:
+            if not self._keep_loss:
+                loss = None
+            elif getattr(loss, "is_cpu", False):
+                # a CPU tensor: .item() is no device sync, and it lets the step's autograd graph
+                # be freed now, while hot, instead of thousands later in the writer thread
+                loss = loss.item()
+        self._buffer.append((n, now - self._t0, step_s if step_s > 1e-9 else 1e-9, samples, tokens, loss, wait,
                              self._comm.take() if self._comm is not None else None, extra))
         if n % self.every == 0:
             self._exchange()

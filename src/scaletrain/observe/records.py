@@ -21,11 +21,11 @@ Record = dict[str, Any]
 STEP_FIELDS = ("step", "t", "step_s", "samples", "tokens", "loss", "data_wait_s", "comm_s", "extra")
 
 # one step's JSON line for the common case (ints, finite floats, no tokens/MFU/extras): the same
-# keys and values as json would write, times to 1 us and rates to 7 significant digits (the loss
-# exactly); tests/unit/test_observe_records.py holds the two paths to each other
+# keys and values as json would write, times to 1 us, rates to 7 significant digits and the loss
+# to 9 (a float32 loss exactly); tests/unit/test_observe_records.py holds the two paths together
 _LINE = ('{"type": "step", "step": %d, "t": %.6f, "step_s": %.7g, "samples": %d, "loss": %s, '
-         '"data_wait_s": %r, "peak_mem_gb": MEM, "samples_per_s": %.7g, '
-         '"samples_per_s_per_device": %.7g, "data_wait_frac": %r}')
+         '"data_wait_s": %r, "peak_mem_gb": MEM, "samples_per_s": %s, '
+         '"samples_per_s_per_device": %s, "data_wait_frac": %r}')
 # the same without data wait (no loader wrapped): two fewer numbers to format
 _LINE_NO_WAIT = _LINE.replace('%r, "peak', '0.0, "peak').replace('"data_wait_frac": %r', '"data_wait_frac": 0.0')
 
@@ -55,7 +55,7 @@ def _floats(values: list[Any]) -> list[float | None]:
             except RuntimeError:  # different devices or not one element: one by one
                 flat = iter([float(t.item()) for t in tensors])
         return [next(flat) if hasattr(v, "detach") else None if v is None else float(v) for v in values]
-    return [_number(v) for v in values]
+    return [v if type(v) is float or v is None else _number(v) for v in values]
 
 
 def _clean(value: Any) -> Any:
@@ -142,13 +142,15 @@ class StepBatch:
             if (simple and not tokens and not extra and type(samples) is int and type(step_s) is float
                     and (loss is None or isfinite(loss))):
                 per_device = samples / step_s
-                text = "null" if loss is None else repr(loss)
+                rate = "%.7g" % per_device
+                text = "null" if loss is None else "%.9g" % loss
+                total = rate if world == 1 else "%.7g" % (per_device * world)
                 if wait == 0.0:
-                    out.append(line_no_wait % (step, t, step_s, samples, text, per_device * world, per_device))
+                    out.append(line_no_wait % (step, t, step_s, samples, text, total, rate))
                 else:
                     frac = wait / step_s
-                    out.append(line % (step, t, step_s, samples, text, float(wait), per_device * world,
-                                       per_device, frac if frac < 1.0 else 1.0))
+                    out.append(line % (step, t, step_s, samples, text, float(wait), total, rate,
+                                       frac if frac < 1.0 else 1.0))
             else:
                 out.append(encode({"type": "step", **self.record(len(out))}))
         return "\n".join(out) + "\n" if out else ""
