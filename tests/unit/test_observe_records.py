@@ -16,7 +16,7 @@ losses = st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True), st
 
 
 def _raw(step, t, step_s, samples, loss, wait, tokens=None, extra=None):
-    return (step, t, step_s, samples, tokens, loss, wait, None, extra or {})
+    return (step, t, step_s, samples, tokens, loss, wait, None, extra)  # as Monitor.step buffers it
 
 
 def _same(fast: dict, slow: dict) -> None:

@@ -50,6 +50,7 @@ from scaletrain.observe.writer import SinkWriter
 
 
 RECENT_STEPS = 10_000  # step times kept for the summary's median (the last ones)
+BUFFER_STEPS = 10_000  # steps buffered at most, however long flush_s: checked at each exchange
 
 
 def _median(values: list[float]) -> float:
@@ -279,7 +280,8 @@ class Monitor:
                 # be freed now, while hot, instead of thousands later in the writer thread
                 loss = loss.item()
         self._buffer.append((n, now - self._t0, step_s if step_s > 1e-9 else 1e-9, samples, tokens, loss, wait,
-                             self._comm.take() if self._comm is not None else None, extra))
+                             self._comm.take() if self._comm is not None else None,
+                             extra or None))  # the usual empty dict freed now: fewer GC-tracked objects held
         if n % self.every == 0:
             self._exchange()
         if now - self._handed >= self._flush_after:
@@ -300,23 +302,24 @@ class Monitor:
 
     def _account(self) -> None:
         """Fold the steps buffered since the last call into the window and run statistics."""
-        new = self._buffer[self._accounted:]
-        if not new:
+        if self._accounted == len(self._buffer):
             return
+        new = self._buffer[self._accounted:]
         self._accounted = len(self._buffer)
-        times = [b[2] for b in new]
-        waits = [b[6] for b in new]
+        # columns in C (zip) and sums in C: this runs on the training thread every exchange
+        steps, _, times, samples, tokens, _, waits, comms, _ = zip(*new)
         self._win_steps += times
         self._win_wait += sum(waits)
-        self._win_comm += [b[7] for b in new if b[7] is not None]
-        self._samples += sum(b[3] for b in new)
-        skip = max(0, self.warmup - (new[0][0] - 1))  # steps of this slice still in warm-up
+        if comms[0] is not None or comms[-1] is not None:
+            self._win_comm += [c for c in comms if c is not None]
+        self._samples += sum(samples)
+        skip = max(0, self.warmup - (steps[0] - 1))  # steps of this slice still in warm-up
         if skip < len(new):
             sums = self._sums
             sums[0] += sum(times[skip:])
             sums[1] += sum(waits[skip:])
-            sums[2] += sum(b[3] for b in new[skip:])
-            sums[3] += sum(b[4] or 0 for b in new[skip:])
+            sums[2] += sum(samples[skip:])
+            sums[3] += sum(filter(None, tokens[skip:]))
             sums[4] += len(new) - skip
             self._recent.extend(times[skip:])
 
@@ -350,6 +353,8 @@ class Monitor:
         self._exchanged_at = self._step
         if self._writer is None:  # nothing to write here: the statistics are all that is kept
             self._buffer, self._accounted = [], 0
+        elif len(self._buffer) >= BUFFER_STEPS:  # a long flush_s with very short steps: bounded memory
+            self._hand_over()
         mine = self._my_window()
         dist = _dist()
         if dist is not None and self.world_size > 1:

@@ -17,7 +17,8 @@ from typing import Any
 
 Record = dict[str, Any]
 
-# the per-step tuple the Monitor buffers: (step, t, step_s, samples, tokens, loss, wait_s, comm_s, extra)
+# the per-step tuple the Monitor buffers: (step, t, step_s, samples, tokens, loss, wait_s, comm_s, extra);
+# extra is a dict of the step's extra fields, or None
 STEP_FIELDS = ("step", "t", "step_s", "samples", "tokens", "loss", "data_wait_s", "comm_s", "extra")
 
 # one step's JSON line for the common case (ints, finite floats, no tokens/MFU/extras): the same
@@ -119,7 +120,7 @@ class StepBatch:
             rec["tokens_per_s"] = tokens * self.world_size / step_s
         if self.mfu_scale:
             rec["mfu"] = self.mfu_scale * samples / step_s
-        for key, value in extra.items():
+        for key, value in (extra or {}).items():
             rec[key] = _number(value) if hasattr(value, "item") else value
         return rec
 
