@@ -115,14 +115,16 @@ def measure(rounds: int, steps: int) -> None:
             inside, null = statistics.median(ins), statistics.median(nul)
             monitor_steps = monitor._step
             monitor.close()
-            writer = monitor._writer.cpu_s / monitor_steps if monitor._writer is not None else 0.0
+            writer_cpu = getattr(monitor._writer, "cpu_s", None)  # None: a version without the counter
+            writer = writer_cpu / monitor_steps if writer_cpu is not None else (0.0 if monitor._writer is None else None)
         inside = max(0.0, inside - null)  # less the call and the clock reads themselves
         step_cpu = statistics.median(base_cpu)
         (wl, wh), (cl, ch) = _iqr(wall), _iqr(cpu)
         print(f"| {name} | {statistics.median(base_wall) * 1000:.3f} "
               f"| {statistics.median(wall) * 100:+.2f}% [{wl * 100:+.2f}, {wh * 100:+.2f}] "
               f"| {statistics.median(cpu) * 100:+.2f}% [{cl * 100:+.2f}, {ch * 100:+.2f}] "
-              f"| {inside * 1e6:.2f} + {writer * 1e6:.2f} | {(inside + writer) / step_cpu * 100:.2f}% |")
+              + (f"| {inside * 1e6:.2f} + {writer * 1e6:.2f} | {(inside + writer) / step_cpu * 100:.2f}% |"
+                 if writer is not None else f"| {inside * 1e6:.2f} + n/a | {inside / step_cpu * 100:.2f}% + writer |"))
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:

@@ -310,7 +310,7 @@ class Monitor:
         steps, _, times, samples, tokens, _, waits, comms, _ = zip(*new)
         self._win_steps += times
         self._win_wait += sum(waits)
-        if comms[0] is not None or comms[-1] is not None:
+        if comms.count(None) != len(comms):  # watch() was called: some steps have a comm wait
             self._win_comm += [c for c in comms if c is not None]
         self._samples += sum(samples)
         skip = max(0, self.warmup - (steps[0] - 1))  # steps of this slice still in warm-up
