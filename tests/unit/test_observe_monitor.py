@@ -266,3 +266,18 @@ def test_exit_without_close_writes_every_step(tmp_path):
     recs = _records(tmp_path / "metrics.jsonl")
     assert [r["step"] for r in recs if r["type"] == "step"] == list(range(1, 8))
     assert recs[3]["loss"] == 3.0 and recs[-1]["type"] == "summary" and recs[-1]["steps"] == 7
+
+
+def test_exchanges_spaced_to_about_a_second_only_by_default():
+    spaced = Monitor(None, console=False, device_sampler=None)  # every left out: 100, or ~1 s of steps
+    exact = Monitor(None, console=False, device_sampler=None, every=100)
+    for mon in (spaced, exact):
+        mon.start()
+        for _ in range(100):
+            time.sleep(0.0005)  # steps of well under 10 ms
+            mon.step(samples=1)
+    # steps of ~1 ms (the median, under 10 ms even on a loaded machine): the next exchange comes
+    # about a second later, more than 100 steps
+    assert spaced._exchanged_at == 100 and spaced._next_exchange > 200
+    assert exact._exchanged_at == 100 and exact._next_exchange == 200
+    assert spaced.close()["steps"] == exact.close()["steps"] == 100

@@ -16,7 +16,8 @@ read, a tuple append and two comparisons. Every ``flush_s`` seconds (default 1) 
 the buffered tuples to a writer thread (:mod:`scaletrain.observe.writer`), which converts the
 losses (so the monitor adds no per-step device synchronisation), formats and writes the sinks;
 what a crash can lose is bounded by that interval (see :meth:`Monitor.step`). Every ``every``
-steps (default 100) the ranks exchange one small record each (an ``all_gather_object``, on the
+steps (default 100, or about a second's worth of steps when that is more) the ranks exchange one
+small record each (an ``all_gather_object``, on the
 training thread), from which rank 0 names stragglers and idle devices; the node's device
 sampler (one thread per node, on its lowest local rank) sends its figures in that exchange.
 
@@ -51,6 +52,8 @@ from scaletrain.observe.writer import SinkWriter
 
 RECENT_STEPS = 10_000  # step times kept for the summary's median (the last ones)
 BUFFER_STEPS = 10_000  # steps buffered at most, however long flush_s: checked at each exchange
+DEFAULT_EVERY = 100    # steps between exchanges by default...
+EXCHANGE_S = 1.0       # ...or about this long, when that is more steps (see _exchange)
 
 
 def _median(values: list[float]) -> float:
@@ -81,7 +84,9 @@ class Monitor:
         jsonl: write ``run_dir/metrics.jsonl``.
         tensorboard: write TensorBoard event files to ``run_dir/tensorboard`` (needs the
             ``monitor`` extra).
-        every: steps between cross-rank exchanges (straggler and idle-device checks).
+        every: steps between cross-rank exchanges (straggler and idle-device checks). Left
+            out: 100, spaced further to about one exchange a second when steps are shorter
+            than 10 ms (the ranks agree on it from the exchanged figures).
         flush_s: seconds between hand-overs of the buffered steps to the sinks: the console
             lags and a killed process loses at most this much (plus the writer's backlog).
         warmup: first steps left out of the summary's medians and rates (compilation, caches).
@@ -99,10 +104,12 @@ class Monitor:
 
     def __init__(self, run_dir: str | os.PathLike[str] | None = None, *, total_steps: int | None = None,
                  console: bool = True, jsonl: bool = True, tensorboard: bool = False,
-                 every: int = 100, flush_s: float = 1.0, log_every: int = 10, warmup: int = 1,
+                 every: int | None = None, flush_s: float = 1.0, log_every: int = 10, warmup: int = 1,
                  flops_per_sample: float | None = None, peak_flops: float | None = None,
                  device_sampler: Any = "auto", device_id: str | None = None, num_workers: int | None = None,
                  env: Any = None, stream: Any = None) -> None:
+        self._spaced = every is None  # exchanges spaced by time unless a step count was asked for
+        every = DEFAULT_EVERY if every is None else every
         if every < 1 or log_every < 1 or warmup < 0 or not flush_s > 0:
             raise UsageError("Monitor: every and log_every must be >= 1, flush_s > 0 and warmup >= 0",
                              "e.g. Monitor(run_dir, every=100, flush_s=1.0, log_every=10, warmup=1)")
@@ -157,6 +164,7 @@ class Monitor:
         self._flush_after = flush_s if self._writer is not None else math.inf
         self._keep_loss = self._writer is not None
         self._exchanged_at = 0
+        self._next_exchange = every
         self._win_steps: list[float] = []
         self._win_wait = 0.0
         self._win_comm: list[float] = []
@@ -259,8 +267,8 @@ class Monitor:
         Args:
             samples: samples this process trained on in the step.
             tokens: tokens in the step, for tokens/s (language models).
-            loss: the loss, a number or a tensor (a GPU tensor is converted only in the writer
-                thread, so the monitor adds no per-step device synchronisation).
+            loss: the loss, a number or a tensor (converted only in the writer thread, a batch
+                at a time, so the monitor adds no per-step device synchronisation).
             data_wait_s: time blocked on data, when not measured by :meth:`data`.
             extra: more numbers to log (TensorBoard ``extra/<name>``).
         """
@@ -272,17 +280,13 @@ class Monitor:
         else:
             wait, self._wait = float(data_wait_s), 0.0
         self._step = n = self._step + 1
-        if loss is not None:
-            if not self._keep_loss:
-                loss = None
-            elif getattr(loss, "is_cpu", False):
-                # a CPU tensor: .item() is no device sync, and it lets the step's autograd graph
-                # be freed now, while hot, instead of thousands later in the writer thread
-                loss = loss.item()
-        self._buffer.append((n, now - self._t0, step_s if step_s > 1e-9 else 1e-9, samples, tokens, loss, wait,
+        # the loss as given: converting a tensor here (.item(), 3-4 us in a real loop) would cost
+        # more than the rest of the step path; the writer converts a batch in one call
+        self._buffer.append((n, now - self._t0, step_s if step_s > 1e-9 else 1e-9, samples, tokens,
+                             loss if self._keep_loss else None, wait,
                              self._comm.take() if self._comm is not None else None,
                              extra or None))  # the usual empty dict freed now: fewer GC-tracked objects held
-        if n % self.every == 0:
+        if n == self._next_exchange:
             self._exchange()
         if now - self._handed >= self._flush_after:
             self._hand_over(now)
@@ -363,6 +367,15 @@ class Monitor:
             windows = attach_samples([RankWindow(**g) for g in gathered])
         else:
             windows = attach_samples([mine])
+        # the next exchange: every `every` steps or, by default, about EXCHANGE_S apart when
+        # steps are short (a tiny model's exchange costs as much as a hundred of its steps'
+        # monitoring). Every rank computes it from the same gathered windows: all agree on the
+        # step without a message.
+        interval = self.every
+        if self._spaced:
+            slowest = max(w.step_s for w in windows)
+            interval = max(interval, min(100 * interval, int(EXCHANGE_S / max(slowest, 1e-9))))
+        self._next_exchange = self._step + interval
         me = windows[self.rank] if len(windows) > self.rank else windows[0]
         if self._device_mode != "off":
             samplers = {(w.host, w.node): w.node_samples for w in windows if w.node_samples is not None}
