@@ -5,8 +5,8 @@ batch of them in a :class:`StepBatch`. Each sink takes what it needs: the consol
 the few steps it prints, TensorBoard every record, the JSONL file its lines. The lines come
 from one format string per step rather than a dict and ``json`` (three times cheaper: on the
 smallest models this formatting is most of what monitoring costs); any step the template
-cannot write exactly (extra fields, a non-finite loss, a non-integer sample count) goes
-through ``json`` instead, so the file is the same either way.
+does not cover (extra fields, tokens, MFU, a non-finite loss, a non-integer sample count) goes
+through ``json`` instead: the same fields either way (the template's rates to 7 significant digits).
 """
 
 from __future__ import annotations
