@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -40,6 +41,22 @@ def test_slowed_rank_is_named_straggler_with_host(straggler_run):
     assert stragglers[0]["host"] and "busy time" in stragglers[0]["message"]
     events = [json.loads(line) for line in (straggler_run / "metrics.jsonl").read_text().splitlines()]
     assert any(e["type"] == "event" and e["kind"] == "straggler" for e in events)
+
+
+def test_one_sampler_per_node_and_idle_device_of_local_rank_1_named(straggler_run):
+    ranks = [json.loads((straggler_run / f"rank{r}.json").read_text()) for r in (0, 1)]
+    # one node, two processes: only local rank 0 starts a sampler thread and reads the devices
+    assert [r["sampler_threads"] for r in ranks] == [1, 0]
+    assert ranks[0]["backend_reads"] >= 1 and ranks[1]["backend_reads"] == 0
+    # each rank still learns its own device's figures, from local rank 0's sampler
+    assert [r["device_util"]["util_pct"] for r in ranks] == [95.0, 10.0]
+    assert [r["device_util"]["device"] for r in ranks] == ["0", "1"]
+    summary = json.loads((straggler_run / "summary.json").read_text())
+    idle = [f for f in summary["findings"] if f["kind"] == "idle"]
+    assert [f["rank"] for f in idle] == [1], summary["findings"]
+    assert idle[0]["host"] == socket.gethostname() and "GPU 1 of the node" in idle[0]["message"]
+    assert "data loader" in idle[0]["message"] and "num_workers (now 1)" in idle[0]["hint"]
+    assert "stage the data" in idle[0]["hint"]
 
 
 def test_global_throughput_sums_both_ranks(straggler_run):

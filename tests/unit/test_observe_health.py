@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from scaletrain.observe.health import HealthTracker, RankWindow, stragglers
+from scaletrain.observe.devices import lookup
+from scaletrain.observe.health import HealthTracker, RankWindow, attach_samples, stragglers
 
 
 def _w(rank, step, comm=None, wait=0.0, util=None, host=None):
@@ -39,3 +40,31 @@ def test_idle_device_cause_depends_on_data_wait():
     assert set(kinds) == {0, 1}
     assert "data loader" in kinds[0].message and "num_workers" in kinds[0].hint
     assert "not the data loader" in kinds[1].message and "batch size" in kinds[1].hint
+
+
+def _node_window(rank, node, device_id, wait=0.0, samples=None, host="h"):
+    return RankWindow(rank=rank, host=host, device=f"cuda:{rank % 2}", step_s=0.1, data_wait_frac=wait,
+                      node=node, device_id=device_id, node_samples=samples)
+
+
+def test_node_sampler_figures_reach_every_rank_of_its_node():
+    # two nodes of two ranks on one host name (as on a test cluster): node 0 samples, node 1 does not
+    node0 = {"available": True, "devices": {"4": {"util_pct": 95.0, "samples": 2}, "5": {"util_pct": 8.0, "samples": 2}},
+             "aliases": {"GPU-abc": "5"}}
+    windows = attach_samples([
+        _node_window(0, 0, "4", samples=node0), _node_window(1, 0, "GPU-abc", wait=0.7),
+        _node_window(2, 1, "4", samples={"available": False, "reason": "nvidia-ml-py not installed"}),
+        _node_window(3, 1, "5", wait=0.7)])
+    assert [w.util_pct for w in windows] == [95.0, 8.0, None, None]
+    found = HealthTracker().update(windows, step=100)
+    assert [(f.kind, f.rank, f.host) for f in found] == [("idle", 1, "h")]
+    assert "GPU 5 of the node" in found[0].message and "data loader" in found[0].message
+    assert "num_workers" in found[0].hint and "stage" in found[0].hint
+
+
+def test_lookup_explains_missing_figures():
+    snap = {"available": True, "devices": {"0": {"util_pct": 50.0, "samples": 1}}}
+    assert lookup(snap, "0")["util_pct"] == 50.0
+    assert "not among the 1 sampled" in lookup(snap, "3")["reason"]
+    assert lookup(None, "0") == {"available": False, "reason": "no sampler on this node"}
+    assert lookup(snap, None)["reason"].startswith("no GPU")

@@ -4,30 +4,40 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
+import textwrap
+import threading
 import time
 
 import pytest
 
 from scaletrain.errors import UsageError
-from scaletrain.observe.devices import DeviceSampler, open_backend, sampler_for_device
+from scaletrain.observe.devices import THREAD_NAME, DeviceSampler, Sample, node_sampler, open_backend
 from scaletrain.observe.monitor import Monitor
+from scaletrain.runtime.env import Env
 
 
-class FakeSampler:
-    """Stands in for NVML: a fixed utilisation per snapshot."""
+class FakeBackend:
+    """Stands in for NVML: the node's devices at fixed utilisations."""
 
-    def __init__(self, util: float) -> None:
-        self.util = util
+    name = "fake"
+
+    def __init__(self, *utils: float) -> None:
+        self.utils = utils
+        self.reads = 0
         self.closed = False
 
-    def snapshot(self):
-        return {"available": True, "util_pct": self.util, "mem_gb": 1.0, "power_w": 100.0, "samples": 3}
-
-    def overall(self):
-        return self.snapshot()
+    def read(self):
+        self.reads += 1
+        return {str(i): Sample(util_pct=u, mem_gb=1.0, power_w=100.0) for i, u in enumerate(self.utils)}
 
     def close(self):
         self.closed = True
+
+
+def _sampler_threads() -> int:
+    return sum(t.name == THREAD_NAME and t.is_alive() for t in threading.enumerate())
 
 
 def _loop(monitor: Monitor, steps: int, *, fetch_s: float, work_s: float, batch: int = 8) -> float:
@@ -118,14 +128,16 @@ def test_console_plain_lines_when_not_a_terminal(tmp_path):
 
 def test_idle_device_with_data_wait_flagged_with_hint(tmp_path):
     out = io.StringIO()
-    fake = FakeSampler(util=12.0)
-    mon = Monitor(tmp_path, every=4, device_sampler=fake, num_workers=2, stream=out)
+    fake = FakeBackend(12.0)
+    mon = Monitor(tmp_path, every=4, device_sampler=fake, device_id="0", num_workers=2, stream=out)
     _loop(mon, 8, fetch_s=0.01, work_s=0.002)
     summary = mon.close()
     assert fake.closed
     idle = [f for f in summary["findings"] if f["kind"] == "idle"]
     assert len(idle) == 1
     assert "12%" in idle[0]["message"] and "data loader" in idle[0]["message"]
+    assert "GPU 0 of the node" in idle[0]["message"]
+    assert summary["device_util"]["util_pct"] == 12.0 and summary["device_util"]["samples"] >= 1
     assert "num_workers (now 2)" in idle[0]["hint"] and "stage" in idle[0]["hint"]
     assert "HINT: raise the loader's num_workers" in out.getvalue()
     events = [r for r in _records(tmp_path / "metrics.jsonl") if r["type"] == "event"]
@@ -133,20 +145,60 @@ def test_idle_device_with_data_wait_flagged_with_hint(tmp_path):
 
 
 def test_busy_device_not_flagged(tmp_path):
-    mon = Monitor(None, console=False, every=4, device_sampler=FakeSampler(util=95.0))
+    mon = Monitor(None, console=False, every=4, device_sampler=FakeBackend(95.0), device_id="0")
     _loop(mon, 8, fetch_s=0.0, work_s=0.001)
     assert mon.close()["findings"] == []
 
 
 def test_gpu_sampling_absent_is_reported_not_raised():
-    backend, reason = open_backend("nvidia", 0)  # no NVIDIA driver on this machine
-    assert backend is None and reason
+    backend, reason = open_backend("nvidia")  # no NVIDIA driver or nvidia-ml-py on this machine
+    assert backend is None and "nvidia-ml-py" in reason
     sampler = DeviceSampler(None, reason=reason)
     assert sampler.snapshot() == {"available": False, "reason": reason}
-    assert sampler_for_device("cpu").overall()["available"] is False
+    gpu = node_sampler("cuda:0", vendor="nvidia")  # a GPU rank without NVML: unavailable, no thread
+    assert gpu.overall() == {"available": False, "reason": reason} and _sampler_threads() == 0
+    assert node_sampler("cpu").overall()["available"] is False
     mon = Monitor(None, console=False, every=2)  # "auto" on the CPU: unavailable, no thread
     _loop(mon, 3, fetch_s=0.0, work_s=0.0)
-    assert mon.close()["device_util"]["available"] is False
+    util = mon.close()["device_util"]
+    assert util["available"] is False and "CPU" in util["reason"]
+
+
+def test_backend_failing_stops_sampling_not_training():
+    class Flaky(FakeBackend):
+        def read(self):
+            if self.reads >= self.good:
+                raise OSError("driver gone")
+            return super().read()
+
+    broken = Flaky(50.0)
+    broken.good = 0  # the first reading fails: unavailable at once, no thread
+    sampler = DeviceSampler(broken)
+    assert sampler.snapshot() == {"available": False, "reason": "sampling stopped: OSError: driver gone"}
+    assert broken.closed and sampler._thread is None
+    flaky = Flaky(50.0)
+    flaky.good = 1  # fails in the thread, on its second reading
+    sampler = DeviceSampler(flaky, interval_s=0.01)
+    sampler._thread.join(timeout=60)
+    assert not sampler._thread.is_alive() and flaky.closed
+    assert sampler.snapshot()["available"] is False  # stopped: no stale figures passed off as new
+    assert sampler.overall()["devices"]["0"]["util_pct"] == 50.0  # what was read is kept
+    sampler.close()
+
+
+def test_only_the_lowest_local_rank_samples_the_node():
+    fake0, fake1 = FakeBackend(90.0, 10.0), FakeBackend(90.0, 10.0)
+    local0 = Monitor(None, console=False, device_sampler=fake0, device_id="0",
+                     env=Env(rank=0, local_rank=0, world_size=2, local_world_size=2))
+    local1 = Monitor(None, console=False, device_sampler=fake1, device_id="1",
+                     env=Env(rank=1, local_rank=1, world_size=2, local_world_size=2))
+    assert _sampler_threads() == 1 and fake0.reads == 1 and fake1.reads == 0
+    assert local1.sampler is None
+    snap = local0.sampler.snapshot()
+    assert snap["devices"]["1"]["util_pct"] == 10.0 and snap["devices"]["0"]["util_pct"] == 90.0
+    local1.close()
+    local0.close()
+    assert _sampler_threads() == 0 and fake0.closed and not fake1.closed
 
 
 def test_bad_arguments_are_usage_errors():
@@ -185,3 +237,47 @@ def test_flop_count_and_mfu(tmp_path):
     for r in steps:
         assert r["mfu"] == pytest.approx(1e6 * 8 / r["step_s"] / 1e9)
     assert summary["mfu"] == pytest.approx(1e6 * summary["samples_per_s_per_device"] / 1e9)
+
+
+def test_steps_reach_the_file_within_flush_s_not_at_every(tmp_path):
+    mon = Monitor(tmp_path, console=False, every=1000, flush_s=0.01, device_sampler=None)
+    _loop(mon, 5, fetch_s=0.0, work_s=0.02)
+    path = tmp_path / "metrics.jsonl"
+    deadline = time.monotonic() + 60  # the writer thread is asynchronous: wait for it, bounded
+    while time.monotonic() < deadline and (not path.exists() or len(path.read_text().splitlines()) < 4):
+        time.sleep(0.01)
+    written = [r["step"] for r in _records(path)]
+    assert written[:4] == [1, 2, 3, 4]  # before close() and long before the 1000-step exchange
+    mon.close()
+    assert [r["step"] for r in _records(path) if r["type"] == "step"] == [1, 2, 3, 4, 5]
+
+
+def test_exit_without_close_writes_every_step(tmp_path):
+    code = textwrap.dedent(f"""
+        import sys
+        from scaletrain.observe.monitor import Monitor
+        mon = Monitor({str(tmp_path)!r}, console=False, every=1000, flush_s=3600, device_sampler=None)
+        for i in range(7):
+            mon.step(samples=4, loss=float(i))
+        sys.exit(3)  # no close(): the atexit hook writes the buffered steps and the summary
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 3, proc.stderr
+    recs = _records(tmp_path / "metrics.jsonl")
+    assert [r["step"] for r in recs if r["type"] == "step"] == list(range(1, 8))
+    assert recs[3]["loss"] == 3.0 and recs[-1]["type"] == "summary" and recs[-1]["steps"] == 7
+
+
+def test_exchanges_spaced_to_about_a_second_only_by_default():
+    spaced = Monitor(None, console=False, device_sampler=None)  # every left out: 100, or ~1 s of steps
+    exact = Monitor(None, console=False, device_sampler=None, every=100)
+    for mon in (spaced, exact):
+        mon.start()
+        for _ in range(100):
+            time.sleep(0.0005)  # steps of well under 10 ms
+            mon.step(samples=1)
+    # steps of ~1 ms (the median, under 10 ms even on a loaded machine): the next exchange comes
+    # about a second later, more than 100 steps
+    assert spaced._exchanged_at == 100 and spaced._next_exchange > 200
+    assert exact._exchanged_at == 100 and exact._next_exchange == 200
+    assert spaced.close()["steps"] == exact.close()["steps"] == 100

@@ -11,14 +11,18 @@ list to :class:`HealthTracker.update`, which returns findings to report.
   not called) the step time itself is compared, which finds stragglers in loops that do not
   synchronise every step.
 - An *idle* device is busy less than ``idle_util_pct`` percent of the sampled time; the likely
-  cause follows from the data-wait fraction.
+  cause follows from the data-wait fraction. The utilisation comes from the node's one sampler
+  (:mod:`scaletrain.observe.devices`), whose figures travel in its rank's window and are
+  matched to each rank's device by :func:`attach_samples`.
 """
 
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
+
+from scaletrain.observe.devices import lookup
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,6 +37,9 @@ class RankWindow:
     data_wait_frac: float = 0.0        # share of the window's time blocked on the data loader
     util_pct: float | None = None      # device utilisation (sampler), None when unavailable
     num_workers: int | None = None     # the loader's worker processes, when known
+    node: int = 0                      # node rank: with host, which sampler covers this rank
+    device_id: str | None = None       # the device's node-level id (devices.device_key)
+    node_samples: dict[str, Any] | None = None  # the node sampler's snapshot, from its rank only
 
     @property
     def busy_s(self) -> float:
@@ -56,6 +63,18 @@ class Finding:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def attach_samples(windows: list[RankWindow]) -> list[RankWindow]:
+    """Each rank's device utilisation from the sampler of its node (matched by host, node, id)."""
+    samplers = {(w.host, w.node): w.node_samples for w in windows if w.node_samples is not None}
+    out = []
+    for w in windows:
+        figures = lookup(samplers.get((w.host, w.node)), w.device_id)
+        if figures.get("available") and figures.get("util_pct") is not None:  # a UUID becomes the index
+            w = replace(w, util_pct=figures["util_pct"], device_id=figures["device"])
+        out.append(w)
+    return out
 
 
 def _median_of_others(values: list[float], i: int) -> float | None:
@@ -121,9 +140,10 @@ class HealthTracker:
                     and ("idle", w.rank) not in self._reported):
                 self._reported.add(("idle", w.rank))
                 cause, hint = idle_cause(w)
+                gpu = f" (GPU {w.device_id} of the node)" if w.device_id is not None else ""
                 out.append(Finding(
                     kind="idle", rank=w.rank, host=w.host, step=step,
-                    message=(f"rank {w.rank} on {w.host}: {w.device} is busy only {w.util_pct:.0f}% "
+                    message=(f"rank {w.rank} on {w.host}: {w.device}{gpu} is busy only {w.util_pct:.0f}% "
                              f"of the time; likely cause: {cause}"),
                     hint=hint))
         return out

@@ -11,13 +11,15 @@ Typical use::
 
 Per step it records step time, throughput (samples/s and tokens/s, global and per device),
 the data-wait fraction, peak memory (device memory on a GPU, the process's peak RSS on the
-CPU) and model FLOP utilisation when FLOPs per sample are given. The step path does only a
-clock read, a few additions and a tuple append; every ``every`` steps (default 100) the buffered tuples go to a
-writer thread (:mod:`scaletrain.observe.writer`) that builds the records, converts losses (one
-call for the batch, so the monitor adds no per-step device synchronisation) and writes the
-sinks. Also every ``every`` steps the ranks exchange one small record each (an
-``all_gather_object``, on the training thread), from which rank 0 names stragglers and idle
-devices.
+CPU) and model FLOP utilisation when FLOPs per sample are given. The step path is a clock
+read, a tuple append and two comparisons. Every ``flush_s`` seconds (default 1) rank 0 hands
+the buffered tuples to a writer thread (:mod:`scaletrain.observe.writer`), which converts the
+losses (so the monitor adds no per-step device synchronisation), formats and writes the sinks;
+what a crash can lose is bounded by that interval (see :meth:`Monitor.step`). Every ``every``
+steps (default 100, or about a second's worth of steps when that is more) the ranks exchange one
+small record each (an ``all_gather_object``, on the
+training thread), from which rank 0 names stragglers and idle devices; the node's device
+sampler (one thread per node, on its lowest local rank) sends its figures in that exchange.
 
 ``step()`` and ``close()`` must be called the same number of times on every rank (as the
 training loop does), because of that exchange. ``samples`` is this process's batch: the
@@ -26,11 +28,12 @@ global figure is ``samples x world_size`` per step, summed exactly over ranks in
 
 from __future__ import annotations
 
+import atexit
 import json
+import math
 import os
 import resource
 import socket
-import statistics
 import sys
 import time
 from collections import deque
@@ -40,12 +43,24 @@ from typing import Any, Iterable, Iterator
 from scaletrain.errors import UsageError
 from scaletrain.fileio import atomic_write
 from scaletrain.observe.commwait import CommWait
-from scaletrain.observe.health import Finding, HealthTracker, RankWindow
-from scaletrain.observe.sinks import ConsoleSink, JsonlSink, Record, Sink, TensorBoardSink
+from scaletrain.observe.devices import DeviceSampler, device_key, lookup, node_sampler, samples_here
+from scaletrain.observe.health import Finding, HealthTracker, RankWindow, attach_samples
+from scaletrain.observe.records import Record, StepBatch
+from scaletrain.observe.sinks import ConsoleSink, JsonlSink, Sink, TensorBoardSink
 from scaletrain.observe.writer import SinkWriter
 
 
 RECENT_STEPS = 10_000  # step times kept for the summary's median (the last ones)
+BUFFER_STEPS = 10_000  # steps buffered at most, however long flush_s: checked at each exchange
+DEFAULT_EVERY = 100    # steps between exchanges by default...
+EXCHANGE_S = 1.0       # ...or about this long, when that is more steps (see _exchange)
+
+
+def _median(values: list[float]) -> float:
+    """statistics.median without its generality (it runs every exchange on the training thread)."""
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def _dist() -> Any | None:
@@ -55,29 +70,6 @@ def _dist() -> Any | None:
     import torch.distributed as dist
 
     return dist if dist.is_available() and dist.is_initialized() else None
-
-
-def _number(value: Any) -> float | None:
-    """A float from a number or a one-element tensor (this synchronises a GPU tensor)."""
-    if value is None:
-        return None
-    return float(value.item()) if hasattr(value, "item") else float(value)
-
-
-def _numbers(values: list[Any]) -> list[float | None]:
-    """Floats from numbers and one-element tensors: the tensors in one call (one device sync)."""
-    tensors = [v for v in values if hasattr(v, "detach") and v.numel() == 1]
-    if len(tensors) > 1:
-        import torch
-
-        with torch.no_grad():
-            try:
-                flat = torch.stack([t if t.dim() == 0 else t.reshape(()) for t in tensors]).tolist()
-            except RuntimeError:  # tensors on different devices: one by one
-                flat = [t.item() for t in tensors]
-        it = iter(flat)
-        return [next(it) if (hasattr(v, "detach") and v.numel() == 1) else _number(v) for v in values]
-    return [_number(v) for v in values]
 
 
 class Monitor:
@@ -92,26 +84,35 @@ class Monitor:
         jsonl: write ``run_dir/metrics.jsonl``.
         tensorboard: write TensorBoard event files to ``run_dir/tensorboard`` (needs the
             ``monitor`` extra).
-        every: steps between flushes to the sinks and cross-rank exchanges.
+        every: steps between cross-rank exchanges (straggler and idle-device checks). Left
+            out: 100, spaced further to about one exchange a second when steps are shorter
+            than 10 ms (the ranks agree on it from the exchanged figures).
+        flush_s: seconds between hand-overs of the buffered steps to the sinks: the console
+            lags and a killed process loses at most this much (plus the writer's backlog).
         warmup: first steps left out of the summary's medians and rates (compilation, caches).
         flops_per_sample: training FLOPs per sample (forward + backward), for MFU; see
             :func:`scaletrain.observe.flops.count_train_flops`.
         peak_flops: the device's peak FLOP/s; default from a table of datasheet figures.
-        device_sampler: "auto" (NVML/AMD SMI for this rank's GPU), None (off), or an object with
-            ``snapshot()``, ``overall()`` and ``close()`` (tests pass a fake one).
+        device_sampler: "auto" (NVML/AMD SMI for the node's GPUs), None (off), or a backend:
+            an object with ``read() -> {device id: Sample}`` and ``close()`` (tests pass a fake
+            one). Either way only the node's lowest local rank samples; the others start nothing.
+        device_id: this rank's device as the sampler names it; default
+            :func:`scaletrain.observe.devices.device_key` of the device.
         num_workers: the loader's worker count, quoted in idle-device hints.
         env: the process's :class:`scaletrain.Env`; default: the one ``scaletrain.init()`` made.
     """
 
     def __init__(self, run_dir: str | os.PathLike[str] | None = None, *, total_steps: int | None = None,
                  console: bool = True, jsonl: bool = True, tensorboard: bool = False,
-                 every: int = 100, log_every: int = 10, warmup: int = 1,
+                 every: int | None = None, flush_s: float = 1.0, log_every: int = 10, warmup: int = 1,
                  flops_per_sample: float | None = None, peak_flops: float | None = None,
-                 device_sampler: Any = "auto", num_workers: int | None = None,
+                 device_sampler: Any = "auto", device_id: str | None = None, num_workers: int | None = None,
                  env: Any = None, stream: Any = None) -> None:
-        if every < 1 or log_every < 1 or warmup < 0:
-            raise UsageError("Monitor: every and log_every must be >= 1 and warmup >= 0",
-                             "e.g. Monitor(run_dir, every=100, log_every=10, warmup=1)")
+        self._spaced = every is None  # exchanges spaced by time unless a step count was asked for
+        every = DEFAULT_EVERY if every is None else every
+        if every < 1 or log_every < 1 or warmup < 0 or not flush_s > 0:
+            raise UsageError("Monitor: every and log_every must be >= 1, flush_s > 0 and warmup >= 0",
+                             "e.g. Monitor(run_dir, every=100, flush_s=1.0, log_every=10, warmup=1)")
         if total_steps is not None and total_steps < 1:
             raise UsageError(f"Monitor: total_steps must be positive, got {total_steps}",
                              "leave it out when the number of steps is not known")
@@ -122,6 +123,7 @@ class Monitor:
         self.host = socket.gethostname()
         self.total_steps = total_steps
         self.every = every
+        self.flush_s = flush_s
         self.warmup = warmup
         self.flops_per_sample = flops_per_sample
         self.num_workers = num_workers
@@ -144,12 +146,8 @@ class Monitor:
             except ImportError:
                 TensorBoardSink("/nonexistent")  # raises the UsageError with the hint
 
-        self._writer = SinkWriter(self.sinks, self._build) if self.sinks else None
-        if device_sampler == "auto":
-            from scaletrain.observe.devices import sampler_for_device
-
-            device_sampler = sampler_for_device(self.device)
-        self.sampler = device_sampler
+        self._writer = SinkWriter(self.sinks) if self.sinks else None
+        self._setup_sampler(device_sampler, device_id)
         self._health = HealthTracker()
         self._comm: CommWait | None = None
         self._cuda = self.device.startswith("cuda")
@@ -158,8 +156,18 @@ class Monitor:
         self._last: float | None = None
         self._wait = 0.0
         self._step = 0
-        self._buffer: list[tuple[Any, ...]] = []  # raw tuples; records are built off this thread
-        self._window: list[tuple[float, float, float | None]] = []  # (step_s, wait_s, comm_s)
+        # raw step tuples (records.STEP_FIELDS); records are built off this thread. Without a
+        # writer (ranks other than 0) nothing waits for a hand-over: the time check never fires
+        self._buffer: list[tuple[Any, ...]] = []
+        self._accounted = 0          # buffered steps already in the statistics below
+        self._handed = self._t0
+        self._flush_after = flush_s if self._writer is not None else math.inf
+        self._keep_loss = self._writer is not None
+        self._exchanged_at = 0
+        self._next_exchange = every
+        self._win_steps: list[float] = []
+        self._win_wait = 0.0
+        self._win_comm: list[float] = []
         # after warm-up: running sums (time, wait, samples, tokens, steps) and the recent step
         # times for the median, bounded so that a million-step run holds no million tuples
         self._sums = [0.0, 0.0, 0, 0, 0]
@@ -169,6 +177,27 @@ class Monitor:
         self._peak_mem = 0.0
         self._closed = False
         self.grad_bytes: int | None = None
+        if self._writer is not None:  # an exit without close() still writes what was measured
+            atexit.register(self._at_exit)
+
+    def _setup_sampler(self, device_sampler: Any, device_id: str | None) -> None:
+        """One device sampler per node, on its lowest local rank; the others only name their device."""
+        self._device_id = device_id if device_id is not None else device_key(self.device)
+        self._device_seen: dict[str, Any] | None = None   # this device's figures, from the last exchange
+        self.sampler: DeviceSampler | None = None
+        self._node = self.env.node_rank if self.env is not None else 0
+        if device_sampler is None:
+            self._device_mode = "off"
+            return
+        local_rank = self.env.local_rank if self.env is not None else 0
+        if not samples_here(local_rank):
+            self._device_mode = "remote"  # the node's sampling rank reports this device
+            return
+        self._device_mode = "here"
+        if device_sampler == "auto":
+            self.sampler = node_sampler(self.device)
+        else:
+            self.sampler = DeviceSampler(device_sampler)
 
     # ------------------------------------------------------------------ set-up helpers
     @staticmethod
@@ -230,35 +259,37 @@ class Monitor:
              data_wait_s: float | None = None, **extra: Any) -> None:
         """Record one finished training step of this process.
 
+        The step is buffered; rank 0 hands the buffer to the writer thread every ``flush_s``
+        seconds, and :meth:`close`, leaving a ``with`` block, or the interpreter's exit
+        (``atexit``) write the rest. A process killed outright (SIGKILL, out of memory) loses
+        at most the last ``flush_s`` seconds of steps and whatever the writer had not written.
+
         Args:
             samples: samples this process trained on in the step.
             tokens: tokens in the step, for tokens/s (language models).
-            loss: the loss, a number or a tensor (converted only at the next flush).
+            loss: the loss, a number or a tensor (converted only in the writer thread, a batch
+                at a time, so the monitor adds no per-step device synchronisation).
             data_wait_s: time blocked on data, when not measured by :meth:`data`.
             extra: more numbers to log (TensorBoard ``extra/<name>``).
         """
         now = time.perf_counter()
-        start = self._last if self._last is not None else self._t0
-        step_s = max(now - start, 1e-9)
+        step_s = now - (self._last if self._last is not None else self._t0)
         self._last = now
-        wait = self._wait if data_wait_s is None else float(data_wait_s)
-        self._wait = 0.0
-        self._step += 1
-        comm = self._comm.take() if self._comm is not None else None
-        self._window.append((step_s, wait, comm))
-        if self._step > self.warmup:
-            sums = self._sums
-            sums[0] += step_s
-            sums[1] += wait
-            sums[2] += samples
-            sums[3] += tokens or 0
-            sums[4] += 1
-            self._recent.append(step_s)
-        self._samples += samples
-        if self.rank == 0:  # a tuple now; the record (and the loss as a number) at the flush
-            self._buffer.append((self._step, now - self._t0, step_s, samples, tokens, loss, wait, extra))
-        if self._step % self.every == 0:
-            self._flush()
+        if data_wait_s is None:
+            wait, self._wait = self._wait, 0.0
+        else:
+            wait, self._wait = float(data_wait_s), 0.0
+        self._step = n = self._step + 1
+        # the loss as given: converting a tensor here (.item(), 3-4 us in a real loop) would cost
+        # more than the rest of the step path; the writer converts a batch in one call
+        self._buffer.append((n, now - self._t0, step_s if step_s > 1e-9 else 1e-9, samples, tokens,
+                             loss if self._keep_loss else None, wait,
+                             self._comm.take() if self._comm is not None else None,
+                             extra or None))  # the usual empty dict freed now: fewer GC-tracked objects held
+        if n == self._next_exchange:
+            self._exchange()
+        if now - self._handed >= self._flush_after:
+            self._hand_over(now)
 
     def _memory_gb(self) -> float:
         if self._cuda:
@@ -270,70 +301,85 @@ class Monitor:
         return rss / (1024 ** 3 if sys.platform == "darwin" else 1024 ** 2)
 
     # ------------------------------------------------------------------ off the step path
-    def _build(self, steps: list[Any], mem: float) -> list[Record]:
-        """Buffered step tuples as records (in the writer thread): losses converted in one call."""
-        losses = _numbers([b[5] for b in steps])
-        records = []
-        for (step, t, step_s, samples, tokens, _, wait, extra), loss in zip(steps, losses):
-            rec: Record = {"step": step, "t": t, "step_s": step_s, "samples": samples, "loss": loss,
-                           "data_wait_s": wait, "peak_mem_gb": mem,
-                           "samples_per_s": samples * self.world_size / step_s,
-                           "samples_per_s_per_device": samples / step_s,
-                           "data_wait_frac": min(1.0, wait / step_s)}
-            if tokens:  # fields that do not apply are left out, not written as null
-                rec["tokens"] = tokens
-                rec["tokens_per_s"] = tokens * self.world_size / step_s
-            if self.flops_per_sample and self.peak_flops:
-                rec["mfu"] = self._mfu(samples, step_s)
-            for key, value in extra.items():
-                rec[key] = _number(value) if hasattr(value, "item") else value
-            records.append(rec)
-        return records
+    def _mfu_scale(self) -> float | None:
+        return self.flops_per_sample / self.peak_flops if self.flops_per_sample and self.peak_flops else None
 
-    def _mfu(self, samples: float, step_s: float) -> float | None:
-        if not self.flops_per_sample or not self.peak_flops:
-            return None
-        return self.flops_per_sample * samples / step_s / self.peak_flops
+    def _account(self) -> None:
+        """Fold the steps buffered since the last call into the window and run statistics."""
+        if self._accounted == len(self._buffer):
+            return
+        new = self._buffer[self._accounted:]
+        self._accounted = len(self._buffer)
+        # columns in C (zip) and sums in C: this runs on the training thread every exchange
+        steps, _, times, samples, tokens, _, waits, comms, _ = zip(*new)
+        self._win_steps += times
+        self._win_wait += sum(waits)
+        if comms.count(None) != len(comms):  # watch() was called: some steps have a comm wait
+            self._win_comm += [c for c in comms if c is not None]
+        self._samples += sum(samples)
+        skip = max(0, self.warmup - (steps[0] - 1))  # steps of this slice still in warm-up
+        if skip < len(new):
+            sums = self._sums
+            sums[0] += sum(times[skip:])
+            sums[1] += sum(waits[skip:])
+            sums[2] += sum(samples[skip:])
+            sums[3] += sum(filter(None, tokens[skip:]))
+            sums[4] += len(new) - skip
+            self._recent.extend(times[skip:])
 
-    def _hand_over(self) -> None:
+    def _hand_over(self, now: float | None = None) -> None:
         """Give the buffered steps to the writer thread (rank 0), with the peak memory so far."""
+        self._handed = time.perf_counter() if now is None else now
+        self._account()
         if self._buffer and self._writer is not None:
-            mem = self._memory_gb()  # read once per flush rather than once per step
+            mem = self._memory_gb()  # read once per batch rather than once per step
             self._peak_mem = max(self._peak_mem, mem)
-            self._writer.records(self._buffer, mem)
+            self._writer.write(StepBatch(self._buffer, mem_gb=mem, world_size=self.world_size,
+                                         mfu_scale=self._mfu_scale()))
         self._buffer = []
-
-    def _flush(self) -> None:
-        self._hand_over()
-        self._exchange()
+        self._accounted = 0
 
     def _my_window(self) -> RankWindow:
-        steps = [s for s, _, _ in self._window] or [0.0]
+        steps = self._win_steps or [0.0]
         total = sum(steps) or 1e-9
-        comms = [c for _, _, c in self._window if c is not None]
-        util = None
-        if self.sampler is not None:
-            snap = self.sampler.snapshot()
-            if snap.get("available") and snap.get("util_pct") is not None:
-                util = float(snap["util_pct"])
         win = RankWindow(rank=self.rank, host=self.host, device=self.device,
-                         step_s=statistics.median(steps),
-                         comm_wait_s=statistics.median(comms) if comms else None,
-                         data_wait_frac=sum(w for _, w, _ in self._window) / total,
-                         util_pct=util, num_workers=self.num_workers)
-        self._window = []
+                         step_s=_median(steps),
+                         comm_wait_s=_median(self._win_comm) if self._win_comm else None,
+                         data_wait_frac=self._win_wait / total, num_workers=self.num_workers,
+                         node=self._node, device_id=self._device_id,
+                         node_samples=self.sampler.snapshot() if self.sampler is not None else None)
+        self._win_steps, self._win_wait, self._win_comm = [], 0.0, []
         return win
 
     def _exchange(self) -> None:
         """Share this window's statistics; rank 0 turns them into findings."""
+        self._account()
+        self._exchanged_at = self._step
+        if self._writer is None:  # nothing to write here: the statistics are all that is kept
+            self._buffer, self._accounted = [], 0
+        elif len(self._buffer) >= BUFFER_STEPS:  # a long flush_s with very short steps: bounded memory
+            self._hand_over()
         mine = self._my_window()
         dist = _dist()
         if dist is not None and self.world_size > 1:
             gathered: list[Any] = [None] * self.world_size
             dist.all_gather_object(gathered, mine.to_dict())
-            windows = [RankWindow(**g) for g in gathered]
+            windows = attach_samples([RankWindow(**g) for g in gathered])
         else:
-            windows = [mine]
+            windows = attach_samples([mine])
+        # the next exchange: every `every` steps or, by default, about EXCHANGE_S apart when
+        # steps are short (a tiny model's exchange costs as much as a hundred of its steps'
+        # monitoring). Every rank computes it from the same gathered windows: all agree on the
+        # step without a message.
+        interval = self.every
+        if self._spaced:
+            slowest = max(w.step_s for w in windows)
+            interval = max(interval, min(100 * interval, int(EXCHANGE_S / max(slowest, 1e-9))))
+        self._next_exchange = self._step + interval
+        me = windows[self.rank] if len(windows) > self.rank else windows[0]
+        if self._device_mode != "off":
+            samplers = {(w.host, w.node): w.node_samples for w in windows if w.node_samples is not None}
+            self._device_seen = lookup(samplers.get((self.host, self._node)), me.device_id)
         if self.rank != 0:
             return
         for finding in self._health.update(windows, step=self._step):
@@ -341,15 +387,23 @@ class Monitor:
             if self._writer is not None:
                 self._writer.event(finding.to_dict())
 
+    def _device_util(self) -> dict[str, Any]:
+        """This rank's device figures over the run (the sampling rank) or as last exchanged."""
+        if self.sampler is not None:
+            return lookup(self.sampler.overall(), self._device_id)
+        return self._device_seen or {"available": False,
+                                     "reason": "sampled by the lowest local rank; figures after the first exchange"}
+
     def summary(self) -> Record:
         """The run so far: medians and rates over the steps after warm-up."""
+        self._account()
         self._peak_mem = max(self._peak_mem, self._memory_gb())
         time_s, wait_s, samples, tokens, count = self._sums
         recent = list(self._recent)
         out: Record = {"steps": self._step, "wall_s": time.perf_counter() - self._t0,
                        "world_size": self.world_size, "device": self.device,
                        "warmup_steps": min(self.warmup, self._step), "total_samples": self._samples,
-                       "step_s_median": statistics.median(recent) if recent else None,
+                       "step_s_median": _median(recent) if recent else None,
                        "step_s_mean": time_s / count if count else None,
                        "peak_mem_gb": self._peak_mem, "grad_bytes": self.grad_bytes,
                        "mem_kind": "device max allocated" if self._cuda else "process peak RSS",
@@ -360,25 +414,35 @@ class Monitor:
             out["samples_per_s"] = samples * self.world_size / time_s
             out["tokens_per_s"] = tokens * self.world_size / time_s if tokens else None
             out["data_wait_frac"] = wait_s / time_s
-            out["mfu"] = self._mfu(samples, time_s) if samples else None
-        if self.sampler is not None:
-            out["device_util"] = self.sampler.overall()
+            mfu = self._mfu_scale()
+            out["mfu"] = mfu * samples / time_s if mfu and samples else None
+        if self._device_mode != "off":
+            out["device_util"] = self._device_util()
         return out
 
     def close(self) -> Record:
-        """Flush, exchange a last time, write the summary (rank 0) and stop the sampler."""
+        """Exchange a last time, write the summary (rank 0) and stop the threads."""
         if self._closed:
             return self.summary()
         self._closed = True
-        if self._buffer or self._window:
-            self._flush()
-        summary = self.summary()
+        atexit.unregister(self._at_exit)
+        if self._step > self._exchanged_at:
+            self._exchange()
+        self._hand_over()
         dist = _dist()
         if dist is not None and self.world_size > 1:  # exact global throughput: sum over ranks
-            rates: list[Any] = [None] * self.world_size
-            dist.all_gather_object(rates, summary.get("samples_per_s_per_device"))
-            if all(r is not None for r in rates):
-                summary["samples_per_s"] = float(sum(rates))
+            mine = (self.summary().get("samples_per_s_per_device"), self.host, self._node,
+                    self.sampler.overall() if self.sampler is not None else None)
+            gathered: list[Any] = [None] * self.world_size
+            dist.all_gather_object(gathered, mine)
+            if self._device_mode == "remote":  # the whole run's figures from this node's sampler
+                overall = {(h, n): o for _, h, n, o in gathered if o is not None}
+                self._device_seen = lookup(overall.get((self.host, self._node)), self._device_id)
+        else:
+            gathered = []
+        summary = self.summary()
+        if gathered and all(g[0] is not None for g in gathered):
+            summary["samples_per_s"] = float(sum(g[0] for g in gathered))
         if self.sampler is not None:
             self.sampler.close()
         if self._writer is not None:
@@ -387,6 +451,23 @@ class Monitor:
             atomic_write(self.run_dir / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
         return summary
 
+    def _close_locally(self) -> None:
+        """Write what was measured, without a collective (other ranks may never reach one)."""
+        self._closed = True
+        atexit.unregister(self._at_exit)
+        if self.sampler is not None:
+            self.sampler.close()
+        self._hand_over()
+        if self._writer is not None:
+            self._writer.close(self.summary())
+
+    def _at_exit(self) -> None:
+        if not self._closed:
+            try:
+                self._close_locally()
+            except Exception:  # noqa: BLE001 - at exit there is no one left to tell
+                pass
+
     def __enter__(self) -> "Monitor":
         return self
 
@@ -394,10 +475,4 @@ class Monitor:
         if exc[0] is None:
             self.close()
             return
-        # an exception: no collective (other ranks may never reach it); keep what was measured
-        self._closed = True
-        if self.sampler is not None:
-            self.sampler.close()
-        self._hand_over()
-        if self._writer is not None:
-            self._writer.close(self.summary())
+        self._close_locally()  # an exception: keep what was measured, no collective

@@ -1,29 +1,28 @@
 """Where a Monitor's records go: the console, a JSONL file, TensorBoard event files.
 
-Every sink has the same three methods: ``write(records)`` for a batch of per-step records
-(dicts), ``event(record)`` for a finding or a note, and ``close(summary)``. Batches keep the
-step path cheap: a sink sees records every few steps, never one system call per step.
+Every sink has the same three methods: ``write(batch)`` for a :class:`StepBatch` of buffered
+steps, ``event(record)`` for a finding or a note, and ``close(summary)``. Batches keep the step
+path cheap: a sink sees steps every second or so, never one system call per step, and builds
+only what it shows (the console formats the lines it prints, not the others).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Protocol, TextIO
+from typing import Protocol, TextIO
 
 from scaletrain.errors import UsageError
-
-Record = dict[str, Any]
+from scaletrain.observe.records import Record, StepBatch, encode
 
 
 class Sink(Protocol):
     """The interface every sink implements."""
 
-    def write(self, records: list[Record]) -> None: ...
+    def write(self, batch: StepBatch) -> None: ...
 
     def event(self, record: Record) -> None: ...
 
@@ -86,11 +85,11 @@ class ConsoleSink:
         elapsed = time.monotonic() - self._start
         return elapsed / step * max(0, self.total - step)
 
-    def write(self, records: list[Record]) -> None:
-        if not records:
+    def write(self, batch: StepBatch) -> None:
+        if not len(batch):
             return
-        last = records[-1]
         if self.bar:
+            last = batch.record(len(batch) - 1)
             now = time.monotonic()
             if now - self._last_draw < 0.2 and last["step"] != self.total:
                 return
@@ -104,10 +103,14 @@ class ConsoleSink:
             self.stream.flush()
             self._drawn = True
             return
-        for rec in records:
-            if rec["step"] % self.every == 0 or rec["step"] == self.total:
-                self.stream.write(format_step_line(rec, self.total, self._eta(rec["step"])) + "\n")
-        self.stream.flush()
+        printed = False
+        for i, raw in enumerate(batch.steps):  # records only for the lines printed
+            step = raw[0]
+            if step % self.every == 0 or step == self.total:
+                self.stream.write(format_step_line(batch.record(i), self.total, self._eta(step)) + "\n")
+                printed = True
+        if printed:
+            self.stream.flush()
 
     def event(self, record: Record) -> None:
         if self._drawn:
@@ -140,20 +143,16 @@ def format_summary(summary: Record) -> str:
         lines.append(f"  model FLOP utilisation {summary['mfu'] * 100:.1f}%")
     dev = summary.get("device_util")
     if isinstance(dev, dict) and dev.get("available"):
-        lines.append(f"  GPU utilisation {dev.get('util_pct', 0):.0f}%, memory {dev.get('mem_gb', 0):.1f} GB, "
-                     f"power {dev.get('power_w', 0):.0f} W")
+        parts = [f"{label} {dev[key]:{fmt}}{unit}" for key, label, fmt, unit in (
+            ("util_pct", "utilisation", ".0f", "%"), ("mem_gb", "memory", ".1f", " GB"), ("power_w", "power", ".0f", " W"))
+            if dev.get(key) is not None]
+        lines.append(f"  GPU {dev.get('device', '')}: "
+                     + (", ".join(parts) or "no readings"))
     elif isinstance(dev, dict):
         lines.append(f"  GPU sampling unavailable: {dev.get('reason', 'unknown')}")
     for finding in summary.get("findings", []):
         lines.append(f"  {finding.get('kind', 'note')}: {finding.get('message', '')}")
     return "\n".join(lines)
-
-
-def _clean(value: Any) -> Any:
-    """JSON has no NaN/inf: write them as null rather than produce an unreadable file."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 class JsonlSink:
@@ -167,30 +166,21 @@ class JsonlSink:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fh = open(self.path, "a", encoding="utf-8")
-        # one encoder for every line: json.dumps with options builds a new one per call
-        self._encode = json.JSONEncoder(default=str, allow_nan=False).encode
 
-    def _emit(self, records: list[Record]) -> None:
-        if self._fh.closed:
+    def _emit(self, text: str) -> None:
+        if self._fh.closed or not text:
             return
-        lines = []
-        for r in records:
-            try:
-                lines.append(self._encode(r))
-            except ValueError:  # NaN/inf somewhere (a diverged loss): rare, so cleaned only then
-                lines.append(json.dumps({k: _clean(v) for k, v in r.items()}, default=str))
-        text = "\n".join(lines) + "\n"
-        self._fh.write(text)
+        self._fh.write(text)  # whole lines only: a batch is one write of complete lines
         self._fh.flush()
 
-    def write(self, records: list[Record]) -> None:
-        self._emit([{"type": "step", **r} for r in records])
+    def write(self, batch: StepBatch) -> None:
+        self._emit(batch.lines())
 
     def event(self, record: Record) -> None:
-        self._emit([{"type": "event", **record}])
+        self._emit(encode({"type": "event", **record}) + "\n")
 
     def close(self, summary: Record) -> None:
-        self._emit([{"type": "summary", **summary}])
+        self._emit(encode({"type": "summary", **summary}) + "\n")
         self._fh.close()
 
 
@@ -227,8 +217,8 @@ class TensorBoardSink:
                              "or pass tensorboard=False") from None
         self._writer = SummaryWriter(log_dir=str(log_dir))
 
-    def write(self, records: list[Record]) -> None:
-        for rec in records:
+    def write(self, batch: StepBatch) -> None:
+        for rec in batch.records():
             step = rec["step"]
             for key, value in rec.items():
                 if not isinstance(value, (int, float)) or isinstance(value, bool) or key in ("step", "t"):

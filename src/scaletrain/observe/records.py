@@ -1,0 +1,157 @@
+"""The Monitor's buffered steps, turned into records and JSON lines only when a sink asks.
+
+The training thread keeps one tuple per step (:data:`STEP_FIELDS`); the writer thread wraps a
+batch of them in a :class:`StepBatch`. Each sink takes what it needs: the console a record for
+the few steps it prints, TensorBoard every record, the JSONL file its lines. The lines come
+from one format string per step rather than a dict and ``json`` (three times cheaper: on the
+smallest models this formatting is most of what monitoring costs); any step the template
+does not cover (extra fields, tokens, MFU, a non-finite loss, a non-integer sample count) goes
+through ``json`` instead: the same fields either way (the template's rates to 7 significant digits).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+Record = dict[str, Any]
+
+# the per-step tuple the Monitor buffers: (step, t, step_s, samples, tokens, loss, wait_s, comm_s, extra);
+# extra is a dict of the step's extra fields, or None
+STEP_FIELDS = ("step", "t", "step_s", "samples", "tokens", "loss", "data_wait_s", "comm_s", "extra")
+
+# one step's JSON line for the common case (ints, finite floats, no tokens/MFU/extras): the same
+# keys and values as json would write, times to 1 us, rates to 7 significant digits and the loss
+# to 9 (a float32 loss exactly); tests/unit/test_observe_records.py holds the two paths together
+_LINE = ('{"type": "step", "step": %d, "t": %.6f, "step_s": %.7g, "samples": %d, "loss": %s, '
+         '"data_wait_s": %r, "peak_mem_gb": MEM, "samples_per_s": %s, '
+         '"samples_per_s_per_device": %s, "data_wait_frac": %r}')
+# the same without data wait (no loader wrapped): two fewer numbers to format
+_LINE_NO_WAIT = _LINE.replace('%r, "peak', '0.0, "peak').replace('"data_wait_frac": %r', '"data_wait_frac": 0.0')
+
+
+def _number(value: Any) -> float | None:
+    """A float from a number or a one-element tensor (this synchronises a GPU tensor)."""
+    if value is None:
+        return None
+    return float(value.item()) if hasattr(value, "item") else float(value)
+
+
+def _floats(values: list[Any]) -> list[float | None]:
+    """Floats from numbers and one-element tensors, the tensors in one stacked call.
+
+    One call, not one ``.item()`` per step: each tensor call releases and retakes the GIL, and
+    thousands of those hand-offs in this thread cost the training thread more than the
+    conversion itself (and on a GPU, one synchronisation instead of one per step).
+    """
+    tensors = [v for v in values if hasattr(v, "detach")]
+    if len(tensors) > 1:
+        import torch
+
+        with torch.no_grad():
+            try:  # no per-tensor call for 0-dim losses (the usual case): ndim is an attribute
+                flat = iter(torch.stack(tensors if all(t.ndim == 0 for t in tensors)
+                                        else [t.reshape(()) for t in tensors]).tolist())
+            except RuntimeError:  # different devices or not one element: one by one
+                flat = iter([float(t.item()) for t in tensors])
+        return [next(flat) if hasattr(v, "detach") else None if v is None else float(v) for v in values]
+    return [v if type(v) is float or v is None else _number(v) for v in values]
+
+
+def _clean(value: Any) -> Any:
+    """JSON has no NaN/inf: write them as null rather than produce an unreadable file."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def encode(record: Record) -> str:
+    """One JSON line for ``record`` (NaN and infinity written as null)."""
+    try:
+        return _ENCODE(record)
+    except ValueError:  # NaN/inf somewhere (a diverged loss): rare, so cleaned only then
+        return json.dumps({k: _clean(v) for k, v in record.items()}, default=str)
+
+
+_ENCODE = json.JSONEncoder(default=str, allow_nan=False).encode
+
+
+class StepBatch:
+    """Buffered step tuples with what is needed to turn them into records.
+
+    Args:
+        steps: tuples laid out as :data:`STEP_FIELDS`.
+        mem_gb: peak memory read when the batch was handed over (one reading per batch).
+        world_size: processes in the job, for the global rates.
+        mfu_scale: FLOPs per sample / peak FLOP/s, or None when MFU is not computed.
+    """
+
+    def __init__(self, steps: list[tuple[Any, ...]], *, mem_gb: float, world_size: int,
+                 mfu_scale: float | None = None) -> None:
+        self.steps = steps
+        self.mem_gb = mem_gb
+        self.world_size = world_size
+        self.mfu_scale = mfu_scale
+        self._losses: list[float | None] | None = None
+        self._records: list[Record] | None = None
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def losses(self) -> list[float | None]:
+        """The losses as floats: tensors converted here, off the training thread, once."""
+        if self._losses is None:
+            self._losses = _floats([s[5] for s in self.steps])
+        return self._losses
+
+    def record(self, i: int) -> Record:
+        """Step ``i`` of the batch as a record (the JSONL step line's fields, without ``type``)."""
+        if self._records is not None:
+            return self._records[i]
+        step, t, step_s, samples, tokens, _, wait, _, extra = self.steps[i]
+        rec: Record = {"step": step, "t": t, "step_s": step_s, "samples": samples, "loss": self.losses()[i],
+                       "data_wait_s": wait, "peak_mem_gb": self.mem_gb,
+                       "samples_per_s": samples * self.world_size / step_s,
+                       "samples_per_s_per_device": samples / step_s,
+                       "data_wait_frac": min(1.0, wait / step_s)}
+        if tokens:  # fields that do not apply are left out, not written as null
+            rec["tokens"] = tokens
+            rec["tokens_per_s"] = tokens * self.world_size / step_s
+        if self.mfu_scale:
+            rec["mfu"] = self.mfu_scale * samples / step_s
+        for key, value in (extra or {}).items():
+            rec[key] = _number(value) if hasattr(value, "item") else value
+        return rec
+
+    def records(self) -> list[Record]:
+        """Every step as a record (built once)."""
+        if self._records is None:
+            self._records = [self.record(i) for i in range(len(self.steps))]
+        return self._records
+
+    def lines(self) -> str:
+        """The batch as JSONL text: one ``{"type": "step", ...}`` line per step."""
+        losses = self.losses()
+        world = self.world_size
+        simple = self.mfu_scale is None and isinstance(self.mem_gb, float) and math.isfinite(self.mem_gb)
+        mem = repr(self.mem_gb)
+        line, line_no_wait = _LINE.replace("MEM", mem), _LINE_NO_WAIT.replace("MEM", mem)
+        isfinite = math.isfinite
+        out = []
+        for (step, t, step_s, samples, tokens, _, wait, _, extra), loss in zip(self.steps, losses):
+            if (simple and not tokens and not extra and type(samples) is int and type(step_s) is float
+                    and (loss is None or isfinite(loss))):
+                per_device = samples / step_s
+                rate = "%.7g" % per_device
+                text = "null" if loss is None else "%.9g" % loss
+                total = rate if world == 1 else "%.7g" % (per_device * world)
+                if wait == 0.0:
+                    out.append(line_no_wait % (step, t, step_s, samples, text, total, rate))
+                else:
+                    frac = wait / step_s
+                    out.append(line % (step, t, step_s, samples, text, float(wait), total, rate,
+                                       frac if frac < 1.0 else 1.0))
+            else:
+                out.append(encode({"type": "step", **self.record(len(out))}))
+        return "\n".join(out) + "\n" if out else ""
