@@ -18,8 +18,8 @@ second, cross-rank exchange every 100 steps, device sampler "auto"). Three figur
   counter), against the CPU time of a step without the monitor. CPU time does not count other
   processes' turns, so this figure moves least with machine load.
 
-A third workload, the tiny MLP with ``jsonl=False`` (console and summary only), shows what the
-per-step JSONL line costs.
+Two more rows of the tiny MLP show what the per-step JSONL line costs: ``jsonl_every=10`` (a
+line for every tenth step) and ``jsonl=False`` (console and summary only).
 
 ``--repeats N`` runs the whole measurement N times in fresh processes and prints every run.
 Prints a markdown table per run.
@@ -65,6 +65,7 @@ def measure(rounds: int, steps: int) -> None:
     cnn = build("cnn", device="cpu")
     cases = {
         "tiny MLP (16 x 64)": (tiny, lambda i: tiny(x).pow(2).mean(), 16, steps),
+        "tiny MLP, jsonl_every=10": (tiny, lambda i: tiny(x).pow(2).mean(), 16, steps),
         "tiny MLP, jsonl=False": (tiny, lambda i: tiny(x).pow(2).mean(), 16, steps),
         "CNN (bench 'cnn', batch 32)": (cnn.model, lambda i: cnn.loss(cnn.model, cnn.make_batch(32, i)), 32,
                                         max(5, steps // 40)),
@@ -95,7 +96,8 @@ def measure(rounds: int, steps: int) -> None:
 
         with tempfile.TemporaryDirectory() as tmp:
             # the defaults; console off (a benchmark's output), and the JSONL file where asked
-            monitor = Monitor(tmp, console=False, device_sampler="auto", jsonl="jsonl=False" not in name)
+            monitor = Monitor(tmp, console=False, device_sampler="auto", jsonl="jsonl=False" not in name,
+                              jsonl_every=10 if "jsonl_every=10" in name else 1)
             block(None), block(monitor)  # warm-up
             wall, cpu, base_wall, base_cpu = [], [], [], []
             for r in range(rounds):

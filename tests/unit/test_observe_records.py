@@ -56,3 +56,37 @@ def test_tensor_losses_tokens_mfu_and_extras():
     assert first["data_wait_frac"] == pytest.approx(0.2) and first["samples_per_s"] == 64.0
     assert second["loss"] == 1.5 and "tokens" not in second
     assert batch.record(1)["samples_per_s_per_device"] == 32.0
+
+
+def test_jsonl_every_writes_each_nth_step_and_converts_only_their_losses():
+    class Loss:
+        """A loss that counts its conversions (a tensor's .item() synchronises a GPU)."""
+        calls = 0
+
+        def __init__(self, v):
+            self.v = v
+
+        def item(self):
+            Loss.calls += 1
+            return self.v
+
+    steps = [(i, 0.1 * i, 0.01, 8, None, Loss(float(i)), 0.002, 0.0, None) for i in range(1, 21)]
+    every = StepBatch(steps, mem_gb=0.5, world_size=2).lines()
+    Loss.calls = 0
+    tenth = StepBatch(steps, mem_gb=0.5, world_size=2).lines(10)
+    assert Loss.calls == 2
+    full = [json.loads(x) for x in every.splitlines()]
+    assert [json.loads(x) for x in tenth.splitlines()] == [r for r in full if r["step"] % 10 == 0]
+    assert [r["step"] for r in map(json.loads, tenth.splitlines())] == [10, 20]
+
+
+def test_monitor_jsonl_every(tmp_path):
+    from scaletrain.observe.monitor import Monitor
+
+    with Monitor(tmp_path, console=False, device_sampler=None, jsonl_every=4) as monitor:
+        for _ in range(10):
+            monitor.step(samples=2, loss=1.0)
+    lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in lines if r["type"] == "step"] == [4, 8]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["steps"] == 10          # the summary still counts every step

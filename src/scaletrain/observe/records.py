@@ -94,6 +94,7 @@ class StepBatch:
         self.world_size = world_size
         self.mfu_scale = mfu_scale
         self._losses: list[float | None] | None = None
+        self._losses_of: dict[int, float | None] = {}   # the losses lines() converted, by index
         self._records: list[Record] | None = None
 
     def __len__(self) -> int:
@@ -110,7 +111,8 @@ class StepBatch:
         if self._records is not None:
             return self._records[i]
         step, t, step_s, samples, tokens, _, wait, _, extra = self.steps[i]
-        rec: Record = {"step": step, "t": t, "step_s": step_s, "samples": samples, "loss": self.losses()[i],
+        loss = self._losses_of[i] if i in self._losses_of else self.losses()[i]
+        rec: Record = {"step": step, "t": t, "step_s": step_s, "samples": samples, "loss": loss,
                        "data_wait_s": wait, "peak_mem_gb": self.mem_gb,
                        "samples_per_s": samples * self.world_size / step_s,
                        "samples_per_s_per_device": samples / step_s,
@@ -130,16 +132,27 @@ class StepBatch:
             self._records = [self.record(i) for i in range(len(self.steps))]
         return self._records
 
-    def lines(self) -> str:
-        """The batch as JSONL text: one ``{"type": "step", ...}`` line per step."""
-        losses = self.losses()
+    def lines(self, every: int = 1) -> str:
+        """The batch as JSONL text: one ``{"type": "step", ...}`` line per step, or per
+        ``every``-th step (step numbers divisible by it); the losses of the other steps are
+        never converted."""
+        losses: dict[int, float | None] | list[float | None]
+        if every > 1:
+            chosen: range | list[int] = [i for i, s in enumerate(self.steps) if s[0] % every == 0]
+            if self._losses is None:
+                self._losses_of = dict(zip(chosen, _floats([self.steps[i][5] for i in chosen])))
+            losses = self._losses_of if self._losses is None else self._losses
+        else:
+            chosen, losses = range(len(self.steps)), self.losses()
         world = self.world_size
         simple = self.mfu_scale is None and isinstance(self.mem_gb, float) and math.isfinite(self.mem_gb)
         mem = repr(self.mem_gb)
         line, line_no_wait = _LINE.replace("MEM", mem), _LINE_NO_WAIT.replace("MEM", mem)
         isfinite = math.isfinite
         out = []
-        for (step, t, step_s, samples, tokens, _, wait, _, extra), loss in zip(self.steps, losses):
+        for i in chosen:
+            step, t, step_s, samples, tokens, _, wait, _, extra = self.steps[i]
+            loss = losses[i]
             if (simple and not tokens and not extra and type(samples) is int and type(step_s) is float
                     and (loss is None or isfinite(loss))):
                 per_device = samples / step_s
@@ -153,5 +166,5 @@ class StepBatch:
                     out.append(line % (step, t, step_s, samples, text, float(wait), total, rate,
                                        frac if frac < 1.0 else 1.0))
             else:
-                out.append(encode({"type": "step", **self.record(len(out))}))
+                out.append(encode({"type": "step", **self.record(i)}))
         return "\n".join(out) + "\n" if out else ""

@@ -162,8 +162,9 @@ class JsonlSink:
     records since the last batch and never leaves half a line that a reader would trip on.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], every: int = 1) -> None:
         self.path = Path(path)
+        self.every = every      # a line for every step, or for each every-th (tiny steps)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fh = open(self.path, "a", encoding="utf-8")
 
@@ -174,7 +175,7 @@ class JsonlSink:
         self._fh.flush()
 
     def write(self, batch: StepBatch) -> None:
-        self._emit(batch.lines())
+        self._emit(batch.lines(self.every))
 
     def event(self, record: Record) -> None:
         self._emit(encode({"type": "event", **record}) + "\n")
