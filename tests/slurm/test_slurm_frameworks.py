@@ -124,8 +124,11 @@ def test_deepspeed_launcher_trains_with_the_config_the_job_wrote(slurm_cluster, 
         "submit", "--profile", str(probed_profile), "--run-dir", str(tmp_path / "run"), "--wait",
         "--nodes", "2", "--gpus-per-node", "2", "--cpus-per-gpu", "1", "--device", "cpu",
         "--time", "00:05:00", "--launcher", "deepspeed", "--deepspeed-config", strategy, "--micro-batch", "4",
-        "--", str(EXAMPLES / "deepspeed_train.py"), str(out), timeout=300)
+        "--", str(EXAMPLES / "deepspeed_train.py"), str(out), timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     got = json.loads(out.read_text())
     assert (got["world_size"], got["stage"]) == (4, stage)
     assert json.loads((tmp_path / "run" / "ds_config.json").read_text())["zero_optimization"]["stage"] == stage
+    # the hostfile sits with the configs in the run folder, nothing loose where the job ran
+    assert (tmp_path / "run" / "hostfile").read_text().split() == ["n1", "slots=2", "n2", "slots=2"]
+    assert not list(tmp_path.glob("hostfile*"))

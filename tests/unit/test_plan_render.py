@@ -177,7 +177,8 @@ def test_per_node_values_are_evaluated_on_each_node(fakebin) -> None:
     assert "--machine_rank=1" in argv and "--main_process_ip=nodeA" in argv and "--num_processes=8" in argv
     argv, _ = fakebin(render("puhti", gpus=8, launcher="deepspeed"))
     assert "--node_rank=1" in argv and "--no_ssh" in argv and argv[0] == "deepspeed"
-    hostfile = next((fakebin.tmp).glob("hostfile-*")).read_text()
+    # in the job's own folder, not loose in the working directory
+    hostfile = next((fakebin.tmp).glob(".scaletrain/job-*/hostfile")).read_text()
     assert hostfile == "nodeA slots=4\nnodeB slots=4\n"
 
 

@@ -190,6 +190,13 @@ def _nvme_disk(request: JobRequest, profile: ClusterProfile, *, nodes: int) -> t
     return profile.scratch_var, need
 
 
+def folder_word(*, slurm: bool, folder: str | None = None) -> str:
+    """The job's own folder as a shell word: ``folder`` (submit's run folder) or
+    ``$PWD/.scaletrain/job-$SLURM_JOB_ID``, on the file system every node reads."""
+    job = "$SLURM_JOB_ID" if slurm else "${SLURM_JOB_ID:-local-$$}"
+    return q(folder) if folder else f'"$PWD/.scaletrain/job-{job}"'
+
+
 def shell_lines(files: tuple[JobFile, ...], *, slurm: bool, folder: str | None = None) -> list[str]:
     """The script lines that write ``files`` (each whole, then renamed) and export their paths.
 
@@ -198,11 +205,9 @@ def shell_lines(files: tuple[JobFile, ...], *, slurm: bool, folder: str | None =
     """
     if not files:
         return []
-    job = "$SLURM_JOB_ID" if slurm else "${SLURM_JOB_ID:-local-$$}"
-    where = q(folder) if folder else f'"$PWD/.scaletrain/job-{job}"'
     out = ["", "# framework configs, written by the job into a folder every node reads",
            "# (they stay there as the job's record)",
-           f"export {FILES_VAR}={where}",
+           f"export {FILES_VAR}={folder_word(slurm=slurm, folder=folder)}",
            f'mkdir -p "${FILES_VAR}"']
     for f in files:
         path = f'"${f.var}"'

@@ -17,6 +17,7 @@ from scaletrain._version import __version__
 # one formula for MASTER_PORT and the variable names, shared with the runtime and lint
 from scaletrain.contract import CLUSTER_VAR, DATA_VAR, EXIT_STOPPED, PORT_SHELL_EXPR
 from scaletrain.errors import DistEnvError
+from scaletrain.plan.jobfiles import folder_word
 from scaletrain.plan.jobfiles import shell_lines as job_file_lines
 from scaletrain.plan.launchers import spec
 from scaletrain.plan.planner import Plan, StagePlan
@@ -120,8 +121,11 @@ def launch_command(plan: Plan) -> str:
 def _launch(plan: Plan) -> list[str]:
     out = [""]
     if plan.launcher == "deepspeed" and plan.nodes > 1 and plan.scheduler == "slurm":
+        # in the job's own folder (every node reads it), not loose in the working directory
+        where = folder_word(slurm=True, folder=plan.files_dir)
         out += ["# DeepSpeed reads the nodes from a hostfile; each node starts its own workers (--no_ssh)",
-                'DS_HOSTFILE="hostfile-$SLURM_JOB_ID"',
+                f'mkdir -p {where}',
+                f"DS_HOSTFILE={where}/hostfile",
                 f'scontrol show hostnames "$SLURM_JOB_NODELIST" | sed "s/$/ slots={plan.gpus_per_node}/" '
                 '> "$DS_HOSTFILE"',
                 "export DS_HOSTFILE"]
