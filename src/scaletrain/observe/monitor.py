@@ -36,7 +36,6 @@ import resource
 import socket
 import sys
 import time
-from collections import deque
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -47,20 +46,13 @@ from scaletrain.observe.devices import DeviceSampler, device_key, lookup, node_s
 from scaletrain.observe.health import Finding, HealthTracker, RankWindow, attach_samples
 from scaletrain.observe.records import Record, StepBatch
 from scaletrain.observe.sinks import ConsoleSink, JsonlSink, Sink, TensorBoardSink
+from scaletrain.observe.stepstats import StepStats
 from scaletrain.observe.writer import SinkWriter
 
 
-RECENT_STEPS = 10_000  # step times kept for the summary's median (the last ones)
 BUFFER_STEPS = 10_000  # steps buffered at most, however long flush_s: checked at each exchange
 DEFAULT_EVERY = 100    # steps between exchanges by default...
 EXCHANGE_S = 1.0       # ...or about this long, when that is more steps (see _exchange)
-
-
-def _median(values: list[float]) -> float:
-    """statistics.median without its generality (it runs every exchange on the training thread)."""
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def _dist() -> Any | None:
@@ -170,14 +162,7 @@ class Monitor:
         self._keep_loss = self._writer is not None
         self._exchanged_at = 0
         self._next_exchange = every
-        self._win_steps: list[float] = []
-        self._win_wait = 0.0
-        self._win_comm: list[float] = []
-        # after warm-up: running sums (time, wait, samples, tokens, steps) and the recent step
-        # times for the median, bounded so that a million-step run holds no million tuples
-        self._sums = [0.0, 0.0, 0, 0, 0]
-        self._recent: deque[float] = deque(maxlen=RECENT_STEPS)
-        self._samples = 0
+        self._stats = StepStats(warmup)   # the window and the run, folded in off the step path
         self._findings: list[Finding] = []
         self._peak_mem = 0.0
         self._closed = False
@@ -311,26 +296,9 @@ class Monitor:
 
     def _account(self) -> None:
         """Fold the steps buffered since the last call into the window and run statistics."""
-        if self._accounted == len(self._buffer):
-            return
-        new = self._buffer[self._accounted:]
-        self._accounted = len(self._buffer)
-        # columns in C (zip) and sums in C: this runs on the training thread every exchange
-        steps, _, times, samples, tokens, _, waits, comms, _ = zip(*new)
-        self._win_steps += times
-        self._win_wait += sum(waits)
-        if comms.count(None) != len(comms):  # watch() was called: some steps have a comm wait
-            self._win_comm += [c for c in comms if c is not None]
-        self._samples += sum(samples)
-        skip = max(0, self.warmup - (steps[0] - 1))  # steps of this slice still in warm-up
-        if skip < len(new):
-            sums = self._sums
-            sums[0] += sum(times[skip:])
-            sums[1] += sum(waits[skip:])
-            sums[2] += sum(samples[skip:])
-            sums[3] += sum(filter(None, tokens[skip:]))
-            sums[4] += len(new) - skip
-            self._recent.extend(times[skip:])
+        if self._accounted < len(self._buffer):
+            self._stats.add(self._buffer[self._accounted:])
+            self._accounted = len(self._buffer)
 
     def _hand_over(self, now: float | None = None) -> None:
         """Give the buffered steps to the writer thread (rank 0), with the peak memory so far."""
@@ -345,15 +313,11 @@ class Monitor:
         self._accounted = 0
 
     def _my_window(self) -> RankWindow:
-        steps = self._win_steps or [0.0]
-        total = sum(steps) or 1e-9
-        win = RankWindow(rank=self.rank, host=self.host, device=self.device,
-                         step_s=_median(steps),
-                         comm_wait_s=_median(self._win_comm) if self._win_comm else None,
-                         data_wait_frac=self._win_wait / total, num_workers=self.num_workers,
+        step_s, comm_s, wait_frac = self._stats.take_window()
+        win = RankWindow(rank=self.rank, host=self.host, device=self.device, step_s=step_s,
+                         comm_wait_s=comm_s, data_wait_frac=wait_frac, num_workers=self.num_workers,
                          node=self._node, device_id=self._device_id,
                          node_samples=self.sampler.snapshot() if self.sampler is not None else None)
-        self._win_steps, self._win_wait, self._win_comm = [], 0.0, []
         return win
 
     def _exchange(self) -> None:
@@ -403,24 +367,13 @@ class Monitor:
         """The run so far: medians and rates over the steps after warm-up."""
         self._account()
         self._peak_mem = max(self._peak_mem, self._memory_gb())
-        time_s, wait_s, samples, tokens, count = self._sums
-        recent = list(self._recent)
         out: Record = {"steps": self._step, "wall_s": time.perf_counter() - self._t0,
                        "world_size": self.world_size, "device": self.device,
-                       "warmup_steps": min(self.warmup, self._step), "total_samples": self._samples,
-                       "step_s_median": _median(recent) if recent else None,
-                       "step_s_mean": time_s / count if count else None,
+                       "warmup_steps": min(self.warmup, self._step), "total_samples": self._stats.samples,
+                       **self._stats.run_figures(world_size=self.world_size, mfu_scale=self._mfu_scale()),
                        "peak_mem_gb": self._peak_mem, "grad_bytes": self.grad_bytes,
                        "mem_kind": "device max allocated" if self._cuda else "process peak RSS",
                        "findings": [f.to_dict() for f in self._findings]}
-        if count and time_s > 0:
-            out["samples_per_s_per_device"] = samples / time_s
-            out["samples_per_step"] = samples / count
-            out["samples_per_s"] = samples * self.world_size / time_s
-            out["tokens_per_s"] = tokens * self.world_size / time_s if tokens else None
-            out["data_wait_frac"] = wait_s / time_s
-            mfu = self._mfu_scale()
-            out["mfu"] = mfu * samples / time_s if mfu and samples else None
         if self._device_mode != "off":
             out["device_util"] = self._device_util()
         return out
