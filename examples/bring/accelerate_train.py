@@ -22,3 +22,7 @@ for x, y in loader:
 if accelerator.is_main_process:
     with open(sys.argv[2] if len(sys.argv) > 2 else os.devnull, "w") as fh:
         json.dump({"num_processes": accelerator.num_processes}, fh)
+# as Accelerate's examples end: stops trackers and destroys the process group (a gloo group left
+# to the interpreter's exit can abort a worker with "terminate called without an active exception",
+# pytorch/pytorch#190489)
+accelerator.end_training()

@@ -29,3 +29,4 @@ if engine.global_rank == 0:
     with open(args.out, "w") as fh:
         json.dump({"world_size": engine.world_size, "stage": engine.zero_optimization_stage(),
                    "loss": loss.item()}, fh)
+torch.distributed.destroy_process_group()   # a gloo group left to the interpreter's exit can abort

@@ -38,3 +38,7 @@ trainer.fit(Model(), torch.utils.data.DataLoader(data, batch_size=4))
 if trainer.global_rank == 0:
     with open(sys.argv[2] if len(sys.argv) > 2 else os.devnull, "w") as fh:
         json.dump({"world_size": trainer.world_size}, fh)
+# Lightning leaves the process group up after fit(); a gloo group left to the interpreter's exit
+# can abort a worker with "terminate called without an active exception" (pytorch/pytorch#190489)
+if torch.distributed.is_initialized():
+    torch.distributed.destroy_process_group()
