@@ -25,4 +25,5 @@ if accelerator.is_main_process:
 # as Accelerate's examples end: stops trackers and destroys the process group (a gloo group left
 # to the interpreter's exit can abort a worker with "terminate called without an active exception",
 # pytorch/pytorch#190489)
+accelerator.wait_for_everyone()   # every rank done before any tears its connections down
 accelerator.end_training()
