@@ -64,6 +64,7 @@ def _slurm_request(args: argparse.Namespace) -> SlurmScaling:
     """The ``--nodes`` form's flag checks (the plans and sbatch's presence are checked before submitting)."""
     from scaletrain.bench.scaling import parse_nproc
     from scaletrain.bench.scaling_slurm import SlurmScaling, check_slurm_profile
+    from scaletrain.cli.plan import account_or_env
 
     if args.nproc is not None:
         raise UsageError("--nodes and --nproc exclude each other: --nodes runs one Slurm job per size, "
@@ -79,7 +80,7 @@ def _slurm_request(args: argparse.Namespace) -> SlurmScaling:
     return SlurmScaling(
         nodes=nodes, cluster=args.cluster, out_dir=Path(args.out).expanduser(),
         gpus_per_node=args.gpus_per_node,
-        account=args.account or os.environ.get("SBATCH_ACCOUNT") or os.environ.get("SLURM_ACCOUNT") or None,
+        account=account_or_env(args.account),
         partition=args.partition, time=args.time, device=args.device or "auto", timeout_s=args.timeout,
         command=("scaletrain", *getattr(args, "_argv", ("bench", "scaling"))))
 

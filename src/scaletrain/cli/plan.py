@@ -56,6 +56,7 @@ def epilog() -> str:
 def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     """Add every flag of ``plan`` (and ``submit``): the job, the cluster and the program."""
     from scaletrain.cli import args as A
+    from scaletrain.plan.jobfiles import PRECISIONS
     from scaletrain.plan.launchers import LAUNCHERS
 
     c = parser.add_argument_group("cluster")
@@ -103,7 +104,7 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
                    help="zero1, zero2, zero3, offload (to CPU memory) or nvme (to node-local disk): the job "
                         "writes DeepSpeed's config; or your own FILE. The program gets --deepspeed "
                         "--deepspeed_config PATH, as in the centres' guides (see docs/bring-your-script.md)")
-    r.add_argument("--precision", choices=("fp32", "tf32", "bf16", "fp16"), default="fp32",
+    r.add_argument("--precision", choices=PRECISIONS, default="fp32",
                    help="mixed precision in the configs --accelerate-config/--deepspeed-config write (default fp32)")
     r.add_argument("--micro-batch", type=A.count(), metavar="N",
                    help="with --deepspeed-config NAME: the per-GPU micro-batch (train_micro_batch_size_per_gpu)")
@@ -190,7 +191,7 @@ def request_from_args(args: argparse.Namespace) -> JobRequest:
     stage_gb = _data_size_gb(stage) if stage else None
     if stage:  # the job starts in the submit folder, but an absolute path survives a cd
         stage = os.path.abspath(os.path.expanduser(stage))
-    account = args.account or os.environ.get("SBATCH_ACCOUNT") or os.environ.get("SLURM_ACCOUNT") or None
+    account = account_or_env(args.account)
     venv = os.path.abspath(os.path.expanduser(args.venv)) if args.venv else None
     accel, ds = _config_arg(args.accelerate_config), _config_arg(args.deepspeed_config)
     return JobRequest(
@@ -225,6 +226,11 @@ def request_from_args(args: argparse.Namespace) -> JobRequest:
         expand_args=bool(args.expand_args),
         gpus_per_proc=args.gpus_per_proc, procs_per_gpu=args.procs_per_gpu, cpus=args.cpus,
     )
+
+
+def account_or_env(account: str | None) -> str | None:
+    """The project to bill: the flag's value, else sbatch's own default ($SBATCH_ACCOUNT, $SLURM_ACCOUNT)."""
+    return account or os.environ.get("SBATCH_ACCOUNT") or os.environ.get("SLURM_ACCOUNT") or None
 
 
 def _config_arg(value: str | None) -> str | None:

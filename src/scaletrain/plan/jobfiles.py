@@ -80,23 +80,18 @@ def framework_files(request: JobRequest, profile: ClusterProfile, *, nodes: int,
     cluster without node-local disk.
     """
     if request.precision not in PRECISIONS:
-        raise UsageError(f"unknown --precision {request.precision!r}", "use fp32, tf32, bf16 or fp16")
+        raise UsageError(f"unknown --precision {request.precision!r}", f"use one of {', '.join(PRECISIONS)}")
     if request.micro_batch is not None and not request.deepspeed_config:
         raise UsageError("--micro-batch sets DeepSpeed's micro-batch: it goes with --deepspeed-config",
                          "add --deepspeed-config zero1|zero2|zero3|offload|nvme, or leave it out")
-    files: list[JobFile] = []
-    out = FrameworkFiles()
+    # at most one survives: the Accelerate config needs --launcher accelerate, which refuses the
+    # DeepSpeed one (Accelerate takes DeepSpeed settings from its own config)
+    found = []
     if request.accelerate_config:
-        out = _accelerate(request, profile, nodes=nodes, world=world, device=device)
-        files += out.files
+        found.append(_accelerate(request, profile, nodes=nodes, world=world, device=device))
     if request.deepspeed_config:
-        ds = _deepspeed(request, profile, nodes=nodes)
-        files += ds.files
-        out = FrameworkFiles(accelerate_word=out.accelerate_word, program_extra=ds.program_extra,
-                             env=out.env + ds.env, notes=out.notes + ds.notes, disk_gb=ds.disk_gb)
-    return FrameworkFiles(files=tuple(files), accelerate_word=out.accelerate_word,
-                          program_extra=out.program_extra, env=out.env, notes=out.notes,
-                          disk_gb=out.disk_gb)
+        found.append(_deepspeed(request, profile, nodes=nodes))
+    return found[0] if found else FrameworkFiles()
 
 
 def _accelerate(request: JobRequest, profile: ClusterProfile, *, nodes: int, world: int,
@@ -168,7 +163,7 @@ def _deepspeed(request: JobRequest, profile: ClusterProfile, *, nodes: int) -> F
     return FrameworkFiles(
         files=(JobFile(DEEPSPEED_VAR, "ds_config.json", to_json(config),
                        f"DeepSpeed config (--deepspeed-config {value}): ZeRO stage {zero['stage']}", scratch),),
-        program_extra=extra, env=(), notes=tuple(notes), disk_gb=disk)
+        program_extra=extra, notes=tuple(notes), disk_gb=disk)
 
 
 def _nvme_disk(request: JobRequest, profile: ClusterProfile, *, nodes: int) -> tuple[str, int | None]:
