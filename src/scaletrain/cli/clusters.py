@@ -36,6 +36,7 @@ def _list(as_json: bool) -> int:
     if as_json:
         print(json.dumps([{"name": p.name, "site": p.site, "gpus_per_node": p.gpus_per_node,
                            "gpu_model": p.gpu_model, "partitions": list(p.partitions),
+                           "retired": p.retired, "successor": p.successor,
                            "path": p.path} for p in profiles], indent=2))
         return 0
     rows = [("NAME", "SITE", "GPUS/NODE", "GPU", "PARTITIONS")]
@@ -43,6 +44,8 @@ def _list(as_json: bool) -> int:
         parts = ", ".join(n for n, part in p.partitions.items() if not part.implicit) or (
             "(routed by Slurm)" if p.scheduler == "slurm" else "(no Slurm)")
         model = f"{p.gpu_model} {p.gpu_memory_gb:g}GB" if p.gpus_per_node else "none (CPU)"
+        if p.retired:
+            parts = f"RETIRED {p.retired}, successor: {p.successor or '-'}"
         rows.append((p.name, p.site[:38], str(p.gpus_per_node) if p.gpus_per_node else "-", model, parts))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     for r in rows:
@@ -100,8 +103,17 @@ def _show(name: str, as_json: bool) -> int:
             f"{g}: {c[0]}-{c[-1]}" for g, c in sorted(p.gpu_cpu_map.items())))
     for note in p.notes:
         lines.append(f"  note: {note}")
-    lines.append("  sources:")
+    if p.retired:
+        lines.append(f"  RETIRED:         {p.retired}; successor: {p.successor or '-'} "
+                     f"(port scripts: scaletrain port OLD.sh --cluster {p.successor or 'NAME'})")
+    lines.append("  sources" + (f" (checked {p.checked})" if p.checked else "") + ":")
     lines += [f"    {s}" for s in p.sources]
+    if p.facts:
+        lines.append("  facts and where they come from:")
+        lines += [f"    {k}: {v}" for k, v in p.facts.items()]
+    if p.unconfirmed:
+        lines.append("  unconfirmed (no current document states these; check them on the cluster):")
+        lines += [f"    {k}: {v}" for k, v in p.unconfirmed_facts.items()]
     lines.append(f"  file: {p.path}")
     print("\n".join(lines))
     return 0

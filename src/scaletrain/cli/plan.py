@@ -97,7 +97,8 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
                    help="USR1 before the time limit, passed to the tasks; the job then requeues itself")
     r.add_argument("--job-name", type=A.job_name, metavar="NAME", help="Slurm job name (default: the script's name)")
     r.add_argument("--accelerate-config", type=A.text(), metavar="NAME|FILE",
-                   help="with --launcher accelerate: ddp, zero2, zero3, fsdp, offload or hsdp (the job writes "
+                   help="with --launcher accelerate: ddp, fsdp-shard-grad-op, fsdp-full-shard, fsdp-offload or "
+                        "hsdp (older names zero2, zero3, fsdp, offload still work; the job writes "
                         "Accelerate's config and passes it), or your own config FILE; scaletrain adds only "
                         "the layout flags")
     r.add_argument("--deepspeed-config", type=A.text(), metavar="NAME|FILE",

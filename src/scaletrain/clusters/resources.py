@@ -134,10 +134,15 @@ def _partition_limits(r: Resources, prof: ClusterProfile, part: Partition) -> li
     per = prof.gpus_per_node
     if part.whole_node and per > 0 and 0 < r.gpus_per_node < per:
         shared = [p.name for p in gpu_parts if not p.whole_node]
+        tests = [p for p in prof.partitions.values() if p.gpus and p.test and p.name != part.name]
+        other = (f", or use --partition {shared[0]}" if shared else
+                 f", or for a short test --partition {tests[0].name}" + (f" (up to {tests[0].max_time})"
+                                                                          if tests[0].max_time else "")
+                 if tests and not part.test else "")
         out.append(_v("partition-limit", WARNING, "partition",
                       f"partition '{part.name}' allocates whole nodes: {r.gpus_per_node} of {per} GPUs per "
                       f"node are used, and the job is billed for {per} GPUs per node",
-                      f"ask for {per} GPUs per node" + (f", or use --partition {shared[0]}" if shared else ""),
+                      f"ask for {per} GPUs per node" + other,
                       f"ask for {per} GPUs per node, or use a partition that shares nodes"))
     if r.seconds is not None and part.max_seconds is not None and r.seconds > part.max_seconds:
         out.append(_v("time-limit", ERROR, "time",
@@ -177,7 +182,8 @@ def billed_gpu_hours(r: Resources, profile: ClusterProfile) -> float:
 
     ``gpus``: GPUs x hours. Whole-node partitions bill every GPU of each node. ``max_share``
     (LUMI, Alliance): per node, the largest of GPUs, cores / the per-GPU core share and
-    memory / the per-GPU memory share, rounded up.
+    memory / the per-GPU memory share, rounded up. A billed GPU-hour may be several of the
+    profile's GPUs (``gpus_per_billing_unit``: LUMI bills one MI250X = 2 GCDs, 4 per node-hour).
     """
     if profile.gpus_per_node <= 0 or r.gpus_per_node <= 0 or r.seconds is None:
         return 0.0   # no GPUs: a CPU-only job is billed in core-hours, not here
@@ -192,4 +198,4 @@ def billed_gpu_hours(r: Resources, profile: ClusterProfile) -> float:
             mem = profile.max_mem_per_gpu_gb or profile.mem_per_gpu
             per_node = max(per_node, -(-r.cpus_per_node // cores),
                            float(-(-(r.mem_gb or 0) // mem)) if mem else 0.0)
-    return round(r.nodes * per_node * hours, 2)
+    return round(r.nodes * per_node * hours / max(1, profile.gpus_per_billing_unit), 2)

@@ -10,16 +10,24 @@ from typing import Any
 
 from scaletrain.errors import UsageError
 
-# our strategy -> (Accelerate distributed_type, FSDP sharding strategy, offload parameters)
+# our name -> (Accelerate distributed_type, FSDP sharding strategy, offload parameters). The names
+# say what Accelerate is told: FSDP's sharding strategies, not DeepSpeed's ZeRO stages.
 _STRATEGIES: dict[str, tuple[str, str | None, bool]] = {
     "ddp": ("MULTI_GPU", None, False),
-    "zero2": ("FSDP", "SHARD_GRAD_OP", False),
-    "zero3": ("FSDP", "FULL_SHARD", False),
-    "fsdp": ("FSDP", "FULL_SHARD", False),
-    "offload": ("FSDP", "FULL_SHARD", True),
+    "fsdp-shard-grad-op": ("FSDP", "SHARD_GRAD_OP", False),
+    "fsdp-full-shard": ("FSDP", "FULL_SHARD", False),
+    "fsdp-offload": ("FSDP", "FULL_SHARD", True),
     "hsdp": ("FSDP", "HYBRID_SHARD", False),
 }
-STRATEGIES: tuple[str, ...] = tuple(_STRATEGIES)
+# the older names, kept so existing commands keep working (zero2/zero3 were never DeepSpeed here)
+ALIASES: dict[str, str] = {"zero2": "fsdp-shard-grad-op", "zero3": "fsdp-full-shard",
+                           "fsdp": "fsdp-full-shard", "offload": "fsdp-offload"}
+STRATEGIES: tuple[str, ...] = tuple(_STRATEGIES) + tuple(ALIASES)
+
+
+def canonical(strategy: str) -> str:
+    """The name for what ``strategy`` writes (``zero3`` -> ``fsdp-full-shard``)."""
+    return ALIASES.get(strategy, strategy)
 _PRECISION = {"fp32": "no", "tf32": "no", "bf16": "bf16", "fp16": "fp16"}
 
 
@@ -36,6 +44,7 @@ def accelerate_config(strategy: str, *, precision: str = "fp32", num_machines: i
     ``use_cpu``, and the job exports ``ACCELERATE_USE_CPU=true`` (scaletrain's plan does): the
     launcher then starts them all and each one runs on the CPU.
     """
+    strategy = canonical(strategy)
     if strategy not in _STRATEGIES:
         raise UsageError(f"Accelerate has no equivalent of strategy {strategy!r}",
                          f"use one of {', '.join(_STRATEGIES)} with Accelerate "

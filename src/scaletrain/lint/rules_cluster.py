@@ -134,6 +134,18 @@ def gpu_syntax(ctx: LintContext) -> Iterable[Finding]:
                           f"--{spec.option} is not how {prof.name} documents GPU requests", hint)
 
 
+@rule("cluster-retired", "a script for a system that no longer runs jobs", needs_cluster=True)
+def cluster_retired(ctx: LintContext) -> Iterable[Finding]:
+    prof = ctx.profile
+    if prof is None or not prof.retired:
+        return
+    succ = prof.successor or "a live system"
+    yield finding("cluster-retired", WARNING, ctx.option_line("partition", "account"),
+                  f"{prof.name} was retired on {prof.retired}: this script's jobs will not run there "
+                  f"(successor: {succ})",
+                  f"port it: scaletrain port {ctx.script.path} --cluster {succ}")
+
+
 @rule("partition-unknown", "a partition the cluster profile does not list", needs_cluster=True)
 def partition_unknown(ctx: LintContext) -> Iterable[Finding]:
     prof = ctx.profile

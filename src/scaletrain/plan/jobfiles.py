@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from scaletrain.clusters.profile import ClusterProfile
 from scaletrain.errors import PlanError, UsageError
-from scaletrain.frameworks.accelerate import accelerate_config, to_yaml
+from scaletrain.frameworks.accelerate import ALIASES, accelerate_config, to_yaml
 from scaletrain.frameworks.deepspeed import deepspeed_config, to_json
 from scaletrain.plan.request import JobRequest
 
@@ -116,10 +116,14 @@ def _accelerate(request: JobRequest, profile: ClusterProfile, *, nodes: int, wor
     note = (f"accelerate: the job writes an Accelerate config ({kind}"
             + (f", {config['fsdp_config']['fsdp_sharding_strategy']}" if "fsdp_config" in config else "")
             + f", mixed_precision {config['mixed_precision']}) and passes it with --config_file")
+    notes = (note,)
+    if value in ALIASES and value != "fsdp":   # the ZeRO-looking names: say what they really are
+        notes += (f"--accelerate-config {value} is the older name of {ALIASES[value]}: PyTorch FSDP through "
+                  f"Accelerate, not DeepSpeed ZeRO (for that: --launcher deepspeed --deepspeed-config {value})",)
     return FrameworkFiles(
         files=(JobFile(ACCELERATE_VAR, "accelerate.yaml", text,
                        f"Accelerate config (--accelerate-config {value}): {kind}"),),
-        accelerate_word=f'"${ACCELERATE_VAR}"', notes=(note,))
+        accelerate_word=f'"${ACCELERATE_VAR}"', notes=notes)
 
 
 def _names_deepspeed(words: tuple[str, ...]) -> bool:

@@ -74,7 +74,9 @@ def choose_partition(profile: ClusterProfile, *, nodes: int, gpn: int, seconds: 
     if not candidates:
         kind = "GPU" if gpu_job else "CPU"
         raise ProfileError(f"profile {profile.name!r} has no {kind} partition",
-                           f"name one with --partition, or add a [partitions.NAME] table to the profile")
+                           f"name the partition to run on with --partition ({', '.join(profile.partitions)}), "
+                           f"or add a [partitions.NAME] table with gpus = {'true' if gpu_job else 'false'} "
+                           "to the profile")
     why = {p.name: _why_not(profile, p, nodes=nodes, gpn=gpn, seconds=seconds) for p in candidates}
     fitting = [p for p in candidates if why[p.name] is None]
     if not fitting:
@@ -170,8 +172,10 @@ def memory(request: JobRequest, profile: ClusterProfile, *, gpn: int,
            cpus: int) -> tuple[str | None, float | None]:
     """(the --mem value or None for no line, GB per node or None when unknown; 0 = whole node)."""
     if gpn == 0 and profile.mem_request == "proportional" and profile.cores_per_node:
-        # a CPU-only job: the node's memory per core, for its cores
-        return format_mem(profile.mem_per_node_gb * cpus / profile.cores_per_node), None
+        # a CPU-only job: the CPU nodes' memory per core where the profile knows it (Narval's CPU
+        # nodes have 3.9 GB a core; its GPU nodes' 10.4 asked 2.5x what the job is billed for)
+        per_core = profile.cpu_mem_per_core_gb or profile.mem_per_node_gb / profile.cores_per_node
+        return format_mem(per_core * cpus), None
     if request.mem_per_gpu_gb is not None:
         gb = request.mem_per_gpu_gb * gpn
     elif profile.mem_request == "proportional":
@@ -225,10 +229,19 @@ def stage_plan(request: JobRequest, profile: ClusterProfile) -> StagePlan | None
             base = base[: -len(ext)]
             break
     disk: int | None = None
+    size = request.stage_data_gb
+    factor = 1.1 if kind in ("dir", "tar") else 3.0     # archives grow when unpacked
+    if size is not None and not profile.scratch_gres:
+        need = size * factor
+        room = profile.scratch_max_gb or (profile.mem_per_node_gb / 2 if profile.scratch_in_memory else None)
+        where = (f"{profile.scratch_var} is memory on {profile.name} and counts against --mem"
+                 if profile.scratch_in_memory else f"{profile.scratch_var} holds {room:g} GB on {profile.name}")
+        if room and need > room:
+            raise PlanError(f"--stage-data {src} needs about {need:.0f} GB on each node, but {where}",
+                            "read the data from the shared scratch file system instead (leave out --stage-data), "
+                            "or stage a smaller subset")
     if profile.scratch_gres:
-        size = request.stage_data_gb
-        # archives grow when unpacked; without a size, ask for a modest default
-        factor = 1.1 if kind in ("dir", "tar") else 3.0
+        # without a size (the data is not reachable from here), ask for a modest default
         disk = max(10, int(-(-(size * factor) // 1))) if size is not None else 100
         if profile.scratch_max_gb:
             disk = min(disk, int(profile.scratch_max_gb))

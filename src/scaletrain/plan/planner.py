@@ -105,7 +105,17 @@ def _family(profile: ClusterProfile, name: str | None) -> str:
     return name
 
 
+def check_live(profile: ClusterProfile) -> None:
+    """PlanError (exit 2) naming the successor when the profile's system no longer runs jobs."""
+    if profile.retired:
+        succ = profile.successor or "a live system"
+        raise PlanError(f"{profile.name} was retired on {profile.retired} and runs no jobs; its successor is {succ}",
+                        f"plan with --cluster {succ}; carry an old script over with "
+                        f"'scaletrain port OLD.sh --cluster {succ}'")
+
+
 def _check_request(req: JobRequest, profile: ClusterProfile) -> None:
+    check_live(profile)
     if req.launcher not in LAUNCHERS:
         raise UsageError(f"unknown launcher {req.launcher!r}", "use one of: " + ", ".join(LAUNCHERS))
     if req.device not in DEVICES:
@@ -140,6 +150,11 @@ def _check_request(req: JobRequest, profile: ClusterProfile) -> None:
                          "profile has none",
                          "plan for a cluster, or try the program here with 'scaletrain run --emulate slurm' "
                          "and TF_CONFIG from 'python -m scaletrain.frameworks.tensorflow'")
+    missing = profile.missing_launchers.get(req.launcher)
+    if missing and not (req.container or req.venv or req.conda or req.modules):
+        raise PlanError(f"--launcher {req.launcher} on {profile.name}: {missing}",
+                        "bring an environment that has it (--container IMAGE, --venv DIR or --module NAME), "
+                        "or use a PyTorch launcher")
     if req.requeue and req.launcher in SPECS and not SPECS[req.launcher].requeue_ok:
         raise UsageError(f"--requeue cannot work with --launcher {req.launcher}: its per-node agent dies of the "
                          f"USR1 that asks the workers to save, and exits 1 (not {EXIT_STOPPED}) when they stop",
@@ -233,6 +248,12 @@ def _launcher_notes(request: JobRequest, profile: ClusterProfile, nodes: int, gp
                      "--node_rank=$SLURM_NODEID (needs DeepSpeed >= 0.14)")
     if request.container and profile.container is None:
         notes.append("the program runs inside the container given by --container (apptainer exec)")
+    horovod = profile.missing_launchers.get("horovod")
+    if horovod and request.launcher == "mpi":
+        notes.append(f"if the program uses Horovod: {horovod}; bring it with --venv or --container")
+    if nodes > 1 and profile.module_multinode_warning and not request.container and (
+            profile.software == "module" or request.modules):
+        notes.append(profile.module_multinode_warning)
     if request.expand_args:
         notes.append("--expand-args: $NAME in the program's arguments expands when the job runs, in the batch "
                      "shell (job-wide values)")

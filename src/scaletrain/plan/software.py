@@ -34,6 +34,8 @@ def setup_lines(request: JobRequest, profile: ClusterProfile) -> tuple[str, ...]
         lines += profile.container_setup_lines
     else:
         base = list(profile.setup_lines)
+        if request.launcher == "tensorflow" and profile.tensorflow_setup_lines:
+            base = list(profile.tensorflow_setup_lines)   # the centre's TensorFlow, not its PyTorch
         if request.modules:
             base = [ln for ln in base if not ln.lstrip().startswith("module load")]
             base.append("module load " + " ".join(q(check_text("--module", m)) for m in request.modules))

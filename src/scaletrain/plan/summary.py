@@ -64,6 +64,35 @@ def memory_table(plan: Plan, n_params: float) -> str:
     return "\n".join(lines)
 
 
+# Profile facts every Slurm plan relies on; the partition's own facts and the software's are added.
+_RELIED = ("gpus_per_node", "cores_per_node", "mem_per_node_gb", "mem_per_gpu_gb", "mem_request",
+           "gpu_request", "gres_type", "account_required", "env", "master_addr_suffix",
+           "max_cores_per_gpu", "max_mem_per_gpu_gb", "billing", "gpus_per_billing_unit")
+
+
+def unconfirmed_relied(plan: Plan) -> list[tuple[str, str]]:
+    """(field, why) for each fact this plan used that the profile marks unconfirmed."""
+    prof = plan.profile
+    facts = prof.unconfirmed_facts
+    if not facts or plan.scheduler != "slurm":
+        return []
+    relied = set(_RELIED)
+    relied |= ({"container", "container_setup_lines", "container_binds", "default_image"} if plan.container
+               else {"setup_lines", "python_env_lines"})
+    if plan.cpu_bind or any(k == "SCALETRAIN_GPU_CPU_MAP" for k, _ in plan.env):
+        relied.add("gpu_cpu_map")
+    if plan.stage is not None:
+        relied |= {"scratch_var", "scratch_max_gb", "scratch_gres"}
+    part = plan.partition or next((n for n, p in prof.partitions.items() if p.implicit), "")
+    out = []
+    for key, why in facts.items():
+        head, _, rest = key.partition(".")
+        used = key in relied or (head == "partitions" and (not rest or rest.split(".")[0] == part))
+        if used:
+            out.append((key, why))
+    return out
+
+
 def render_summary(plan: Plan) -> str:
     """A few lines for stderr: layout, per-process resources, partition, GPU-hours, notes."""
     p = plan
@@ -83,9 +112,11 @@ def render_summary(plan: Plan) -> str:
         lines.append(f"  per process: {share}, {p.threads_per_proc} CPU core{'s' if p.threads_per_proc != 1 else ''}"
                      f"{mem}; Slurm tasks: {p.tasks_per_node} per node x {p.cpus_per_task} CPUs"
                      + (f", --mem={p.mem}" if p.mem else ""))
+        unit = p.profile.gpus_per_billing_unit
+        used = p.gpus * p.time_seconds / 3600 / unit
         lines.append(f"  time {p.time} -> {p.gpu_hours:g} GPU-hours billed"
-                     + (f" ({p.gpus * p.time_seconds / 3600:g} used)"
-                        if abs(p.gpus * p.time_seconds / 3600 - p.gpu_hours) > 0.005 else ""))
+                     + (f" ({used:g} used)" if abs(used - p.gpu_hours) > 0.005 else "")
+                     + (f" (one billed GPU-hour = {unit} {p.profile.gpu_model}s for an hour)" if unit > 1 else ""))
     if p.device == "cpu" and p.scheduler == "slurm":
         lines.append("  device: cpu (SCALETRAIN_DEVICE=cpu; GPUs, if any, are left unused)")
     if p.stage is not None:
@@ -94,6 +125,12 @@ def render_summary(plan: Plan) -> str:
                      + (f", {p.stage.disk_gb} GB node-local disk requested" if p.stage.disk_gb else ""))
     for note in p.notes:
         lines.append(f"  note: {note}")
+    doubtful = unconfirmed_relied(p)
+    for key, why in doubtful:
+        lines.append(f"  unconfirmed: {key} - {why}")
+    if doubtful:
+        lines.append(f"  (the plan relies on {len(doubtful)} unconfirmed fact{'s' if len(doubtful) != 1 else ''}: "
+                     f"compare with Slurm on {p.cluster} by running 'scaletrain clusters check' there)")
     if p.request.params:
         lines.append(memory_table(p, p.request.params))
     return "\n".join(lines)
@@ -113,6 +150,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
     out["sbatch"] = [[k, v] for k, v in plan.sbatch]
     out["env"] = dict(plan.env)
     out["launch"] = launch_command(plan)
+    out["unconfirmed"] = [{"fact": k, "why": w} for k, w in unconfirmed_relied(plan)]
     if plan.request.params:
         out["memory"] = memory_rows(plan, plan.request.params)
     return out
