@@ -36,7 +36,7 @@ EXPECTED_FLAGS: dict[str, list[str]] = {
              "--dependency", "--reservation", "--qos", "--log", "--error", "--chdir", "--exclusive", "--sbatch",
              "--module", "--venv", "--conda", "--env", "--setup", "--gpus-per-proc", "--procs-per-gpu", "--cpus", "--mem"],
     "lint": ["--help", "files", "--cluster", "--profile", "--format"],
-    "clusters": ["--help", "cluster", "--json", "--output", "--name", "--partition"],
+    "clusters": ["--help", "cluster", "target", "--json", "--output", "--name", "--partition"],
     "doctor": ["--help", "--timeout", "--size-mb", "--json"],
     "bench": ["--help"],  # its sub-commands' flags: tests/unit/test_bench_units.py
 }

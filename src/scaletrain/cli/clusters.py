@@ -1,10 +1,11 @@
-"""``scaletrain clusters``: list the known cluster profiles, show one, or probe this cluster.
+"""``scaletrain clusters``: list the known cluster profiles, show one, probe or check this cluster.
 
     scaletrain clusters                  # table of every profile
     scaletrain clusters lumi             # one profile in full
     scaletrain clusters probe -o my.toml # build a profile from sinfo/scontrol (inside Slurm)
+    scaletrain clusters check roihu      # compare the roihu profile with this cluster's Slurm
 
-``probe`` is implemented by ``scaletrain.clusters.probe.run_probe`` and imported only when used.
+``probe`` and ``check`` live in ``scaletrain.clusters.probe`` / ``.check``, imported only when used.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ examples:
   scaletrain clusters lumi --json
   scaletrain clusters probe --output ~/.config/scaletrain/clusters/mycluster.toml --name mycluster
   scaletrain clusters probe --partition gpu,gputest     # only these partitions
+  scaletrain clusters check roihu      # on a Roihu login node: what differs from Slurm
 """
 
 
@@ -127,6 +129,13 @@ def run_clusters(args: argparse.Namespace) -> int:
         from scaletrain.clusters.probe import run_probe
 
         return int(run_probe(args) or 0)
+    if args.cluster == "check":
+        from scaletrain.clusters.check import run_check
+
+        return run_check(args)
+    if getattr(args, "target", None):
+        raise UsageError(f"unexpected {args.target!r} after {args.cluster!r}",
+                         "a second name goes only with 'check': scaletrain clusters check NAME")
     if probe_flags:
         raise UsageError(f"{', '.join(probe_flags)} only go with 'probe'",
                          "scaletrain clusters probe --output FILE [--name NAME] [--partition P]")
@@ -140,8 +149,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("clusters", help="list/show cluster profiles, or probe this Slurm cluster",
                               description=DESCRIPTION, epilog=EPILOG,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("cluster", nargs="?", metavar="NAME|probe",
-                   help="a profile to show, or 'probe' to build one from this cluster's Slurm")
+    p.add_argument("cluster", nargs="?", metavar="NAME|probe|check",
+                   help="a profile to show, 'probe' to build one from this cluster's Slurm, or 'check' "
+                        "to compare a profile with it")
+    p.add_argument("target", nargs="?", metavar="NAME",
+                   help="check: the profile to compare (default: the one named like Slurm's cluster)")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     g = p.add_argument_group("probe")
     g.add_argument("--output", "-o", metavar="FILE", help="probe: write the profile here (default stdout)")
