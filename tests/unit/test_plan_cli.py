@@ -22,11 +22,11 @@ run = run_cli
 
 
 def test_script_on_stdout_summary_on_stderr(capsys) -> None:
-    rc, out, err = run(capsys, "plan", "--cluster", "puhti", "--gpus", "8", "--account", "project_1",
+    rc, out, err = run(capsys, "plan", "--cluster", "roihu", "--gpus", "8", "--account", "project_1",
                        "--time", "02:00:00", "--", "train.py", "--lr", "0.1")
     assert rc == 0
     assert out.startswith("#!/bin/bash") and "#SBATCH" not in err
-    assert "# command: scaletrain plan --cluster puhti --gpus 8 --account project_1 --time 02:00:00 " \
+    assert "# command: scaletrain plan --cluster roihu --gpus 8 --account project_1 --time 02:00:00 " \
            "-- train.py --lr 0.1" in out
     assert "srun --kill-on-bad-exit=1 python3 -u train.py --lr 0.1" in out
     assert "2 nodes x 4 V100 = 8 GPUs, 8 processes" in err
@@ -43,7 +43,7 @@ def test_output_file(capsys, tmp_path: Path) -> None:
 
 
 def test_json(capsys) -> None:
-    rc, out, _ = run(capsys, "plan", "--cluster", "mahti", "--gpus", "2", "--account", "p",
+    rc, out, _ = run(capsys, "plan", "--cluster", "roihu", "--gpus", "2", "--account", "p",
                      "--launcher", "accelerate", "--json", "--", "t.py", "x")
     data = json.loads(out)
     assert rc == 0 and data["partition"] == "gpusmall" and data["nodes"] == 1
@@ -72,21 +72,21 @@ def test_params_memory_table(capsys) -> None:
 
 @pytest.mark.parametrize("argv,needle", [
     (["--cluster", "nowhere", "--gpus", "1", "--", "t.py"], "unknown cluster 'nowhere' (known: beluga"),
-    (["--cluster", "puhti", "--gpus", "1", "--", "t.py"], "requires --account"),
-    (["--cluster", "puhti", "--gpus", "1", "--nodes", "1", "--account", "p", "--", "t.py"], "not both"),
-    (["--cluster", "puhti", "--account", "p", "--", "t.py"], "--gpus N or --nodes M"),
-    (["--cluster", "puhti", "--gpus", "1", "--account", "p"], "no training script"),
+    (["--cluster", "roihu", "--gpus", "1", "--", "t.py"], "requires --account"),
+    (["--cluster", "roihu", "--gpus", "1", "--nodes", "1", "--account", "p", "--", "t.py"], "not both"),
+    (["--cluster", "roihu", "--account", "p", "--", "t.py"], "--gpus N or --nodes M"),
+    (["--cluster", "roihu", "--gpus", "1", "--account", "p"], "no training script"),
     (["--gpus", "1", "--", "t.py"], "--cluster NAME is required"),
-    (["--cluster", "mahti", "--gpus", "4", "--partition", "gpusmall", "--account", "p", "--", "t.py"],
+    (["--cluster", "roihu", "--gpus", "4", "--partition", "gpusmall", "--account", "p", "--", "t.py"],
      "which allows at most 2"),
-    (["--cluster", "puhti", "--gpus", "4", "--time", "9-00:00:00", "--account", "p", "--", "t.py"],
+    (["--cluster", "roihu", "--gpus", "4", "--time", "9-00:00:00", "--account", "p", "--", "t.py"],
      "above every GPU partition's limit"),
     (["--cluster", "juwels-booster", "--gpus", "6", "--account", "p", "--", "t.py"], "not a multiple"),
     (["--cluster", "lumi", "--gpus", "8", "--partition", "big-g", "--account", "p", "--", "t.py"],
      "unknown partition 'big-g'"),
-    (["--cluster", "puhti", "--gpus", "1", "--mem-per-gpu", "lots", "--account", "p", "--", "t.py"],
+    (["--cluster", "roihu", "--gpus", "1", "--mem-per-gpu", "lots", "--account", "p", "--", "t.py"],
      "bad memory size"),
-    (["--cluster", "puhti", "--gpus", "1", "--launcher", "magic", "--", "t.py"], "invalid choice"),
+    (["--cluster", "roihu", "--gpus", "1", "--launcher", "magic", "--", "t.py"], "invalid choice"),
 ])
 def test_bad_input_exits_2_with_one_line_and_hint(capsys, argv, needle) -> None:
     rc, out, err = run(capsys, "plan", *argv)
@@ -98,13 +98,13 @@ def test_bad_input_exits_2_with_one_line_and_hint(capsys, argv, needle) -> None:
 
 def test_account_from_environment(capsys, monkeypatch) -> None:
     monkeypatch.setenv("SBATCH_ACCOUNT", "project_env")
-    rc, out, _ = run(capsys, "plan", "--cluster", "puhti", "--gpus", "1", "--", "t.py")
+    rc, out, _ = run(capsys, "plan", "--cluster", "roihu", "--gpus", "1", "--", "t.py")
     assert rc == 0 and "#SBATCH --account=project_env" in out
 
 
 def test_profile_file_flag(capsys, tmp_path: Path) -> None:
     from scaletrain.clusters.profile import _shipped_dir
-    text = (_shipped_dir() / "puhti.toml").read_text().replace('name = "puhti"', 'name = "mysite"')
+    text = (_shipped_dir() / "puhti.toml").read_text().replace('name = "roihu"', 'name = "mysite"')
     f = tmp_path / "mysite.toml"
     f.write_text(text)
     rc, out, _ = run(capsys, "plan", "--profile", str(f), "--gpus", "2", "--account", "p", "--", "t.py")
@@ -115,7 +115,7 @@ def test_profile_file_flag(capsys, tmp_path: Path) -> None:
 def test_stage_data_size_is_measured(capsys, tmp_path: Path) -> None:
     data = tmp_path / "d.tar"
     data.write_bytes(b"x" * 1024)
-    rc, out, err = run(capsys, "plan", "--cluster", "mahti", "--gpus", "4", "--account", "p",
+    rc, out, err = run(capsys, "plan", "--cluster", "roihu", "--gpus", "4", "--account", "p",
                        "--stage-data", str(data), "--", "t.py")
     assert rc == 0 and "--gres=gpu:a100:4,nvme:10" in out and f"'{data}'" not in out and str(data) in out
 
@@ -173,7 +173,7 @@ def test_rendered_scripts_pass_lint(capsys, tmp_path: Path) -> None:
     """Cross-check with 'scaletrain lint': no error on what plan writes (issue 3, point 7)."""
     pytest.importorskip("scaletrain.cli.lint")
     files = []
-    for cluster, gpus in (("puhti", 8), ("mahti", 2), ("lumi", 16), ("narval", 4), ("juwels-booster", 8)):
+    for cluster, gpus in (("roihu", 8), ("roihu", 2), ("lumi", 16), ("narval", 4), ("juwels-booster", 8)):
         for launcher in ("scaletrain", "torchrun", "scaletrain-run", "srun", "accelerate", "deepspeed"):
             f = tmp_path / f"{cluster}-{launcher}.sh"
             requeue = ["--requeue"] if launcher in ("scaletrain", "scaletrain-run", "srun") else []

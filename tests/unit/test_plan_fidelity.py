@@ -47,7 +47,7 @@ def lint(text: str, cluster: str) -> list:
 ])
 def test_hostile_sbatch_values_are_refused(field: str, value: str) -> None:
     with pytest.raises(UsageError) as exc:
-        plan("puhti", gpus=4, **{field: value})
+        plan("roihu", gpus=4, **{field: value})
     assert "\n" not in str(exc.value.message)
 
 
@@ -58,7 +58,7 @@ def test_hostile_sbatch_values_are_refused(field: str, value: str) -> None:
 ])
 def test_every_other_value_is_checked(kw: dict) -> None:
     with pytest.raises(UsageError):
-        render("puhti", gpus=4, **kw)
+        render("roihu", gpus=4, **kw)
 
 
 def test_sbatch_words_are_quoted_for_sbatchs_reader() -> None:
@@ -77,7 +77,7 @@ HOSTILE_ARGS = ("'; touch pwned; '", "$(touch pwned)", "`touch pwned`", "a b", "
 def test_golden_hostile_request_runs_literally(tmp_path: Path) -> None:
     """Hostile values everywhere; a fake srun/module on PATH proves nothing else runs."""
     name = 'nasty "job" #1 $(touch pwned)'
-    text = render("puhti", gpus=4, launcher="srun", job_name=name, script="my train.py",
+    text = render("roihu", gpus=4, launcher="srun", job_name=name, script="my train.py",
                   script_args=HOSTILE_ARGS, mail_type="END,FAIL", mail_user="me@uni.fi",
                   env=(("MY_VAR", "$(touch pwned) ; `id` 'x'"),),
                   sbatch_extra=(("comment", "a b #c"),), venv=str(tmp_path / "my env"))
@@ -85,7 +85,7 @@ def test_golden_hostile_request_runs_literally(tmp_path: Path) -> None:
     header = parse_script(text, "job.sh")   # reads #SBATCH as sbatch does (quotes, escapes, '#')
     assert header.option("job-name").value == name and header.option("comment").value == "a b #c"
     assert header.option("mail-user").value == "me@uni.fi"
-    assert [f for f in lint(text, "puhti") if f.severity == "error"] == []
+    assert [f for f in lint(text, "roihu") if f.severity == "error"] == []
     # run it: fake srun strips its options and runs the rest; fake python3 records argv and env
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -154,7 +154,7 @@ def test_lint_flags_a_mask_that_contradicts_cpus_per_task() -> None:
 # --------------------------------------------------------------------------- 3. torchrun
 
 def test_torchrun_is_torch_own_launcher() -> None:
-    one = render("puhti", gpus=4, launcher="torchrun")
+    one = render("roihu", gpus=4, launcher="torchrun")
     assert "srun --kill-on-bad-exit=1 python3 -m torch.distributed.run --standalone --nnodes=1 " \
            "--nproc_per_node=4 train.py" in one
     two = render("lumi", gpus=16, launcher="torchrun")
@@ -173,7 +173,7 @@ def test_missing_scaletrain_stops_with_one_line(tmp_path: Path) -> None:
         (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
         (bin_dir / name).chmod(0o755)
     job = tmp_path / "job.sh"
-    job.write_text(render("puhti", gpus=4))
+    job.write_text(render("roihu", gpus=4))
     r = subprocess.run([BASH, str(job)], env={"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_ID": "1",
                                               "SLURM_JOB_NODELIST": "n", "SLURM_CPUS_PER_TASK": "1"},
                        cwd=tmp_path, capture_output=True, text=True, timeout=60)
@@ -184,13 +184,13 @@ def test_missing_scaletrain_stops_with_one_line(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- 4/6/9. set-up
 
 def test_accelerate_config_is_passed_and_multi_gpu_is_not() -> None:
-    text = render("mahti", gpus=4, launcher="accelerate", accelerate_config="/p/fsdp config.yaml")
+    text = render("roihu", gpus=4, launcher="accelerate", accelerate_config="/p/fsdp config.yaml")
     assert "accelerate launch --config_file='/p/fsdp config.yaml' --num_processes=4" in text
     assert "--multi_gpu" not in text
-    assert "--multi_gpu" in render("mahti", gpus=8, launcher="accelerate")
+    assert "--multi_gpu" in render("roihu", gpus=8, launcher="accelerate")
 
 
-@pytest.mark.parametrize("cluster", ["narval", "beluga", "cedar", "graham", "juwels-booster"])
+@pytest.mark.parametrize("cluster", ["narval", "rorqual", "fir", "nibi", "juwels-booster"])
 def test_every_profile_sets_up_a_python_with_torch(cluster: str) -> None:
     text = render(cluster, gpus=4, launcher="torchrun")
     setup = text.split("# software set-up", 1)[1].split("set -u", 1)[0]
@@ -204,7 +204,7 @@ def test_every_profile_sets_up_a_python_with_torch(cluster: str) -> None:
 def test_containers_get_binds_and_skip_the_module() -> None:
     text = render("lumi", gpus=8, container="/img/pt.sif")
     assert "module load pytorch" not in text and "module load singularity-AI-bindings" in text
-    text = render("puhti", gpus=4, container="/img/pt.sif", stage_data="/scratch/p/d.tar")
+    text = render("roihu", gpus=4, container="/img/pt.sif", stage_data="/scratch/p/d.tar")
     assert 'apptainer exec --nv -B /scratch -B /projappl -B "$LOCAL_SCRATCH" /img/pt.sif' in text
 
 
@@ -218,7 +218,7 @@ def test_lumi_over_share_is_billed_as_the_larger_share() -> None:
 
 def test_puhti_over_share_is_refused_with_the_fix() -> None:
     with pytest.raises(UsageError) as exc:
-        plan("puhti", gpus=1, cpus_per_gpu=40)
+        plan("roihu", gpus=1, cpus_per_gpu=40)
     assert "allows 10 per GPU" in exc.value.message and "--cpus-per-gpu 10" in exc.value.hint
 
 
@@ -226,7 +226,7 @@ def test_puhti_over_share_is_refused_with_the_fix() -> None:
 
 def test_submit_runs_in_the_submit_folder_with_absolute_script(tmp_path: Path, monkeypatch, capsys) -> None:
     monkeypatch.chdir(tmp_path)
-    assert main(["submit", "--cluster", "puhti", "--gpus", "1", "--account", "p", "--dry-run",
+    assert main(["submit", "--cluster", "roihu", "--gpus", "1", "--account", "p", "--dry-run",
                  "--run-dir", "runs/a", "--", "sub/train.py", "--data", "data/x.csv"]) == 0
     text = (tmp_path / "runs" / "a" / "job.sh").read_text()
     assert f"#SBATCH --chdir={tmp_path}" in text
@@ -237,9 +237,9 @@ def test_submit_runs_in_the_submit_folder_with_absolute_script(tmp_path: Path, m
 # --------------------------------------------------------------------------- 10/11. words, examples
 
 def test_no_internal_words_in_any_script_or_note() -> None:
-    for cluster in list_profiles():
+    for cluster in [c for c in list_profiles() if not load_profile(c).retired]:
         per = max(1, load_profile(cluster).gpus_per_node) if cluster != "local" else 1
-        for launcher in LAUNCHERS:
+        for launcher in [x for x in LAUNCHERS if x not in load_profile(cluster).missing_launchers]:
             for gpus in {1, per, 2 * per} if cluster != "local" else {1}:
                 if cluster == "local" and launcher != "scaletrain":
                     continue
@@ -266,7 +266,7 @@ def test_every_plan_and_submit_example_runs(tmp_path: Path, monkeypatch, capsys)
     monkeypatch.delenv("SLURM_ACCOUNT", raising=False)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "train.py").write_text("print('hi')\n")
-    shutil.copy(load_profile("puhti").path, tmp_path / "my.toml")   # the --profile FILE example
+    shutil.copy(load_profile("roihu").path, tmp_path / "my.toml")   # the --profile FILE example
     (tmp_path / "runs" / "exp1").mkdir(parents=True)   # the --explain example: a Monitor run's summary
     (tmp_path / "runs" / "exp1" / "summary.json").write_text(json.dumps(
         {"steps": 200, "world_size": 1, "step_s_median": 0.25, "samples_per_step": 64,
@@ -301,9 +301,9 @@ def test_one_process_drives_several_gpus() -> None:
     p = plan("narval", nodes=2, gpus_per_proc=2, launcher="mpi")
     assert (p.tasks_per_node, p.gpus_per_node, p.world_size, p.cpus_per_task) == (2, 4, 4, 24)
     with pytest.raises(UsageError):
-        plan("puhti", gpus=3, gpus_per_proc=2)
+        plan("roihu", gpus=3, gpus_per_proc=2)
     with pytest.raises(UsageError):   # torchrun starts one worker per GPU
-        plan("puhti", gpus=4, gpus_per_proc=2, launcher="torchrun")
+        plan("roihu", gpus=4, gpus_per_proc=2, launcher="torchrun")
 
 
 def test_mps_shares_a_gpu_between_processes() -> None:
@@ -312,7 +312,7 @@ def test_mps_shares_a_gpu_between_processes() -> None:
     assert (p.tasks_per_node, p.world_size, p.cpus_per_task) == (8, 8, 1)
     assert "nvidia-cuda-mps-control -d" in text and "export SCALETRAIN_PROCS_PER_GPU=8" in text
     assert "export SCALETRAIN_BACKEND=gloo" in text and "#SBATCH --gres=gpu:a100:1" in text
-    for bad in ({"cluster": "lumi", "gpus": 1}, {"cluster": "puhti", "gpus": 8}):
+    for bad in ({"cluster": "lumi", "gpus": 1}, {"cluster": "roihu", "gpus": 8}):
         with pytest.raises(UsageError):
             plan(bad.pop("cluster"), procs_per_gpu=2, **bad)
 
@@ -320,7 +320,7 @@ def test_mps_shares_a_gpu_between_processes() -> None:
 # --------------------------------------------------------------------------- one source of truth
 
 @pytest.mark.parametrize("cluster,kw", [
-    ("puhti", {"gpus": 8, "requeue": True, "stage_data": "/scratch/d.tar"}),
+    ("roihu", {"gpus": 8, "requeue": True, "stage_data": "/scratch/d.tar"}),
     ("lumi", {"gpus": 16, "launcher": "deepspeed", "container": "/i.sif"}),
     ("narval", {"gpus": 4, "launcher": "accelerate", "venv": "/e"}), ("local", {"gpus": 2}),
 ])
@@ -339,14 +339,14 @@ def test_launch_facts_live_in_one_table() -> None:
 
     assert PER_NODE_LAUNCHERS == {n for n, s in SPECS.items() if s.per_node}
     for name, spec in SPECS.items():
-        p = plan("puhti", gpus=8, launcher=name)
+        p = plan("roihu", gpus=8, launcher=name)
         assert p.tasks_per_node == (1 if spec.per_node else 4)
         assert f"# launch: {spec.comment}" in render_script(p)
 
 
 def test_expand_args_refuses_per_task_variables() -> None:
     with pytest.raises(UsageError) as exc:
-        render("puhti", gpus=8, expand_args=True, script_args=("--rank=$SLURM_PROCID",))
+        render("roihu", gpus=8, expand_args=True, script_args=("--rank=$SLURM_PROCID",))
     assert "batch shell" in exc.value.message
 
 
@@ -355,9 +355,9 @@ def test_requeue_is_refused_where_the_agent_cannot_pass_the_stop_on(launcher, ca
     """Their per-node agent dies of the USR1 and exits 1, not 75: a requeue could never happen."""
     from helpers import run_cli
 
-    code, _, err = run_cli(capsys, "plan", "--cluster", "mahti", "--nodes", "2", "--launcher", launcher,
+    code, _, err = run_cli(capsys, "plan", "--cluster", "roihu", "--nodes", "2", "--launcher", launcher,
                            "--requeue", "--account", "project_1", "--", "train.py")
     assert code == 2 and "--requeue cannot work" in err and "scaletrain-run" in err
-    code, out, _ = run_cli(capsys, "plan", "--cluster", "mahti", "--nodes", "2", "--launcher",
+    code, out, _ = run_cli(capsys, "plan", "--cluster", "roihu", "--nodes", "2", "--launcher",
                            "scaletrain-run", "--requeue", "--account", "project_1", "--", "train.py")
     assert code == 0 and "scontrol requeue" in out

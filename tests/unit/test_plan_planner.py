@@ -24,22 +24,20 @@ def sb(p) -> dict[str, str]:
 # --------------------------------------------------------------------------- arithmetic
 
 @pytest.mark.parametrize("cluster,gpus,nodes,gpn,part,cpus,mem,gres_key,gres", [
-    ("puhti", 1, 1, 1, "gpu", 10, "80G", "gres", "gpu:v100:1"),
-    ("puhti", 4, 1, 4, "gpu", 10, "320G", "gres", "gpu:v100:4"),
-    ("puhti", 12, 3, 4, "gpu", 10, "320G", "gres", "gpu:v100:4"),
-    ("mahti", 1, 1, 1, "gpusmall", 32, None, "gres", "gpu:a100:1"),
-    ("mahti", 2, 1, 2, "gpusmall", 32, None, "gres", "gpu:a100:2"),
-    ("mahti", 3, 1, 3, "gpumedium", 42, None, "gres", "gpu:a100:3"),   # whole node: all cores
-    ("mahti", 4, 1, 4, "gpumedium", 32, None, "gres", "gpu:a100:4"),
-    ("mahti", 24, 6, 4, "gpumedium", 32, None, "gres", "gpu:a100:4"),
+    ("roihu", 1, 1, 1, "gpumedium", 72, None, "gres", "gpu:gh200:1"),   # one Grace CPU per GPU, no --mem
+    ("roihu", 4, 1, 4, "gpumedium", 72, None, "gres", "gpu:gh200:4"),
+    ("roihu", 12, 3, 4, "gpumedium", 72, None, "gres", "gpu:gh200:4"),
+    ("roihu", 32, 8, 4, "gpularge", 72, None, "gres", "gpu:gh200:4"),   # beyond gpumedium's 4 nodes
     ("lumi", 3, 1, 3, "small-g", 7, "180G", "gpus-per-node", "3"),
     ("lumi", 8, 1, 8, "standard-g", 7, "480G", "gpus-per-node", "8"),
     ("lumi", 64, 8, 8, "standard-g", 7, "480G", "gpus-per-node", "8"),
     ("juwels-booster", 8, 2, 4, "booster", 24, "0", "gres", "gpu:4"),
-    ("narval", 4, 1, 4, None, 12, "498G", "gres", "gpu:a100:4"),
-    ("cedar", 2, 1, 2, None, 6, "64000M", "gres", "gpu:p100:2"),
-    ("graham", 4, 2, 2, None, 16, "127488M", "gres", "gpu:p100:2"),  # capped at the node
-    ("beluga", 1, 1, 1, None, 10, "47616M", "gres", "gpu:v100:1"),
+    ("jupiter", 8, 2, 4, "booster", 72, None, "gres", "gpu:4"),          # whole nodes, all memory
+    ("narval", 4, 1, 4, None, 12, "498G", "gpus-per-node", "a100:4"),
+    ("fir", 2, 1, 2, None, 12, "576000M", "gpus-per-node", "h100:2"),    # 1125G / 4 per GPU
+    ("nibi", 16, 2, 8, None, 14, "2000G", "gpus-per-node", "h100:8"),
+    ("rorqual", 1, 1, 1, None, 16, "127488M", "gpus-per-node", "h100:1"),
+    ("trillium", 1, 1, 1, None, 24, None, "gpus-per-node", "1"),         # a quarter node; --mem ignored there
 ])
 def test_one_task_per_gpu_layouts(cluster, gpus, nodes, gpn, part, cpus, mem, gres_key, gres) -> None:
     p = plan(cluster, gpus=gpus)
@@ -55,38 +53,39 @@ def test_one_task_per_gpu_layouts(cluster, gpus, nodes, gpn, part, cpus, mem, gr
 
 @pytest.mark.parametrize("launcher", ["torchrun", "accelerate", "deepspeed"])
 def test_per_node_launchers_get_one_task_with_all_cores(launcher: str) -> None:
-    p = plan("puhti", gpus=8, launcher=launcher)
-    assert (p.tasks_per_node, p.gpus_per_task, p.cpus_per_task, p.threads_per_proc) == (1, 4, 40, 10)
+    p = plan("roihu", gpus=8, launcher=launcher)
+    assert (p.tasks_per_node, p.gpus_per_task, p.cpus_per_task, p.threads_per_proc) == (1, 4, 288, 72)
     p = plan("lumi", gpus=2, launcher=launcher)
     assert (p.tasks_per_node, p.cpus_per_task, sb(p)["mem"]) == (1, 14, "120G")
 
 
 @pytest.mark.parametrize("launcher", ["scaletrain", "srun", "mpi", "lightning"])
 def test_per_gpu_launchers_get_one_task_per_gpu(launcher: str) -> None:
-    p = plan("mahti", gpus=8, launcher=launcher)
-    assert (p.tasks_per_node, p.ntasks, p.cpus_per_task) == (4, 8, 32)
+    p = plan("roihu", gpus=8, launcher=launcher)
+    assert (p.tasks_per_node, p.ntasks, p.cpus_per_task) == (4, 8, 72)
 
 
 def test_nodes_and_gpus_per_node() -> None:
-    p = plan("puhti", nodes=3, gpus_per_node=2)
-    assert (p.nodes, p.gpus_per_node, p.gpus, sb(p)["gres"], sb(p)["mem"]) == (3, 2, 6, "gpu:v100:2", "160G")
+    p = plan("rorqual", nodes=3, gpus_per_node=2)
+    assert (p.nodes, p.gpus_per_node, p.gpus, sb(p)["gpus-per-node"], sb(p)["mem"]) == (3, 2, 6, "h100:2", "249G")
     p = plan("lumi", nodes=2)
     assert (p.gpus, p.partition) == (16, "standard-g")
 
 
 def test_user_cpus_and_memory_override() -> None:
-    p = plan("puhti", gpus=2, cpus_per_gpu=4, mem_per_gpu_gb=parse_mem_gb("16G"))
+    p = plan("fir", gpus=2, cpus_per_gpu=4, mem_per_gpu_gb=parse_mem_gb("16G"))
     assert (sb(p)["cpus-per-task"], sb(p)["mem"]) == ("4", "32G")
-    p = plan("mahti", gpus=4, mem_per_gpu_gb=100)
-    assert sb(p)["mem"] == "400G"      # Mahti writes --mem only when asked
+    p = plan("roihu", gpus=4, mem_per_gpu_gb=100)
+    assert sb(p)["mem"] == "400G"      # Roihu writes --mem only when asked
 
 
 def test_partial_nodes_spread_evenly_on_shared_partitions_with_a_note() -> None:
     p = plan("lumi", gpus=12)
     assert (p.nodes, p.gpus_per_node, p.partition) == (2, 6, "small-g")
     assert any("spread as 2 nodes x 6" in n for n in p.notes)
-    p = plan("puhti", gpus=6)
+    p = plan("roihu", gpus=6)
     assert (p.nodes, p.gpus_per_node) == (2, 3)
+    assert any("spread as 2 nodes x 3" in n for n in p.notes)
 
 
 def test_whole_node_partition_single_gpu_is_allowed_when_nothing_shares() -> None:
@@ -96,28 +95,30 @@ def test_whole_node_partition_single_gpu_is_allowed_when_nothing_shares() -> Non
 
 
 def test_time_and_gpu_hours() -> None:
-    p = plan("puhti", gpus=8, time="2-00:00:00")
+    p = plan("rorqual", gpus=8, time="2-00:00:00")
     assert (p.time, sb(p)["time"], p.gpu_hours) == ("2-00:00:00", "2-00:00:00", 384.0)
-    assert plan("mahti", gpus=4, time="90").time == "01:30:00"
+    assert plan("roihu", gpus=4, time="90").time == "01:30:00"
+    # LUMI bills one MI250X (2 GCDs) per GPU-hour: 4 per node-hour, 0.5 per GCD-hour on small-g
+    assert (plan("lumi", nodes=2, time="03:00:00").gpu_hours, plan("lumi", gpus=1).gpu_hours) == (24.0, 0.5)
 
 
 def test_test_partition_only_when_named() -> None:
-    assert plan("puhti", gpus=4, time="00:10:00").partition == "gpu"
-    assert plan("puhti", gpus=4, time="00:10:00", partition="gputest").partition == "gputest"
+    assert plan("roihu", gpus=4, time="00:10:00").partition == "gpumedium"
+    assert plan("roihu", gpus=4, time="00:10:00", partition="gputest").partition == "gputest"
 
 
 def test_requeue_signal_and_lines() -> None:
-    p = plan("puhti", gpus=4, requeue=True, time="04:00:00")
+    p = plan("roihu", gpus=4, requeue=True, time="04:00:00")
     assert sb(p)["signal"] == "B:USR1@300" and "requeue" in sb(p)
-    assert plan("puhti", gpus=4, requeue=True, time="00:10:00").signal_seconds == 100
-    assert "signal" not in sb(plan("puhti", gpus=4))
+    assert plan("roihu", gpus=4, requeue=True, time="00:10:00").signal_seconds == 100
+    assert "signal" not in sb(plan("roihu", gpus=4))
 
 
 def test_environment_and_device() -> None:
     env = dict(plan("lumi", gpus=8, device="cpu").env)
     assert env["SCALETRAIN_CLUSTER"] == "lumi" and env["SCALETRAIN_DEVICE"] == "cpu"
-    assert env["NCCL_SOCKET_IFNAME"] == "hsn" and env["OMP_NUM_THREADS"] == "7"
-    assert "SCALETRAIN_DEVICE" not in dict(plan("puhti", gpus=1).env)
+    assert env["NCCL_SOCKET_IFNAME"] == "hsn0,hsn1,hsn2,hsn3" and env["OMP_NUM_THREADS"] == "7"
+    assert "SCALETRAIN_DEVICE" not in dict(plan("roihu", gpus=1).env)
 
 
 def test_lumi_cpu_binding_from_the_gcd_map() -> None:
@@ -127,13 +128,19 @@ def test_lumi_cpu_binding_from_the_gcd_map() -> None:
     assert masks[4] == "0xfe"                          # GCD 4 -> cores 1-7
     assert plan("lumi", gpus=4).cpu_bind is None       # shared node: Slurm picks the cores
     assert plan("lumi", gpus=8, launcher="torchrun").cpu_bind is None
-    assert plan("puhti", gpus=4).cpu_bind is None
+    assert plan("roihu", gpus=2).cpu_bind is None      # part of a node: Slurm picks the cores
 
 
 def test_stage_data_sizes_node_local_disk() -> None:
-    p = plan("puhti", gpus=4, stage_data="/scratch/p/imagenet.tar", stage_data_gb=140.0)
-    assert p.stage.kind == "tar" and p.stage.dest_name == "imagenet" and p.stage.disk_gb == 154
-    assert sb(p)["gres"] == "gpu:v100:4,nvme:154"
+    p = plan("roihu", gpus=4, stage_data="/scratch/p/imagenet.tar", stage_data_gb=120.0)
+    assert p.stage.kind == "tar" and p.stage.dest_name == "imagenet" and p.stage.disk_gb is None
+    assert p.stage.scratch_var == "$TMPDIR" and sb(p)["gres"] == "gpu:gh200:4"   # no disk to ask for on Roihu
+    # Roihu's GPU nodes give each user 150 GiB of $TMPDIR: a bigger copy is refused before the queue
+    assert "needs about 154 GB on each node, but $TMPDIR holds 150 GB" in _err(
+        PlanError, "roihu", gpus=4, stage_data="/scratch/p/imagenet.tar", stage_data_gb=140.0)
+    # LUMI's /tmp is memory: an archive that unpacks beyond half a node's memory is refused
+    assert "/tmp is memory on lumi" in _err(PlanError, "lumi", gpus=8, stage_data="/scratch/d.zip",
+                                            stage_data_gb=100.0)
     p = plan("lumi", gpus=8, stage_data="/scratch/d.zip")
     assert p.stage.disk_gb is None and "gres" not in sb(p) and p.stage.scratch_var == "/tmp"
     p = plan("narval", gpus=4, stage_data="/project/data/")
@@ -147,7 +154,7 @@ def test_local_profile_plans_cpu_workers_without_slurm() -> None:
 
 
 def test_plan_is_pure_and_deterministic() -> None:
-    assert plan("mahti", gpus=8, launcher="accelerate") == plan("mahti", gpus=8, launcher="accelerate")
+    assert plan("roihu", gpus=8, launcher="accelerate") == plan("roihu", gpus=8, launcher="accelerate")
 
 
 def test_units() -> None:
@@ -173,12 +180,13 @@ def _err(exc_type, cluster: str, **kw) -> str:
 def test_unknown_cluster_lists_known() -> None:
     with pytest.raises(ProfileError) as info:
         load_profile("hal9000")
-    assert "known: beluga, cedar, graham, juwels-booster, local, lumi, mahti, narval, puhti" in info.value.message
+    assert ("known: beluga, cedar, fir, graham, jupiter, juwels-booster, local, lumi, mahti, narval, nibi, "
+            "puhti, roihu, rorqual, trillium") in info.value.message
 
 
 def test_unknown_partition_lists_known() -> None:
-    text = _err(ProfileError, "mahti", gpus=2, partition="gpularge")
-    assert "unknown partition 'gpularge'" in text and "gpusmall, gpumedium, gputest" in text
+    text = _err(ProfileError, "roihu", gpus=2, partition="gpu")
+    assert "unknown partition 'gpu'" in text and "gpumedium, gpularge, gputest, gpuinteractive" in text
 
 
 def test_not_a_multiple_on_whole_node_partition() -> None:
@@ -193,27 +201,27 @@ def test_part_of_a_node_on_whole_node_partition_points_to_the_shared_one() -> No
     p = plan("lumi", gpus=4, partition="standard-g")
     note = next(n for n in p.notes if "allocates whole nodes" in n)
     assert "4 of 8 GPUs per node are used, and the job is billed for 8" in note and "--partition small-g" in note
-    assert p.gpu_hours == 8.0
+    assert p.gpu_hours == 4.0     # the whole node: 8 GCDs = 4 MI250X GPU-hours per hour
 
 
 def test_time_above_partition_limit() -> None:
-    text = _err(PlanError, "puhti", gpus=4, partition="gputest", time="01:00:00")
+    text = _err(PlanError, "roihu", gpus=4, partition="gputest", time="01:00:00")
     assert "above the 00:15:00 maximum of partition 'gputest'" in text
-    text = _err(PlanError, "puhti", gpus=4, time="4-00:00:00")
-    assert "above every GPU partition's limit" in text and "--time 3-00:00:00" in text
+    text = _err(PlanError, "rorqual", gpus=4, time="8-00:00:00")
+    assert "above every GPU partition's limit" in text and "--time 7-00:00:00" in text
 
 
 def test_more_gpus_than_partition_allows() -> None:
-    text = _err(PlanError, "mahti", gpus=4, partition="gpusmall")
-    assert "4 GPUs in partition 'gpusmall', which allows at most 2" in text and "partition gpumedium" in text
-    text = _err(PlanError, "mahti", gpus=28)
-    assert "no partition on mahti takes 28 GPUs" in text
-    text = _err(PlanError, "puhti", gpus=16, partition="gputest", time="00:10:00")
-    assert "which allows at most 8" in text
+    text = _err(PlanError, "roihu", gpus=2, partition="gpuinteractive", time="00:10:00")
+    assert "2 GPUs in partition 'gpuinteractive', which allows at most 1" in text
+    text = _err(PlanError, "roihu", nodes=8, partition="gpumedium")
+    assert "8 nodes in partition 'gpumedium', which allows at most 4" in text
+    text = _err(PlanError, "trillium", nodes=30)
+    assert "no partition on trillium takes 120 GPUs" in text
 
 
 def test_more_gpus_per_node_than_the_node_has() -> None:
-    assert "a puhti node has 4 GPUs, not 8" in _err(PlanError, "puhti", nodes=1, gpus_per_node=8)
+    assert "a roihu node has 4 GPUs, not 8" in _err(PlanError, "roihu", nodes=1, gpus_per_node=8)
 
 
 def test_missing_account_where_required() -> None:
@@ -222,21 +230,21 @@ def test_missing_account_where_required() -> None:
 
 
 def test_gpus_and_nodes_both_or_neither() -> None:
-    assert "not both" in _err(UsageError, "puhti", gpus=4, nodes=1)
-    assert "--gpus N or --nodes M" in _err(UsageError, "puhti")
-    assert "goes with --nodes" in _err(UsageError, "puhti", gpus=4, gpus_per_node=2)
-    assert "at least 1" in _err(UsageError, "puhti", gpus=0)
+    assert "not both" in _err(UsageError, "roihu", gpus=4, nodes=1)
+    assert "--gpus N or --nodes M" in _err(UsageError, "roihu")
+    assert "goes with --nodes" in _err(UsageError, "roihu", gpus=4, gpus_per_node=2)
+    assert "at least 1" in _err(UsageError, "roihu", gpus=0)
 
 
 def test_too_many_cores_or_memory() -> None:
-    assert "a puhti node has 40" in _err(PlanError, "puhti", gpus=4, cpus_per_gpu=20)
-    assert "gives at most 373G" in _err(PlanError, "puhti", gpus=4, mem_per_gpu_gb=200)
+    assert "a rorqual node has 64" in _err(PlanError, "rorqual", gpus=4, cpus_per_gpu=20)
+    assert "gives at most 498G" in _err(PlanError, "rorqual", gpus=4, mem_per_gpu_gb=200)
 
 
 def test_bad_launcher_device_time() -> None:
-    assert "unknown launcher" in _err(UsageError, "puhti", gpus=1, launcher="horovodrun")
-    assert "unknown device" in _err(UsageError, "puhti", gpus=1, device="tpu")
-    assert "bad time" in _err(ProfileError, "puhti", gpus=1, time="soon")
+    assert "unknown launcher" in _err(UsageError, "roihu", gpus=1, launcher="horovodrun")
+    assert "unknown device" in _err(UsageError, "roihu", gpus=1, device="tpu")
+    assert "bad time" in _err(ProfileError, "roihu", gpus=1, time="soon")
 
 
 def test_no_scratch_for_stage_data() -> None:

@@ -27,7 +27,7 @@ from scaletrain.plan.request import JobRequest  # noqa: E402
 BASH = shutil.which("bash")
 pytestmark = pytest.mark.skipif(BASH is None, reason="bash not installed")
 
-CLUSTERS = [c for c in list_profiles() if c != "local"]
+CLUSTERS = [c for c in list_profiles() if c != "local" and not load_profile(c).retired]
 # Any text without control characters (those are refused, see test_plan_fidelity).
 TEXT = st.text(st.characters(blacklist_categories=("Cc", "Cs")), max_size=12)
 WORD = st.from_regex(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,10}", fullmatch=True)

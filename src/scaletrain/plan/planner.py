@@ -150,16 +150,16 @@ def _check_request(req: JobRequest, profile: ClusterProfile) -> None:
                          "profile has none",
                          "plan for a cluster, or try the program here with 'scaletrain run --emulate slurm' "
                          "and TF_CONFIG from 'python -m scaletrain.frameworks.tensorflow'")
-    missing = profile.missing_launchers.get(req.launcher)
-    if missing and not (req.container or req.venv or req.conda or req.modules):
-        raise PlanError(f"--launcher {req.launcher} on {profile.name}: {missing}",
-                        "bring an environment that has it (--container IMAGE, --venv DIR or --module NAME), "
-                        "or use a PyTorch launcher")
     if req.requeue and req.launcher in SPECS and not SPECS[req.launcher].requeue_ok:
         raise UsageError(f"--requeue cannot work with --launcher {req.launcher}: its per-node agent dies of the "
                          f"USR1 that asks the workers to save, and exits 1 (not {EXIT_STOPPED}) when they stop",
                          "use --launcher scaletrain-run (torchrun-style scripts run unchanged and the signal "
                          "reaches them), or a launcher with one task per GPU (scaletrain, srun)")
+    missing = profile.missing_launchers.get(req.launcher)
+    if missing and not (req.container or req.venv or req.conda or req.modules):
+        raise PlanError(f"--launcher {req.launcher} on {profile.name}: {missing}",
+                        "bring an environment that has it (--container IMAGE, --venv DIR or --module NAME), "
+                        "or use a PyTorch launcher")
 
 
 def _limits(res: Resources, profile: ClusterProfile) -> list[str]:
