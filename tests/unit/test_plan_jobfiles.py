@@ -125,7 +125,7 @@ def test_deepspeed_config_written_by_the_job(tmp_path, name, stage, device, laun
     # the guides' form: the program gets --deepspeed --deepspeed_config FILE after its own arguments
     assert "train.py --lr 0.1 --deepspeed --deepspeed_config \"$SCALETRAIN_DEEPSPEED_CONFIG\"" in text
     scratch = tmp_path / "nvme disk"
-    r = run_block(text, tmp_path, LOCAL_SCRATCH=str(scratch))
+    r = run_block(text, tmp_path, LOCAL_SCRATCH=str(scratch), TMPDIR=str(scratch))   # Roihu: $TMPDIR
     assert r.returncode == 0, r.stderr
     config = json.loads((tmp_path / ".scaletrain" / "job-77" / "ds_config.json").read_text())
     zero = config["zero_optimization"]
@@ -136,7 +136,7 @@ def test_deepspeed_config_written_by_the_job(tmp_path, name, stage, device, laun
     if device == "nvme":
         # the node-local disk is the job's own, filled in when the job runs
         assert zero["offload_param"]["nvme_path"] == f"{scratch}/deepspeed-nvme"
-        assert "--gres=gpu:v100:4,nvme:100" in text
+        assert "#SBATCH --gres=gpu:gh200:4\n" in text      # Roihu: $TMPDIR, nothing to request
     config_class = deepspeed_attr("deepspeed.runtime.config", "DeepSpeedConfig")
     if config_class is not None:   # DeepSpeed's own reader, where it installs (scripts/test.sh)
         parsed = config_class(config)
@@ -163,16 +163,34 @@ def test_nvme_offload_refused_where_nodes_have_no_local_nvme(cluster, why):
     assert "offload" in exc.value.hint
 
 
+def _nvme_cluster():
+    """A cluster that sells node-local NVMe as a GRES (--gres=nvme:GB), as CSC's Puhti and Mahti did:
+    Roihu's data with Puhti's disk rule, so the sizing is tested on a profile that plans."""
+    import dataclasses
+
+    return dataclasses.replace(load_profile("roihu"), name="nvme-gres", scratch_var="$LOCAL_SCRATCH",
+                               scratch_gres="nvme", scratch_max_gb=3600.0)
+
+
+def _nvme_plan(**kw):
+    from scaletrain.plan.planner import make_plan
+    from scaletrain.plan.request import JobRequest
+
+    return make_plan(JobRequest(cluster="nvme-gres", script="train.py", account="p", **kw), _nvme_cluster())
+
+
 def test_nvme_disk_grows_with_the_model_and_adds_to_staged_data():
-    small = plan("roihu", nodes=2, launcher="deepspeed", deepspeed_config="nvme")
+    small = _nvme_plan(nodes=2, launcher="deepspeed", deepspeed_config="nvme")
     assert small.disk_gb == 100
-    big = plan("roihu", nodes=2, launcher="deepspeed", deepspeed_config="nvme", params=70e9)
+    big = _nvme_plan(nodes=2, launcher="deepspeed", deepspeed_config="nvme", params=70e9)
     assert big.disk_gb == 613                         # 70e9 x 17.5 B / 2 nodes
-    both = plan("roihu", nodes=2, launcher="deepspeed", deepspeed_config="nvme", params=70e9,
-                stage_data="/scratch/data.tar", stage_data_gb=100.0)
+    both = _nvme_plan(nodes=2, launcher="deepspeed", deepspeed_config="nvme", params=70e9,
+                      stage_data="/scratch/data.tar", stage_data_gb=100.0)
     assert both.disk_gb == 613 + both.stage.disk_gb and f"nvme:{both.disk_gb}" in render_script(both)
-    with pytest.raises(PlanError, match="more than puhti's 3600 GB"):
-        plan("roihu", nodes=1, gpus_per_node=4, launcher="deepspeed", deepspeed_config="nvme", params=400e9)
+    with pytest.raises(PlanError, match="more than nvme-gres's 3600 GB"):
+        _nvme_plan(nodes=1, gpus_per_node=4, launcher="deepspeed", deepspeed_config="nvme", params=400e9)
+    # Roihu itself: $TMPDIR needs no request, so no disk line at all
+    assert plan("roihu", nodes=2, launcher="deepspeed", deepspeed_config="nvme").disk_gb is None
 
 
 def test_deepspeed_user_file_and_programs_that_name_their_own_option():
@@ -207,13 +225,18 @@ def test_submit_puts_the_configs_in_its_run_folder(tmp_path):
 # --------------------------------------------------------------------------- TensorFlow
 
 def test_tensorflow_launcher_is_one_worker_per_node():
-    p = plan("lumi", nodes=2, launcher="tensorflow")
+    p = plan("roihu", nodes=2, launcher="tensorflow")
     assert (p.tasks_per_node, p.procs_per_node, p.world_size) == (1, 1, 2)
     assert p.threads_per_proc == p.cpus_per_task         # the one worker gets the node's cores
     text = render_script(p)
     assert 'TF_CONFIG="$(python3 -m scaletrain.frameworks.tensorflow)" || exit $?' in text
     assert "import scaletrain" in text                   # the job checks the module is there first
-    no_lint_findings(text, "lumi")
+    no_lint_findings(text, "roihu")
+    # CSC's TensorFlow module, not its PyTorch one; LUMI has no TensorFlow: refused with the reason
+    assert "module load tensorflow" in text and "module load python-pytorch" not in text
+    with pytest.raises(PlanError, match="LUMI has no TensorFlow module"):
+        plan("lumi", nodes=2, launcher="tensorflow")
+    assert "TF_CONFIG" in render("lumi", nodes=2, launcher="tensorflow", container="/img/tf.sif")
     with pytest.raises(UsageError, match="TF_CONFIG from a Slurm allocation"):
         plan("local", gpus=2, launcher="tensorflow", account=None)
     with pytest.raises(UsageError, match="--requeue cannot work"):
