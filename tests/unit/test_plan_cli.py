@@ -28,10 +28,13 @@ def test_script_on_stdout_summary_on_stderr(capsys) -> None:
     assert out.startswith("#!/bin/bash") and "#SBATCH" not in err
     assert "# command: scaletrain plan --cluster roihu --gpus 8 --account project_1 --time 02:00:00 " \
            "-- train.py --lr 0.1" in out
-    assert "srun --kill-on-bad-exit=1 python3 -u train.py --lr 0.1" in out
-    assert "2 nodes x 4 V100 = 8 GPUs, 8 processes" in err
-    assert "per process: 1 GPU, 10 CPU cores, 80G memory" in err
-    assert "partition gpu" in err and "16 GPU-hours" in err
+    assert "srun --kill-on-bad-exit=1 --cpu-bind=mask_cpu:0xffffffffffffffffff," in out   # one Grace CPU per GPU
+    assert out.rstrip().endswith("python3 -u train.py --lr 0.1")
+    assert "2 nodes x 4 GH200 = 8 GPUs, 8 processes" in err
+    assert "per process: 1 GPU, 72 CPU cores; Slurm tasks: 4 per node x 72 CPUs" in err
+    assert "partition gpumedium" in err and "16 GPU-hours" in err
+    # the summary names the unconfirmed facts this plan relied on
+    assert "unconfirmed: partitions.gpumedium.max_time" in err and "scaletrain clusters check" in err
 
 
 def test_output_file(capsys, tmp_path: Path) -> None:
@@ -46,9 +49,11 @@ def test_json(capsys) -> None:
     rc, out, _ = run(capsys, "plan", "--cluster", "roihu", "--gpus", "2", "--account", "p",
                      "--launcher", "accelerate", "--json", "--", "t.py", "x")
     data = json.loads(out)
-    assert rc == 0 and data["partition"] == "gpusmall" and data["nodes"] == 1
-    assert data["tasks_per_node"] == 1 and data["cpus_per_task"] == 64
-    assert ["gres", "gpu:a100:2"] in data["sbatch"] and data["script"].startswith("#!/bin/bash")
+    assert rc == 0 and data["partition"] == "gpumedium" and data["nodes"] == 1
+    assert data["tasks_per_node"] == 1 and data["cpus_per_task"] == 144
+    assert ["gres", "gpu:gh200:2"] in data["sbatch"] and data["script"].startswith("#!/bin/bash")
+    assert {"fact": "partitions.gpumedium.max_time",
+            "why": "1-12:00:00 from a live sinfo quoted in public notes, not from CSC's page"} in data["unconfirmed"]
     assert data["launch"].startswith("srun --kill-on-bad-exit=1 accelerate launch")
     assert data["request"]["script_args"] == ["x"]
 
@@ -77,8 +82,10 @@ def test_params_memory_table(capsys) -> None:
     (["--cluster", "roihu", "--account", "p", "--", "t.py"], "--gpus N or --nodes M"),
     (["--cluster", "roihu", "--gpus", "1", "--account", "p"], "no training script"),
     (["--gpus", "1", "--", "t.py"], "--cluster NAME is required"),
-    (["--cluster", "roihu", "--gpus", "4", "--partition", "gpusmall", "--account", "p", "--", "t.py"],
-     "which allows at most 2"),
+    (["--cluster", "roihu", "--gpus", "2", "--partition", "gpuinteractive", "--time", "1:00:00",
+      "--account", "p", "--", "t.py"], "which allows at most 1"),
+    (["--cluster", "puhti", "--gpus", "4", "--account", "p", "--", "t.py"],
+     "puhti was retired on 2026-08-31 and runs no jobs; its successor is roihu"),
     (["--cluster", "roihu", "--gpus", "4", "--time", "9-00:00:00", "--account", "p", "--", "t.py"],
      "above every GPU partition's limit"),
     (["--cluster", "juwels-booster", "--gpus", "6", "--account", "p", "--", "t.py"], "not a multiple"),
@@ -104,7 +111,7 @@ def test_account_from_environment(capsys, monkeypatch) -> None:
 
 def test_profile_file_flag(capsys, tmp_path: Path) -> None:
     from scaletrain.clusters.profile import _shipped_dir
-    text = (_shipped_dir() / "puhti.toml").read_text().replace('name = "roihu"', 'name = "mysite"')
+    text = (_shipped_dir() / "roihu.toml").read_text().replace('name = "roihu"', 'name = "mysite"')
     f = tmp_path / "mysite.toml"
     f.write_text(text)
     rc, out, _ = run(capsys, "plan", "--profile", str(f), "--gpus", "2", "--account", "p", "--", "t.py")
@@ -117,7 +124,13 @@ def test_stage_data_size_is_measured(capsys, tmp_path: Path) -> None:
     data.write_bytes(b"x" * 1024)
     rc, out, err = run(capsys, "plan", "--cluster", "roihu", "--gpus", "4", "--account", "p",
                        "--stage-data", str(data), "--", "t.py")
-    assert rc == 0 and "--gres=gpu:a100:4,nvme:10" in out and f"'{data}'" not in out and str(data) in out
+    assert rc == 0 and f"'{data}'" not in out and str(data) in out
+    # the archive's own size decides: 200 GB (sparse) does not fit Roihu's 150 GiB of $TMPDIR
+    with open(data, "r+b") as f:
+        f.truncate(200 * 1024 ** 3)
+    rc, out, err = run(capsys, "plan", "--cluster", "roihu", "--gpus", "4", "--account", "p",
+                       "--stage-data", str(data), "--", "t.py")
+    assert rc == 2 and "needs about 220 GB on each node, but $TMPDIR holds 150 GB on roihu" in err
 
 
 def test_submit_gets_the_same_flags_and_request() -> None:

@@ -30,7 +30,7 @@ EPILOG = """\
 examples:
   scaletrain bench scaling --workload cnn --nproc 1,2,4 --steps 50 --out bench/
   scaletrain bench scaling --workload gpt --nproc 1,2 --mode strong --out bench/
-  scaletrain bench scaling --cluster puhti --account project_123 --nodes 1,2,4 --out bench/  # Slurm jobs
+  scaletrain bench scaling --cluster roihu --account project_123 --nodes 1,2,4 --out bench/  # Slurm jobs
   scaletrain bench comm --nproc 2 --sizes 1K..64M --out bench/
   srun scaletrain bench comm --sizes 1K..1G --out bench/     # every task of an allocation
 """
@@ -72,7 +72,7 @@ def _slurm_request(args: argparse.Namespace) -> SlurmScaling:
     nodes = parse_nproc(args.nodes, "--nodes")
     if not args.cluster:
         raise UsageError("--nodes needs --cluster NAME: the Slurm cluster the jobs go to",
-                         "e.g. --cluster puhti (see 'scaletrain clusters'), or a profile file --cluster my.toml")
+                         "e.g. --cluster roihu (see 'scaletrain clusters'), or a profile file --cluster my.toml")
     if not args.out:
         raise UsageError("--nodes needs --out DIR: the jobs write their results there",
                          "give a folder on a file system the compute nodes share, e.g. --out bench/")

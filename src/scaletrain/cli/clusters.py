@@ -23,7 +23,7 @@ and write a profile for it."""
 EPILOG = """\
 examples:
   scaletrain clusters
-  scaletrain clusters mahti
+  scaletrain clusters roihu
   scaletrain clusters lumi --json
   scaletrain clusters probe --output ~/.config/scaletrain/clusters/mycluster.toml --name mycluster
   scaletrain clusters probe --partition gpu,gputest     # only these partitions

@@ -9,7 +9,7 @@ import sys
 EXAMPLES = """\
 examples:
   scaletrain lint job.sh                       # cluster detected from --partition + GPU type
-  scaletrain lint job.sh --cluster puhti       # check against the Puhti profile
+  scaletrain lint job.sh --cluster puhti       # an old Puhti script: lint says Puhti is retired, how to port
   scaletrain lint *.sh --format json           # machine-readable findings
   scaletrain lint job.sh --profile mycluster.toml
 

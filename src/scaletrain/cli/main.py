@@ -37,8 +37,8 @@ VERBS: dict[str, str] = {
 EPILOG = """\
 examples:
   scaletrain run --nproc-per-node 2 train.py --epochs 3      # 2 local processes (CPU: gloo)
-  scaletrain plan --cluster puhti --gpus 8 --account project_123 -- train.py  # print a Slurm script
-  scaletrain submit --cluster mahti --gpus 4 --account project_123 -- train.py
+  scaletrain plan --cluster roihu --gpus 8 --account project_123 -- train.py  # print a Slurm script
+  scaletrain submit --cluster roihu --gpus 4 --account project_123 -- train.py
   scaletrain lint job.sh --cluster lumi                       # check an existing batch script
   scaletrain clusters                                         # list known clusters
 """

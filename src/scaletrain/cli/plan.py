@@ -27,14 +27,14 @@ a summary to stderr. Nothing is submitted (see 'scaletrain submit')."""
 
 EPILOG = """\
 examples:
-  scaletrain plan --cluster puhti --gpus 8 --account project_123 -- train.py --epochs 3
-  scaletrain plan --cluster mahti --gpus 2 --launcher torchrun --account project_123 -- train.py
+  scaletrain plan --cluster roihu --gpus 8 --account project_123 -- train.py --epochs 3
+  scaletrain plan --cluster roihu --gpus 2 --launcher torchrun --account project_123 -- train.py
   scaletrain plan --cluster lumi --nodes 4 --launcher accelerate --time 12:00:00 --account project_465000123 -- train.py
-  scaletrain plan --cluster mahti --nodes 2 --launcher deepspeed --deepspeed-config zero3 --precision bf16 --account project_123 -- train.py
+  scaletrain plan --cluster roihu --nodes 2 --launcher deepspeed --deepspeed-config zero3 --precision bf16 --account project_123 -- train.py
   scaletrain plan --cluster narval --gpus 4 --stage-data ~/data/imagenet.tar --requeue --account def-someone -- train.py
   scaletrain plan --cluster juwels-booster --gpus 16 --params 7e9 --json --account training2324 -- train.py
-  scaletrain plan --cluster puhti --gpus 4 --account project_123 --mail-type END,FAIL --mail-user me@uni.fi --venv /projappl/project_123/env -- train.py
-  scaletrain plan --cluster puhti --gpus 4 --account project_123 --expand-args -- train.py --out '$LOCAL_SCRATCH/run-$SLURM_JOB_ID'
+  scaletrain plan --cluster roihu --gpus 4 --account project_123 --mail-type END,FAIL --mail-user me@uni.fi --venv /projappl/project_123/env -- train.py
+  scaletrain plan --cluster roihu --gpus 4 --account project_123 --expand-args -- train.py --out '$TMPDIR/run-$SLURM_JOB_ID'
   scaletrain plan --cluster local --gpus 2 -- train.py        # this machine, CPU workers
 
 launchers (tasks per node; what the training program reads):
@@ -187,7 +187,7 @@ def request_from_args(args: argparse.Namespace) -> JobRequest:
         raise UsageError("which cluster? --cluster NAME is required", "see 'scaletrain clusters' for the names")
     if not args.script:
         raise UsageError("no training script given",
-                         "put it last, after '--': scaletrain plan --cluster puhti --gpus 4 -- train.py")
+                         "put it last, after '--': scaletrain plan --cluster roihu --gpus 4 -- train.py")
     stage = args.stage_data
     stage_gb = _data_size_gb(stage) if stage else None
     if stage:  # the job starts in the submit folder, but an absolute path survives a cd

@@ -32,7 +32,7 @@ JOB_ID_FILE = "job_id"
 
 EXAMPLES = """\
 examples:
-  scaletrain submit --cluster puhti --gpus 8 --account project_123 -- train.py --epochs 10
+  scaletrain submit --cluster roihu --gpus 8 --account project_123 -- train.py --epochs 10
   scaletrain submit --cluster lumi --nodes 2 --account project_465000123 --dry-run -- train.py  # write only
   scaletrain submit --profile my.toml --nodes 2 --account project_123 --wait -- train.py  # follow it
 

@@ -9,7 +9,7 @@ running the rules) and ``report`` (text and JSON).
 Public API (imported lazily, so ``import scaletrain.lint`` stays cheap)::
 
     from scaletrain.lint import lint_file, lint_text
-    result = lint_file("job.sh", cluster="puhti")
+    result = lint_file("job.sh", cluster="roihu")
     for f in result.findings: print(f.line, f.severity, f.rule, f.message)
 """
 

@@ -2,8 +2,8 @@
 
     from scaletrain.plan import JobRequest, make_plan, render_script, render_summary
     from scaletrain.clusters.profile import load_profile
-    plan = make_plan(JobRequest(cluster="puhti", gpus=8, account="project_1", script="train.py"),
-                     load_profile("puhti"))
+    plan = make_plan(JobRequest(cluster="roihu", gpus=8, account="project_1", script="train.py"),
+                     load_profile("roihu"))
     print(render_script(plan))
 
 Names resolve lazily so that importing the package costs nothing.

@@ -102,7 +102,7 @@ def _accelerate(request: JobRequest, profile: ClusterProfile, *, nodes: int, wor
     if profile.scheduler != "slurm":
         raise UsageError(f"--accelerate-config needs a Slurm cluster: the {profile.name} profile starts the "
                          "workers with 'scaletrain run', which never reads an Accelerate config",
-                         "plan for a cluster (--cluster puhti ...), or try the program here with "
+                         "plan for a cluster (--cluster roihu ...), or try the program here with "
                          "'scaletrain run --nproc-per-node N train.py'")
     if is_file(value):
         return FrameworkFiles(accelerate_word=q(value), notes=(
