@@ -21,7 +21,7 @@ import scaletrain.bench.scaling_slurm as scaling_slurm
 import scaletrain.bench.slurm_jobs as slurm_jobs
 from scaletrain.cli.main import main
 
-ARGS = ["bench", "scaling", "--cluster", "puhti", "--account", "project_1", "--steps", "10"]
+ARGS = ["bench", "scaling", "--cluster", "roihu", "--account", "project_1", "--steps", "10"]
 
 _SBATCH = r'''
 import json, os, re, sys
@@ -121,14 +121,14 @@ def test_sizes_are_submitted_together_and_reported(fake_slurm, tmp_path, capsys)
     assert rows[1]["efficiency"] == pytest.approx(1 / 1.25)           # step 0.125 s against 0.1 s
     assert rows[1]["speedup"] == pytest.approx(2 / 1.25)
     # the profile's bandwidths feed the model; the 1-process run it starts from is missing here
-    assert "puhti" in doc["model"]["source"] and "--gpus-per-node 1" in doc["model"]["note"]
+    assert "roihu" in doc["model"]["source"] and "--gpus-per-node 1" in doc["model"]["note"]
     script = (out / "jobs").glob("*/nodes-2/job.sh").__next__().read_text()
     job_dir = calls[1].split()[2]
     assert "#SBATCH --nodes=2" in script and "#SBATCH --account=project_1" in script
     assert "#SBATCH --time=00:20:00" in script
     assert f"-m scaletrain.bench.scaling_worker --workload cnn --strategy ddp --mode weak --batch 32 " \
            f"--steps 10 --warmup 3 --out {job_dir}/result.json" in script
-    assert "# command: scaletrain bench scaling --cluster puhti" in script
+    assert "# command: scaletrain bench scaling --cluster roihu" in script
     assert (Path(job_dir) / "job_id").read_text() == "101\n"
     assert re.search(r"^nodes procs +ms/step.*\n +1 +4 +100\.0 .*\n +2 +8 +125\.0 .* +80%$", stdout, re.M), stdout
     assert "2 nodes (job 101) submitted (8 processes)" in err and "COMPLETED" in err
@@ -233,15 +233,15 @@ def test_sbatch_missing_is_exit_4_and_writes_nothing(tmp_path, monkeypatch, caps
 
 
 @pytest.mark.parametrize("argv,needle", [
-    (["--nodes", "1,2", "--nproc", "1,2", "--cluster", "puhti"], "--nodes and --nproc exclude each other"),
+    (["--nodes", "1,2", "--nproc", "1,2", "--cluster", "roihu"], "--nodes and --nproc exclude each other"),
     (["--nodes", "1,2", "--out", "x"], "--nodes needs --cluster NAME"),
-    (["--nodes", "1,2", "--cluster", "puhti"], "--nodes needs --out DIR"),
+    (["--nodes", "1,2", "--cluster", "roihu"], "--nodes needs --out DIR"),
     (["--nodes", "1,2", "--cluster", "local", "--out", "x"], "cluster 'local' has no Slurm"),
-    (["--nodes", "0,2", "--cluster", "puhti", "--out", "x"], "--nodes sizes must be at least 1"),
-    (["--nodes", "two", "--cluster", "puhti", "--out", "x"], "--nodes must be numbers"),
-    (["--nodes", "1", "--cluster", "puhti", "--out", "x"], "requires --account"),
-    (["--nodes", "1", "--cluster", "puhti", "--account", "p", "--gpus-per-node", "8", "--out", "x"],
-     "a puhti node has 4 GPUs, not 8"),
+    (["--nodes", "0,2", "--cluster", "roihu", "--out", "x"], "--nodes sizes must be at least 1"),
+    (["--nodes", "two", "--cluster", "roihu", "--out", "x"], "--nodes must be numbers"),
+    (["--nodes", "1", "--cluster", "roihu", "--out", "x"], "requires --account"),
+    (["--nodes", "1", "--cluster", "roihu", "--account", "p", "--gpus-per-node", "8", "--out", "x"],
+     "a roihu node has 4 GPUs, not 8"),
     (["--gpus-per-node", "2"], "--gpus-per-node goes with --nodes"),
     (["--nproc", "1,2", "--account", "p"], "--account goes with --nodes"),
     (["--time", "00:10:00"], "--time goes with --nodes"),

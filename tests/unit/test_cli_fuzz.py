@@ -147,9 +147,9 @@ def _check(argv: list[str]) -> None:
 # A valid command per verb; the sweep and the fuzz change one or two flags of it, so a bad value
 # is not hidden behind another flag's error.
 VALID = {
-    "plan": ["plan", "--cluster", "mahti", "--account", "p1", "--gpus", "4"],
-    "submit": ["submit", "--dry-run", "--cluster", "mahti", "--account", "p1", "--gpus", "4"],
-    "lint": ["lint", "--cluster", "puhti"],
+    "plan": ["plan", "--cluster", "roihu", "--account", "p1", "--gpus", "4"],
+    "submit": ["submit", "--dry-run", "--cluster", "roihu", "--account", "p1", "--gpus", "4"],
+    "lint": ["lint", "--cluster", "roihu"],
     "run": ["run", "--nproc-per-node", "1"],
     "clusters": ["clusters"],
     "doctor": ["doctor"],

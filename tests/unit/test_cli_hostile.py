@@ -18,8 +18,8 @@ import pytest
 
 from scaletrain.cli.main import main
 
-PLAN = ["plan", "--cluster", "mahti", "--account", "project_1", "--gpus", "4"]
-SUBMIT = ["submit", "--cluster", "mahti", "--account", "project_1", "--gpus", "4", "--dry-run"]
+PLAN = ["plan", "--cluster", "roihu", "--account", "project_1", "--gpus", "4"]
+SUBMIT = ["submit", "--cluster", "roihu", "--account", "project_1", "--gpus", "4", "--dry-run"]
 
 
 @contextlib.contextmanager
@@ -182,7 +182,7 @@ def test_mem_is_not_taken_as_mem_per_gpu(capsys) -> None:
 
 
 @pytest.mark.parametrize("argv", [
-    ["plan", "--clus", "mahti", "--gpus", "4", "--", "train.py"],
+    ["plan", "--clus", "roihu", "--gpus", "4", "--", "train.py"],
     ["lint", "--form", "json", "job.sh"],
     ["run", "--nproc", "2", "train.py"],
     ["clusters", "--js"],

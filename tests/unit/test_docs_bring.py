@@ -14,9 +14,9 @@ PAGE = REPO / "docs" / "bring-your-script.md"
 PLANS = bash_commands(PAGE, "plan")
 
 
-def test_the_page_shows_plans_for_puhti_mahti_and_lumi():
+def test_the_page_shows_plans_for_roihu_and_lumi():
     clusters = {words[words.index("--cluster") + 1] for words in PLANS}
-    assert {"puhti", "mahti", "lumi"} <= clusters
+    assert {"roihu", "lumi"} <= clusters
     assert len(bash_commands(PAGE, "run")) >= 5
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from scaletrain.cli.main import main
 
-ARGS = ["submit", "--cluster", "puhti", "--gpus", "2", "--account", "project_1"]
+ARGS = ["submit", "--cluster", "roihu", "--gpus", "2", "--account", "project_1"]
 
 
 def _fake_slurm(bin_dir: Path, *, job_id: str = "77", state: str = "COMPLETED",
@@ -55,8 +55,8 @@ def test_dry_run_writes_script_and_stops(tmp_path, capsys, fake_path, monkeypatc
     assert code == 0, err
     assert out.strip() == str(run / "job.sh")
     text = (run / "job.sh").read_text()
-    assert "#SBATCH --gres=gpu:v100:2" in text and "train.py --lr 0.1" in text
-    assert "dry run" in err and "scaletrain plan: puhti" in err
+    assert "#SBATCH --gres=gpu:gh200:2" in text and "train.py --lr 0.1" in text
+    assert "dry run" in err and "scaletrain plan: roihu" in err
     assert not (run / "job_id").exists()
 
 
