@@ -15,6 +15,7 @@ from scaletrain.cli.main import main
 CASES = Path(__file__).parent / "lint_cases"
 
 GOLDEN_TEXT = """\
+job.sh:5: warning cluster-retired mahti was retired on 2026-08-31: this script's jobs will not run there (successor: roihu) HINT: port it: scaletrain port job.sh --cluster roihu
 job.sh:7: error cpu-limit 256 CPUs per node requested (64 per task x 4 tasks) but a mahti node has 128 HINT: #SBATCH --cpus-per-task=32
 job.sh:9: error partition-limit 4 GPUs in partition 'gpusmall', which allows at most 2 HINT: use --partition=gpumedium
 job.sh:14: error sbatch-after-command '#SBATCH --mem=200G' comes after the first command (line 11): sbatch stops reading #SBATCH lines there and silently ignores it HINT: move every #SBATCH line above the first command
@@ -25,9 +26,9 @@ CLEAN = """#!/bin/bash
 #SBATCH --partition=gpumedium
 #SBATCH --nodes=1
 #SBATCH --ntasks-per-node=4
-#SBATCH --cpus-per-task=32
+#SBATCH --cpus-per-task=72
 #SBATCH --time=1:00:00
-#SBATCH --gres=gpu:a100:4
+#SBATCH --gres=gpu:gh200:4
 
 srun python3 train.py
 """
@@ -51,7 +52,7 @@ def test_golden_text(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 1
     assert out == GOLDEN_TEXT
     # no master-port warning: the job asks for all 4 GPUs of its nodes, nobody shares the port
-    assert err == "scaletrain lint: 1 file(s), 3 error(s), 0 warning(s); cluster: mahti (--cluster)\n"
+    assert err == "scaletrain lint: 1 file(s), 3 error(s), 1 warning(s); cluster: mahti (--cluster)\n"
 
 
 def test_golden_json(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -60,11 +61,12 @@ def test_golden_json(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
     doc = json.loads(out)
     assert doc["version"] == 1
     assert doc["files"] == [{"path": "job.sh", "cluster": "mahti",
-                             "cluster_source": "detected from partition 'gpusmall'", "errors": 3, "warnings": 0}]
-    assert doc["summary"] == {"files": 1, "errors": 3, "warnings": 0}
+                             "cluster_source": "detected from partition 'gpusmall'", "errors": 3, "warnings": 1}]
+    assert doc["summary"] == {"files": 1, "errors": 3, "warnings": 1}
     assert [(f["line"], f["severity"], f["rule"]) for f in doc["findings"]] == [
-        (7, "error", "cpu-limit"), (9, "error", "partition-limit"), (14, "error", "sbatch-after-command")]
-    assert doc["findings"][1] == {
+        (5, "warning", "cluster-retired"), (7, "error", "cpu-limit"), (9, "error", "partition-limit"),
+        (14, "error", "sbatch-after-command")]
+    assert doc["findings"][2] == {
         "file": "job.sh", "line": 9, "severity": "error", "rule": "partition-limit",
         "message": "4 GPUs in partition 'gpusmall', which allows at most 2", "hint": "use --partition=gpumedium"}
     # the text format is the JSON rendered one line per finding
@@ -76,7 +78,7 @@ def test_golden_json(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
 def test_clean_script_exits_0_and_prints_nothing(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, "clean.sh")
     assert (code, out) == (0, "")
-    assert "0 error(s), 0 warning(s); cluster: mahti (detected from partition 'gpumedium')" in err
+    assert "0 error(s), 0 warning(s); cluster: roihu (detected from partition 'gpumedium' + GPU type 'gh200')" in err
 
 
 def test_warnings_alone_exit_0(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -87,7 +89,7 @@ def test_warnings_alone_exit_0(work: Path, capsys: pytest.CaptureFixture[str]) -
 
 def test_several_files_one_bad(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "clean.sh", "job.sh")
-    assert code == 1 and out.count("job.sh:") == 3 and "clean.sh:" not in out
+    assert code == 1 and out.count("job.sh:") == 4 and "clean.sh:" not in out
 
 
 @pytest.mark.parametrize("make,name,fragment", [
@@ -176,7 +178,7 @@ def test_script_with_srun_but_options_on_the_command_line_is_linted(work: Path,
 PLAN_LAUNCHERS = ("scaletrain", "torchrun", "srun", "lightning", "accelerate", "deepspeed", "mpi")
 
 
-@pytest.mark.parametrize("cluster", ["puhti", "mahti", "lumi", "juwels-booster", "narval"])
+@pytest.mark.parametrize("cluster", ["roihu", "jupiter", "lumi", "juwels-booster", "narval", "fir", "trillium"])
 def test_every_generated_plan_lints_without_error(cluster: str, work: Path,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     """What ``scaletrain plan`` writes must pass ``scaletrain lint`` (both sides of one contract)."""
