@@ -14,14 +14,27 @@ def test_list(capsys) -> None:
     lines = out.splitlines()
     assert rc == 0 and lines[0].split()[:3] == ["NAME", "SITE", "GPUS/NODE"]
     rows = {ln.split()[0]: ln for ln in lines[1:]}
-    assert {"puhti", "mahti", "lumi", "juwels-booster", "narval", "beluga", "cedar", "graham", "local"} <= set(rows)
-    assert "gpusmall, gpumedium, gputest" in rows["mahti"] and "MI250X" in rows["lumi"]
+    assert {"roihu", "jupiter", "lumi", "fir", "nibi", "rorqual", "trillium", "narval", "juwels-booster",
+            "puhti", "mahti", "beluga", "cedar", "graham", "local"} <= set(rows)
+    assert "gpumedium, gpularge, gputest, gpuinteractive" in rows["roihu"] and "MI250X" in rows["lumi"]
+    # retired systems stay listed (lint reads their scripts), marked with the date and successor
+    assert "RETIRED 2026-08-31, successor: roihu" in rows["mahti"]
+    assert "RETIRED 2025-09-12, successor: fir" in rows["cedar"] and "RETIRED" not in rows["fir"]
 
 
 def test_show_one(capsys) -> None:
+    rc, out, _ = run(capsys, "clusters", "roihu")
+    assert rc == 0 and out.startswith("roihu: ")
+    assert "gpumedium    max 4 nodes, max 1-12:00:00, default" in out and "--gres=gpu:gh200:N" in out
+    # the sources with the date checked, each fact's source, and what is unconfirmed
+    assert "sources (checked 2026-11-25):" in out
+    assert "    gpu_request: CSC creating-job-scripts-roihu.md: '#SBATCH --gres=gpu:gh200:" in out
+    assert "unconfirmed (no current document states these" in out
+    assert "    partitions.gpumedium.max_time: 1-12:00:00 from a live sinfo" in out
     rc, out, _ = run(capsys, "clusters", "mahti")
-    assert rc == 0 and out.startswith("mahti: ")
-    assert "gpusmall     max 2 GPUs" in out and "--gres=gpu:a100:N" in out and "sources:" in out
+    assert "RETIRED:         2026-08-31; successor: roihu (port scripts: scaletrain port OLD.sh --cluster roihu)" in out
+    rc, out, _ = run(capsys, "clusters", "fir")
+    assert "--gpus-per-node=h100:N" in out
     rc, out, _ = run(capsys, "clusters", "juwels-booster")
     assert "+ 'i'" in out
 
@@ -31,7 +44,14 @@ def test_json(capsys) -> None:
     names = [p["name"] for p in json.loads(out)]
     assert rc == 0 and "lumi" in names
     rc, out, _ = run(capsys, "clusters", "lumi", "--json")
-    assert json.loads(out)["env"] == {"NCCL_SOCKET_IFNAME": "hsn"}
+    data = json.loads(out)
+    assert data["env"] == {"NCCL_SOCKET_IFNAME": "hsn0,hsn1,hsn2,hsn3", "NCCL_NET_GDR_LEVEL": "PHB"}
+    assert data["software"] == "container" and data["container"] == "singularity exec"
+    assert data["default_image"].startswith("/appl/local/laifs/containers/") and data["gpus_per_billing_unit"] == 2
+    assert any(u.startswith("env:") for u in data["unconfirmed"]) and data["checked"] == "2026-11-25"
+    rc, out, _ = run(capsys, "clusters", "--json")
+    by_name = {p["name"]: p for p in json.loads(out)}
+    assert (by_name["graham"]["retired"], by_name["graham"]["successor"]) == ("2025-09-01", "nibi")
 
 
 def test_unknown_cluster(capsys) -> None:
