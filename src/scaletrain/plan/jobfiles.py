@@ -116,7 +116,7 @@ def _accelerate(request: JobRequest, profile: ClusterProfile, *, nodes: int, wor
     note = (f"accelerate: the job writes an Accelerate config ({kind}"
             + (f", {config['fsdp_config']['fsdp_sharding_strategy']}" if "fsdp_config" in config else "")
             + f", mixed_precision {config['mixed_precision']}) and passes it with --config_file")
-    notes = (note,)
+    notes: tuple[str, ...] = (note,)
     if value in ALIASES and value != "fsdp":   # the ZeRO-looking names: say what they really are
         notes += (f"--accelerate-config {value} is the older name of {ALIASES[value]}: PyTorch FSDP through "
                   f"Accelerate, not DeepSpeed ZeRO (for that: --launcher deepspeed --deepspeed-config {value})",)
