@@ -70,3 +70,14 @@ def test_horovod_note_where_the_module_dropped_it() -> None:
 def test_retired_check_runs_before_anything_else() -> None:
     with pytest.raises(PlanError, match="graham was retired on 2025-09-01.*successor is nibi"):
         make_plan(JobRequest(cluster="graham", script="t.py", gpus=1), load_profile("graham"))
+
+
+def test_submit_of_a_retired_system_is_exit_2_naming_the_successor(tmp_path, monkeypatch, capsys) -> None:
+    from scaletrain.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["submit", "--cluster", "cedar", "--gpus", "1", "--account", "def-x", "--dry-run",
+                 "--", "train.py"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0] == "scaletrain: error: cedar was retired on 2025-09-12 and runs no jobs; its successor is fir"
+    assert "scaletrain port OLD.sh --cluster fir" in err[1] and not list(tmp_path.rglob("job.sh"))
