@@ -256,3 +256,17 @@ def test_every_cluster_and_config_renders_valid_bash():
             r = subprocess.run([BASH, "-n"], input=text, capture_output=True, text=True, timeout=30)
             assert r.returncode == 0, (cluster, extra, r.stderr)
             no_lint_findings(text, cluster)
+
+
+def test_accelerate_config_names_say_fsdp_and_the_old_names_still_work():
+    from scaletrain.frameworks.accelerate import accelerate_config
+
+    new = accelerate_config("fsdp-full-shard", num_processes=8)
+    assert new == accelerate_config("zero3", num_processes=8)       # the old name: an alias
+    assert new["fsdp_config"]["fsdp_sharding_strategy"] == "FULL_SHARD"
+    assert accelerate_config("fsdp-shard-grad-op")["fsdp_config"]["fsdp_sharding_strategy"] == "SHARD_GRAD_OP"
+    p = plan("roihu", nodes=2, launcher="accelerate", accelerate_config="zero3")
+    assert any("older name of fsdp-full-shard: PyTorch FSDP through Accelerate, not DeepSpeed ZeRO" in n
+               for n in p.notes)
+    assert not any("older name" in n for n in plan("roihu", nodes=2, launcher="accelerate",
+                                                    accelerate_config="fsdp-full-shard").notes)

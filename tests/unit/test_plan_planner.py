@@ -262,3 +262,25 @@ def test_gpu_split_is_bounded_for_any_request():
             nodes, gpn = _split_gpus(gpus, per)
             assert nodes * gpn == gpus and gpn <= per
             assert not any(gpus % n == 0 and gpus // n <= per for n in range(1, nodes))
+
+
+def test_one_gpu_of_a_whole_node_points_to_the_development_partition() -> None:
+    # JUWELS Booster and JUPITER share no nodes: the note says what it costs and where a test can go
+    p = plan("juwels-booster", gpus=1)
+    note = next(n for n in p.notes if "allocates whole nodes" in n)
+    assert "billed for 4 GPUs per node" in note and "for a short test --partition develbooster (up to 02:00:00)" in note
+    assert p.gpu_hours == 4.0
+    assert plan("jupiter", gpus=1, partition="develbooster").partition == "develbooster"
+
+
+def test_cpu_only_refusal_names_partitions_that_then_plan() -> None:
+    text = _err(ProfileError, "juwels-booster", cpus=8)
+    assert "has no CPU partition" in text and "--partition (booster, develbooster)" in text
+    p = plan("juwels-booster", cpus=8, partition="booster")     # what the hint says works
+    assert (p.partition, p.gpus_per_node) == ("booster", 0)
+
+
+def test_cpu_only_memory_is_the_cpu_nodes_share() -> None:
+    # Narval's CPU nodes: 250G for 64 cores; its GPU nodes' 498G for 48 asked 2.5x as much
+    assert sb(plan("narval", cpus=8, account="def-x"))["mem"] == "31948M"
+    assert sb(plan("fir", cpus=8, account="def-x"))["mem"] == "31948M"
