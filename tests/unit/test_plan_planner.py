@@ -284,3 +284,9 @@ def test_cpu_only_memory_is_the_cpu_nodes_share() -> None:
     # Narval's CPU nodes: 250G for 64 cores; its GPU nodes' 498G for 48 asked 2.5x as much
     assert sb(plan("narval", cpus=8, account="def-x"))["mem"] == "31948M"
     assert sb(plan("fir", cpus=8, account="def-x"))["mem"] == "31948M"
+
+
+def test_trillium_takes_one_gpu_or_whole_nodes_only() -> None:
+    assert "trillium takes 1 or 4 GPUs per node, not 2" in _err(PlanError, "trillium", gpus=2)
+    assert "not 3" in _err(PlanError, "trillium", nodes=2, gpus_per_node=3)
+    assert (plan("trillium", gpus=1).gpus_per_node, plan("trillium", gpus=8).nodes) == (1, 2)

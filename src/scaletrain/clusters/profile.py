@@ -114,6 +114,7 @@ class ClusterProfile:
     missing_launchers: dict[str, str] = field(default_factory=dict)  # launcher -> why the centre's software lacks it
     cpu_mem_per_core_gb: float | None = None       # CPU-only jobs: the CPU nodes' memory per core
     gpus_per_billing_unit: int = 1      # GPUs in one billed GPU-hour (LUMI: 2 GCDs = one MI250X)
+    gpus_per_node_allowed: tuple[int, ...] = ()   # the only per-node GPU counts taken (Trillium: 1, 4)
     # provenance: the date the centre's documentation was read, each fact's source, and the
     # facts that could not be confirmed ("FIELD: why"; FIELD as in the file, partitions.NAME.KEY)
     checked: str = ""
@@ -258,7 +259,8 @@ def profile_to_dict(profile: ClusterProfile) -> dict[str, Any]:
     if profile.gpu_cpu_map is not None:
         out["gpu_cpu_map"] = {str(k): list(v) for k, v in profile.gpu_cpu_map.items()}
     for key in ("setup_lines", "sources", "notes", "gpu_request_accepts", "container_binds",
-                "container_setup_lines", "python_env_lines", "unconfirmed", "tensorflow_setup_lines"):
+                "container_setup_lines", "python_env_lines", "unconfirmed", "tensorflow_setup_lines",
+                "gpus_per_node_allowed"):
         out[key] = list(out[key])
     return out
 

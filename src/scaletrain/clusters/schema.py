@@ -31,7 +31,7 @@ _PROFILE_KEYS = {
     "gpu_share_policy", "billing", "container_binds", "container_setup_lines", "python_env_lines",
     "software", "default_image", "cpu_arch", "checked", "facts", "unconfirmed", "retired", "successor",
     "module_multinode_warning", "tensorflow_setup_lines", "missing_launchers", "cpu_mem_per_core_gb",
-    "gpus_per_billing_unit",
+    "gpus_per_billing_unit", "gpus_per_node_allowed",
 }
 _PARTITION_KEYS = {"gpus", "max_gpus", "max_nodes", "min_nodes", "whole_node", "max_time",
                    "default", "test", "implicit", "description"}
@@ -224,7 +224,11 @@ def _provenance(data: dict[str, Any], path: str) -> dict[str, Any]:
     unit = _typed(data, "gpus_per_billing_unit", int, path, 1)
     if unit < 1:
         raise _bad(path, "gpus_per_billing_unit must be at least 1")
+    allowed = _typed(data, "gpus_per_node_allowed", list, path, [])
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in allowed):
+        raise _bad(path, "gpus_per_node_allowed must list positive GPU counts, e.g. [1, 4]")
     return {
+        "gpus_per_node_allowed": tuple(allowed),
         "module_multinode_warning": _typed(data, "module_multinode_warning", str, path, ""),
         "tensorflow_setup_lines": tuple(str(s) for s in _typed(data, "tensorflow_setup_lines", list, path, [])),
         "missing_launchers": {str(k): str(v) for k, v in missing.items()},

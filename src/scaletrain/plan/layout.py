@@ -97,7 +97,18 @@ def choose_partition(profile: ClusterProfile, *, nodes: int, gpn: int, seconds: 
 
 def nodes_and_gpus(request: JobRequest, profile: ClusterProfile, named: Partition | None,
                    seconds: int) -> tuple[int, int, list[str]]:
-    """(nodes, GPUs per node, notes) for the request."""
+    """(nodes, GPUs per node, notes) for the request; a count the centre does not take is refused."""
+    nodes, gpn, notes = _nodes_and_gpus(request, profile, named, seconds)
+    allowed = profile.gpus_per_node_allowed
+    if allowed and gpn and gpn not in allowed:
+        counts = " or ".join(str(n) for n in allowed)
+        raise PlanError(f"{profile.name} takes {counts} GPUs per node, not {gpn}",
+                        f"ask for {counts} GPUs per node (e.g. --gpus {allowed[0]}, or --nodes M for whole nodes)")
+    return nodes, gpn, notes
+
+
+def _nodes_and_gpus(request: JobRequest, profile: ClusterProfile, named: Partition | None,
+                    seconds: int) -> tuple[int, int, list[str]]:
     per = slots(profile)
     if request.cpus is not None and profile.scheduler == "slurm":
         return request.nodes or 1, 0, []                   # a CPU-only job
