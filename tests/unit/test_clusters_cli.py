@@ -35,6 +35,7 @@ def test_show_one(capsys) -> None:
     assert "RETIRED:         2026-08-31; successor: roihu (port scripts: scaletrain port OLD.sh --cluster roihu)" in out
     rc, out, _ = run(capsys, "clusters", "fir")
     assert "--gpus-per-node=h100:N" in out
+    assert run(capsys, "clusters", "show", "fir")[1] == out      # the same, spelt with 'show'
     rc, out, _ = run(capsys, "clusters", "juwels-booster")
     assert "+ 'i'" in out
 

@@ -1,7 +1,7 @@
 """``scaletrain clusters``: list the known cluster profiles, show one, probe or check this cluster.
 
     scaletrain clusters                  # table of every profile
-    scaletrain clusters lumi             # one profile in full
+    scaletrain clusters lumi             # one profile in full (also: clusters show lumi)
     scaletrain clusters probe -o my.toml # build a profile from sinfo/scontrol (inside Slurm)
     scaletrain clusters check roihu      # compare the roihu profile with this cluster's Slurm
 
@@ -133,6 +133,8 @@ def run_clusters(args: argparse.Namespace) -> int:
         from scaletrain.clusters.check import run_check
 
         return run_check(args)
+    if args.cluster == "show" and args.target:   # 'clusters show NAME' reads as 'clusters NAME'
+        return _show(args.target, args.json)
     if getattr(args, "target", None):
         raise UsageError(f"unexpected {args.target!r} after {args.cluster!r}",
                          "a second name goes only with 'check': scaletrain clusters check NAME")
