@@ -27,7 +27,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-from scaletrain.clusters.profile import profile_from_dict
+from scaletrain.clusters.schema import build_profile as profile_from_dict
 from scaletrain.errors import ProfileError, UsageError
 from scaletrain.slurm.parse import format_time, gpu_gres, parse_limit, parse_records, parse_time_seconds
 
