@@ -92,8 +92,12 @@ def render_summary(plan: Plan) -> str:
         lines.append(f"  data: {p.stage.source} -> {p.stage.scratch_var}/{p.stage.dest_name} on each node "
                      "($SCALETRAIN_DATA)"
                      + (f", {p.stage.disk_gb} GB node-local disk requested" if p.stage.disk_gb else ""))
+    if p.scheduler == "slurm" and p.software:
+        lines.append(f"  software: {p.software}")
     for note in p.notes:
         lines.append(f"  note: {note}")
+    for warning in p.warnings:
+        lines.append(f"  warning: {warning}")
     if p.request.params:
         lines.append(memory_table(p, p.request.params))
     return "\n".join(lines)
