@@ -46,7 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """CLI body of ``scaletrain port``."""
-    from scaletrain.cli.plan import write_output
+    from scaletrain.cli.plan import account_or_env, write_output
     from scaletrain.clusters.profile import load_profile
     from scaletrain.errors import UsageError
     from scaletrain.lint.engine import detect_cluster, read_script
@@ -64,7 +64,9 @@ def run(args: argparse.Namespace) -> int:
     source_name = args.source or detect_cluster(parse_script(text, args.old))[0]
     source = load_profile(source_name) if source_name else None
     old = recover(text, args.old)
-    ported = port(old, target, source, script_path=args.old, account=args.account)
+    # --account, else the script's own, else sbatch's default ($SBATCH_ACCOUNT)
+    account = args.account or old.sbatch.get("account") or account_or_env(None)
+    ported = port(old, target, source, script_path=args.old, account=account)
     script = render_script(ported.plan)
     if args.output:
         write_output(args.output, script)
