@@ -31,6 +31,7 @@ VERBS: dict[str, str] = {
     "lint": "scaletrain.cli.lint",
     "port": "scaletrain.cli.port",
     "clusters": "scaletrain.cli.clusters",
+    "env": "scaletrain.cli.env",
     "doctor": "scaletrain.cli.doctor",
     "bench": "scaletrain.cli.bench",
 }
