@@ -177,3 +177,19 @@ def test_missing_file_and_missing_cluster_are_exit_2(capsys, tmp_path: Path) -> 
     (tmp_path / "a.sh").write_text("#!/bin/bash\nsrun python3 a.py\n")
     code, _, err = run_cli(capsys, "port", str(tmp_path / "a.sh"))
     assert code == 2 and "--cluster" in err
+
+
+def test_every_flag_of_port_and_env_create_is_documented() -> None:
+    import argparse
+
+    from scaletrain.cli.main import build_parser
+
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    env = next(a for a in sub.choices["env"]._actions if isinstance(a, argparse._SubParsersAction))
+    for parser, page in ((sub.choices["port"], "porting.md"), (env.choices["create"], "clusters.md")):
+        text = (docs / page).read_text()
+        for action in parser._actions:
+            for flag in action.option_strings:
+                if flag not in ("-h", "--help"):
+                    assert f"`{flag}" in text, f"{flag} is not in docs/{page}"
