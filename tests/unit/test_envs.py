@@ -62,6 +62,25 @@ def test_on_a_login_node_the_job_gets_the_running_venv(capsys, monkeypatch) -> N
     assert "command -v '/opt/py 3/bin/python3'" in out
 
 
+def test_the_running_interpreter_keeps_its_name_when_the_set_up_gives_it(capsys, monkeypatch) -> None:
+    here = shutil.which("python3")
+    assert here
+    code, out, err = _plan_cli(capsys, monkeypatch, login=True, found=detect.RunningEnv("python", here))
+    assert code == 0 and " python3 -u train.py" in out and here not in out
+    assert "software: python3 (the Python running scaletrain on this login node)" in err
+    assert "warning:" not in err
+
+
+def test_env_create_refuses_a_retired_system(capsys, tmp_path: Path, monkeypatch) -> None:
+    mahti = load_profile("mahti")
+    if not mahti.retired:
+        (tmp_path / "mahti.toml").write_text('retired = "2026-08-31"\nsuccessor = "roihu"\n'
+                                             + Path(mahti.path).read_text())
+        monkeypatch.setenv("SCALETRAIN_CLUSTERS_DIR", str(tmp_path))
+    code, _, err = run_cli(capsys, "env", "create", "--cluster", "mahti", str(tmp_path / "e"))
+    assert code == 2 and "successor is roihu" in err and not (tmp_path / "e").exists()
+
+
 def test_away_from_a_cluster_the_plan_warns_with_the_fix(capsys, monkeypatch) -> None:
     code, out, err = _plan_cli(capsys, monkeypatch, login=False)
     assert code == 0 and "warning: the job will not find scaletrain" in err

@@ -73,12 +73,19 @@ def test_every_launch_form_is_recovered() -> None:
         "srun accelerate launch --config_file=a.yaml myprog.py": ("accelerate", 1),
         "srun apptainer_wrapper exec deepspeed myprog.py --deepspeed": ("deepspeed", 1),
         "mpirun -np 4 python myprog.py": ("mpi", 1),
+        "horovodrun -np 4 -H localhost:4 python myprog.py": ("mpi", 1),
         "srun python -m scaletrain run --nproc-per-node 4 myprog.py": ("scaletrain-run", 1),
     }
     for line, (launcher, per_proc) in forms.items():
         old = recover("#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --ntasks-per-node=4\n"
                       f"#SBATCH --gres=gpu:v100:4\n{line}\n")
         assert (old.launcher, old.gpus_per_proc, old.script) == (launcher, per_proc, "myprog.py"), line
+
+
+def test_mpirun_in_one_task_is_one_process_per_gpu() -> None:
+    for line in ("mpirun -np 4 python myprog.py", "horovodrun -np 4 python myprog.py --lr 1"):
+        old = recover(f"#!/bin/bash\n#SBATCH --ntasks=1\n#SBATCH --gres=gpu:v100:4\n{line}\n")
+        assert (old.launcher, old.gpus_per_proc, old.gpus_per_node) == ("mpi", 1, 4), line
 
 
 def test_one_process_on_two_gpus_stays_one_process() -> None:
@@ -193,3 +200,16 @@ def test_every_flag_of_port_and_env_create_is_documented() -> None:
             for flag in action.option_strings:
                 if flag not in ("-h", "--help"):
                     assert f"`{flag}" in text, f"{flag} is not in docs/{page}"
+
+
+def test_a_retired_system_ports_to_its_successor_by_default(capsys, tmp_path: Path, monkeypatch) -> None:
+    puhti = load_profile("puhti")
+    if not puhti.retired:   # until the shipped profile says so: the same profile, marked retired
+        text = Path(puhti.path).read_text()
+        (tmp_path / "puhti.toml").write_text('retired = "2026-01-01"\nsuccessor = "roihu"\n' + text)
+        monkeypatch.setenv("SCALETRAIN_CLUSTERS_DIR", str(tmp_path))
+    old = tmp_path / "old.sh"
+    old.write_text("#!/bin/bash\n#SBATCH --account=project_1\n#SBATCH --partition=gpu\n"
+                   "#SBATCH --gres=gpu:v100:4\n#SBATCH --ntasks-per-node=4\nsrun python3 t.py\n")
+    code, out, err = run_cli(capsys, "port", str(old))
+    assert code == 0 and "(puhti) -> roihu" in err and "--gres=gpu:gh200:4" in out

@@ -69,6 +69,11 @@ def run_create(args: argparse.Namespace) -> int:
         raise UsageError("for which cluster? --cluster NAME is required",
                          "e.g. scaletrain env create --cluster roihu DIR (see 'scaletrain clusters')")
     profile = load_profile(args.profile if args.profile else args.cluster)
+    if profile.retired:
+        then = f"; its successor is {profile.successor}" if profile.successor else ""
+        raise UsageError(f"{profile.name} stopped taking jobs ({profile.retired}){then}",
+                         f"make the environment on a live system: scaletrain env create --cluster "
+                         f"{profile.successor or 'NAME'} DIR")
     if profile.scheduler != "slurm":
         raise UsageError(f"the {profile.name} profile runs here, in this Python: no environment to make",
                          "name a cluster: scaletrain env create --cluster roihu DIR")

@@ -277,15 +277,19 @@ def with_running_environment(request: JobRequest, profile: ClusterProfile) -> Jo
     """
     import dataclasses
 
-    from scaletrain.envs.detect import on_login_node, running_environment
+    from scaletrain.envs.detect import on_login_node, running_environment, same_program
     from scaletrain.plan import software
 
     if (profile.scheduler != "slurm" or software.known(request) or software.image(request, profile)
             or not on_login_node()):
         return request
     found = running_environment()
-    field = {"venv": "venv", "conda": "conda", "python": "python"}[found.kind]
-    return dataclasses.replace(request, **{field: found.path}, env_origin=found.origin)
+    path = found.path
+    if found.kind == "python" and same_program(profile.python, path):
+        # the profile's python3 is this interpreter (the module is loaded here): keep its name,
+        # so the job runs what the set-up gives it, not a path that may exist only here
+        path = profile.python
+    return dataclasses.replace(request, **{found.kind: path}, env_origin=found.origin)
 
 
 def _write_stream(path: Path, payload: bytes) -> None:

@@ -16,6 +16,7 @@ examples:
   scaletrain port old_puhti.sh --cluster roihu -o job.sh    # write it (the old file is never touched)
   scaletrain port lumi_module.sh --cluster lumi             # CSC's module script -> LUMI's container
   scaletrain port job.sh --from mahti --cluster roihu --account project_2001234
+  scaletrain port old_puhti.sh                              # a retired system's script: to its successor
 
 Kept word for word: the program and its arguments, exports, set-up commands before the launch.
 Planned again: GPU type and request, partition (test stays test), CPUs and memory per GPU,
@@ -34,7 +35,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "equivalent script for another cluster, with every change listed.",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("old", type=text(), metavar="OLD.sh", help="the batch script to port")
-    p.add_argument("--cluster", type=name, metavar="NAME", help="the cluster to port to (required unless --profile)")
+    p.add_argument("--cluster", type=name, metavar="NAME",
+                   help="the cluster to port to (default: the successor of the retired system the script is for)")
     p.add_argument("--profile", type=text(), metavar="FILE", help="a profile .toml file for the target")
     p.add_argument("--from", dest="source", type=name, metavar="NAME",
                    help="the cluster the script was written for (default: detected from its partition "
@@ -56,13 +58,16 @@ def run(args: argparse.Namespace) -> int:
     from scaletrain.port.recover import recover
     from scaletrain.port.translate import port
 
-    if not args.cluster and not args.profile:
-        raise UsageError("port to which cluster? --cluster NAME is required",
-                         "e.g. scaletrain port old.sh --cluster roihu (see 'scaletrain clusters')")
     text = read_script(args.old)
-    target = load_profile(args.profile if args.profile else args.cluster)
     source_name = args.source or detect_cluster(parse_script(text, args.old))[0]
     source = load_profile(source_name) if source_name else None
+    if args.profile or args.cluster:
+        target = load_profile(args.profile if args.profile else args.cluster)
+    elif source is not None and source.successor:   # a retired system: its successor by default
+        target = load_profile(source.successor)
+    else:
+        raise UsageError("port to which cluster? --cluster NAME is required",
+                         "e.g. scaletrain port old.sh --cluster roihu (see 'scaletrain clusters')")
     old = recover(text, args.old)
     # --account, else the script's own, else sbatch's default ($SBATCH_ACCOUNT)
     account = args.account or old.sbatch.get("account") or account_or_env(None)

@@ -61,3 +61,9 @@ def running_environment(*, environ: Mapping[str, str] | None = None, prefix: str
     if conda and os.path.realpath(conda) == os.path.realpath(prefix):
         return RunningEnv("conda", conda)
     return RunningEnv("python", exe or "python3")
+
+
+def same_program(name: str, path: str, *, which: Callable[[str], str | None] = shutil.which) -> bool:
+    """True when ``name`` on PATH is the file ``path`` (``python3`` here is this interpreter)."""
+    found = which(name)
+    return bool(found) and os.path.realpath(found) == os.path.realpath(path)  # type: ignore[arg-type]

@@ -12,6 +12,7 @@ what cannot be carried (lines after the launch). Pure: text in, data out.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 
@@ -98,6 +99,15 @@ def _launch_of(cmd: Command, script: BatchScript) -> tuple[Invocation, Command] 
             return None
         sub.srun = inv.srun
         return sub, cmd
+    if inv.program == "horovodrun" and inv.program_word is not None:
+        # horovodrun -np N [-H hosts] python train.py: MPI-style, one process per GPU
+        rest = cmd.words[cmd.words.index(inv.program_word) + 1:]
+        start = next((j for j, w in enumerate(rest) if os.path.basename(w.value).startswith("python")), None)
+        if start is None:
+            return None
+        sub = classify(Command(words=rest[start:], line=cmd.line, end_line=cmd.end_line))
+        sub.mpi = "horovodrun"
+        return (sub, cmd) if sub.is_program else None
     if inv.is_program and (inv.srun is not None or inv.mpi is not None or inv.kind != "python"):
         return inv, cmd
     return None
@@ -113,9 +123,11 @@ def _launcher(inv: Invocation, tasks_per_node: int, gpn: int) -> tuple[str, int]
         return "deepspeed", 1
     if inv.kind == "scaletrain":
         return "scaletrain-run", 1
-    # python under srun or mpirun: one task per process; a task may drive several GPUs
+    if inv.mpi:   # mpirun/horovodrun start their processes themselves: one per GPU
+        return "mpi", 1
+    # python under srun: one task per process; a task may drive several GPUs
     per_proc = max(1, gpn // max(1, tasks_per_node)) if gpn else 1
-    return ("mpi" if inv.mpi else "srun"), per_proc
+    return "srun", per_proc
 
 
 def _words_vars(words: list[Word]) -> set[str]:
