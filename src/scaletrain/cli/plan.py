@@ -289,7 +289,11 @@ def with_running_environment(request: JobRequest, profile: ClusterProfile) -> Jo
         # the profile's python3 is this interpreter (the module is loaded here): keep its name,
         # so the job runs what the set-up gives it, not a path that may exist only here
         path = profile.python
-    return dataclasses.replace(request, **{found.kind: path}, env_origin=found.origin)
+    if found.kind == "venv":
+        return dataclasses.replace(request, venv=path, env_origin=found.origin)
+    if found.kind == "conda":
+        return dataclasses.replace(request, conda=path, env_origin=found.origin)
+    return dataclasses.replace(request, python=path, env_origin=found.origin)
 
 
 def _write_stream(path: Path, payload: bytes) -> None:

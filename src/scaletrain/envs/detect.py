@@ -66,4 +66,4 @@ def running_environment(*, environ: Mapping[str, str] | None = None, prefix: str
 def same_program(name: str, path: str, *, which: Callable[[str], str | None] = shutil.which) -> bool:
     """True when ``name`` on PATH is the file ``path`` (``python3`` here is this interpreter)."""
     found = which(name)
-    return bool(found) and os.path.realpath(found) == os.path.realpath(path)  # type: ignore[arg-type]
+    return found is not None and os.path.realpath(found) == os.path.realpath(path)

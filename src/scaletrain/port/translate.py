@@ -33,13 +33,14 @@ class Ported:
     lost: tuple[str, ...]
 
 
-def _size(old: OldJob, target: ClusterProfile) -> dict[str, int]:
-    """GPUs for the planner: the old per-node layout where the target's nodes hold it, else the total."""
+def _size(old: OldJob, target: ClusterProfile) -> tuple[int | None, int | None, int | None]:
+    """(gpus, nodes, gpus_per_node) for the planner: the old per-node layout where the target's
+    nodes hold it, else the total."""
     gpn = old.gpus_per_node or 1
     per_node = target.gpus_per_node or gpn
     if old.nodes > 1 and gpn <= per_node:
-        return {"nodes": old.nodes, "gpus_per_node": gpn}
-    return {"gpus": gpn * old.nodes}
+        return None, old.nodes, gpn
+    return gpn * old.nodes, None, None
 
 
 def _gpus_per_proc(old: OldJob, target: ClusterProfile) -> int:
@@ -71,7 +72,9 @@ def request_for(old: OldJob, target: ClusterProfile, source: ClusterProfile | No
         added.append(f"node-local disk: ${old_scratch} is ${new_scratch} on {target.name} "
                      f"(added: {alias})")
     sb = old.sbatch
+    gpus, nodes, gpn = _size(old, target)
     req = JobRequest(
+        gpus=gpus, nodes=nodes, gpus_per_node=gpn,
         cluster=target.name, script=old.script, script_args=old.args, launcher=old.launcher,
         time=sb.get("time"), account=account or sb.get("account"), job_name=sb.get("job-name"),
         mail_type=sb.get("mail-type"), mail_user=sb.get("mail-user"), array=sb.get("array"),
@@ -79,8 +82,7 @@ def request_for(old: OldJob, target: ClusterProfile, source: ClusterProfile | No
         chdir=sb.get("chdir"), exclusive="exclusive" in sb,
         gpus_per_proc=_gpus_per_proc(old, target), expand_args=old.expand_args,
         accelerate_config=old.accelerate_config, env=tuple(old.env), setup=tuple(setup),
-        command=("scaletrain", "port", script_path, "--cluster", target.name),
-        **_size(old, target))
+        command=("scaletrain", "port", script_path, "--cluster", target.name))
     return req, added
 
 
