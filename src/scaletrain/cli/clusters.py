@@ -60,7 +60,8 @@ def _show(name: str, as_json: bool) -> int:
     gpus = (f"{p.gpus_per_node} x {p.gpu_model} ({p.gpu_memory_gb:g} GB, {p.gpu_vendor})"
             if p.gpus_per_node else "none: CPU worker processes")
     request = {"gres_typed": f"--gres=gpu:{p.gres_type}:N", "gres": "--gres=gpu:N",
-               "gpus_per_node": "--gpus-per-node=N", "gpus_per_task": "--gpus-per-task=N"}[p.gpu_request]
+               "gpus_per_node": "--gpus-per-node=N", "gpus_per_task": "--gpus-per-task=N",
+               "gpus_per_node_typed": f"--gpus-per-node={p.gres_type}:N"}[p.gpu_request]
     lines = [
         f"{p.name}: {p.description}",
         f"  site:            {p.site}",

@@ -27,7 +27,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-GPU_REQUESTS = ("gres_typed", "gres", "gpus_per_node", "gpus_per_task")
+GPU_REQUESTS = ("gres_typed", "gres", "gpus_per_node", "gpus_per_node_typed", "gpus_per_task")
 MEM_REQUESTS = ("proportional", "whole_node", "none")
 
 
@@ -109,6 +109,11 @@ class ClusterProfile:
     software: str = "module"            # "module" | "container"
     default_image: str | None = None
     cpu_arch: str = "x86_64"            # "aarch64" on GH200 (Grace) nodes: one CPU per GPU
+    module_multinode_warning: str = ""  # said when a multi-node job uses the modules (LUMI: CSC's module)
+    tensorflow_setup_lines: tuple[str, ...] = ()   # the centre's TensorFlow set-up (CSC: module load tensorflow)
+    missing_launchers: dict[str, str] = field(default_factory=dict)  # launcher -> why the centre's software lacks it
+    cpu_mem_per_core_gb: float | None = None       # CPU-only jobs: the CPU nodes' memory per core
+    gpus_per_billing_unit: int = 1      # GPUs in one billed GPU-hour (LUMI: 2 GCDs = one MI250X)
     # provenance: the date the centre's documentation was read, each fact's source, and the
     # facts that could not be confirmed ("FIELD: why"; FIELD as in the file, partitions.NAME.KEY)
     checked: str = ""
@@ -253,7 +258,7 @@ def profile_to_dict(profile: ClusterProfile) -> dict[str, Any]:
     if profile.gpu_cpu_map is not None:
         out["gpu_cpu_map"] = {str(k): list(v) for k, v in profile.gpu_cpu_map.items()}
     for key in ("setup_lines", "sources", "notes", "gpu_request_accepts", "container_binds",
-                "container_setup_lines", "python_env_lines", "unconfirmed"):
+                "container_setup_lines", "python_env_lines", "unconfirmed", "tensorflow_setup_lines"):
         out[key] = list(out[key])
     return out
 

@@ -30,6 +30,8 @@ _PROFILE_KEYS = {
     "scratch_max_gb", "scratch_in_memory", "default_time", "notes", "max_cores_per_gpu", "max_mem_per_gpu_gb",
     "gpu_share_policy", "billing", "container_binds", "container_setup_lines", "python_env_lines",
     "software", "default_image", "cpu_arch", "checked", "facts", "unconfirmed", "retired", "successor",
+    "module_multinode_warning", "tensorflow_setup_lines", "missing_launchers", "cpu_mem_per_core_gb",
+    "gpus_per_billing_unit",
 }
 _PARTITION_KEYS = {"gpus", "max_gpus", "max_nodes", "min_nodes", "whole_node", "max_time",
                    "default", "test", "implicit", "description"}
@@ -218,7 +220,16 @@ def _provenance(data: dict[str, Any], path: str) -> dict[str, Any]:
     successor = _typed(data, "successor", str, path, None, none_ok=True) or None
     if successor and not retired:
         raise _bad(path, "successor goes with retired (the date the system stopped taking jobs)")
+    missing = _typed(data, "missing_launchers", dict, path, {})
+    unit = _typed(data, "gpus_per_billing_unit", int, path, 1)
+    if unit < 1:
+        raise _bad(path, "gpus_per_billing_unit must be at least 1")
     return {
+        "module_multinode_warning": _typed(data, "module_multinode_warning", str, path, ""),
+        "tensorflow_setup_lines": tuple(str(s) for s in _typed(data, "tensorflow_setup_lines", list, path, [])),
+        "missing_launchers": {str(k): str(v) for k, v in missing.items()},
+        "cpu_mem_per_core_gb": _typed(data, "cpu_mem_per_core_gb", float, path, None, none_ok=True),
+        "gpus_per_billing_unit": unit,
         "software": software,
         "default_image": _typed(data, "default_image", str, path, None, none_ok=True) or None,
         "cpu_arch": arch,

@@ -36,6 +36,8 @@ def _gpu_syntax_hint(ctx: LintContext, count: int | None) -> str:
         return f"#SBATCH --gres=gpu:{prof.gres_type}:{n}"
     if prof.gpu_request == "gres":
         return f"#SBATCH --gres=gpu:{n}"
+    if prof.gpu_request == "gpus_per_node_typed" and prof.gres_type:
+        return f"#SBATCH --gpus-per-node={prof.gres_type}:{n}"
     return f"#SBATCH --gpus-per-node={n}"
 
 
@@ -92,6 +94,8 @@ def _form(option: str, gpu_type: str | None) -> str:
     """The profile's name for a request form (see ``ClusterProfile.gpu_request_accepts``)."""
     if option == "gres":
         return "gres_typed" if gpu_type else "gres"
+    if option == "gpus-per-node" and gpu_type:
+        return "gpus_per_node_typed"
     return {"gpus-per-task": "gpus_per_task"}.get(option, "gpus_per_node")
 
 

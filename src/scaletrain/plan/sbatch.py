@@ -42,6 +42,8 @@ def gpu_options(profile: ClusterProfile, *, gpn: int, gpus_per_task: int,
         return [("gres", f"gpu:{profile.gres_type}:{gpn}" + (f",{disk}" if disk else ""))]
     if kind == "gres":
         return [("gres", f"gpu:{gpn}" + (f",{disk}" if disk else ""))]
+    if kind == "gpus_per_node_typed":   # the Alliance's H100/A100 clusters: --gpus-per-node=h100:N
+        return [("gpus-per-node", f"{profile.gres_type}:{gpn}")] + ([("gres", disk)] if disk else [])
     out = [("gpus-per-task", str(gpus_per_task)) if kind == "gpus_per_task" else ("gpus-per-node", str(gpn))]
     return out + ([("gres", disk)] if disk else [])
 
