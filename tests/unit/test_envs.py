@@ -112,6 +112,10 @@ def _run_guarded(script: str, tmp_path: Path, tools: dict[str, str]) -> subproce
     for name, body in tools.items():
         (bin_dir / name).write_text("#!" + BASH + "\n" + body)
         (bin_dir / name).chmod(0o755)
+    for name in ("mktemp", "mkdir", "hostname"):   # what a profile's set-up lines may call
+        found = shutil.which(name)
+        if found and not (bin_dir / name).exists():
+            (bin_dir / name).symlink_to(found)
     job = tmp_path / "job.sh"
     job.write_text(script)
     return subprocess.run([BASH, str(job)], env={"PATH": str(bin_dir), "SLURM_JOB_ID": "1"},

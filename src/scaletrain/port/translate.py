@@ -137,14 +137,16 @@ def _changes(old: OldJob, plan: Plan, source: ClusterProfile | None, test_wanted
     if old.gpus_per_node:
         cpg_old = f"{cpus_old / old.gpus_per_node:g}" if cpus_old else "?"
         cpg_new = plan.cpus_per_task * plan.tasks_per_node / max(1, plan.gpus_per_node)
-        out.append(f"CPU cores per GPU: {cpg_old} -> {cpg_new:g}")
+        if cpg_old != f"{cpg_new:g}":
+            out.append(f"CPU cores per GPU: {cpg_old} -> {cpg_new:g}")
     mem_old = _per_gpu(old.mem_mb, old)
     mem_new = plan.mem_per_proc_gb * plan.procs_per_node / max(1, plan.gpus_per_node) \
         if plan.mem_per_proc_gb else None
     old_txt = ("the whole node" if old.mem_mb == 0 else format_mem(mem_old / 1024)) if mem_old is not None else \
         "(not stated)"
     new_txt = format_mem(mem_new) if mem_new else ("the whole node" if plan.mem == "0" else "(Slurm's default)")
-    out.append(f"memory per GPU: {old_txt} -> {new_txt}")
+    if old_txt != new_txt:
+        out.append(f"memory per GPU: {old_txt} -> {new_txt}")
     if "time" not in old.sbatch:
         out.append(f"time: (not stated) -> {plan.time}")
     elif _seconds(old.sbatch["time"]) != plan.time_seconds:
