@@ -199,3 +199,13 @@ def test_create_builds_a_venv_that_imports_its_own_scaletrain(capsys, tmp_path: 
                        capture_output=True, text=True, env=clean, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().startswith(str(env_dir))
+
+
+def test_create_warns_when_this_machine_is_not_the_gpu_nodes_architecture(capsys, tmp_path: Path, monkeypatch) -> None:
+    import platform
+
+    monkeypatch.setattr(platform, "machine", lambda: "x86_64")
+    code, _, err = run_cli(capsys, "env", "create", "--cluster", "roihu", "--dry-run", str(tmp_path / "e"))
+    assert code == 0 and "this machine is x86_64, roihu's GPU nodes are aarch64" in err
+    code, _, err = run_cli(capsys, "env", "create", "--cluster", "narval", "--dry-run", str(tmp_path / "e"))
+    assert code == 0 and "this machine is" not in err

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import platform
 import subprocess
 import sys
 
@@ -56,6 +57,12 @@ def _no_action(args: argparse.Namespace) -> int:
     raise UsageError("env needs an action", "scaletrain env create --cluster NAME [DIR]")
 
 
+def _arch(machine: str) -> str:
+    """``platform.machine()`` in the profiles' words (arm64 is aarch64, AMD64 is x86_64)."""
+    m = machine.lower()
+    return {"arm64": "aarch64", "amd64": "x86_64", "x64": "x86_64"}.get(m, m)
+
+
 def run_create(args: argparse.Namespace) -> int:
     """CLI body of ``scaletrain env create``."""
     import scaletrain
@@ -87,6 +94,12 @@ def run_create(args: argparse.Namespace) -> int:
     recipe = EnvRecipe(directory=directory, packages=packages, image=job_image(probe, profile),
                        modules=tuple(args.module))
     text = create_script(profile, recipe, scaletrain_dir=os.path.dirname(scaletrain.__file__))
+    machine = _arch(platform.machine())
+    if profile.cpu_arch and machine and machine != profile.cpu_arch:
+        # compiled wheels and the module's own Python differ between x86_64 and aarch64
+        print(f"scaletrain: warning: this machine is {machine}, {profile.name}'s GPU nodes are {profile.cpu_arch}: "
+              f"build the environment on a {profile.cpu_arch} login node, or in a job on a GPU node",
+              file=sys.stderr)
     flag = f"--venv {directory}"
     if args.dry_run:
         sys.stdout.write(text)
