@@ -213,3 +213,30 @@ def test_a_retired_system_ports_to_its_successor_by_default(capsys, tmp_path: Pa
                    "#SBATCH --gres=gpu:v100:4\n#SBATCH --ntasks-per-node=4\nsrun python3 t.py\n")
     code, out, err = run_cli(capsys, "port", str(old))
     assert code == 0 and "(puhti) -> roihu" in err and "--gres=gpu:gh200:4" in out
+
+
+def test_control_flow_is_carried_whole_unless_it_holds_the_launch() -> None:
+    head = "#!/bin/bash\n#SBATCH --account=p_1\n#SBATCH --gres=gpu:v100:4\n#SBATCH --ntasks-per-node=4\n"
+    old = recover(head + 'if [ ! -d out ]; then\n  mkdir out\nfi\nsrun python3 t.py\n')
+    assert [ln.text for ln in old.setup] == ["if [ ! -d out ]; then mkdir out; fi"]
+    new = render_script(port(old, load_profile("roihu"), load_profile("puhti"), script_path="o.sh").plan)
+    assert "if [ ! -d out ]; then mkdir out; fi" in new
+    assert not lint_text(new, profile=load_profile("roihu")).errors
+    wrapped = recover(head + 'for i in 1 2; do\n  srun python3 t.py --seed $i\ndone\n')
+    assert not wrapped.setup and "launches once" in wrapped.lost[0].why
+
+
+def test_a_per_task_variable_in_the_arguments_is_refused_with_the_fix() -> None:
+    from scaletrain.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"SLURM_PROCID"):
+        recover("#!/bin/bash\n#SBATCH --gres=gpu:v100:4\nsrun python3 t.py --rank $SLURM_PROCID\n")
+
+
+def test_multi_line_commands_become_one_line_or_are_listed() -> None:
+    from scaletrain.port.recover import one_line
+
+    assert one_line("python3 prep.py \\\n    --out x") == "python3 prep.py --out x"
+    assert one_line("for f in a b; do\n  cp $f x/\ndone") == "for f in a b; do cp $f x/; done"
+    assert one_line("if true; then\n  echo a # why\nfi") is None
+    assert one_line("cat > f <<EOF\nx\nEOF") is None

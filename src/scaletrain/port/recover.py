@@ -21,6 +21,7 @@ from scaletrain.lint.invocation import Invocation, classify
 from scaletrain.lint.job import read_request
 from scaletrain.lint.script import BatchScript, Command, Word, parse_script
 from scaletrain.lint.shell import split_commands
+from scaletrain.plan.software import PER_TASK_VARS
 
 HINT = "give a Slurm batch script whose srun/mpirun line starts a Python program or launcher"
 # Variables a launch line computes itself: the new script sets them (or needs none).
@@ -162,6 +163,11 @@ def recover(text: str, path: str = "<script>") -> OldJob:
                  script=inv.script.value, args=tuple(w.value for w in inv.args),
                  used_vars=_words_vars(args))
     old.expand_args = bool(old.used_vars)
+    per_task = sorted(old.used_vars & set(PER_TASK_VARS))
+    if per_task:
+        raise UsageError(f"{path}:{cmd.line}: the program's arguments read ${per_task[0]}, which the batch shell "
+                         "expands once for every task (the same value for all)",
+                         "read it inside the program (os.environ), then port the script")
     for opt in script.options:
         if opt.name not in CARRIED and opt.name not in RECOMPUTED:
             old.lost.append(Line(opt.line, opt.text, "an option of the old cluster's; not carried"))
@@ -194,18 +200,23 @@ def _sort_lines(script: BatchScript, old: OldJob, launch: int, inv: Invocation) 
         body_var = next(iter(_words_vars(launch_cmd.words)), None)
         if body_var in assigned:
             launch_vars |= {e.name for w, _ in assigned[body_var] for e in w.expansions}
-    depth, block_start = 0, 0
+    depth, block_start, block_first = 0, 0, 0
     for i, cmd in enumerate(script.commands):
-        if i == launch:
-            continue
         first = cmd.words[0].value if cmd.words else ""
         if depth or first in _COMPOUND_OPEN:
             depth += (first in _COMPOUND_OPEN) - (first in _COMPOUND_CLOSE)
-            block_start = block_start or cmd.line
+            if not block_start:
+                block_start, block_first = cmd.line, i
             if depth == 0:
-                _carry_or_lose(old, Line(block_start, _text(script, block_start, cmd.end_line),
-                                         "control flow"), after=i > launch)
+                block = Line(block_start, _text(script, block_start, cmd.end_line), "control flow")
+                if block_first <= launch <= i:   # the training line is inside: it must not run twice
+                    old.lost.append(Line(block.line, block.text, "control flow around the training line; "
+                                         "the new script launches once, unconditionally"))
+                else:
+                    _carry_or_lose(old, block, after=i > launch)
                 block_start = 0
+            continue
+        if i == launch:
             continue
         text = _text(script, cmd.line, cmd.end_line)
         line = Line(cmd.line, text, "")
@@ -247,5 +258,32 @@ def _assignment(old: OldJob, cmd: Command, line: Line, launch_vars: set[str], bo
 def _carry_or_lose(old: OldJob, line: Line, *, after: bool) -> None:
     if after:
         old.lost.append(Line(line.line, line.text, "runs after the training; the new script ends with it"))
+        return
+    joined = one_line(line.text)
+    if joined is None:
+        old.lost.append(Line(line.line, line.text, "a block with comments or a here-document: add it "
+                             "yourself (plan --setup, one line)"))
     else:
-        old.setup.append(line)
+        old.setup.append(Line(line.line, joined, line.why))
+
+
+_OPENS = re.compile(r"(\bthen|\bdo|\belse|\{|\||&&|;)$")
+
+
+def one_line(text: str) -> str | None:
+    """Lines of one command or block as one shell line (``--setup`` takes no newline), or None
+    when that cannot be done safely (a comment would swallow the rest, a here-document)."""
+    lines = [ln.strip() for ln in text.split("\n") if ln.strip()]
+    if len(lines) <= 1:
+        return text.strip()
+    if "<<" in text or any("#" in ln for ln in lines):
+        return None
+    out = lines[0]
+    for ln in lines[1:]:
+        if out.endswith("\\"):          # a continued line: the words go on
+            out = out[:-1].rstrip() + " " + ln
+        elif _OPENS.search(out):         # after then/do/else/{/|/&&/; a newline is a space
+            out += " " + ln
+        else:
+            out += "; " + ln
+    return out
