@@ -240,3 +240,14 @@ def test_multi_line_commands_become_one_line_or_are_listed() -> None:
     assert one_line("for f in a b; do\n  cp $f x/\ndone") == "for f in a b; do cp $f x/; done"
     assert one_line("if true; then\n  echo a # why\nfi") is None
     assert one_line("cat > f <<EOF\nx\nEOF") is None
+
+
+def test_staging_and_disk_are_listed_against_the_new_nodes() -> None:
+    text = ("#!/bin/bash\n#SBATCH --account=p_1\n#SBATCH --gres=gpu:v100:4,nvme:500\n#SBATCH --ntasks-per-node=4\n"
+            "#SBATCH --requeue\ntar xf /scratch/p_1/d.tar -C $LOCAL_SCRATCH\nsrun python3 t.py\n")
+    ported = port(recover(text), load_profile("roihu"), load_profile("puhti"), script_path="o.sh")
+    changes, lost = "\n".join(ported.changes), "\n".join(ported.lost)
+    assert "data staging: line 6 carried as written" in changes
+    assert "node-local disk: $TMPDIR on roihu (at most 150 GB, no request needed)" in changes
+    assert "asked 500 GB; roihu allows 150 GB" in changes
+    assert "nvme:500" in lost and "--requeue" in lost

@@ -33,8 +33,7 @@ CARRIED = ("account", "time", "job-name", "mail-type", "mail-user", "array", "de
            "error", "exclusive", "chdir")
 # sbatch options the planner recomputes for the target (listed as changes, never copied)
 RECOMPUTED = {"nodes", "ntasks", "ntasks-per-node", "cpus-per-task", "cpus-per-gpu", "mem", "mem-per-cpu",
-              "mem-per-gpu", "gres", "gpus", "gpus-per-node", "gpus-per-task", "partition", "signal",
-              "requeue"}
+              "mem-per-gpu", "gres", "gpus", "gpus-per-node", "gpus-per-task", "partition"}
 _COMPOUND_OPEN = {"if", "for", "while", "until", "case", "select"}
 _COMPOUND_CLOSE = {"fi", "done", "esac"}
 _PYTHON_ENV = re.compile(r"(^|/)(activate|conda)$")
@@ -75,6 +74,7 @@ class OldJob:
     replaced: list[Line] = field(default_factory=list)     # the new script computes these
     lost: list[Line] = field(default_factory=list)         # not carried over
     used_vars: set[str] = field(default_factory=set)       # $NAMEs the program's arguments read
+    disk_gb: float | None = None             # node-local disk the old script asked (--gres=nvme:N)
 
 
 def _text(script: BatchScript, first: int, last: int) -> str:
@@ -169,11 +169,18 @@ def recover(text: str, path: str = "<script>") -> OldJob:
                          "expands once for every task (the same value for all)",
                          "read it inside the program (os.environ), then port the script")
     for opt in script.options:
-        if opt.name not in CARRIED and opt.name not in RECOMPUTED:
+        if opt.name in ("requeue", "signal"):
+            old.lost.append(Line(opt.line, opt.text, "requeueing: plan --requeue relays the signal to the "
+                                 "tasks and requeues only when they saved (docs/long-jobs.md)"))
+        elif opt.name not in CARRIED and opt.name not in RECOMPUTED:
             old.lost.append(Line(opt.line, opt.text, "an option of the old cluster's; not carried"))
-        elif opt.name == "gres" and opt.value and any(not g.startswith("gpu") for g in opt.value.split(",")):
-            old.lost.append(Line(opt.line, opt.text, "node-local disk request: the new plan asks what "
-                                 "its cluster needs (--stage-data sizes it)"))
+        elif opt.name == "gres" and opt.value:
+            for item in opt.value.split(","):
+                kind, _, size = item.partition(":")
+                if kind != "gpu":
+                    old.disk_gb = float(size) if size.isdigit() else old.disk_gb
+                    old.lost.append(Line(opt.line, opt.text, f"the request for {item}: the new cluster's "
+                                         "node-local disk is asked its own way (see the changes)"))
     if inv.kind == "accelerate":
         old.accelerate_config = inv.launcher_opts.get("config_file")
     if inv.container in ("singularity", "apptainer"):

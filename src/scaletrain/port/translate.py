@@ -152,6 +152,7 @@ def _changes(old: OldJob, plan: Plan, source: ClusterProfile | None, test_wanted
     elif _seconds(old.sbatch["time"]) != plan.time_seconds:
         out.append(f"time: {old.sbatch['time']} -> {plan.time}")
     out += _software(old, plan, src)
+    out += _staging(old, plan, source)
     if old.launcher in _COUNTED:
         out.append(f"launch: {old.launcher} kept; its {_COUNTED[old.launcher]} follow the new layout")
     else:
@@ -160,6 +161,25 @@ def _changes(old: OldJob, plan: Plan, source: ClusterProfile | None, test_wanted
     out += [f"line {ln.line}: {_first(ln.text)} -> {ln.why}" for ln in old.replaced]
     out += [f"line {ln.line}: carried with --setup: {_first(ln.text)}" for ln in old.setup]
     out += [f"exported with --env: {k}={v}" for k, v in old.env]
+    return out
+
+
+def _staging(old: OldJob, plan: Plan, source: ClusterProfile | None) -> list[str]:
+    """Where the carried staging lines now write, and whether the old disk request still fits."""
+    new = plan.profile
+    old_var = source.scratch_var if source else None
+    staged = [ln for ln in old.setup if old_var and (old_var in ln.text or old_var.replace("$", "${", 1) in ln.text)]
+    if not staged and old.disk_gb is None:
+        return []
+    where = new.scratch_var or "(no node-local disk)"
+    facts = [f"at most {new.scratch_max_gb:g} GB" if new.scratch_max_gb else "",
+             "in memory: it counts against --mem" if new.scratch_in_memory else "",
+             f"asked with --gres={new.scratch_gres}:GB" if new.scratch_gres else "no request needed"]
+    out = [f"data staging: line {ln.line} carried as written" for ln in staged]
+    out.append(f"node-local disk: {where} on {new.name} ({', '.join(f for f in facts if f)})")
+    if old.disk_gb and new.scratch_max_gb and old.disk_gb > new.scratch_max_gb:
+        out.append(f"node-local disk: the old script asked {old.disk_gb:g} GB; {new.name} allows "
+                   f"{new.scratch_max_gb:g} GB: stage less, or read from the shared file system")
     return out
 
 
