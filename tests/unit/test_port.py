@@ -4,7 +4,6 @@ and keeps the program and its arguments word for word; bad input is one line and
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import shlex
@@ -25,8 +24,6 @@ SEEDS = Path(os.environ.get("SCALETRAIN_TEST_SEEDS",
 BLOCKS = seed_blocks(SEEDS) if SEEDS.is_dir() else []
 OLD = [b for b in BLOCKS if b.doc in ("000", "001") and b.cluster in ("puhti", "mahti")]
 needs_seeds = pytest.mark.skipif(not OLD, reason=f"seed documents not found at {SEEDS}")
-# LUMI's AI Factory image, for a lumi profile that does not yet default to it (see _lumi_container)
-IMAGE = "/appl/local/laifs/containers/lumi-multitorch-latest.sif"
 
 
 def _program_words(old_text: str) -> list[str]:
@@ -96,15 +93,14 @@ def test_one_process_on_two_gpus_stays_one_process() -> None:
 
 
 def _lumi_container():
-    """The shipped lumi profile, or (until it defaults to the AI Factory container) the same with it."""
+    """LUMI's profile: the AI Factory container by default, run with singularity."""
     lumi = load_profile("lumi")
-    if lumi.software == "container":
-        return lumi
-    return dataclasses.replace(lumi, software="container", default_image=IMAGE, container="singularity exec")
+    assert lumi.software == "container" and lumi.default_image and lumi.container == "singularity exec"
+    return lumi
 
 
 @needs_seeds
-@pytest.mark.parametrize("block", [b for b in BLOCKS if b.doc == "000" and b.cluster == "lumi"
+@pytest.mark.parametrize("block", [b for b in BLOCKS if b.doc in ("000", "001") and b.cluster == "lumi"
                                    and "module load pytorch" in b.text and "myprog.py" in b.text],
                          ids=lambda b: b.id)
 def test_lumi_module_script_ports_to_the_container(block) -> None:
@@ -203,11 +199,7 @@ def test_every_flag_of_port_and_env_create_is_documented() -> None:
 
 
 def test_a_retired_system_ports_to_its_successor_by_default(capsys, tmp_path: Path, monkeypatch) -> None:
-    puhti = load_profile("puhti")
-    if not puhti.retired:   # until the shipped profile says so: the same profile, marked retired
-        text = Path(puhti.path).read_text()
-        (tmp_path / "puhti.toml").write_text('retired = "2026-01-01"\nsuccessor = "roihu"\n' + text)
-        monkeypatch.setenv("SCALETRAIN_CLUSTERS_DIR", str(tmp_path))
+    assert load_profile("puhti").successor == "roihu"
     old = tmp_path / "old.sh"
     old.write_text("#!/bin/bash\n#SBATCH --account=project_1\n#SBATCH --partition=gpu\n"
                    "#SBATCH --gres=gpu:v100:4\n#SBATCH --ntasks-per-node=4\nsrun python3 t.py\n")

@@ -17,7 +17,7 @@ from scaletrain.clusters.profile import ClusterProfile, parse_time
 from scaletrain.errors import PlanError, ProfileError, UsageError
 from scaletrain.plan.planner import Plan, make_plan
 from scaletrain.plan.request import JobRequest, format_mem
-from scaletrain.port.recover import Line, OldJob
+from scaletrain.port.recover import OldJob
 
 # Launchers whose own count flags (--nproc_per_node, --num_processes...) the new line recomputes.
 _COUNTED = {"torchrun": "--nproc_per_node/--nnodes", "accelerate": "--num_processes/--num_machines",
