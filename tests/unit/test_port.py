@@ -243,3 +243,12 @@ def test_staging_and_disk_are_listed_against_the_new_nodes() -> None:
     assert "node-local disk: $TMPDIR on roihu (at most 150 GB, no request needed)" in changes
     assert "asked 500 GB; roihu allows 150 GB" in changes
     assert "nvme:500" in lost and "--requeue" in lost
+
+
+def test_scratch_alias_to_a_path_when_the_target_names_no_variable() -> None:
+    text = ("#!/bin/bash\n#SBATCH --account=p_1\n#SBATCH --gres=gpu:v100:4\n#SBATCH --ntasks-per-node=4\n"
+            "srun python3 t.py --data \"$LOCAL_SCRATCH/d\"\n")
+    ported = port(recover(text), load_profile("lumi"), load_profile("puhti"), script_path="o.sh")
+    new = render_script(ported.plan)
+    assert "export LOCAL_SCRATCH=/tmp" in new and _launch_words(new)[-3:] == ["t.py", "--data", "$LOCAL_SCRATCH/d"]
+    assert not lint_text(new, profile=load_profile("lumi")).errors

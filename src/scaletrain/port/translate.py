@@ -10,7 +10,8 @@ no I/O (the CLI reads the file and prints).
 from __future__ import annotations
 
 import dataclasses
-import math
+import re
+import shlex
 from dataclasses import dataclass
 
 from scaletrain.clusters.profile import ClusterProfile, parse_time
@@ -22,6 +23,9 @@ from scaletrain.port.recover import OldJob
 # Launchers whose own count flags (--nproc_per_node, --num_processes...) the new line recomputes.
 _COUNTED = {"torchrun": "--nproc_per_node/--nnodes", "accelerate": "--num_processes/--num_machines",
             "deepspeed": "--num_gpus/--num_nodes"}
+
+
+_VAR = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,13 +68,14 @@ def request_for(old: OldJob, target: ClusterProfile, source: ClusterProfile | No
     added: list[str] = []
     setup = [ln.text for ln in old.setup]
     old_scratch = (source.scratch_var or "").lstrip("$") if source else ""
-    new_scratch = (target.scratch_var or "").lstrip("$")
-    if old_scratch and new_scratch and old_scratch != new_scratch and _uses(old, old_scratch):
+    new_scratch = target.scratch_var or ""
+    if (_VAR.fullmatch(old_scratch) and new_scratch and new_scratch != f"${old_scratch}"
+            and _uses(old, old_scratch)):
         # the arguments and set-up keep their words: the old name points at the new disk
-        alias = f'export {old_scratch}="${new_scratch}"'
+        value = f'"{new_scratch}"' if _VAR.fullmatch(new_scratch.lstrip("$")) else shlex.quote(new_scratch)
+        alias = f"export {old_scratch}={value}"
         setup.insert(0, alias)
-        added.append(f"node-local disk: ${old_scratch} is ${new_scratch} on {target.name} "
-                     f"(added: {alias})")
+        added.append(f"node-local disk: ${old_scratch} is {new_scratch} on {target.name} (added: {alias})")
     sb = old.sbatch
     gpus, nodes, gpn = _size(old, target)
     req = JobRequest(
@@ -210,7 +215,7 @@ def _lost(old: OldJob, plan: Plan) -> list[str]:
         out.append(f"the container image {old.container} (pass --container IMAGE if it runs on {plan.cluster})")
     if old.gpus_per_node and plan.gpus != old.gpus_per_node * old.nodes:
         out.append(f"the GPU count: {old.gpus_per_node * old.nodes} asked, {plan.gpus} planned")
-    if not math.isclose(plan.world_size, old.tasks_per_node * old.nodes) and old.launcher in ("srun", "mpi"):
+    if plan.world_size != old.tasks_per_node * old.nodes and old.launcher == "srun":
         out.append(f"the process count: {old.tasks_per_node * old.nodes} -> {plan.world_size} (the program must "
                    "read its world size, not assume it)")
     return out
