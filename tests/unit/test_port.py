@@ -252,3 +252,11 @@ def test_scratch_alias_to_a_path_when_the_target_names_no_variable() -> None:
     new = render_script(ported.plan)
     assert "export LOCAL_SCRATCH=/tmp" in new and _launch_words(new)[-3:] == ["t.py", "--data", "$LOCAL_SCRATCH/d"]
     assert not lint_text(new, profile=load_profile("lumi")).errors
+
+
+def test_a_time_beyond_the_target_limits_is_cut_to_the_longest_and_said() -> None:
+    text = ("#!/bin/bash\n#SBATCH --account=p_1\n#SBATCH --partition=gpu\n#SBATCH --time=3-00:00:00\n"
+            "#SBATCH --gres=gpu:v100:4\n#SBATCH --ntasks-per-node=4\nsrun python3 t.py\n")
+    ported = port(recover(text), load_profile("roihu"), load_profile("puhti"), script_path="o.sh")
+    assert ported.plan.time == "1-12:00:00"
+    assert any("more than any roihu partition allows" in c for c in ported.changes)

@@ -14,7 +14,7 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from scaletrain.clusters.profile import ClusterProfile, parse_time
+from scaletrain.clusters.profile import ClusterProfile, format_time, parse_time
 from scaletrain.errors import PlanError, ProfileError, UsageError
 from scaletrain.plan.planner import Plan, make_plan
 from scaletrain.plan.request import JobRequest, format_mem
@@ -56,6 +56,12 @@ def _gpus_per_proc(old: OldJob, target: ClusterProfile) -> int:
     while total % g:
         g -= 1
     return max(1, g)
+
+
+def _longest(target: ClusterProfile) -> int | None:
+    """The longest time limit of the target's production GPU partitions (None: one has no limit)."""
+    limits = [p.max_seconds for p in target.partitions.values() if not p.test and (p.gpus or p.implicit)]
+    return None if not limits or None in limits else max(x for x in limits if x is not None)
 
 
 def _test_partition(target: ClusterProfile) -> str | None:
@@ -100,6 +106,12 @@ def port(old: OldJob, target: ClusterProfile, source: ClusterProfile | None, *, 
          account: str | None = None) -> Ported:
     """Plan ``old`` on ``target`` and list every change (PlanError when the target cannot run it)."""
     req, added = request_for(old, target, source, script_path=script_path, account=account)
+    longest = _longest(target)
+    asked = _seconds(req.time)
+    if longest and asked and asked > longest:
+        req = dataclasses.replace(req, time=format_time(longest))
+        added.append(f"time: {old.sbatch['time']} is more than any {target.name} partition allows; "
+                     f"{format_time(longest)} instead (checkpoint and resume: plan --requeue, docs/long-jobs.md)")
     test_wanted = bool(source and old.partition in source.partitions and source.partitions[old.partition].test)
     plan = None
     test_part = _test_partition(target) if test_wanted else None
