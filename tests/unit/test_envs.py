@@ -84,6 +84,8 @@ def test_away_from_a_cluster_the_plan_warns_with_the_fix(capsys, monkeypatch) ->
     assert "warning:" not in err and "software: venv /proj/env (--venv)" in err
     code, out, err = _plan_cli(capsys, monkeypatch, login=False, extra=("--launcher", "torchrun"))
     assert "warning:" not in err                                 # torchrun needs no scaletrain in the job
+    code, out, err = _plan_cli(capsys, monkeypatch, login=False, extra=("--container", "/p/mine.sif"))
+    assert "warning:" not in err                                 # the user's own image may have it
 
 
 def test_alliance_launcher_package_missing_is_warned(capsys, monkeypatch) -> None:

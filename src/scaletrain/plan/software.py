@@ -130,8 +130,8 @@ def known(request: JobRequest) -> bool:
 
 def warnings(request: JobRequest, profile: ClusterProfile, *, needs_scaletrain: bool) -> list[str]:
     """What the job's software will lack, said at plan time (not after the wait in the queue)."""
-    if profile.scheduler != "slurm" or known(request):
-        return []
+    if profile.scheduler != "slurm" or known(request) or request.container:
+        return []   # --container: the user's own image may well hold scaletrain (the job checks)
     fix = (f"on a {profile.name} login node run 'scaletrain env create --cluster {profile.name} "
            "{extra}DIR' and pass --venv DIR (or plan there, from that environment)")
     if needs_scaletrain:
