@@ -159,6 +159,9 @@ def test_cli_prints_the_script_and_the_changes(capsys, tmp_path: Path) -> None:
     dest.write_text("keep me")
     code, _, err = run_cli(capsys, "port", str(old), "--cluster", "roihu", "--account", "bad name!", "-o", str(dest))
     assert code == 2 and dest.read_text() == "keep me"
+    before = old.read_text()
+    code, _, err = run_cli(capsys, "port", str(old), "--cluster", "roihu", "-o", str(old))
+    assert code == 2 and "the script being ported" in err and old.read_text() == before
 
 
 @pytest.mark.parametrize("body, needle", [

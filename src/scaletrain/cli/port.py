@@ -8,6 +8,7 @@ everything that could not be carried goes to stderr. Imports no torch.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 EXAMPLES = """\
@@ -58,6 +59,9 @@ def run(args: argparse.Namespace) -> int:
     from scaletrain.port.recover import recover
     from scaletrain.port.translate import port
 
+    if args.output and os.path.realpath(os.path.expanduser(args.output)) == os.path.realpath(args.old):
+        raise UsageError(f"-o {args.output} is the script being ported; keep the original",
+                         "write the new script to another file, e.g. -o job-roihu.sh")
     text = read_script(args.old)
     source_name = args.source or detect_cluster(parse_script(text, args.old))[0]
     source = load_profile(source_name) if source_name else None
