@@ -57,8 +57,12 @@ def _flags(verb: str) -> list[tuple[str, bool]]:
     """(option, takes a value) for every optional flag of ``verb``, from its parser."""
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    verb_parser = sub.choices[verb]
+    if verb == "env":   # its flags are those of its one action, 'env create'
+        inner = next(a for a in verb_parser._actions if isinstance(a, argparse._SubParsersAction))
+        verb_parser = inner.choices["create"]
     out = []
-    for action in sub.choices[verb]._actions:
+    for action in verb_parser._actions:
         if not action.option_strings or "--help" in action.option_strings:
             continue
         out.append((max(action.option_strings, key=len), action.nargs != 0))
@@ -133,7 +137,7 @@ def _check(argv: list[str]) -> None:
         if code == 2:
             assert "HINT:" in stderr or "usage:" in stdout, (argv, stderr)
         replaced = set()
-        if code == 0 and argv[0] == "plan":
+        if code == 0 and argv[0] in ("plan", "port"):
             for flag in ("--output", "-o"):
                 if flag in argv and argv.index(flag) + 1 < len(argv):
                     replaced.add((root / os.path.expanduser(argv[argv.index(flag) + 1])).resolve())
@@ -153,9 +157,12 @@ VALID = {
     "run": ["run", "--nproc-per-node", "1"],
     "clusters": ["clusters"],
     "doctor": ["doctor"],
+    "port": ["port", "--cluster", "roihu", "--account", "p1"],
+    "env": ["env", "create", "--cluster", "roihu", "--dry-run"],   # --dry-run: never builds here
 }
 TAIL = {"plan": ["--", "train.py"], "submit": ["--", "train.py"], "lint": ["--", "job.sh"],
-        "run": ["--", "no_such_training_script.py"], "clusters": [], "doctor": []}
+        "run": ["--", "no_such_training_script.py"], "clusters": [], "doctor": [],
+        "port": ["--", "job.sh"], "env": []}
 SKIP = {"submit": ("--wait",), "run": ("--module",)}   # follow a job / start a module: never here
 OWN_SUBMIT = ("--run-dir", "--job-name", "--output", "--json", "--dry-run")  # decide submit's own paths
 
@@ -172,7 +179,7 @@ def test_every_flag_with_every_nasty_value(verb: str) -> None:
     for value in NASTY:                       # the value as the positional argument
         if verb in ("plan", "submit"):
             _check([*VALID[verb], "--", value or "x.py", value])
-        elif verb in ("lint", "clusters"):
+        elif verb in ("lint", "clusters", "port", "env"):
             _check([*VALID[verb], "--", value])
 
 
@@ -218,6 +225,19 @@ def test_clusters_fuzz(name: list[str], pairs: list[str]) -> None:
     _check(["clusters", *pairs, *name])
 
 
+@FUZZ
+@given(pairs=_pairs("port"), files=st.lists(st.one_of(st.just("job.sh"), st.just("folder"), _value),
+                                              min_size=1, max_size=1))
+def test_port_fuzz(pairs: list[str], files: list[str]) -> None:
+    _check(["port", "--cluster", "roihu", *pairs, "--", *files])
+
+
+@FUZZ
+@given(pairs=_pairs("env", skip=("--dry-run",)), rest=st.lists(_value, max_size=1))
+def test_env_create_fuzz(pairs: list[str], rest: list[str]) -> None:
+    _check(["env", "create", "--dry-run", *pairs, "--", *rest])
+
+
 @settings(max_examples=6, deadline=None, derandomize=True, database=None)
 @given(verb=st.sampled_from(["plan", "lint", "submit", "clusters"]),
        raw=st.lists(st.binary(min_size=1, max_size=10).filter(lambda b: b"\0" not in b), max_size=4))
@@ -239,7 +259,7 @@ def test_fuzz_sees_every_verb() -> None:
     """A verb added to the CLI must be added here too."""
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    fuzzed = {"plan", "submit", "lint", "run", "clusters", "doctor", "bench"}
+    fuzzed = {"plan", "submit", "lint", "run", "clusters", "doctor", "bench", "port", "env"}
     missing = set(sub.choices) - fuzzed
     if missing:
         pytest.fail(f"verbs without a fuzz test: {sorted(missing)}")

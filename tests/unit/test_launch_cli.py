@@ -39,7 +39,11 @@ EXPECTED_FLAGS: dict[str, list[str]] = {
     "clusters": ["--help", "cluster", "target", "--json", "--output", "--name", "--partition"],
     "doctor": ["--help", "--timeout", "--size-mb", "--json"],
     "bench": ["--help"],  # its sub-commands' flags: tests/unit/test_bench_units.py
+    "port": ["--help", "old", "--cluster", "--profile", "--from", "--account", "--output"],
+    "env": ["--help"],    # its one action's flags: ENV_CREATE_FLAGS
 }
+ENV_CREATE_FLAGS = ["--help", "directory", "--cluster", "--profile", "--with", "--container", "--module",
+                    "--dry-run"]
 
 
 def _flags(parser: argparse.ArgumentParser) -> list[str]:
@@ -62,6 +66,13 @@ def test_every_verb_flag_is_listed():
         assert verb in EXPECTED_FLAGS, f"new verb {verb!r}: add its flags to EXPECTED_FLAGS"
         assert sorted(flags) == sorted(EXPECTED_FLAGS[verb]), (
             f"`scaletrain {verb}` flags changed: update EXPECTED_FLAGS deliberately")
+
+
+def test_env_create_flags_are_listed():
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    env = next(a for a in sub.choices["env"]._actions if isinstance(a, argparse._SubParsersAction))
+    assert sorted(_flags(env.choices["create"])) == sorted(ENV_CREATE_FLAGS), (
+        "`scaletrain env create` flags changed: update ENV_CREATE_FLAGS deliberately")
 
 
 @pytest.fixture

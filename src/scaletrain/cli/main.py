@@ -29,7 +29,9 @@ VERBS: dict[str, str] = {
     "plan": "scaletrain.cli.plan",
     "submit": "scaletrain.cli.submit",
     "lint": "scaletrain.cli.lint",
+    "port": "scaletrain.cli.port",
     "clusters": "scaletrain.cli.clusters",
+    "env": "scaletrain.cli.env",
     "doctor": "scaletrain.cli.doctor",
     "bench": "scaletrain.cli.bench",
 }
@@ -40,6 +42,7 @@ examples:
   scaletrain plan --cluster roihu --gpus 8 --account project_123 -- train.py  # print a Slurm script
   scaletrain submit --cluster roihu --gpus 4 --account project_123 -- train.py
   scaletrain lint job.sh --cluster lumi                       # check an existing batch script
+  scaletrain port old_puhti.sh --cluster roihu                # the same job on another cluster
   scaletrain clusters                                         # list known clusters
 """
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from scaletrain.errors import UsageError
 
 if TYPE_CHECKING:
+    from scaletrain.clusters.profile import ClusterProfile
     from scaletrain.plan.planner import Plan
     from scaletrain.plan.request import JobRequest
 
@@ -266,7 +267,34 @@ def plan_from_args(args: argparse.Namespace, **overrides: Any) -> Plan:
     if overrides:
         request = dataclasses.replace(request, **overrides)
     profile = load_profile(args.profile if args.profile else args.cluster)
-    return make_plan(request, profile)
+    return make_plan(with_running_environment(request, profile), profile)
+
+
+def with_running_environment(request: JobRequest, profile: ClusterProfile) -> JobRequest:
+    """On a login node, a job that names no environment gets the one running scaletrain.
+
+    As submitit does: its venv, conda environment or interpreter (``scaletrain.envs.detect``).
+    Not for a container job (that Python is the image's) nor away from a cluster (the plan warns).
+    """
+    import dataclasses
+
+    from scaletrain.envs.detect import on_login_node, running_environment, same_program
+    from scaletrain.plan import software
+
+    if (profile.scheduler != "slurm" or software.known(request) or software.image(request, profile)
+            or not on_login_node()):
+        return request
+    found = running_environment()
+    path = found.path
+    if found.kind == "python" and same_program(profile.python, path):
+        # the profile's python3 is this interpreter (the module is loaded here): keep its name,
+        # so the job runs what the set-up gives it, not a path that may exist only here
+        path = profile.python
+    if found.kind == "venv":
+        return dataclasses.replace(request, venv=path, env_origin=found.origin)
+    if found.kind == "conda":
+        return dataclasses.replace(request, conda=path, env_origin=found.origin)
+    return dataclasses.replace(request, python=path, env_origin=found.origin)
 
 
 def _write_stream(path: Path, payload: bytes) -> None:

@@ -83,6 +83,9 @@ class Plan:
     job_files: tuple[JobFile, ...] = ()   # framework configs the job writes before launching
     files_dir: str | None = None    # their folder (None: .scaletrain/job-ID in the working directory)
     disk_gb: int | None = None      # node-local disk requested (staged data + NVMe offload)
+    image: str | None = None        # the container image (also in ``container``), checked in the job
+    software: str = ""              # which Python environment the job uses, in words
+    warnings: tuple[str, ...] = ()  # what the job would lack (said now, not after the queue)
 
 
 def job_name_for(request: JobRequest) -> str:
@@ -228,10 +231,12 @@ def make_plan(request: JobRequest, profile: ClusterProfile) -> Plan:
                               gpus_per_task=gpt, disk_gb=disk, signal_s=signal_s),
         env=fw.env + software.environment(request, profile, threads=threads, device=device),
         job_name=name, command=tuple(request.command), setup=software.setup_lines(request, profile),
-        python=profile.python, exec_wrapper=profile.exec_wrapper,
+        python=software.python_of(request, profile), exec_wrapper=profile.exec_wrapper,
         container=software.container_prefix(request, profile, scratch=stage.scratch_var if stage else None),
         program_words=words,
         check_scaletrain=spec.needs_scaletrain or profile.scheduler == "none",
+        image=software.image(request, profile), software=software.describe(request, profile),
+        warnings=tuple(software.warnings(request, profile, needs_scaletrain=spec.needs_scaletrain)),
         master_addr_suffix=profile.master_addr_suffix, accelerate_config=fw.accelerate_word,
         job_files=fw.files, disk_gb=disk,
         files_dir=check_text("the run folder", request.files_dir) if request.files_dir else None,
@@ -246,7 +251,7 @@ def _launcher_notes(request: JobRequest, profile: ClusterProfile, nodes: int, gp
     if request.launcher == "deepspeed" and nodes > 1:
         notes.append("deepspeed launcher: one task per node, nodes joined with --no_ssh and "
                      "--node_rank=$SLURM_NODEID (needs DeepSpeed >= 0.14)")
-    if request.container and profile.container is None:
+    if software.image(request, profile) and profile.container is None:
         notes.append("the program runs inside the container given by --container (apptainer exec)")
     horovod = profile.missing_launchers.get("horovod")
     if horovod and request.launcher == "mpi":

@@ -25,9 +25,13 @@ from scaletrain.plan.values import check_env_name, check_text, sbatch_line
 
 q = shlex.quote
 EXIT_ENV = DistEnvError.exit_code   # 3: the environment is not what the job needs
-MISSING = ("scaletrain: {py} cannot import scaletrain. Install it next to the PyTorch the job uses "
-           "(python3 -m venv --system-site-packages ENV; ENV/bin/pip install --no-deps scaletrain) "
-           "and pass --venv ENV; see docs/clusters.md")
+MISSING = ("scaletrain: {py} cannot import scaletrain. Make an environment on the PyTorch of the cluster "
+           "(scaletrain env create --cluster {cluster} DIR, on its login node) and pass --venv DIR; "
+           "see docs/clusters.md")
+NO_RUNTIME = ("scaletrain: {runtime} is not on PATH on this node, so the container cannot start "
+              "(the set-up should provide it: a module of {cluster} that provides containers); see docs/clusters.md")
+NO_PYTHON = ("scaletrain: {py} is not on PATH after the set-up: a module load or environment above did not "
+             "give the job its Python (check the module names, or pass --module/--venv); see docs/clusters.md")
 
 
 def _comment_safe(text: str) -> str:
@@ -61,11 +65,33 @@ def _setup(plan: Plan) -> list[str]:
         out.append(f"# software set-up ({_comment_safe(plan.cluster)} profile, --module/--venv/--setup)")
         out.extend(plan.setup)
     out.append("set -u")
-    if plan.check_scaletrain:
-        py = f"{plan.container}{plan.python}"
-        out += ["# this job imports scaletrain: stop here, with the fix, if the job's Python lacks it",
-                f"{py} -c 'import scaletrain' 2>/dev/null || {{ echo {q(MISSING.format(py=py.strip()))} >&2; "
-                f"exit {EXIT_ENV}; }}"]
+    return out + _guards(plan)
+
+
+def _fail(test: str, message: str) -> str:
+    return f"{test} || {{ echo {q(message)} >&2; exit {EXIT_ENV}; }}"
+
+
+def _guards(plan: Plan) -> list[str]:
+    """Stop before the launch, with the real cause, when the job's software is not there.
+
+    In order: the container runtime (a missing ``singularity`` is not "cannot import"; a
+    missing image the runtime reports itself), the Python the set-up should give (a module that did not load), then scaletrain.
+    """
+    out: list[str] = []
+    cluster = _comment_safe(plan.cluster)
+    if plan.container and plan.scheduler == "slurm":
+        runtime = plan.container.split()[0]
+        out += ["# the container runtime, before anything runs in the image",
+                _fail(f"command -v {q(runtime)} >/dev/null 2>&1", NO_RUNTIME.format(runtime=runtime, cluster=cluster))]
+    if not plan.check_scaletrain:
+        return out
+    py = f"{plan.container}{plan.python}"
+    out.append("# this job imports scaletrain: stop here, with the fix, if the job's Python lacks it")
+    if not plan.container:
+        out.append(_fail(f"command -v {plan.python} >/dev/null 2>&1", NO_PYTHON.format(py=plan.python)))
+    out.append(f"{py} -c 'import scaletrain' 2>/dev/null || {{ echo "
+               f"{q(MISSING.format(py=py.strip(), cluster=cluster))} >&2; exit {EXIT_ENV}; }}")
     return out
 
 

@@ -70,6 +70,8 @@ class JobRequest:
     modules: tuple[str, ...] = ()       # --module: replaces the profile's 'module load' lines
     venv: str | None = None             # --venv DIR: source DIR/bin/activate
     conda: str | None = None            # --conda ENV: conda activate ENV
+    python: str | None = None           # the interpreter that runs scaletrain on the login node
+    env_origin: str | None = None       # how venv/conda/python were found (the summary says it)
     env: tuple[tuple[str, str], ...] = ()   # --env KEY=VALUE, exported before launch
     setup: tuple[str, ...] = ()         # --setup CMD: shell lines run after the set-up, as written
     # framework configs (scaletrain.plan.jobfiles): one of our strategy names (the job writes the

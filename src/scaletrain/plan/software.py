@@ -9,7 +9,11 @@ the Python environment used when the job names none). A job overrides them:
 - ``--env KEY=VALUE`` exports a value (quoted: it reaches the program literally).
 
 With ``--container`` the module lines are left out (the image brings its own PyTorch) and the
-profile's ``container_setup_lines`` and ``container_binds`` are used instead.
+profile's ``container_setup_lines`` and ``container_binds`` are used instead. A profile whose
+software is a container (``software = "container"``, LUMI's AI Factory images) runs every job in
+its ``default_image`` with its ``container`` wrapper (``singularity exec``) unless the job names
+another image, or asks for the centre's modules with ``--module``. A ``--venv`` made inside the
+image (``scaletrain env create``) goes first on the container's PATH.
 """
 
 from __future__ import annotations
@@ -27,11 +31,33 @@ from scaletrain.plan.values import check_env_name, check_text
 q = shlex.quote
 
 
+def image(request: JobRequest, profile: ClusterProfile) -> str | None:
+    """The image the program runs in: ``--container``, else the profile's default one, or None.
+
+    ``--module`` on a container profile asks for the centre's modules instead (CSC's PyTorch
+    module on LUMI, on request only).
+    """
+    if request.container:
+        return check_text("--container", request.container)
+    if profile.software == "container" and profile.default_image and not request.modules:
+        return check_text(f"the {profile.name} profile's default_image", profile.default_image)
+    return None
+
+
+def runtime(profile: ClusterProfile) -> str:
+    """The container wrapper command: the profile's (``singularity exec``), else apptainer's."""
+    return profile.container or ("apptainer exec --rocm" if profile.gpu_vendor == "amd" else "apptainer exec --nv")
+
+
 def setup_lines(request: JobRequest, profile: ClusterProfile) -> tuple[str, ...]:
     """The shell lines that make the job's Python (with torch) available, in order."""
     lines: list[str] = []
-    if request.container:
+    if image(request, profile):
         lines += profile.container_setup_lines
+        if request.venv:   # a venv made in the image: its bin first on the container's PATH
+            bin_dir = q(check_text("--venv", request.venv).rstrip("/") + "/bin")
+            lines += [f"export SINGULARITYENV_PREPEND_PATH={bin_dir}",
+                      f"export APPTAINERENV_PREPEND_PATH={bin_dir}"]
     else:
         base = list(profile.setup_lines)
         if request.launcher == "tensorflow" and profile.tensorflow_setup_lines:
@@ -57,16 +83,68 @@ def setup_lines(request: JobRequest, profile: ClusterProfile) -> tuple[str, ...]
 
 def container_prefix(request: JobRequest, profile: ClusterProfile, *, scratch: str | None) -> str:
     """``apptainer exec --nv -B ... IMAGE `` (with a trailing space), or "" without a container."""
-    image = request.container
-    if not image:
+    img = image(request, profile)
+    if not img:
         return ""
-    wrapper = profile.container or (
-        "apptainer exec --rocm" if profile.gpu_vendor == "amd" else "apptainer exec --nv")
+    wrapper = runtime(profile)
     binds = [q(b) for b in profile.container_binds]
     if scratch:   # staged data lives under node-local scratch: the image must see it
         binds.append(f'"{scratch}"' if scratch.startswith("$") else q(scratch))
     bind = "".join(f" -B {b}" for b in binds)
-    return f"{wrapper}{bind} {q(check_text('--container', image))} "
+    return f"{wrapper}{bind} {q(img)} "
+
+
+# What each launcher needs in the job's Python besides torch (the Alliance's job venv has only torch).
+LAUNCHER_PACKAGES = {"accelerate": "accelerate", "deepspeed": "deepspeed", "lightning": "lightning"}
+
+
+def python_of(request: JobRequest, profile: ClusterProfile) -> str:
+    """The interpreter the job runs: the one that runs scaletrain on the login node, else the profile's."""
+    if request.python and not image(request, profile):
+        return q(check_text("the job's Python", request.python))
+    return profile.python
+
+
+def describe(request: JobRequest, profile: ClusterProfile) -> str:
+    """Which Python environment the job uses, in a few words (the summary's ``software:`` line)."""
+    origin = f" ({request.env_origin})" if request.env_origin else ""
+    img = image(request, profile)
+    if img:
+        where = "--container" if request.container else f"the {profile.name} profile's default image"
+        inside = f", venv {request.venv} inside it{origin}" if request.venv else ""
+        return f"container {img} ({where}){inside}"
+    if request.venv:
+        return f"venv {request.venv}{origin or ' (--venv)'}"
+    if request.conda:
+        return f"conda environment {request.conda}{origin or ' (--conda)'}"
+    if request.python:
+        return f"{request.python}{origin}"
+    if profile.python_env_lines:
+        return "a venv the job builds from the centre's wheels (torch only)"
+    modules = [ln for ln in setup_lines(request, profile) if ln.lstrip().startswith("module load")]
+    return "the centre's modules (" + "; ".join(modules) + ")" if modules else f"{profile.python} on the nodes"
+
+
+def known(request: JobRequest) -> bool:
+    """True when the job names its Python environment (flags, or the one running scaletrain)."""
+    return bool(request.venv or request.conda or request.python)
+
+
+def warnings(request: JobRequest, profile: ClusterProfile, *, needs_scaletrain: bool) -> list[str]:
+    """What the job's software will lack, said at plan time (not after the wait in the queue)."""
+    if profile.scheduler != "slurm" or known(request) or request.container:
+        return []   # --container: the user's own image may well hold scaletrain (the job checks)
+    fix = (f"on a {profile.name} login node run 'scaletrain env create --cluster {profile.name} "
+           "{extra}DIR' and pass --venv DIR (or plan there, from that environment)")
+    if needs_scaletrain:
+        return [f"the job will not find scaletrain: {describe(request, profile)} has none, and no environment "
+                "of yours is known here (the job would stop at its import check, after its wait in the "
+                "queue); fix: " + fix.format(extra="")]
+    pkg = LAUNCHER_PACKAGES.get(request.launcher)
+    if pkg and profile.python_env_lines:
+        return [f"--launcher {request.launcher}: the job's venv gets only torch from the centre's wheels, "
+                f"not {pkg}; fix: " + fix.format(extra=f"--with {pkg} ")]
+    return []
 
 
 def environment(request: JobRequest, profile: ClusterProfile, *, threads: int,

@@ -123,8 +123,12 @@ def render_summary(plan: Plan) -> str:
         lines.append(f"  data: {p.stage.source} -> {p.stage.scratch_var}/{p.stage.dest_name} on each node "
                      "($SCALETRAIN_DATA)"
                      + (f", {p.stage.disk_gb} GB node-local disk requested" if p.stage.disk_gb else ""))
+    if p.scheduler == "slurm" and p.software:
+        lines.append(f"  software: {p.software}")
     for note in p.notes:
         lines.append(f"  note: {note}")
+    for warning in p.warnings:
+        lines.append(f"  warning: {warning}")
     doubtful = unconfirmed_relied(p)
     for key, why in doubtful:
         lines.append(f"  unconfirmed: {key} - {why}")

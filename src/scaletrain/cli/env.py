@@ -1,0 +1,117 @@
+"""``scaletrain env create --cluster NAME [--with PKGS] [DIR]``: a venv for jobs, on the cluster's PyTorch.
+
+Run on the cluster's login node. The recipe (``scaletrain.envs.create``) follows the profile:
+the centre's module, the Alliance's wheelhouse, or the container image. The flag to pass to
+``plan``/``submit`` is printed at the end. Imports no torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import subprocess
+import sys
+
+EXAMPLES = """\
+examples:
+  scaletrain env create --cluster roihu /projappl/project_2001234/st-env
+  scaletrain env create --cluster narval --with accelerate ~/envs/st     # from the Alliance wheelhouse
+  scaletrain env create --cluster lumi --with deepspeed /project/project_465000123/st-env   # in the container
+  scaletrain env create --cluster roihu --dry-run DIR                     # print the commands only
+then: scaletrain submit --cluster NAME --venv DIR ...   (see docs/clusters.md)
+"""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``env`` verb (``env create``)."""
+    from scaletrain.cli.args import name, text
+
+    p = subparsers.add_parser("env", help="make a Python environment for jobs on a cluster's own PyTorch",
+                              description="Python environments for jobs.", epilog=EXAMPLES,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="env_verb", metavar="ACTION", parser_class=type(p))
+    c = sub.add_parser("create", help="a venv with scaletrain on the cluster's PyTorch (run on its login node)",
+                       description="Build a venv on the cluster's own PyTorch (its module, its wheelhouse, or "
+                                   "inside its container) with scaletrain and what the launcher needs; print "
+                                   "the --venv flag for plan/submit.",
+                       epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    c.add_argument("directory", nargs="?", type=text(), metavar="DIR",
+                   help="where to make it (default ./scaletrain-env-CLUSTER)")
+    c.add_argument("--cluster", type=name, metavar="NAME", help="cluster profile (required unless --profile)")
+    c.add_argument("--profile", type=text(), metavar="FILE", help="a cluster profile .toml file")
+    c.add_argument("--with", dest="with_", type=text(), metavar="PKGS",
+                   help="launcher packages to add: accelerate, deepspeed, lightning (comma-separated)")
+    c.add_argument("--container", type=text(), metavar="IMG",
+                   help="build inside this image (default: the profile's image, where its software is a container)")
+    c.add_argument("--module", action="append", default=[], type=text(), metavar="M",
+                   help="load this module instead of the profile's (repeatable)")
+    c.add_argument("--dry-run", action="store_true", help="print the commands, build nothing")
+    c.set_defaults(func=run_create)
+    p.set_defaults(func=_no_action)
+
+
+def _no_action(args: argparse.Namespace) -> int:
+    from scaletrain.errors import UsageError
+
+    raise UsageError("env needs an action", "scaletrain env create --cluster NAME [DIR]")
+
+
+def _arch(machine: str) -> str:
+    """``platform.machine()`` in the profiles' words (arm64 is aarch64, AMD64 is x86_64)."""
+    m = machine.lower()
+    return {"arm64": "aarch64", "amd64": "x86_64", "x64": "x86_64"}.get(m, m)
+
+
+def run_create(args: argparse.Namespace) -> int:
+    """CLI body of ``scaletrain env create``."""
+    import scaletrain
+    from scaletrain.clusters.profile import load_profile
+    from scaletrain.envs.create import EnvRecipe, create_script, parse_with
+    from scaletrain.errors import UsageError
+    from scaletrain.plan.software import image as job_image
+    from scaletrain.plan.request import JobRequest
+
+    if not args.cluster and not args.profile:
+        raise UsageError("for which cluster? --cluster NAME is required",
+                         "e.g. scaletrain env create --cluster roihu DIR (see 'scaletrain clusters')")
+    profile = load_profile(args.profile if args.profile else args.cluster)
+    if profile.retired:
+        then = f"; its successor is {profile.successor}" if profile.successor else ""
+        raise UsageError(f"{profile.name} stopped taking jobs ({profile.retired}){then}",
+                         f"make the environment on a live system: scaletrain env create --cluster "
+                         f"{profile.successor or 'NAME'} DIR")
+    if profile.scheduler != "slurm":
+        raise UsageError(f"the {profile.name} profile runs here, in this Python: no environment to make",
+                         "name a cluster: scaletrain env create --cluster roihu DIR")
+    packages = parse_with(args.with_)
+    directory = os.path.abspath(os.path.expanduser(args.directory or f"scaletrain-env-{profile.name}"))
+    if os.path.exists(os.path.join(directory, "bin", "python")) or (
+            os.path.isdir(directory) and os.listdir(directory)):
+        raise UsageError(f"{directory} exists and is not empty", "give a new folder, or remove this one first")
+    # the same rule as a job's: --container, else the profile's default image unless --module
+    probe = JobRequest(cluster=profile.name, script="-", container=args.container, modules=tuple(args.module))
+    recipe = EnvRecipe(directory=directory, packages=packages, image=job_image(probe, profile),
+                       modules=tuple(args.module))
+    text = create_script(profile, recipe, scaletrain_dir=os.path.dirname(scaletrain.__file__))
+    machine = _arch(platform.machine())
+    if profile.cpu_arch and machine and machine != profile.cpu_arch:
+        # compiled wheels and the module's own Python differ between x86_64 and aarch64
+        print(f"scaletrain: warning: this machine is {machine}, {profile.name}'s GPU nodes are {profile.cpu_arch}: "
+              f"build the environment on a {profile.cpu_arch} login node, or in a job on a GPU node",
+              file=sys.stderr)
+    flag = f"--venv {directory}"
+    if args.dry_run:
+        sys.stdout.write(text)
+        print(f"scaletrain: dry run: nothing built; then pass {flag}", file=sys.stderr)
+        return 0
+    print(f"scaletrain: making {directory} on the {profile.name} software (takes a minute)", file=sys.stderr)
+    proc = subprocess.run(["bash", "-c", text], check=False)
+    if proc.returncode != 0:
+        from scaletrain.errors import DistEnvError
+
+        raise DistEnvError(f"making {directory} failed (exit {proc.returncode}; its output is above)",
+                           "run it on a login node of the cluster; --dry-run shows the commands")
+    print(flag)
+    print(f"scaletrain: pass {flag} to 'scaletrain plan' / 'scaletrain submit'", file=sys.stderr)
+    return 0

@@ -1,0 +1,107 @@
+"""``scaletrain env create``: a venv on the cluster's own PyTorch, with scaletrain and the launcher's packages.
+
+``create_script`` writes the bash that builds it (pure, so it is tested and shown by
+``--dry-run``); the CLI runs it on the login node. Three recipes, from the profile:
+
+- modules (CSC, JSC): load the profile's modules, ``python3 -m venv --system-site-packages DIR``
+  so the module's torch stays visible, then ``pip install`` the launcher's packages;
+- the Alliance (the profile builds its job venv from the centre's wheelhouse): ``module load
+  python``, ``virtualenv --no-download DIR``, ``pip install --no-index torch PACKAGES``
+  (docs.alliancecan.ca/wiki/Python: the wheelhouse, no internet needed);
+- a container (LUMI's AI Factory images): the venv is made by the image's own Python, inside
+  ``singularity exec``, with ``--system-site-packages`` (the LUMI AI guide's way to add packages);
+  jobs put its ``bin`` first on the container's PATH.
+
+scaletrain itself is copied from the installation that runs this command into the venv's
+site-packages: it is pure Python, needs no index or network, and is the very version that wrote
+the job's script (``torch`` and ``numpy`` come from the cluster's PyTorch).
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from scaletrain.clusters.profile import ClusterProfile
+from scaletrain.errors import UsageError
+from scaletrain.plan.values import check_text
+
+q = shlex.quote
+# --with NAME -> what pip installs (the launchers whose package the centre's PyTorch may lack)
+PACKAGES = {"accelerate": "accelerate", "deepspeed": "deepspeed", "lightning": "lightning"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnvRecipe:
+    """What to build: where, on which software, with which extra packages."""
+
+    directory: str                  # absolute path of the venv
+    packages: tuple[str, ...] = ()  # pip names (PACKAGES values)
+    image: str | None = None        # build inside this container image
+    modules: tuple[str, ...] = ()   # --module: load these instead of the profile's
+
+
+def parse_with(text: str | None) -> tuple[str, ...]:
+    """``accelerate,deepspeed`` -> the pip names; UsageError naming the known ones otherwise."""
+    if not text:
+        return ()
+    names = [n.strip().lower() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if n not in PACKAGES]
+    if bad:
+        raise UsageError(f"--with {','.join(bad)}: not a launcher package scaletrain knows",
+                         "use any of: " + ", ".join(PACKAGES))
+    return tuple(dict.fromkeys(PACKAGES[n] for n in names))
+
+
+def wheelhouse(profile: ClusterProfile) -> bool:
+    """True for a profile whose jobs install torch from the centre's wheelhouse (the Alliance)."""
+    return any("--no-index" in line for line in profile.python_env_lines)
+
+
+def _module_lines(profile: ClusterProfile, recipe: EnvRecipe) -> list[str]:
+    lines = list(profile.setup_lines)
+    if recipe.modules:
+        lines = [ln for ln in lines if not ln.lstrip().startswith("module load")]
+        lines.append("module load " + " ".join(q(check_text("--module", m)) for m in recipe.modules))
+    return lines
+
+
+def create_script(profile: ClusterProfile, recipe: EnvRecipe, *, scaletrain_dir: str) -> str:
+    """The bash that builds ``recipe.directory`` on ``profile``'s software (ends with a newline).
+
+    ``scaletrain_dir`` is the folder of the running ``scaletrain`` package (copied in).
+    """
+    d = q(check_text("DIR", recipe.directory))
+    pkg = " ".join(q(p) for p in recipe.packages)
+    lines = ["#!/bin/bash", f"# scaletrain env create for {profile.name}: a venv on the cluster's PyTorch",
+             "set -eo pipefail"]
+    if recipe.image:
+        from scaletrain.plan.software import runtime
+
+        wrap = f"{runtime(profile)}" + "".join(f" -B {q(b)}" for b in profile.container_binds)
+        run = f"{wrap} {q(check_text('--container', recipe.image))}"
+        lines += list(profile.container_setup_lines) + ["set -u",
+                  f"{run} python3 -m venv --system-site-packages {d}"]
+        pip = f"{run} {d}/bin/python -m pip install --quiet"
+    elif wheelhouse(profile):
+        lines += _module_lines(profile, recipe) + ["set -u",
+                  f"virtualenv --no-download {d} || python3 -m venv {d}",
+                  f"{d}/bin/python -m pip install --no-index --quiet --upgrade pip",
+                  f"{d}/bin/python -m pip install --no-index --quiet torch numpy"]
+        pip = f"{d}/bin/python -m pip install --no-index --quiet"
+    else:
+        lines += _module_lines(profile, recipe) + ["set -u",
+                  f"{profile.python} -m venv --system-site-packages {d}"]
+        pip = f"{d}/bin/python -m pip install --quiet"
+    if pkg:
+        lines.append(f"{pip} {pkg}")
+    site = (f"{'' if not recipe.image else run + ' '}{d}/bin/python -c "
+            "'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])'")
+    lines += [f'site="$({site})"',
+              f"cp -R {q(check_text('the scaletrain package', scaletrain_dir))} \"$site\"/",
+              'find "$site/scaletrain" -name __pycache__ -prune -exec rm -rf {} +',
+              "# the job's imports, checked here rather than after its wait in the queue",
+              f"{'' if not recipe.image else run + ' '}{d}/bin/python -c "
+              f"{q('import scaletrain, torch' + ''.join(', ' + p for p in recipe.packages))}",
+              f"echo \"scaletrain: made {recipe.directory}\" >&2"]
+    return "\n".join(lines) + "\n"

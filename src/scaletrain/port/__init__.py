@@ -1,0 +1,1 @@
+"""Port an existing batch script to another cluster (``scaletrain port``): read it, plan it again."""

@@ -1,0 +1,233 @@
+"""An old job on a new cluster: ``port(old, target, source) -> Ported`` (a plan and what changed).
+
+The request keeps what belongs to the job (GPUs, nodes, time, account, the launcher, the program
+and its arguments word for word, exports and set-up commands) and leaves to the planner what
+belongs to the cluster (GPU type and syntax, partition, CPUs and memory per GPU, modules or
+container). Every difference is listed, and so is everything that could not be carried. Pure:
+no I/O (the CLI reads the file and prints).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shlex
+from dataclasses import dataclass
+
+from scaletrain.clusters.profile import ClusterProfile, format_time, parse_time
+from scaletrain.errors import PlanError, ProfileError, UsageError
+from scaletrain.plan.planner import Plan, make_plan
+from scaletrain.plan.request import JobRequest, format_mem
+from scaletrain.port.recover import OldJob
+
+# Launchers whose own count flags (--nproc_per_node, --num_processes...) the new line recomputes.
+_COUNTED = {"torchrun": "--nproc_per_node/--nnodes", "accelerate": "--num_processes/--num_machines",
+            "deepspeed": "--num_gpus/--num_nodes"}
+
+
+_VAR = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ported:
+    """The new plan, the changes made, and what the old script had that the new one lacks."""
+
+    plan: Plan
+    changes: tuple[str, ...]
+    lost: tuple[str, ...]
+
+
+def _size(old: OldJob, target: ClusterProfile) -> tuple[int | None, int | None, int | None]:
+    """(gpus, nodes, gpus_per_node) for the planner: the old per-node layout where the target's
+    nodes hold it, else the total."""
+    gpn = old.gpus_per_node or 1
+    per_node = target.gpus_per_node or gpn
+    if old.nodes > 1 and gpn <= per_node:
+        return None, old.nodes, gpn
+    return gpn * old.nodes, None, None
+
+
+def _gpus_per_proc(old: OldJob, target: ClusterProfile) -> int:
+    """One old process driving G GPUs keeps G where the target's nodes hold them (else a node's worth)."""
+    if old.gpus_per_proc <= 1:
+        return 1
+    g = min(old.gpus_per_proc, target.gpus_per_node or old.gpus_per_proc)
+    total = old.gpus_per_node * old.nodes
+    while total % g:
+        g -= 1
+    return max(1, g)
+
+
+def _longest(target: ClusterProfile) -> int | None:
+    """The longest time limit of the target's production GPU partitions (None: one has no limit)."""
+    limits = [p.max_seconds for p in target.partitions.values() if not p.test and (p.gpus or p.implicit)]
+    return None if not limits or None in limits else max(x for x in limits if x is not None)
+
+
+def _test_partition(target: ClusterProfile) -> str | None:
+    return next((p.name for p in target.partitions.values() if p.test and p.gpus), None)
+
+
+def request_for(old: OldJob, target: ClusterProfile, source: ClusterProfile | None, *,
+                script_path: str, account: str | None = None) -> tuple[JobRequest, list[str]]:
+    """The JobRequest on ``target`` for ``old``, and the set-up lines added on the way (with why)."""
+    added: list[str] = []
+    setup = [ln.text for ln in old.setup]
+    old_scratch = (source.scratch_var or "").lstrip("$") if source else ""
+    new_scratch = target.scratch_var or ""
+    if (_VAR.fullmatch(old_scratch) and new_scratch and new_scratch != f"${old_scratch}"
+            and _uses(old, old_scratch)):
+        # the arguments and set-up keep their words: the old name points at the new disk
+        value = f'"{new_scratch}"' if _VAR.fullmatch(new_scratch.lstrip("$")) else shlex.quote(new_scratch)
+        alias = f"export {old_scratch}={value}"
+        setup.insert(0, alias)
+        added.append(f"node-local disk: ${old_scratch} is {new_scratch} on {target.name} (added: {alias})")
+    sb = old.sbatch
+    gpus, nodes, gpn = _size(old, target)
+    req = JobRequest(
+        gpus=gpus, nodes=nodes, gpus_per_node=gpn,
+        cluster=target.name, script=old.script, script_args=old.args, launcher=old.launcher,
+        time=sb.get("time"), account=account or sb.get("account"), job_name=sb.get("job-name"),
+        mail_type=sb.get("mail-type"), mail_user=sb.get("mail-user"), array=sb.get("array"),
+        dependency=sb.get("dependency"), log=sb.get("output"), error_log=sb.get("error"),
+        chdir=sb.get("chdir"), exclusive="exclusive" in sb,
+        gpus_per_proc=_gpus_per_proc(old, target), expand_args=old.expand_args,
+        accelerate_config=old.accelerate_config, env=tuple(old.env), setup=tuple(setup),
+        command=("scaletrain", "port", script_path, "--cluster", target.name))
+    return req, added
+
+
+def _uses(old: OldJob, var: str) -> bool:
+    pattern = (f"${var}", f"${{{var}}}")
+    return var in old.used_vars or any(p in ln.text for ln in old.setup for p in pattern)
+
+
+def port(old: OldJob, target: ClusterProfile, source: ClusterProfile | None, *, script_path: str,
+         account: str | None = None) -> Ported:
+    """Plan ``old`` on ``target`` and list every change (PlanError when the target cannot run it)."""
+    req, added = request_for(old, target, source, script_path=script_path, account=account)
+    longest = _longest(target)
+    asked = _seconds(req.time)
+    if longest and asked and asked > longest:
+        req = dataclasses.replace(req, time=format_time(longest))
+        added.append(f"time: {old.sbatch['time']} is more than any {target.name} partition allows; "
+                     f"{format_time(longest)} instead (checkpoint and resume: plan --requeue, docs/long-jobs.md)")
+    test_wanted = bool(source and old.partition in source.partitions and source.partitions[old.partition].test)
+    plan = None
+    test_part = _test_partition(target) if test_wanted else None
+    if test_part:
+        try:
+            plan = make_plan(dataclasses.replace(req, partition=test_part), target)
+        except (PlanError, UsageError):
+            plan = None     # too big or too long for the test queue: production, listed below
+    if plan is None:
+        plan = make_plan(req, target)
+    changes = added + _changes(old, plan, source, test_wanted)
+    return Ported(plan=plan, changes=tuple(changes), lost=tuple(_lost(old, plan)))
+
+
+def _per_gpu(value: float | None, old: OldJob) -> float | None:
+    gpus = max(1, old.gpus_per_node)
+    return None if value is None else value / gpus
+
+
+def _changes(old: OldJob, plan: Plan, source: ClusterProfile | None, test_wanted: bool) -> list[str]:
+    out: list[str] = []
+    src = source.name if source else "the old cluster"
+    old_type = old.gpu_type or (source.gpu_model if source else "?")
+    new = plan.profile
+    out.append(f"GPUs: {old.nodes} node(s) x {old.gpus_per_node} {old_type} -> {plan.nodes} node(s) x "
+               f"{plan.gpus_per_node} {new.gpu_model} ({plan.gpus} in all, {plan.world_size} processes)")
+    if old.gpus_per_proc > 1 and plan.request.gpus_per_proc != old.gpus_per_proc:
+        out.append(f"GPUs per process: {old.gpus_per_proc} -> {plan.request.gpus_per_proc} (a {new.name} node "
+                   f"has {new.gpus_per_node})")
+    gpu_line = next((f"--{k}={v}" for k, v in plan.sbatch if k in ("gres", "gpus-per-node", "gpus")), "")
+    if gpu_line:
+        out.append(f"GPU request: {gpu_line}")
+    part = plan.partition or "(routed by Slurm)"
+    intent = "test" if test_wanted else "production"
+    note = ""
+    if test_wanted and not (plan.partition and new.partitions[plan.partition].test):
+        note = f" (the test queue of {new.name} does not take this job; production instead)"
+    out.append(f"partition: {old.partition or '(none)'} -> {part} ({intent}{note})")
+    cpus_old = (old.cpus_per_task or 0) * old.tasks_per_node
+    if old.gpus_per_node:
+        cpg_old = f"{cpus_old / old.gpus_per_node:g}" if cpus_old else "?"
+        cpg_new = plan.cpus_per_task * plan.tasks_per_node / max(1, plan.gpus_per_node)
+        if cpg_old != f"{cpg_new:g}":
+            out.append(f"CPU cores per GPU: {cpg_old} -> {cpg_new:g}")
+    mem_old = _per_gpu(old.mem_mb, old)
+    mem_new = plan.mem_per_proc_gb * plan.procs_per_node / max(1, plan.gpus_per_node) \
+        if plan.mem_per_proc_gb else None
+    old_txt = ("the whole node" if old.mem_mb == 0 else format_mem(mem_old / 1024)) if mem_old is not None else \
+        "(not stated)"
+    new_txt = format_mem(mem_new) if mem_new else ("the whole node" if plan.mem == "0" else "(Slurm's default)")
+    if old_txt != new_txt:
+        out.append(f"memory per GPU: {old_txt} -> {new_txt}")
+    if "time" not in old.sbatch:
+        out.append(f"time: (not stated) -> {plan.time}")
+    elif _seconds(old.sbatch["time"]) != plan.time_seconds:
+        out.append(f"time: {old.sbatch['time']} -> {plan.time}")
+    out += _software(old, plan, src)
+    out += _staging(old, plan, source)
+    if old.launcher in _COUNTED:
+        out.append(f"launch: {old.launcher} kept; its {_COUNTED[old.launcher]} follow the new layout")
+    else:
+        out.append(f"launch: srun, {plan.tasks_per_node} task(s) per node (launcher {plan.launcher}: RANK, "
+                   "LOCAL_RANK, WORLD_SIZE also set)")
+    out += [f"line {ln.line}: {_first(ln.text)} -> {ln.why}" for ln in old.replaced]
+    out += [f"line {ln.line}: carried with --setup: {_first(ln.text)}" for ln in old.setup]
+    out += [f"exported with --env: {k}={v}" for k, v in old.env]
+    return out
+
+
+def _staging(old: OldJob, plan: Plan, source: ClusterProfile | None) -> list[str]:
+    """Where the carried staging lines now write, and whether the old disk request still fits."""
+    new = plan.profile
+    old_var = source.scratch_var if source else None
+    staged = [ln for ln in old.setup if old_var and (old_var in ln.text or old_var.replace("$", "${", 1) in ln.text)]
+    if not staged and old.disk_gb is None:
+        return []
+    where = new.scratch_var or "(no node-local disk)"
+    facts = [f"at most {new.scratch_max_gb:g} GB" if new.scratch_max_gb else "",
+             "in memory: it counts against --mem" if new.scratch_in_memory else "",
+             f"asked with --gres={new.scratch_gres}:GB" if new.scratch_gres else "no request needed"]
+    out = [f"data staging: line {ln.line} carried as written" for ln in staged]
+    out.append(f"node-local disk: {where} on {new.name} ({', '.join(f for f in facts if f)})")
+    if old.disk_gb and new.scratch_max_gb and old.disk_gb > new.scratch_max_gb:
+        out.append(f"node-local disk: the old script asked {old.disk_gb:g} GB; {new.name} allows "
+                   f"{new.scratch_max_gb:g} GB: stage less, or read from the shared file system")
+    return out
+
+
+def _seconds(text: str | None) -> int | None:
+    try:
+        return parse_time(text) if text else None
+    except ProfileError:
+        return None
+
+
+def _software(old: OldJob, plan: Plan, src: str) -> list[str]:
+    was = "; ".join(ln.text for ln in old.modules) or "(none)"
+    if plan.container:
+        now = f"container {plan.container.strip()}"
+    else:
+        now = "; ".join(ln for ln in plan.setup if ln not in plan.request.setup) or "(none)"
+    return [f"software: {was} -> {now}"]
+
+
+def _first(text: str) -> str:
+    first = text.splitlines()[0] if text else ""
+    return first + (" ..." if "\n" in text else "")
+
+
+def _lost(old: OldJob, plan: Plan) -> list[str]:
+    out = [f"line {ln.line}: {_first(ln.text)} ({ln.why})" for ln in old.lost]
+    if old.container and not plan.container:
+        out.append(f"the container image {old.container} (pass --container IMAGE if it runs on {plan.cluster})")
+    if old.gpus_per_node and plan.gpus != old.gpus_per_node * old.nodes:
+        out.append(f"the GPU count: {old.gpus_per_node * old.nodes} asked, {plan.gpus} planned")
+    if plan.world_size != old.tasks_per_node * old.nodes and old.launcher == "srun":
+        out.append(f"the process count: {old.tasks_per_node * old.nodes} -> {plan.world_size} (the program must "
+                   "read its world size, not assume it)")
+    return out
