@@ -19,6 +19,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from scaletrain.clusters.validate import check_profile
 from scaletrain.errors import ProfileError
 from scaletrain.slurm.parse import format_time, parse_time_seconds  # Slurm's time syntax, one parser
 
@@ -334,7 +335,8 @@ def profile_from_dict(data: dict[str, Any], *, path: str = "", default_name: str
     if share_policy not in ("enforced", "billed") or billing not in ("gpus", "max_share"):
         raise _bad(path, "gpu_share_policy must be 'enforced' or 'billed', billing 'gpus' or 'max_share'")
 
-    return ClusterProfile(
+    # every field's shape (issue 22: a profile value must not run as a command): clusters/validate.py
+    return check_profile(ClusterProfile(
         name=name,
         description=_typed(data, "description", str, path, ""),
         site=_typed(data, "site", str, path, ""),
@@ -376,7 +378,7 @@ def profile_from_dict(data: dict[str, Any], *, path: str = "", default_name: str
         container_binds=tuple(str(s) for s in _typed(data, "container_binds", list, path, [])),
         container_setup_lines=tuple(str(s) for s in _typed(data, "container_setup_lines", list, path, [])),
         python_env_lines=tuple(str(s) for s in _typed(data, "python_env_lines", list, path, [])),
-    )
+    ))
 
 
 def profile_to_dict(profile: ClusterProfile) -> dict[str, Any]:
