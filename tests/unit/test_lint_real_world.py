@@ -186,3 +186,8 @@ def test_huge_gpu_count_is_a_finding_not_a_traceback() -> None:
     result = lint_text(job("--gpus-per-node=" + "9" * 5000, "--nodes=" + "9" * 5000, "--time=1:00:00"),
                        profile=load_profile("puhti"))
     assert result is not None
+
+
+def test_a_lookalike_inside_a_quoted_value_is_the_values_own() -> None:
+    # plan writes odd job names in double quotes; sbatch keeps them whole there
+    assert "sbatch-unicode" not in _found(job('--job-name="a\u00adb\u00a0c"', "--time=1:00:00"))

@@ -178,7 +178,16 @@ def sbatch_unicode(ctx: LintContext) -> Iterable[Finding]:
     for number, line in enumerate(ctx.script.lines[:ctx.script.header_end - 1], start=1):
         if not line.startswith("#SBATCH") or line.isascii():
             continue
+        quote = ""
         for i, ch in enumerate(line):
+            if quote:                      # inside "..." sbatch keeps every character as the value's
+                if ch == "\\" and quote == '"':
+                    continue
+                quote = "" if ch == quote and line[i - 1] != "\\" else quote
+                continue
+            if ch in "\"'" and i >= len("#SBATCH"):
+                quote = ch
+                continue
             if ch == "#" and i > 0 and line[i - 1].isspace():
                 break   # the rest is a comment
             what = _lookalike(ch)
