@@ -88,13 +88,14 @@ def writable_dir(path: str | os.PathLike[str], what: str) -> Path:
 
     folder = Path(path)
     hint = f"give {what} a folder you can write to (it is created if missing)"
-    if folder.exists() and not folder.is_dir():
-        raise UsageError(f"{what} {str(folder)!r} is a file, not a folder", hint)
+    shown = str(folder) if len(str(folder)) <= 80 else str(folder)[:77] + "..."
     try:
+        if folder.exists() and not folder.is_dir():
+            raise UsageError(f"{what} {shown!r} is a file, not a folder", hint)
         folder.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(dir=folder, prefix=".scaletrain-probe-")
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:
-        raise UsageError(f"{what} {str(folder)!r}: cannot write there ({exc.strerror or exc})", hint) from None
+        raise UsageError(f"{what} {shown!r}: cannot write there ({exc.strerror or exc})", hint) from None
     return folder
