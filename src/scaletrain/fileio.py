@@ -76,3 +76,26 @@ def atomic_write(path: str | os.PathLike[str], data: str | bytes, *, mode: int |
     with atomic_file(path, mode=mode) as fh:
         fh.write(payload)
     return Path(path)
+
+
+def writable_dir(path: str | os.PathLike[str], what: str) -> Path:
+    """``path`` as a folder that exists and takes new files (created if missing), else UsageError.
+
+    ``what`` names the option for the message (``"--run-dir"``). Writing is tried, not predicted
+    from permission bits: root ignores them, and a read-only mount refuses root too.
+    """
+    from scaletrain.errors import UsageError
+
+    folder = Path(path)
+    hint = f"give {what} a folder you can write to (it is created if missing)"
+    shown = str(folder) if len(str(folder)) <= 80 else str(folder)[:77] + "..."
+    try:
+        if folder.exists() and not folder.is_dir():
+            raise UsageError(f"{what} {shown!r} is a file, not a folder", hint)
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".scaletrain-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise UsageError(f"{what} {shown!r}: cannot write there ({exc.strerror or exc})", hint) from None
+    return folder

@@ -81,9 +81,25 @@ def test_html_escapes_names():
     (["bench", "scaling", "--cluster", "nowhere"], "unknown cluster"),
     (["bench", "comm", "--sizes", "1K..2X"], "bad message size"),
     (["bench", "comm", "--iters", "0"], "--iters must be at least 1"),
+    # issue 22 items 4, 5, 7: bounded sizes, an empty list, process counts, a file as --out
+    (["bench", "comm", "--sizes", "1K..99999999999999999999999G"], "more than 16G"),
+    (["bench", "comm", "--sizes", "1K..1G:" + "9" * 5000], "bad size range factor"),
+    (["bench", "comm", "--sizes", "9" * 5000], "more than 16G"),
+    (["bench", "comm", "--sizes", ",,,"], "names no message size"),
+    (["bench", "comm", "--sizes", "1..1G:2,"], "bad size range factor"),
+    (["bench", "comm", "--sizes", "\u0661K"], "bad message size"),
+    (["bench", "comm", "--nproc", "99999999999999999999"], "at most 1024"),
+    (["bench", "scaling", "--nproc", "99999999999999999999"], "more than 1024"),
+    (["bench", "scaling", "--nproc", "1,2,2000"], "more than 1024"),
+    (["bench", "scaling", "--nproc", "\u0662"], "numbers separated by commas"),
+    (["bench", "comm", "--sizes", "1K", "--out", "__FILE__"], "is a file, not a folder"),
+    (["bench", "comm", "--sizes", "1K", "--out", "/proc/scaletrain-no/x"], "cannot write there"),
     (["doctor", "--timeout", "nan"], "must be positive"),
 ])
-def test_bad_values_are_one_line_usage_errors(argv, needle, capsys):
+def test_bad_values_are_one_line_usage_errors(argv, needle, capsys, tmp_path):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    argv = [str(a_file) if a == "__FILE__" else a for a in argv]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert needle in err and "Traceback" not in err

@@ -133,3 +133,19 @@ def test_script_args_that_look_like_flags_are_not_parsed(script):
     assert args.args == ["--nproc-per-node", "5", "-m", "--", "x"]
     mod = build_parser().parse_args(["run", "-m", "pkg.train", "--lr", "1"])
     assert mod.module and mod.target == "pkg.train" and mod.args == ["--lr", "1"]
+
+
+def test_run_dir_that_cannot_be_written_is_one_line(capsys, clean_env, script, tmp_path, monkeypatch):
+    # issue 22: a read-only or file --run-dir was a FileExistsError/PermissionError traceback
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    code, lines = _run(capsys, ["run", "--run-dir", str(a_file), script])
+    assert code == 2 and "is a file, not a folder" in lines[0] and lines[1].startswith("  HINT: ")
+    import errno
+    import tempfile as tempfile_mod
+
+    def read_only(*_a, **_k):   # root ignores permission bits: the refusal of a read-only mount
+        raise OSError(errno.EROFS, "Read-only file system")
+    monkeypatch.setattr(tempfile_mod, "mkstemp", read_only)
+    code, lines = _run(capsys, ["run", "--run-dir", str(tmp_path / "ro"), script])
+    assert code == 2 and "Read-only file system" in lines[0]

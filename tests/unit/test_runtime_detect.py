@@ -340,3 +340,10 @@ def test_torchrun_inside_slurm_is_no_contradiction():
     assert detect({**SLURM, "RANK": "5", "WORLD_SIZE": "7", "MASTER_ADDR": "n1"}).rank == 5
     # one process in a batch script of a 4-task job that names itself rank 0 of 1
     assert detect({**batch, "SLURM_NTASKS": "4", "RANK": "0", "WORLD_SIZE": "1"}).world_size == 1
+
+
+@pytest.mark.parametrize("value", ["\u0665", "1\u0660", "\uff15", "\u0968"])
+def test_unicode_digits_in_slurm_procid_are_refused(value):
+    # issue 22: int() reads Arabic-Indic, full-width and Devanagari digits; Slurm never writes them
+    with pytest.raises(DistEnvError, match="SLURM_PROCID"):
+        detect({**SLURM, "SLURM_PROCID": value})

@@ -83,7 +83,8 @@ def test_large_range_and_limit():
 
 
 BAD = ["", "   ", ",", "n[1-3", "n1-3]", "n[3-1]", "n[a-b]", "n[]", "n[1-]", "n[-2]",
-       "n[1--2]", "n[1-2-3]", "n[[1-2]]", "n[1-2]]"]
+       "n[1--2]", "n[1-2-3]", "n[[1-2]]", "n[1-2]]",
+       "n[\u0661-\u0663]", "n[\u0966]"]   # Arabic-Indic and Devanagari digits: Slurm reads ASCII only (issue 22)
 
 
 @pytest.mark.parametrize("text", BAD)
@@ -110,7 +111,7 @@ def test_tasks_per_node(text, counts):
     assert parse_tasks_per_node(text) == counts
 
 
-@pytest.mark.parametrize("text", ["", "x", "2(3)", "2(x)", "2(x0)", "-1", "2(x3)1"])
+@pytest.mark.parametrize("text", ["", "x", "2(3)", "2(x)", "2(x0)", "-1", "2(x3)1", "\u0664", "2(x\u0663)"])
 def test_tasks_per_node_bad(text):
     with pytest.raises(DistEnvError, match="SLURM_TASKS_PER_NODE"):
         parse_tasks_per_node(text)

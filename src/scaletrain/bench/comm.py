@@ -36,31 +36,49 @@ def bus_factor(op: str, n: int) -> float:
     raise UsageError(f"unknown collective {op!r}", f"use one of: {', '.join(OPS)}")
 
 
+MAX_SIZE = 16 * 1024 ** 3   # one message; nccl-tests' largest default is 8G, and a buffer this big
+MAX_SIZES = 64              # sizes in one run (1..16G doubling is 35)
+
+
 def parse_size(text: str) -> int:
-    """``"64K"`` -> 65536 (binary units K, M, G; a plain number is bytes)."""
-    m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)(?:I?B)?\s*", text.upper())
-    if not m or int(m.group(1)) == 0:
-        raise UsageError(f"bad message size {text!r}", "write sizes like 1K, 64M, 1G")
-    return int(m.group(1)) * _UNITS[m.group(2)]
+    """``"64K"`` -> 65536 (binary units K, M, G; a plain number is bytes), at most ``MAX_SIZE``."""
+    m = re.fullmatch(r"\s*([0-9]+)\s*([KMG]?)(?:I?B)?\s*", text.upper())
+    # more than 12 digits is past the bound whatever the unit (and int() of 4300+ digits raises)
+    value = (int(m.group(1)) if len(m.group(1)) <= 12 else MAX_SIZE + 1) * _UNITS[m.group(2)] if m else 0
+    if not m or value == 0:
+        raise UsageError(f"bad message size {text[:40]!r}", "write sizes like 1K, 64M, 1G")
+    if value > MAX_SIZE:
+        raise UsageError(f"message size {text.strip()[:40]!r} is more than {MAX_SIZE // 1024 ** 3}G",
+                         "benchmark sizes up to 16G, e.g. --sizes 1K..1G")
+    return value
 
 
 def parse_sizes(text: str) -> list[int]:
-    """``"1K..1M"`` (doubling), ``"1K..1M:4"`` (x4 steps) or ``"1M,16M"`` to byte sizes."""
+    """``"1K..1M"`` (doubling), ``"1K..1M:4"`` (x4 steps) or ``"1M,16M"`` to byte sizes (at least one)."""
     text = text.strip()
+    hint = "write LOW..HIGH[:FACTOR] or a list, e.g. 1K..64M, 1K..1G:4 or 1M,16M"
     if ".." in text:
         span, _, factor_text = text.partition(":")
         low_text, high_text = span.split("..", 1)
         low, high = parse_size(low_text), parse_size(high_text)
-        factor = int(factor_text) if factor_text.strip().isdigit() else 2
+        factor_text = factor_text.strip()
+        if factor_text and not re.fullmatch(r"[0-9]{1,6}", factor_text):
+            raise UsageError(f"bad size range factor {factor_text[:40]!r}", hint)
+        factor = int(factor_text) if factor_text else 2
         if low > high or factor < 2:
-            raise UsageError(f"bad size range {text!r}", "write LOW..HIGH[:FACTOR], e.g. 1K..64M or 1K..1G:4")
+            raise UsageError(f"bad size range {text[:60]!r}", hint)
         sizes = []
         size = low
         while size <= high:
             sizes.append(size)
             size *= factor
-        return sizes
-    return [parse_size(part) for part in text.split(",") if part.strip()]
+    else:
+        sizes = [parse_size(part) for part in text.split(",") if part.strip()]
+    if not sizes:
+        raise UsageError(f"--sizes {text[:40]!r} names no message size", hint)
+    if len(sizes) > MAX_SIZES:
+        raise UsageError(f"--sizes {text[:40]!r} gives {len(sizes)} sizes, more than {MAX_SIZES}", hint)
+    return sizes
 
 
 def parse_ops(text: str) -> list[str]:

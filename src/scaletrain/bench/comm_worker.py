@@ -10,11 +10,10 @@ import json
 import os
 import platform
 import sys
-from pathlib import Path
 from typing import Sequence
 
 from scaletrain.bench.comm import format_table, iterations_for, measure, parse_ops, parse_sizes
-from scaletrain.fileio import atomic_write
+from scaletrain.fileio import atomic_write, writable_dir
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -46,8 +45,7 @@ def run(args: argparse.Namespace) -> list[dict]:
               f"{env.backend} on {env.device}")
         print(format_table(results))
         if args.out:
-            out = Path(args.out)
-            out.mkdir(parents=True, exist_ok=True)
+            out = writable_dir(args.out, "--out")
             doc = {"kind": "comm", "world_size": env.world_size, "nodes": env.num_nodes,
                    "backend": env.backend, "device": env.device, "host": platform.node(),
                    "results": rows}

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
@@ -41,14 +42,19 @@ class ScalingRequest:
     timeout_s: float = 600.0
 
 
+MAX_PROCS = 1024     # local processes or nodes per size: far above any honest run, far below a fork bomb
+
+
 def parse_nproc(text: str, flag: str = "--nproc") -> tuple[int, ...]:
     """``"1,2,4"`` -> (1, 2, 4), checked (``flag`` names it in errors: --nproc or --nodes)."""
-    try:
-        sizes = tuple(sorted({int(x) for x in text.split(",") if x.strip()}))
-    except ValueError:
-        raise UsageError(f"{flag} must be numbers separated by commas, got {text!r}", f"e.g. {flag} 1,2,4") from None
-    if not sizes or sizes[0] < 1:
-        raise UsageError(f"{flag} sizes must be at least 1, got {text!r}", f"e.g. {flag} 1,2,4")
+    parts = [x.strip() for x in text.split(",") if x.strip()]
+    if not parts or not all(re.fullmatch(r"[0-9]+", x) for x in parts):   # ASCII digits only
+        raise UsageError(f"{flag} must be numbers separated by commas, got {text[:40]!r}", f"e.g. {flag} 1,2,4")
+    sizes = tuple(sorted({int(x) if len(x) <= 9 else MAX_PROCS + 1 for x in parts}))
+    if sizes[0] < 1:
+        raise UsageError(f"{flag} sizes must be at least 1, got {text[:40]!r}", f"e.g. {flag} 1,2,4")
+    if sizes[-1] > MAX_PROCS:
+        raise UsageError(f"{flag} {text.strip()[:40]!r} asks for more than {MAX_PROCS}", f"e.g. {flag} 1,2,4")
     return sizes
 
 

@@ -46,6 +46,15 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _local_procs(text: str) -> int:
+    from scaletrain.bench.scaling import MAX_PROCS
+
+    value = _positive_int(text)
+    if value > MAX_PROCS:
+        raise argparse.ArgumentTypeError(f"at most {MAX_PROCS} local processes, got {value}")
+    return value
+
+
 def _seconds(text: str) -> float:
     try:
         value = float(text)
@@ -141,6 +150,9 @@ def run_comm_cli(args: argparse.Namespace) -> int:
     from scaletrain.runtime.detect import detect
 
     parse_ops(args.ops), parse_sizes(args.sizes)  # bad values fail here, before any process starts
+    if args.out:
+        from scaletrain.fileio import writable_dir
+        writable_dir(args.out, "--out")
     if (args.iters is not None and args.iters < 1) or args.warmup < 0:
         raise UsageError("--iters must be at least 1 and --warmup 0 or more", "e.g. --iters 20 --warmup 3")
     if detect(os.environ).world_size > 1:
@@ -199,7 +211,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.set_defaults(func=run_scaling_cli)
     c = sub.add_parser("comm", help="collective bandwidth per message size",
                        description="all_reduce/all_gather/reduce_scatter/broadcast bandwidth (nccl-tests definitions).")
-    c.add_argument("--nproc", type=_positive_int, default=2, metavar="N",
+    c.add_argument("--nproc", type=_local_procs, default=2, metavar="N",
                    help="local processes when not inside a job (default 2)")
     c.add_argument("--timeout", type=_seconds, default=900.0, metavar="S", help="(default 900)")
     add_comm_arguments(c)

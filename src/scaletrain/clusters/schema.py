@@ -14,6 +14,7 @@ import re
 from typing import Any
 
 from scaletrain.clusters.profile import GPU_REQUESTS, MEM_REQUESTS, ClusterProfile, Partition, parse_time
+from scaletrain.clusters.validate import check_profile
 from scaletrain.errors import ProfileError
 
 SOFTWARE = ("module", "container")
@@ -147,7 +148,8 @@ def build_profile(data: dict[str, Any], *, path: str = "", default_name: str = "
     software = prov["software"]
     if software == "container" and not prov["default_image"]:
         raise _bad(path, "software 'container' needs default_image (the image a job gets when it names none)")
-    return ClusterProfile(
+    # every value that reaches a batch script has its shape checked (clusters/validate.py)
+    return check_profile(ClusterProfile(
         **prov,
         name=name,
         description=_typed(data, "description", str, path, ""),
@@ -190,7 +192,7 @@ def build_profile(data: dict[str, Any], *, path: str = "", default_name: str = "
         container_binds=tuple(str(s) for s in _typed(data, "container_binds", list, path, [])),
         container_setup_lines=tuple(str(s) for s in _typed(data, "container_setup_lines", list, path, [])),
         python_env_lines=tuple(str(s) for s in _typed(data, "python_env_lines", list, path, [])),
-    )
+    ))
 
 
 def _date(data: dict[str, Any], key: str, path: str) -> str | None:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from scaletrain.contract import AGENT_PID_VAR, EXIT_STOPPED, RUN_DIR_VAR
+from scaletrain.fileio import writable_dir
 from scaletrain.launch import hang, rundir
 from scaletrain.launch.failure import FailedRank, describe, root_cause
 from scaletrain.launch.output import tail_lines
@@ -40,7 +41,7 @@ def run_folder(requested: str | None) -> Iterator[str]:
     """The run folder for one launch: ``requested`` (created, kept), or a temporary one
     removed at the end unless a hang left stacks in it."""
     if requested:
-        Path(requested).mkdir(parents=True, exist_ok=True)
+        writable_dir(requested, "--run-dir")   # one line before any worker starts, not a traceback
         yield os.path.abspath(requested)
         return
     path = tempfile.mkdtemp(prefix="scaletrain_rundir_")

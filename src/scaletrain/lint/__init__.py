@@ -3,7 +3,7 @@
 Modules: ``script`` (the parsed script and its #SBATCH header), ``shell`` (commands and how each
 ``$VAR`` is quoted), ``invocation`` (what a command starts: srun, containers, torchrun...),
 ``job`` (the resource request per node), ``findings`` (rule registry and context), the rules in
-``rules_cluster``/``rules_launch``/``rules_sbatch``/``rules_shell``, ``engine`` (cluster choice,
+``rules_cluster``/``rules_launch``/``rules_program``/``rules_sbatch``/``rules_shell``, ``engine`` (cluster choice,
 running the rules) and ``report`` (text and JSON).
 
 Public API (imported lazily, so ``import scaletrain.lint`` stays cheap)::

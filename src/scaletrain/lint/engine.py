@@ -15,7 +15,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Mapping
 
 from scaletrain.errors import UsageError
-from scaletrain.lint import rules_cluster, rules_launch, rules_sbatch, rules_shell  # noqa: F401  (registers rules)
+from scaletrain.lint import rules_cluster, rules_launch, rules_program, rules_sbatch, rules_shell  # noqa: F401  (registers rules)
 from scaletrain.lint.findings import ERROR, RULES, Finding, LintContext
 from scaletrain.lint.job import read_request
 from scaletrain.lint.script import BatchScript, interpreter, parse_script

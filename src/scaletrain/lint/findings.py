@@ -12,7 +12,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Callable, Iterable
 
 from scaletrain.lint.invocation import Invocation, classify
-from scaletrain.lint.job import JobRequest, read_request
+from scaletrain.lint.job import JobRequest, parse_int, read_request
 from scaletrain.lint.script import BatchScript, Command, Word
 from scaletrain.lint.shell import split_commands
 
@@ -109,7 +109,7 @@ class LintContext:
             return None
         text = text.strip()
         if text.isdigit():
-            return int(text)
+            return parse_int(text)     # ASCII digits only, bounded (an int of 5000 digits raises)
         name = text.lstrip("$").strip("{}")
         if name in ("SLURM_NNODES", "SLURM_JOB_NUM_NODES"):
             return self.job.node_count
@@ -121,7 +121,7 @@ class LintContext:
             return self.job.gpus_per_node
         if text.startswith("$"):
             lit = self.literal(name)
-            return int(lit) if lit is not None and lit.isdigit() else None
+            return parse_int(lit) if lit is not None else None
         return None
 
     @cached_property
@@ -191,6 +191,14 @@ class LintContext:
         gpn = self.job.gpus_per_node
         return bool(prof.gpus_per_node and gpn and gpn >= prof.gpus_per_node
                     and prof.cores_per_node and self.cpus_per_node >= prof.cores_per_node)
+
+    @property
+    def shares_nodes(self) -> bool:
+        """True when lint knows other jobs can run on the job's nodes: the profile names the
+        partition (or the one Slurm routes to) and it hands out parts of nodes. Without a profile,
+        or on a partition it does not list (JSC's whole-node ``dc-gpu``), lint cannot tell."""
+        part = self.partition
+        return self.profile is not None and part is not None and not part.whole_node
 
     def option_line(self, *names: str) -> int:
         """Line of the first of ``names`` given on a #SBATCH line (1 when none is)."""

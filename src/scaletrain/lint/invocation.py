@@ -43,6 +43,16 @@ _CONTAINER_FLAGS = {"nv", "rocm", "cleanenv", "e", "containall", "C", "contain",
                     "w", "fakeroot", "f", "no-home", "userns", "u", "nvccli", "no-mount", "compat"}
 _CONTAINER_WRAPPERS = {"singularity_wrapper", "apptainer_wrapper"}
 
+# Profilers that start the program they are given (``nsys profile [opts] python x.py``): every
+# option without ``=`` takes a value. ``kernprof`` runs a Python file itself.
+_PROFILERS = {"nsys", "ncu", "nv-nsight-cu-cli", "rocprof", "rocprofv2", "omniperf"}
+_PROFILER_VERBS = {"profile", "launch", "record"}
+_KERNPROF_VALUE_OPTS = {"-o", "--outfile", "-s", "--setup", "-u", "--unit", "-p", "--prof-mod"}
+# ``python -m cProfile [-o out] [-s sort] prog.py``: the module runs the program after it
+_PROFILE_MODULES = {"cProfile", "profile", "trace", "line_profiler", "memory_profiler", "pyinstrument",
+                    "scalene", "viztracer"}
+_PROFILE_MODULE_VALUE_OPTS = {"-o", "-s", "--outfile", "--sort", "--count-file", "-r", "--renderer"}
+
 _MPI = {"mpirun", "mpiexec", "mpiexec.hydra", "orterun", "prun"}
 _SHELLS = {"bash", "sh", "zsh", "ksh", "dash"}
 _NOT_PROGRAM_MODULES = {"pip", "venv", "ensurepip", "virtualenv", "site", "json", "http", "pydoc",
@@ -206,6 +216,31 @@ def _parse_launcher(words: list[Word]) -> tuple[dict[str, str | None], dict[str,
     return opts, owords, words[i:]
 
 
+def _skip_profiler(words: list[Word]) -> list[Word]:
+    """``nsys profile -o x -t cuda python x.py`` -> ``python x.py``; anything else unchanged."""
+    if not words or os.path.basename(words[0].value) not in _PROFILERS:
+        return words
+    i = 1
+    if i < len(words) and words[i].value in _PROFILER_VERBS:
+        i += 1
+    while i < len(words) and words[i].value.startswith("-"):
+        if words[i].value == "--":
+            i += 1
+            break
+        i += 1 if "=" in words[i].value else 2
+    return words[i:]
+
+
+def _after_options(words: list[Word], value_opts: set[str]) -> list[Word]:
+    """The words after a tool's options (those in ``value_opts`` take the next word)."""
+    i = 0
+    while i < len(words) and words[i].value.startswith("-") and words[i].value != "-":
+        if words[i].value == "--":
+            return words[i + 1:]
+        i += 2 if words[i].value in value_opts else 1
+    return words[i:]
+
+
 def classify(command: Command) -> Invocation:
     """Describe what ``command`` starts (see the module docstring)."""
     inv = Invocation(command=command)
@@ -223,6 +258,7 @@ def classify(command: Command) -> Invocation:
     if words and os.path.basename(words[0].value) in _CONTAINER | _CONTAINER_WRAPPERS:
         inv.container = os.path.basename(words[0].value)
         words = _skip_prefixes(_skip_container(words))
+    words = _skip_prefixes(_skip_profiler(words))
     if not words:
         return inv
     if inv.srun is not None and ("/" in words[0].value or words[0].value.endswith(".sh")):
@@ -236,6 +272,11 @@ def classify(command: Command) -> Invocation:
     inv.program = prog
     inv.program_word = words[0]
     rest = words[1:]
+    if prog == "kernprof":          # line_profiler's runner: kernprof -l -v prog.py args
+        rest = _after_options(rest, _KERNPROF_VALUE_OPTS)
+        if rest:
+            inv.kind, inv.script, inv.args = "python", rest[0], rest[1:]
+        return inv
     if prog.startswith("python"):
         if rest and rest[0].value == "-m" and len(rest) > 1:
             module = rest[1].value
@@ -246,6 +287,11 @@ def classify(command: Command) -> Invocation:
                 inv.kind = "scaletrain"      # torchrun-compatible per-node launcher
                 rest = rest[3:]
             elif module.split(".")[0] in _NOT_PROGRAM_MODULES:
+                return inv
+            elif module in _PROFILE_MODULES:
+                prog_words = _after_options(rest[2:], _PROFILE_MODULE_VALUE_OPTS)
+                if prog_words:
+                    inv.kind, inv.script, inv.args = "python", prog_words[0], prog_words[1:]
                 return inv
             else:
                 inv.kind = "python"

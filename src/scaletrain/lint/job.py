@@ -16,12 +16,21 @@ from scaletrain.slurm.parse import parse_mem_mib, parse_time_seconds
 
 
 
+# A count of more digits is nonsense (and int() of 4300+ digits raises): read it as this, which
+# every limit rule reports as too big.
+HUGE = 10**9
+
+
+def _count(digits: str) -> int:
+    return int(digits) if len(digits) <= 9 else HUGE
+
+
 def parse_int(text: str | None) -> int | None:
     """An integer option value; ``2-4`` (a range) gives its minimum; anything else None."""
     if text is None:
         return None
-    m = re.fullmatch(r"\s*(\d+)(?:\s*-\s*\d+)?\s*", text)
-    return int(m.group(1)) if m else None
+    m = re.fullmatch(r"\s*([0-9]+)(?:\s*-\s*[0-9]+)?\s*", text)
+    return _count(m.group(1)) if m else None
 
 
 def parse_memory_mb(text: str | None) -> float | None:
@@ -52,7 +61,7 @@ def parse_gpu_value(value: str) -> tuple[str | None, int | None]:
     """``v100:4`` -> ("v100", 4); ``4`` -> (None, 4); ``a100`` -> ("a100", 1)."""
     parts = value.split(":")
     if len(parts) == 1:
-        return (None, int(parts[0])) if parts[0].isdigit() else (parts[0] or None, 1)
+        return (None, _count(parts[0])) if re.fullmatch(r"[0-9]+", parts[0]) else (parts[0] or None, 1)
     count = parse_int(parts[-1])
     return (parts[0] or None, count)
 

@@ -13,6 +13,7 @@ from typing import Iterable, Iterator
 
 from scaletrain.lint.findings import ERROR, WARNING, Finding, LintContext, finding, rule
 from scaletrain.lint.invocation import Invocation, classify
+from scaletrain.lint.job import parse_int
 from scaletrain.lint.script import Command, Word, interpreter
 
 # Variables whose value differs per task or per node: they must expand inside the task.
@@ -84,15 +85,25 @@ def single_quoted_var(ctx: LintContext) -> Iterable[Finding]:
         if inv.program.startswith("python") and any(w.value == "-c" for w in cmd.words):
             continue
         echo = inv.program == "echo" or cmd.words[0].value == "echo"
-        severity = WARNING if echo else ERROR
+        previous = ""
         for word in cmd.words:
+            # a rendezvous id only has to be the same text on every node: the literal works
+            same_everywhere = _RDZV_ID.match(word.value) is not None or previous in _RDZV_ID_OPTS
+            severity = WARNING if echo or same_everywhere else ERROR
+            previous = word.value
             for e in word.expansions:
                 wanted = e.name.startswith("SLURM_") or (e.name in known and not echo)
                 if e.quote == "single" and wanted:
+                    why = (" (it works as a rendezvous id, since every node passes the same text, but "
+                           "every job then shares that id)" if same_everywhere else "")
                     yield finding("single-quoted-var", severity, e.line,
                                   f"'${e.name}' is in single quotes: the program receives the text "
-                                  f"'${e.name}', not its value",
+                                  f"'${e.name}', not its value{why}",
                                   f"use double quotes: \"${e.name}\"")
+
+
+_RDZV_ID_OPTS = {"--rdzv_id", "--rdzv-id", "--run_id", "--run-id"}
+_RDZV_ID = re.compile(r"--(rdzv[_-]id|run[_-]id)=")
 
 
 _TCP_PORT = re.compile(r"tcp://[^\s/:]+:(\d+)")
@@ -103,8 +114,8 @@ _TCP_PORT = re.compile(r"tcp://[^\s/:]+:(\d+)")
 def master_port(ctx: LintContext) -> Iterable[Finding]:
     from scaletrain.contract import PORT_SHELL_EXPR  # the runtime's own formula
 
-    if ctx.whole_nodes:
-        return    # no other job runs on these nodes: nothing to collide with
+    if ctx.whole_nodes or not ctx.shares_nodes:
+        return    # no other job runs on these nodes (or lint cannot tell): nothing to collide with
     hint = f"derive it from the job id: MASTER_PORT={PORT_SHELL_EXPR}"
     collide = "two jobs sharing a node collide"
     for word, _cmd in ctx.variables.get("MASTER_PORT", []):
@@ -138,7 +149,7 @@ def visible_devices(ctx: LintContext) -> Iterable[Finding]:
             if word.expansions:
                 continue
             ids = [p.strip() for p in value.split(",") if p.strip()]
-            nums = [int(p) for p in ids if p.isdigit()]
+            nums = [n for n in (parse_int(p) for p in ids if p.isdigit()) if n is not None]
             if gpn and (len(ids) > gpn or any(n >= gpn for n in nums)):
                 yield finding("visible-devices", ERROR, word.line,
                               f"{name}={value} names devices outside the {gpn} GPU(s) per node the job "
@@ -195,7 +206,15 @@ def _placeholder_lines(ctx: LintContext) -> list[tuple[int, str]]:
         m = _PLACEHOLDER.search(line)
         if m:
             out.append((number, m.group(0)))
+        elif line.startswith("#SBATCH"):
+            dots = _DOTS_VALUE.search(line)
+            if dots:
+                out.append((number, dots.group(0).strip()))
     return out
+
+
+# An #SBATCH value left as an ellipsis (--partition=..., --account=…): the guide's blank.
+_DOTS_VALUE = re.compile(r"(?:\s|^)(--?[A-Za-z][\w-]*[= ]\s*(?:\.{3}|\u2026))(?=\s|$|#)")
 
 
 @rule("placeholder", "a template placeholder left in (<project>, <options>)")

@@ -105,8 +105,9 @@ def _environment(plan: Plan) -> list[str]:
             'export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"',
             "# rendezvous: the first node of the allocation, a port derived from the job id",
             "# (the same formula scaletrain.init uses, so every task agrees without talking)",
-            'MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)'
-            + f'{q(plan.master_addr_suffix) if plan.master_addr_suffix else ""}"',
+            # the suffix goes after the closing double quote: inside it, $(...) in a value would run
+            'MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)"'
+            + (q(plan.master_addr_suffix) if plan.master_addr_suffix else ""),
             "export MASTER_ADDR",
             f"export MASTER_PORT={PORT_SHELL_EXPR}",
         ]

@@ -20,6 +20,7 @@ named and a HINT.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from typing import ClassVar
 
@@ -37,6 +38,10 @@ def _int(environ: Mapping[str, str], name: str, *, minimum: int = 0) -> int | No
         return None
     text = raw.strip()
     try:
+        # int() also reads Arabic-Indic and other Unicode digits, which Slurm never writes:
+        # such a value was typed or forged, and the launcher beside us reads it differently
+        if not re.fullmatch(r"[+-]?[0-9]+", text):
+            raise ValueError(text)
         value = int(text)
     except ValueError:
         raise DistEnvError(f"{name}={raw!r} is not an integer",

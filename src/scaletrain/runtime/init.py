@@ -43,7 +43,7 @@ from scaletrain.runtime.device import gpu_view, normalize_request, torch_gpus
 from scaletrain.runtime.env import Env, Placement
 from scaletrain.runtime.resolve import (CpuPlan, Request, choose_backend, choose_device,
                                         normalize_backend, plan_cpus, read_request)
-from scaletrain.runtime import timeouts
+from scaletrain.runtime import errorhook, timeouts
 from scaletrain.runtime.threads import allowed_cpus, apply_threads
 from scaletrain.runtime.timeouts import STARTUP_TIMEOUT_S
 
@@ -231,6 +231,8 @@ def init(*, device: str | None = None, backend: str | None = None,
     allocation (more local ranks than GPUs, GPUs allocated to a CPU-only torch, ...).
     """
     global _STATE
+    # first, so init's own errors (a contradictory environment) are one line too under srun/python
+    errorhook.install()
     with _LOCK:
         if _STATE is not None:
             _check_same(_STATE, device, backend, timeout_s)

@@ -30,8 +30,8 @@ from scaletrain.errors import DistEnvError, ScaletrainError
 MAX_RANGE = 65536
 MAX_HOSTS = 1 << 20
 
-_RANGE_RE = re.compile(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?")
-_TASKS_RE = re.compile(r"\s*(\d+)\s*(?:\(\s*x\s*(\d+)\s*\)\s*)?")
+_RANGE_RE = re.compile(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", re.ASCII)  # Slurm reads ASCII digits only
+_TASKS_RE = re.compile(r"\s*(\d+)\s*(?:\(\s*x\s*(\d+)\s*\)\s*)?", re.ASCII)
 
 _HOSTLIST_HINT = ("use Slurm's hostlist form, e.g. 'nid[001-004,007]', 'gpu-[1,3-5],cpu7' "
                   "or 'a[01-02]b[1-2]' (check SLURM_JOB_NODELIST)")
