@@ -104,9 +104,12 @@ def activate(environ: MutableMapping[str, str] | None = None) -> None:
         if env.get(CPU_SMOKE_VAR) == "1":
             from scaletrain.launch import cpu_smoke
 
+            cpu_smoke.clip_affinity()
             hooks.setdefault("torch", []).append(cpu_smoke.patch_torch)
             hooks.setdefault("torch.distributed.distributed_c10d", []).insert(
                 0, cpu_smoke.patch_c10d)
+            hooks.setdefault("torch.distributed.device_mesh", []).append(
+                cpu_smoke.patch_device_mesh)
         else:
             from scaletrain.launch.cpu_smoke import install_cuda_missing_hook
 
