@@ -109,6 +109,9 @@ class Stream:
     def query(self) -> bool:
         return True
 
+    def is_capturing(self) -> bool:  # no CUDA graph is ever being recorded
+        return False
+
     def __enter__(self) -> Stream:
         return self
 
