@@ -165,13 +165,16 @@ def patch_c10d(c10d: ModuleType) -> None:
     setattr(c10d, "new_group", new_group)
 
 
-def _cuda_missing(exc: BaseException, tb: Any) -> str | None:
-    """The first line of ``exc`` when it comes from asking for CUDA where there is none."""
+def _cuda_missing(exc: BaseException, tb: Any, *, mapped: bool = False) -> str | None:
+    """The first line of ``exc`` when it comes from asking for CUDA where there is none.
+
+    ``mapped``: under ``--cpu``, where ``torch.cuda.is_available()`` says True on purpose.
+    """
     torch = sys.modules.get("torch")
     if torch is None:
         return None
     try:
-        if torch.cuda.is_available():
+        if torch.cuda.is_available() and not mapped:
             return None
     except Exception:  # noqa: BLE001 - a broken CUDA set-up is still "no usable GPU"
         pass
@@ -186,14 +189,32 @@ def _cuda_missing(exc: BaseException, tb: Any) -> str | None:
     return None
 
 
-def install_cuda_missing_hook(rank: str) -> None:
-    """Turn a CUDA-missing crash into one line and the hint to use ``--cpu``."""
+def _program_line(tb: Any) -> str:
+    """``FILE:LINE`` of the innermost frame of the program itself (not torch, not ours)."""
+    import traceback
+
+    for frame in reversed(traceback.extract_tb(tb)):
+        name = frame.filename.replace(os.sep, "/")
+        if "/torch/" not in name and "/scaletrain/" not in name and not name.startswith("<"):
+            return f"{os.path.relpath(frame.filename)}:{frame.lineno}"
+    return "an unknown place"
+
+
+def install_cuda_missing_hook(rank: str, *, mapped: bool = False) -> None:
+    """Turn a CUDA-missing crash into one line: the hint to use ``--cpu`` or, under ``--cpu``
+    (``mapped``), the place of the call that it could not map."""
     previous = sys.excepthook
 
     def hook(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
-        first = _cuda_missing(exc, tb)
+        first = _cuda_missing(exc, tb, mapped=mapped)
         if first is None:
             previous(kind, exc, tb)
+            return
+        if mapped:
+            print(f"scaletrain: rank {rank}: --cpu could not map the CUDA call at "
+                  f"{_program_line(tb)} to the CPU ({kind.__name__}: {first})\nHINT: run this "
+                  "part on a GPU node; docs/bring-your-script.md lists what --cpu maps",
+                  file=sys.stderr)
             return
         print(f"scaletrain: rank {rank}: this program needs a CUDA GPU and this machine has "
               f"none ({kind.__name__}: {first})\nHINT: smoke-test it on CPU processes with "

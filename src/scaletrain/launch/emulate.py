@@ -8,7 +8,9 @@ login node before it is queued; ``--emulate mpi`` does the same for programs tha
 ``SLURM_NODEID * gpus_per_node + SLURM_LOCALID`` is exercised.
 
 Pure functions: a worker's place in, a dict of variables out. The torchrun variables
-(``RANK``, ``WORLD_SIZE`` ...) are what real srun does *not* set, so the worker shim removes them;
+(``RANK``, ``WORLD_SIZE`` ...) are what real srun does *not* set, so the worker shim removes them -
+unless the user exported them before ``scaletrain run``, as a batch script that computes
+``WORLD_SIZE`` from Slurm's variables does before ``srun``: those are kept, with their values.
 ``MASTER_ADDR``/``MASTER_PORT`` stay, as a batch script would export them.
 """
 
