@@ -182,16 +182,36 @@ def patch_cuda(torch: ModuleType) -> None:
                  "seed_all", "init", "reset_peak_memory_stats", "reset_max_memory_allocated",
                  "reset_accumulated_memory_stats", "ipc_collect", "set_per_process_memory_fraction"):
         values[name] = lambda *a, **k: None
+    for name in ("utilization", "temperature", "power_draw", "clock_rate"):
+        values[name] = lambda *a, **k: 0
     for name in ("memory_allocated", "max_memory_allocated", "memory_reserved",
                  "max_memory_reserved", "memory_cached", "max_memory_cached"):
         values[name] = lambda *a, **k: 0
+    for kind in ("Float", "Double", "Half", "BFloat16", "Long", "Int", "Short", "Char", "Byte",
+                 "Bool"):  # the legacy typed constructors: their CPU twins
+        values[f"{kind}Tensor"] = getattr(torch, f"{kind}Tensor")
     for name, value in values.items():
         setattr(cuda, name, value)
+    _patch_tools(cuda)
     for sub in ("memory", "random", "streams"):  # `from torch.cuda.memory import ...` too
         module = getattr(cuda, sub, None)
         for name, value in values.items():
             if module is not None and hasattr(module, name):
                 setattr(module, name, value)
+
+
+def _patch_tools(cuda: ModuleType) -> None:
+    """Profiler marks and memory history: nothing to mark or record on the CPU."""
+    nvtx = getattr(cuda, "nvtx", None)
+    if nvtx is not None:
+        for name in ("range_push", "range_pop", "mark", "range_start", "range_end"):
+            setattr(nvtx, name, lambda *a, **k: 0)
+        setattr(nvtx, "range", lambda *a, **k: contextlib.nullcontext())
+    memory = getattr(cuda, "memory", None)
+    if memory is not None:
+        for name in ("_record_memory_history", "_dump_snapshot"):
+            setattr(memory, name, lambda *a, **k: None)
+        setattr(memory, "_snapshot", lambda *a, **k: {"segments": [], "device_traces": []})
 
 
 def patch_accelerator(torch: ModuleType) -> None:

@@ -56,20 +56,9 @@ def cpu_mode(torch: ModuleType) -> Any:
     return CpuMode
 
 
-def real_device_class(torch: ModuleType) -> type:
-    """torch's own device class, even after :func:`patch_device` replaced ``torch.device``."""
-    return getattr(torch.device, "_scaletrain_real", torch.device)
-
-
-def patch_device(torch: ModuleType) -> None:
-    """``torch.device(rank)`` is ``cuda:rank``, as on a GPU node; everything else is torch's.
-
-    ``torch.device`` becomes a class whose instances are torch's own devices, so ``isinstance``,
-    equality and pickling are unchanged.
-    """
-    real = torch.device
-    if hasattr(real, "_scaletrain_real"):
-        return
+def _mapping_class(real: type, convert: Any) -> type:
+    """A stand-in for torch's C class ``real`` whose calls go through ``convert(args, kwargs)``
+    and whose instances are ``real``'s own, so ``isinstance``, equality and pickling hold."""
 
     class _Meta(type):
         def __instancecheck__(cls, obj: Any) -> bool:
@@ -79,14 +68,39 @@ def patch_device(torch: ModuleType) -> None:
             return isinstance(sub, type) and issubclass(sub, real)
 
         def __call__(cls, *args: Any, **kwargs: Any) -> Any:
-            if (len(args) == 1 and not kwargs and isinstance(args[0], int)
-                    and not isinstance(args[0], bool)):
-                return real("cuda", args[0])
+            args, kwargs = convert(args, kwargs)
             return real(*args, **kwargs)
 
-    device = _Meta("device", (), {"_scaletrain_real": real, "__module__": "torch",
-                                  "__doc__": real.__doc__})
-    setattr(torch, "device", device)
+    return _Meta(real.__name__, (), {"_scaletrain_real": real, "__module__": "torch",
+                                     "__doc__": real.__doc__})
+
+
+def _device_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    if len(args) == 1 and not kwargs and isinstance(args[0], int) and not isinstance(args[0], bool):
+        return ("cuda", args[0]), kwargs  # torch.device(rank): the GPU of that index
+    return args, kwargs
+
+
+def _generator_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    if is_gpu(kwargs.get("device")):
+        kwargs = {**kwargs, "device": "cpu"}
+    return _cpu_args(args, 0), kwargs
+
+
+def patch_device(torch: ModuleType) -> None:
+    """``torch.device(rank)`` is ``cuda:rank``, as on a GPU node; ``torch.Generator("cuda")`` and
+    ``torch.set_default_device("cuda")`` are the CPU's. Everything else is torch's own."""
+    if hasattr(torch.device, "_scaletrain_real"):
+        return
+    setattr(torch, "device", _mapping_class(torch.device, _device_args))
+    setattr(torch, "Generator", _mapping_class(torch.Generator, _generator_args))
+    original_default = torch.set_default_device
+
+    @functools.wraps(original_default)
+    def set_default_device(device: Any) -> None:
+        original_default("cpu" if is_gpu(device) else device)
+
+    setattr(torch, "set_default_device", set_default_device)
 
 
 def patch_module(torch: ModuleType) -> None:
