@@ -7,11 +7,14 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import signal
+import subprocess
+import time
 
 import pytest
 
-from helpers import free_port
-from workers import REPO, run_workers
+from helpers import alive
+from workers import REPO, launcher_cmd, run_workers, worker_env
 
 pytestmark = pytest.mark.multiproc
 PROGS = REPO / "tests" / "multiproc" / "realworld"
@@ -78,3 +81,45 @@ def test_cuda_graph_is_refused_in_one_line(tmp_path):
     assert proc.returncode != 0
     assert "--cpu cannot run torch.cuda.CUDAGraph: CUDA graphs replay" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def _pids(folder):
+    return [int(p) for f in sorted(folder.iterdir()) for p in f.read_text().split()]
+
+
+@pytest.mark.parametrize("mode", ["ok", "fail"])
+def test_nothing_a_worker_started_outlives_the_run(tmp_path, mode):
+    """A child ignoring SIGTERM, a double-fork + setsid daemon and a subprocess per worker:
+    gone when `scaletrain run` returns, whether the workers succeeded or one failed."""
+    folder = tmp_path / "pids"
+    folder.mkdir()
+    proc = run_workers(PROGS / "daemon.py", nproc=2, args=[mode, str(folder)],
+                       env={"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "2"})
+    assert proc.returncode == (0 if mode == "ok" else 1), proc.stderr[-3000:]
+    pids = _pids(folder)
+    assert len(pids) == 6  # 3 per worker
+    assert [p for p in pids if alive(p)] == []
+    assert "stopped 6 process(es) the workers had started" in proc.stderr
+    assert "4 of them with SIGKILL after 2 s" in proc.stderr  # the two that ignore SIGTERM
+
+
+def test_nothing_outlives_a_launcher_stopped_by_timeout(tmp_path):
+    folder = tmp_path / "pids"
+    folder.mkdir()
+    cmd = [*launcher_cmd(2), str(PROGS / "daemon.py"), "hang", str(folder)]
+    launcher = subprocess.Popen(cmd, env=worker_env({"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "2"}),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                cwd=REPO)
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(folder.iterdir())) < 4 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(0.5)  # the PID files are written before the worker sleeps
+        launcher.send_signal(signal.SIGTERM)  # what `timeout` sends
+        _, err = launcher.communicate(timeout=120)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+    assert launcher.returncode == 128 + signal.SIGTERM, err[-3000:]
+    assert [p for p in _pids(folder) if alive(p)] == []

@@ -32,6 +32,7 @@ from scaletrain.launch.group_check import read_records, verdict
 from scaletrain.launch.mps import mps_daemon
 from scaletrain.launch.output import make_logs_specs, prefix_template
 from scaletrain.launch.ports import check_port_free
+from scaletrain.launch.reaper import ending_with_run
 from scaletrain.launch.rundir import read_errors
 from scaletrain.launch.signals import TORCH_SIGNALS, forward_stop_signals, stop_outcome
 from scaletrain.launch.spec import LaunchPlan
@@ -89,7 +90,6 @@ def _config(plan: LaunchPlan, logs_specs: object) -> LaunchConfig:
         run_id = os.environ.get("SLURM_JOB_ID", "scaletrain")  # the same on every node
     else:
         run_id = uuid.uuid4().hex
-    shutdown = os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT")
     return LaunchConfig(
         min_nodes=plan.nnodes, max_nodes=plan.nnodes, nproc_per_node=plan.nproc_per_node,
         run_id=run_id, role="default", rdzv_endpoint=plan.rdzv_endpoint,
@@ -97,9 +97,14 @@ def _config(plan: LaunchPlan, logs_specs: object) -> LaunchConfig:
         max_restarts=plan.max_restarts, monitor_interval=MONITOR_INTERVAL_S,
         start_method="spawn", log_line_prefix_template=prefix_template(plan.ranks),
         local_addr=plan.local_addr, logs_specs=logs_specs,  # type: ignore[arg-type]
-        shutdown_timeout=int(shutdown) if shutdown else SHUTDOWN_TIMEOUT_S,
+        shutdown_timeout=_shutdown_timeout(),
         signals_to_handle=TORCH_SIGNALS,  # SIGTERM: forwarded so workers can save (signals.py)
     )
+
+
+def _shutdown_timeout() -> int:
+    shutdown = os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "")
+    return int(shutdown) if shutdown.isdigit() else SHUTDOWN_TIMEOUT_S
 
 
 def _quiet_agent_logs() -> None:
@@ -158,7 +163,8 @@ def launch(plan: LaunchPlan) -> int:
 
     try:
         # forward_stop_signals first: it exits last, so its choice of handlers stays
-        with forward_stop_signals() as forwarding, run_folder(plan.run_dir) as run_dir, \
+        with forward_stop_signals() as forwarding, ending_with_run(_shutdown_timeout()), \
+                run_folder(plan.run_dir) as run_dir, \
                 mps_daemon(plan.procs_per_gpu is not None and plan.gpus > 0) as mps_env, \
                 _scoped_environ({**plan.worker_env, **mps_env, **worker_environ(run_dir),
                                  GROUP_RECORD_VAR: records}), \
