@@ -36,6 +36,7 @@ from scaletrain.launch.reaper import ending_with_run
 from scaletrain.launch.rundir import read_errors
 from scaletrain.launch.signals import TORCH_SIGNALS, forward_stop_signals, stop_outcome
 from scaletrain.launch.spec import LaunchPlan
+from scaletrain.runtime.masteraddr import Target, resolve_or_fail, wait_limit
 from scaletrain.launch.supervise import run_folder, supervised_agent, worker_environ
 from scaletrain.launch.worker import worker_args
 
@@ -134,6 +135,16 @@ def _launch_error(exc: BaseException, plan: LaunchPlan) -> LaunchError:
                        "run again with LOGLEVEL=INFO for the elastic agent's log")
 
 
+def _check_resolves(plan: LaunchPlan) -> None:
+    """The rendezvous host must resolve before the agent waits its 5 minutes on it."""
+    host = plan.local_addr or plan.rdzv_endpoint.rpartition(":")[0]
+    if not host or host in ("localhost", "127.0.0.1"):
+        return
+    origin = "MASTER_ADDR" if os.environ.get("MASTER_ADDR") == host else "--master-addr"
+    resolve_or_fail(Target(host, plan.rdzv_endpoint.rpartition(":")[2], origin),
+                    rank=None, wait_s=wait_limit(os.environ))
+
+
 def launch(plan: LaunchPlan) -> int:
     """Start ``plan``'s workers, wait for them, and return 0 (or raise WorkerFailedError).
 
@@ -144,6 +155,7 @@ def launch(plan: LaunchPlan) -> int:
     """
     if plan.master_port_fixed is not None:
         check_port_free(plan.master_port_fixed, where="--master-port/MASTER_PORT")
+    _check_resolves(plan)
 
     from torch.distributed.elastic.multiprocessing import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError

@@ -110,8 +110,14 @@ def activate(environ: MutableMapping[str, str] | None = None) -> None:
     """Apply what the launcher asked for (see the module docstring); never raises."""
     env = os.environ if environ is None else environ
     rank = env.get("RANK", "?")  # the launcher's rank, before an emulation hides it
+    world = env.get("WORLD_SIZE", "")
     hooks: dict[str, list[Hook]] = {}
     try:
+        from scaletrain.launch import rendezvous
+
+        hooks["torch.distributed.distributed_c10d"] = [rendezvous.patch_c10d]
+        hooks["torch.multiprocessing.spawn"] = [
+            lambda module: rendezvous.patch_multiprocessing(module, world, rank)]
         record = env.get(GROUP_RECORD_VAR)
         if record:
             from scaletrain.launch import group_check
