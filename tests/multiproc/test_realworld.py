@@ -9,11 +9,12 @@ import json
 import math
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
 
-from helpers import alive
+from helpers import alive, free_port
 from workers import REPO, launcher_cmd, run_workers, worker_env
 
 pytestmark = pytest.mark.multiproc
@@ -123,3 +124,35 @@ def test_nothing_outlives_a_launcher_stopped_by_timeout(tmp_path):
             launcher.wait()
     assert launcher.returncode == 128 + signal.SIGTERM, err[-3000:]
     assert [p for p in _pids(folder) if alive(p)] == []
+
+
+def test_mp_spawn_under_two_workers_ends_naming_the_port(tmp_path):
+    port = free_port()
+    start = time.monotonic()
+    proc = run_workers(PROGS / "mp_spawn.py", nproc=2, args=[str(port)],
+                       env={"SCALETRAIN_RENDEZVOUS_TIMEOUT": "15"}, timeout=170)
+    took = time.monotonic() - start
+    assert proc.returncode != 0
+    assert "starts 2 workers of its own (torch.multiprocessing.spawn)" in proc.stderr
+    assert f"the rendezvous at localhost:{port} did not complete within 15 s" in proc.stderr
+    assert took < 150, took  # not the 30-minute start-up timeout
+
+
+def test_unresolvable_master_addr_is_one_line_from_the_launcher(tmp_path):
+    proc = run_workers(PROGS / "srun_exported.py", nproc=2, args=["computed", tmp_path / "x"],
+                       env={"MASTER_ADDR": "no-such-host.invalid",
+                            "SCALETRAIN_RESOLVE_TIMEOUT": "1"}, timeout=60)
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    assert ("error: MASTER_ADDR='no-such-host.invalid' does not resolve (tried for 1 s"
+            in proc.stderr)
+
+
+def test_unresolvable_master_addr_stops_init_under_another_launcher(tmp_path):
+    """A rank started by torchrun or srun: scaletrain.init() gives up after the bound."""
+    env = worker_env({"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",
+                      "MASTER_ADDR": "no-such-host.invalid", "MASTER_PORT": str(free_port()),
+                      "SCALETRAIN_RESOLVE_TIMEOUT": "1"})
+    proc = subprocess.run([sys.executable, "-c", "import scaletrain; scaletrain.init()"],
+                          env=env, capture_output=True, text=True, timeout=90)
+    assert proc.returncode != 0
+    assert "rank 1: MASTER_ADDR='no-such-host.invalid' does not resolve" in proc.stderr

@@ -202,6 +202,7 @@ def launch(plan: LaunchPlan) -> int:
                     return EXIT_STOPPED
                 error = worker_failed_error(failed, plan.node_rank)
                 print(render_tail(cause), file=sys.stderr)
+                _warn_alone(plan, records, crashed=True)
                 raise error from None
             except SignalException as exc:
                 sys.stdout.flush()
@@ -218,13 +219,26 @@ def launch(plan: LaunchPlan) -> int:
     return 0
 
 
+def _alone(plan: LaunchPlan, records: str, *, crashed: bool) -> str | None:
+    """The lone-worker warning for this node's workers, or None (see group_check.verdict)."""
+    world = plan.nproc_per_node * plan.nnodes
+    first = plan.node_rank * plan.nproc_per_node
+    return verdict(read_records(records), expected_world=world,
+                   local_ranks=[str(first + i) for i in range(plan.nproc_per_node)],
+                   cpu=plan.cpu, crashed=crashed)
+
+
+def _warn_alone(plan: LaunchPlan, records: str, *, crashed: bool) -> None:
+    """After a failure: say so when the workers had been training alone (one cause fewer)."""
+    warning = _alone(plan, records, crashed=crashed)
+    if warning is not None:
+        print(f"scaletrain: WARNING: {warning}", file=sys.stderr)
+
+
 def _check_group(plan: LaunchPlan, records: str) -> None:
     """After a successful run: say loudly when the workers never formed one group of all."""
     sys.stdout.flush()
-    world = plan.nproc_per_node * plan.nnodes
-    first = plan.node_rank * plan.nproc_per_node
-    warning = verdict(read_records(records), expected_world=world,
-                      local_ranks=[str(first + i) for i in range(plan.nproc_per_node)])
+    warning = _alone(plan, records, crashed=False)
     if plan.cpu:
         print("scaletrain: finished a CPU smoke test (--cpu); GPU runs may still differ",
               file=sys.stderr)
