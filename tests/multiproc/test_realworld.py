@@ -22,9 +22,9 @@ PROGS = REPO / "tests" / "multiproc" / "realworld"
 WARNING = "did not form one process group"
 
 
-def _train(tmp_path, program, *args, launcher_args=("--cpu",), env=None):
+def _train(tmp_path, program, *args, launcher_args=("--cpu",), env=None, nproc=2):
     out = tmp_path / "out.json"
-    proc = run_workers(PROGS / program, nproc=2, args=[*args, str(out)],
+    proc = run_workers(PROGS / program, nproc=nproc, args=[*args, str(out)],
                        launcher_args=list(launcher_args), env=env)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
     assert WARNING not in proc.stderr, proc.stderr
@@ -68,12 +68,16 @@ def test_dataloader_workers_helper_threads_and_a_centre_core_list(tmp_path):
     assert len(lines) == 2 and "this machine has" in lines[0]  # once per worker
 
 
-@pytest.mark.parametrize("form,env", [
-    ("exported", {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"}),
-    ("computed", None)])
-def test_srun_form_under_emulated_slurm_keeps_exported_world_size(tmp_path, form, env):
-    result, _ = _train(tmp_path, "srun_exported.py", form,
-                       launcher_args=("--emulate", "slurm", "--cpu"), env=env)
+@pytest.mark.parametrize("form,env,nodes", [
+    ("exported", {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"}, 1),
+    ("computed", None, 1),
+    ("computed", None, 2)], ids=["exported", "computed", "computed-2-nodes"])
+def test_srun_form_under_emulated_slurm_keeps_exported_world_size(tmp_path, form, env, nodes):
+    """WORLD_SIZE exported before `scaletrain run`, or computed by the program from Slurm's
+    variables with MASTER_ADDR the first host of SLURM_JOB_NODELIST (an emulated node name)."""
+    result, _ = _train(tmp_path, "srun_exported.py", form, nproc=2 // nodes,
+                       launcher_args=("--emulate", "slurm", "--cpu", "--nnodes", str(nodes)),
+                       env=env)
     assert result["exported_world"] == "2"
 
 

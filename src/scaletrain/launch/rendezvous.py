@@ -72,6 +72,28 @@ def _watchdog(where: str, rank: object, world: object, wait_s: float) -> threadi
     return done
 
 
+def _on_emulated_node(host: str) -> bool:
+    from scaletrain.contract import EMULATE_VAR
+    from scaletrain.launch.emulate import is_emulated_host
+
+    return bool(os.environ.get(EMULATE_VAR)) and is_emulated_host(host)
+
+
+def _to_loopback(origin: str, args: tuple[Any, ...],
+                 kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """A rendezvous at an emulated node's name (``--emulate slurm --nnodes 2``: the program took
+    the first host of SLURM_JOB_NODELIST) meets on this machine's loopback instead."""
+    if origin == "MASTER_ADDR":
+        os.environ["MASTER_ADDR"] = "127.0.0.1"
+        return args, kwargs
+    method = str(kwargs.get("init_method", args[1] if len(args) > 1 else ""))
+    port = method.rpartition(":")[2]
+    loopback = f"tcp://127.0.0.1:{port}"
+    if "init_method" in kwargs:
+        return args, {**kwargs, "init_method": loopback}
+    return (args[0], loopback, *args[2:]), kwargs
+
+
 def patch_c10d(c10d: ModuleType) -> None:
     """Wrap ``init_process_group``: resolve its host first, and bound the rendezvous."""
     original = getattr(c10d, "init_process_group")
@@ -86,6 +108,10 @@ def patch_c10d(c10d: ModuleType) -> None:
             init_method, os.environ)
         if target is None or str(world) == "1":
             return original(*args, **kwargs)
+        if _on_emulated_node(target.host):
+            args, kwargs = _to_loopback(target.origin, args, kwargs)
+            target = rendezvous_target(kwargs.get("init_method", args[1] if len(args) > 1
+                                                  else None), os.environ) or target
         resolve_or_fail(target, rank=rank, wait_s=wait_limit(os.environ))
         done = _watchdog(f"{target.host}:{target.port}", rank, world, rendezvous_wait())
         try:
