@@ -33,7 +33,7 @@ _PR_GET_CHILD_SUBREAPER = 37
 _POLL_S = 0.05
 
 
-def _prctl(option: int, value: int | ctypes.c_int | ctypes._Pointer) -> bool:  # type: ignore[type-arg]
+def _prctl(option: int, value: object) -> bool:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         return int(libc.prctl(option, value, 0, 0, 0)) == 0
