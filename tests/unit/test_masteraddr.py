@@ -81,3 +81,13 @@ def test_where_a_rendezvous_meets():
                                            ("-1", RESOLVE_WAIT_S), ("0", 0.0)])
 def test_wait_limit(text, expected):
     assert wait_limit({"SCALETRAIN_RESOLVE_TIMEOUT": text}) == expected
+
+
+def test_rank_and_world_are_read_from_init_process_group_arguments(monkeypatch):
+    from scaletrain.launch.rendezvous import _who
+
+    monkeypatch.setenv("RANK", "7")
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    assert _who(("gloo", "env://", None, 4, 2), {}) == (2, 4)
+    assert _who(("gloo",), {"rank": 1, "world_size": 2}) == (1, 2)
+    assert _who(("gloo",), {}) == ("7", "8")

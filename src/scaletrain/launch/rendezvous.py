@@ -42,9 +42,12 @@ def rendezvous_wait(environ: Any = os.environ) -> float:
 
 
 def _who(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[object, object]:
-    """(rank, world size) as passed to init_process_group, else as the environment says."""
-    rank = kwargs.get("rank", args[3] if len(args) > 3 else -1)
-    world = kwargs.get("world_size", args[2] if len(args) > 2 else -1)
+    """(rank, world size) as passed to init_process_group, else as the environment says.
+
+    Its positional order: backend, init_method, timeout, world_size, rank, store.
+    """
+    rank = kwargs.get("rank", args[4] if len(args) > 4 else -1)
+    world = kwargs.get("world_size", args[3] if len(args) > 3 else -1)
     if rank in (-1, None):
         rank = os.environ.get("RANK", "?")
     if world in (-1, None):
@@ -104,8 +107,8 @@ def patch_c10d(c10d: ModuleType) -> None:
 
         rank, world = _who(args, kwargs)
         init_method = kwargs.get("init_method", args[1] if len(args) > 1 else None)
-        target = None if kwargs.get("store") is not None else rendezvous_target(
-            init_method, os.environ)
+        store = kwargs.get("store", args[5] if len(args) > 5 else None)
+        target = None if store is not None else rendezvous_target(init_method, os.environ)
         if target is None or str(world) == "1":
             return original(*args, **kwargs)
         if _on_emulated_node(target.host):
