@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import re
 import signal
 import subprocess
 import sys
@@ -104,8 +105,12 @@ def test_nothing_a_worker_started_outlives_the_run(tmp_path, mode):
     pids = _pids(folder)
     assert len(pids) == 6  # 3 per worker
     assert [p for p in pids if alive(p)] == []
-    assert "stopped 6 process(es) the workers had started" in proc.stderr
-    assert "4 of them with SIGKILL after 2 s" in proc.stderr  # the two that ignore SIGTERM
+    said = re.search(r"stopped (\d) process\(es\) the workers had started and left running "
+                     r"\(PIDs [\d, ]+\), (\d) of them with SIGKILL after 2 s", proc.stderr)
+    assert said, proc.stderr[-3000:]
+    # the two per worker that ignore SIGTERM are always ours to kill; after a failure the agent
+    # may already have stopped the plain subprocess in the failed worker's process group
+    assert 4 <= int(said.group(1)) <= 6 and int(said.group(2)) == 4
 
 
 def test_nothing_outlives_a_launcher_stopped_by_timeout(tmp_path):
