@@ -75,6 +75,18 @@ def _watchdog(where: str, rank: object, world: object, wait_s: float) -> threadi
     return done
 
 
+def _masteraddr() -> tuple[Any, Any, Any]:
+    """scaletrain.runtime.masteraddr's functions, leaving no scaletrain module imported that the
+    program did not import itself (a plain torchrun program must not find our runtime loaded;
+    the error classes are the worker entry's, already imported)."""
+    before = {name for name in sys.modules if name.startswith("scaletrain")}
+    from scaletrain.runtime import masteraddr
+
+    for name in [n for n in sys.modules if n.startswith("scaletrain") and n not in before]:
+        del sys.modules[name]
+    return masteraddr.rendezvous_target, masteraddr.resolve_or_fail, masteraddr.wait_limit
+
+
 def _on_emulated_node(host: str) -> bool:
     from scaletrain.contract import EMULATE_VAR
     from scaletrain.launch.emulate import is_emulated_host
@@ -103,8 +115,7 @@ def patch_c10d(c10d: ModuleType) -> None:
 
     @functools.wraps(original)
     def init_process_group(*args: Any, **kwargs: Any) -> Any:
-        from scaletrain.runtime.masteraddr import rendezvous_target, resolve_or_fail, wait_limit
-
+        rendezvous_target, resolve_or_fail, wait_limit = _masteraddr()
         rank, world = _who(args, kwargs)
         init_method = kwargs.get("init_method", args[1] if len(args) > 1 else None)
         store = kwargs.get("store", args[5] if len(args) > 5 else None)
