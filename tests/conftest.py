@@ -1,8 +1,12 @@
 """Shared fixtures. Hygiene fixtures fail any test that leaks state into the next one:
-environment variables, a live process group, threads, or child processes."""
+environment variables, a live process group, threads, or processes - children, and
+grandchildren too: pytest is made a child subreaper (Linux), so a process orphaned below a
+test (a worker's daemon that outlived `scaletrain run`) is reparented to pytest, not init,
+and is seen here."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import sys
 import threading
@@ -35,11 +39,37 @@ def _children(pid: int) -> set[int]:
     return kids
 
 
+def _descendants(pid: int) -> set[int]:
+    """Every process below ``pid``."""
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for kid in _children(todo.pop()) - found:
+            found.add(kid)
+            todo.append(kid)
+    return found
+
+
+def _reap_zombies(pids: set[int]) -> None:
+    """Collect orphans that died after being reparented to pytest (our subreaper duty)."""
+    for pid in pids:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except OSError:
+            pass
+
+
+try:  # PR_SET_CHILD_SUBREAPER: orphans below pytest come to pytest, where the fixture sees them
+    ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)
+except (OSError, AttributeError):  # not Linux: direct children only
+    pass
+
+
 @pytest.fixture(autouse=True)
 def _hygiene():
     env_before = {k: v for k, v in os.environ.items() if k not in _ENV_IGNORE}
     threads_before = {t.ident for t in threading.enumerate()}
-    kids_before = _children(os.getpid())
+    kids_before = _descendants(os.getpid())
     yield
     problems: list[str] = []
 
@@ -62,7 +92,9 @@ def _hygiene():
     while True:
         leaked_threads = [t for t in threading.enumerate()
                           if t.ident not in threads_before and t.is_alive() and not t.daemon]
-        leaked_kids = [p for p in _children(os.getpid()) - kids_before if _alive(p)]
+        new = _descendants(os.getpid()) - kids_before
+        _reap_zombies(new & _children(os.getpid()))
+        leaked_kids = [p for p in new if _alive(p)]
         if not (leaked_threads or leaked_kids) or time.monotonic() > deadline:
             break
         time.sleep(0.05)

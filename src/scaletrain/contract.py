@@ -90,4 +90,5 @@ GROUP_RECORD_VAR = "SCALETRAIN_GROUP_RECORD"  # folder where each worker records
 EMULATE_VAR = "SCALETRAIN_EMULATE"            # "slurm" or "mpi": give workers that launcher's variables
 EMULATE_NODES_VAR = "SCALETRAIN_EMULATE_NODES"  # emulated nodes the local workers are spread over
 EMULATE_JOB_VAR = "SCALETRAIN_EMULATE_JOB"    # the emulated Slurm job id
+EMULATE_KEEP_VAR = "SCALETRAIN_EMULATE_KEEP"  # JSON: torchrun variables the user exported, kept
 CPU_SMOKE_VAR = "SCALETRAIN_CPU_SMOKE"        # "1": run a CUDA/NCCL program on CPU processes

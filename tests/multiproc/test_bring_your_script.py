@@ -84,6 +84,21 @@ def test_workers_that_never_form_one_group_are_reported(mode, alone):
     assert (WARNING in proc.stderr) is alone, proc.stderr
 
 
+def test_lone_workers_that_crash_are_still_reported():
+    proc = run_workers(PROGS / "alone.py", nproc=2, args=["one", "crash"])
+    assert proc.returncode == 1
+    assert "did not form one process group before they failed" in proc.stderr, proc.stderr
+    assert "failed after training alone" in proc.stderr  # the failure report stays
+
+
+def test_the_warning_under_cpu_does_not_suggest_cpu():
+    proc = run_workers(PROGS / "alone.py", nproc=2, args=["one"], launcher_args=["--cpu"])
+    assert proc.returncode == 0, proc.stderr
+    assert WARNING in proc.stderr
+    hint = proc.stderr.split(WARNING, 1)[1]
+    assert "--cpu" not in hint.split("(exit code 0 kept")[0], hint
+
+
 def test_strict_turns_the_warning_into_a_failure():
     proc = run_workers(PROGS / "alone.py", nproc=2, args=["skip"], launcher_args=["--strict"])
     assert proc.returncode == 1

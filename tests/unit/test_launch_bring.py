@@ -95,3 +95,46 @@ def test_verdict_sees_a_framework_that_trains_alone_in_a_full_group(tmp_path):
 
 def test_verdict_has_nothing_to_say_about_one_worker(tmp_path):
     assert group_check.verdict(_records(tmp_path), expected_world=1, local_ranks=["0"]) is None
+
+
+def test_verdict_under_cpu_does_not_suggest_cpu(tmp_path):
+    rec = _records(tmp_path, {"0": 1, "1": 1}, {"0": {}, "1": {}})
+    plain = group_check.verdict(rec, expected_world=2, local_ranks=["0", "1"])
+    under_cpu = group_check.verdict(rec, expected_world=2, local_ranks=["0", "1"], cpu=True)
+    assert "scaletrain run --cpu" in plain
+    assert "--cpu" not in under_cpu.split("HINT:")[1] and "init_process_group" in under_cpu
+
+
+def test_verdict_after_a_crash_speaks_only_on_evidence_of_lone_training(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    alone = _records(tmp_path / "a", {"0": 1, "1": 1})
+    text = group_check.verdict(alone, expected_world=2, local_ranks=["0", "1"], crashed=True)
+    assert text.startswith("the 2 workers did not form one process group before they failed")
+    early = _records(tmp_path / "b")
+    assert group_check.verdict(early, expected_world=2, local_ranks=["0", "1"],
+                               crashed=True) is None  # crashed before any group: not "alone"
+
+
+def test_emulation_keeps_the_torchrun_variables_the_user_exported(_plan):
+    from scaletrain.launch.worker_shim import _emulate
+
+    plan = _plan(nproc_per_node=2, emulate="slurm",
+                 environ={"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "PATH": "/bin"})
+    worker = {**plan.worker_env, "RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1",
+              "LOCAL_WORLD_SIZE": "2"}  # what the agent adds
+    _emulate("slurm", worker)
+    assert worker["WORLD_SIZE"] == "2" and worker["SLURM_PROCID"] == "1"
+    assert "RANK" not in worker and "LOCAL_RANK" not in worker  # not exported: srun's view
+    plain = _plan(nproc_per_node=2, emulate="slurm", environ={"PATH": "/bin"})
+    worker = {**plain.worker_env, "RANK": "1", "WORLD_SIZE": "2"}
+    _emulate("slurm", worker)
+    assert "WORLD_SIZE" not in worker
+
+
+def test_emulated_host_names_are_recognised():
+    from scaletrain.launch.emulate import is_emulated_host, node_names
+
+    _, first, hosts = node_names(3)
+    assert first == "emu-node1" and all(is_emulated_host(h) for h in hosts)
+    assert not any(is_emulated_host(h) for h in ("localhost", "emu-node", "emu-nodeX", "node1"))

@@ -71,9 +71,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     b = p.add_argument_group("bring your script")
     b.add_argument("--emulate", choices=("slurm", "mpi"), default=None,
                    help="give each worker srun's (SLURM_PROCID, ...) or mpirun's (OMPI_COMM_WORLD_*) "
-                        "variables; with --nnodes M the workers are spread over M emulated nodes here")
+                        "variables (torchrun's you exported are kept); with --nnodes M the workers "
+                        "are spread over M emulated nodes here")
     b.add_argument("--cpu", action="store_true",
-                   help="CPU smoke test of a CUDA/NCCL program: NCCL becomes gloo, .cuda() stays on the CPU")
+                   help="CPU smoke test of a CUDA/NCCL program: NCCL becomes gloo, CUDA devices "
+                        "(.cuda(), .to(local_rank), DeviceMesh('cuda')) are the CPU, streams are "
+                        "no-ops; docs/bring-your-script.md lists what it cannot map")
     b.add_argument("--strict", action="store_true",
                    help="exit 1 when the workers finish without forming one process group "
                         "(default: a warning)")

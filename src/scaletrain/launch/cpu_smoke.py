@@ -3,29 +3,31 @@
 Inside the workers of that run only (the worker shim applies it when the program imports
 torch), and loudly (the launcher says so at the start and the end):
 
-- ``init_process_group(backend="nccl")`` uses gloo; its ``device_id`` is dropped;
-- ``.cuda()``, ``.to("cuda")``, ``device="cuda"`` in factory functions and
-  ``torch.load(map_location="cuda:0")`` stay on, or map to, the CPU;
-- ``torch.cuda.set_device``/``synchronize``/``manual_seed``... are no-ops, and
-  ``is_available()`` says True and ``device_count()`` the workers per node, so a program that
-  checks them proceeds and computes the same local ranks as on a GPU node;
-- ``DistributedDataParallel(device_ids=[...], output_device=...)`` drops the device lists.
+- ``init_process_group(backend="nccl")`` uses gloo; its ``device_id`` and NCCL options are dropped;
+- every CUDA placement stays on, or maps to, the CPU: ``.cuda()``, ``.cuda(rank)``,
+  ``.to("cuda")``, ``.to(local_rank)`` (an integer is a GPU index), ``torch.device(rank)``,
+  ``device="cuda"`` in factory functions, ``torch.load(map_location="cuda:0")``, in every thread
+  the program starts (data-loader pin-memory threads, prefetchers) as well as the main one;
+- ``torch.cuda`` and ``torch.accelerator`` answer as a node with one GPU per worker
+  (:mod:`cpu_cuda`): streams and events are no-ops, ``synchronize`` returns;
+- a ``DeviceMesh("cuda", ...)`` (FSDP2, tensor parallel) is a CPU mesh over gloo;
+- ``DistributedDataParallel(device_ids=[...], output_device=...)`` drops the device lists;
+- ``os.sched_setaffinity`` to cores this machine lacks keeps the cores it has (said once).
 
-Device mapping uses a TorchFunctionMode, which is per thread: tensors a program creates on
-CUDA in a thread it starts itself are not mapped (DataLoader workers are processes and are).
+What cannot be mapped raises one line naming the construct (:data:`UNSUPPORTED`).
 Without ``--cpu`` on a machine with no GPU, a CUDA-only program fails with one line and the
 hint to use ``--cpu`` instead of a CUDA traceback (:func:`install_cuda_missing_hook`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import sys
-import time
 from types import ModuleType, SimpleNamespace
 from typing import Any
+
+from scaletrain.launch import cpu_cuda, cpu_map
 
 BANNER = ("CPU smoke test (--cpu): CUDA calls run on CPU processes and NCCL is gloo; "
           "it checks that the program runs and its ranks agree, not its speed or GPU numbers")
@@ -38,131 +40,103 @@ CUDA_MISSING = ("Torch not compiled with CUDA enabled", "Found no NVIDIA driver"
                 "Cannot access accelerator device when none is available")
 
 
-def _is_cuda(device: Any) -> bool:
-    text = str(device) if device is not None else ""
-    return text == "cuda" or text.startswith("cuda:")
+# What --cpu cannot run, each with the reason shown in its one-line error.
+UNSUPPORTED: dict[str, str] = {
+    "torch.cuda.CUDAGraph": "CUDA graphs replay recorded GPU kernels; the CPU has none to replay",
+    "torch.cuda.graph": "CUDA graphs replay recorded GPU kernels; the CPU has none to replay",
+    "torch.cuda.make_graphed_callables": "CUDA graphs replay recorded GPU kernels; the CPU has "
+                                         "none to replay",
+    "torch.cuda.graph_pool_handle": "CUDA graphs replay recorded GPU kernels; the CPU has none "
+                                    "to replay",
+    "torch.cuda.jiterator": "it compiles CUDA source at run time",
+}
+UNSUPPORTED_HINT = ("run this part on a GPU node, or guard it with "
+                    "'if os.environ.get(\"SCALETRAIN_CPU_SMOKE\") != \"1\"'")
 
 
-def _workers_per_node() -> int:
-    for name in ("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE", "OMPI_COMM_WORLD_LOCAL_SIZE"):
-        value = os.environ.get(name, "")
-        if value.isdigit() and int(value) > 0:
-            return int(value)
-    return 1
+def unsupported_error(name: str) -> Exception:
+    """The one-line error for construct ``name`` (a ScaletrainError the worker renders)."""
+    from scaletrain.errors import UsageError  # imported late: the worker's own class
+
+    return UsageError(f"--cpu cannot run {name}: {UNSUPPORTED[name]}", UNSUPPORTED_HINT)
 
 
-def _cpu_mode(torch: ModuleType) -> Any:
-    from torch.overrides import TorchFunctionMode
+def _refuse(name: str) -> Any:
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise unsupported_error(name)
 
-    tensor_to = torch.Tensor.to
-    keep_self = {torch.Tensor.cuda, torch.Tensor.pin_memory}  # on the CPU already: itself
-
-    class CpuMode(TorchFunctionMode):
-        def __torch_function__(self, func: Any, types: Any, args: Any = (),
-                               kwargs: Any = None) -> Any:
-            kwargs = dict(kwargs or {})
-            if func in keep_self:
-                return args[0]
-            if _is_cuda(kwargs.get("device")):
-                kwargs["device"] = "cpu"
-            if func is tensor_to:
-                args = tuple("cpu" if (i == 1 and (isinstance(a, int) and not isinstance(a, bool)
-                                                   or _is_cuda(a))) else a
-                             for i, a in enumerate(args))
-            return func(*args, **kwargs)
-
-    return CpuMode()
+    return refuse
 
 
-class _Event:
-    """torch.cuda.Event on the CPU clock: record/synchronize/elapsed_time in milliseconds."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.t = 0.0
-
-    def record(self, *args: Any) -> None:
-        self.t = time.perf_counter()
-
-    def synchronize(self) -> None:
-        pass
-
-    def wait(self, *args: Any) -> None:
-        pass
-
-    def query(self) -> bool:
-        return True
-
-    def elapsed_time(self, end: _Event) -> float:
-        return (end.t - self.t) * 1000.0
+def _patch_unsupported(torch: ModuleType) -> None:
+    for name in UNSUPPORTED:
+        attr = name.rsplit(".", 1)[1]
+        if attr == "jiterator":
+            setattr(torch.cuda, attr, SimpleNamespace(
+                _create_jit_fn=_refuse(name), _create_multi_output_jit_fn=_refuse(name)))
+        else:
+            setattr(torch.cuda, attr, _refuse(name))
 
 
-def _patch_cuda(torch: ModuleType) -> None:
-    cuda = torch.cuda
-    current = {"device": 0}
-    per_node = _workers_per_node()
+def _describe_affinity(cores: set[int]) -> str:
+    from scaletrain.contract import format_cores
 
-    def set_device(device: Any) -> None:
-        index = getattr(device, "index", device)
-        current["device"] = int(index) if isinstance(index, int) else 0
-
-    props = SimpleNamespace(name="CPU (scaletrain run --cpu)", major=8, minor=0,
-                            total_memory=os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
-                            multi_processor_count=os.cpu_count() or 1)
-    values: dict[str, Any] = {
-        "is_available": lambda: True, "device_count": lambda: per_node,
-        "set_device": set_device, "current_device": lambda: current["device"],
-        "device": lambda *a, **k: contextlib.nullcontext(),
-        "get_device_name": lambda *a: props.name, "get_device_capability": lambda *a: (8, 0),
-        "get_device_properties": lambda *a: props, "is_bf16_supported": lambda *a, **k: True,
-        "Event": _Event, "is_initialized": lambda: True,
-    }
-    for name in ("synchronize", "empty_cache", "manual_seed", "manual_seed_all", "init",
-                 "reset_peak_memory_stats", "reset_max_memory_allocated", "ipc_collect"):
-        values[name] = lambda *a, **k: None
-    for name in ("memory_allocated", "max_memory_allocated", "memory_reserved",
-                 "max_memory_reserved"):
-        values[name] = lambda *a, **k: 0
-    for name, value in values.items():
-        setattr(cuda, name, value)
+    return format_cores(sorted(cores))
 
 
-def _patch_load(torch: ModuleType) -> None:
-    original = getattr(torch, "load")
+def clip_affinity(notify: Any = None) -> None:
+    """``os.sched_setaffinity`` to cores this machine lacks keeps those it has, said once.
 
-    @functools.wraps(original)
-    def load(*args: Any, **kwargs: Any) -> Any:
-        kwargs["map_location"] = "cpu"  # any CUDA placement, dict or callable: the CPU
-        return original(*args, **kwargs)
+    A program written for a centre's node pins itself to that node's core list (``range(32,
+    64)`` for the second of two tasks); on a smaller machine the kernel refuses it (EINVAL).
+    """
+    original = getattr(os, "sched_setaffinity", None)
+    if original is None or getattr(original, "_scaletrain_cpu", False):
+        return
+    said: list[bool] = []
 
-    setattr(torch, "load", load)
+    def sched_setaffinity(pid: int, mask: Any) -> None:
+        wanted = {int(c) for c in mask}
+        have = set(os.sched_getaffinity(0))
+        online = set(range(os.cpu_count() or 1))
+        if wanted <= online:
+            original(pid, wanted)
+            return
+        kept = (wanted & online) or have
+        if not said:
+            said.append(True)
+            print(f"scaletrain: --cpu: os.sched_setaffinity asked for cores "
+                  f"{_describe_affinity(wanted)}, this machine has "
+                  f"{_describe_affinity(online)}: using {_describe_affinity(kept)}",
+                  file=sys.stderr, flush=True)
+        original(pid, kept)
 
-
-def _patch_ddp() -> None:
-    from torch.nn.parallel import distributed
-
-    cls = distributed.DistributedDataParallel
-    original = cls.__init__
-
-    @functools.wraps(original)
-    def __init__(self: Any, module: Any, device_ids: Any = None, output_device: Any = None,
-                 *args: Any, **kwargs: Any) -> None:
-        original(self, module, None, None, *args, **kwargs)
-
-    setattr(cls, "__init__", __init__)
+    setattr(sched_setaffinity, "_scaletrain_cpu", True)
+    setattr(os, "sched_setaffinity", sched_setaffinity)
 
 
 def patch_torch(torch: ModuleType) -> None:
     """Apply the CPU mapping to an imported torch (the hook on ``import torch``)."""
-    _patch_cuda(torch)
-    _patch_load(torch)
-    _patch_ddp()
-    setattr(torch.nn.Module, "cuda", lambda self, device=None: self)
-    mode = _cpu_mode(torch)
-    mode.__enter__()  # for the life of the process, like torch.set_default_device
+    cpu_cuda.patch_cuda(torch)
+    cpu_cuda.patch_accelerator(torch)
+    _patch_unsupported(torch)
+    cpu_map.patch_device(torch)
+    cpu_map.patch_module(torch)
+    cpu_map.patch_load(torch)
+    cpu_map.patch_ddp(torch)
+    mode_cls = cpu_map.cpu_mode(torch)
+    mode_cls().__enter__()  # for the life of the process, like torch.set_default_device
+    cpu_map.cover_threads(mode_cls)
+
+
+def patch_device_mesh(mesh_module: ModuleType) -> None:
+    """The hook on ``torch.distributed.device_mesh``: CUDA meshes are CPU meshes."""
+    cpu_map.patch_device_mesh(mesh_module)
 
 
 def patch_c10d(c10d: ModuleType) -> None:
-    """``init_process_group``: NCCL (or a "cuda:nccl" pair) becomes gloo, device_id dropped."""
+    """``init_process_group``/``new_group``: NCCL (or a "cuda:nccl" pair) becomes gloo; the
+    NCCL-only ``device_id`` and ``pg_options`` are dropped."""
     original = getattr(c10d, "init_process_group")
 
     @functools.wraps(original)
@@ -174,18 +148,33 @@ def patch_c10d(c10d: ModuleType) -> None:
             backend = kwargs.pop("backend", None)
         if backend is None or "nccl" in str(backend).lower():
             backend = "gloo"
+            kwargs.pop("pg_options", None)
         return original(backend, *args, **kwargs)
 
+    original_new = getattr(c10d, "new_group")
+
+    @functools.wraps(original_new)
+    def new_group(*args: Any, **kwargs: Any) -> Any:
+        if "nccl" in str(kwargs.get("backend", "")).lower():
+            kwargs["backend"] = "gloo"
+            kwargs.pop("pg_options", None)
+        kwargs.pop("device_id", None)
+        return original_new(*args, **kwargs)
+
     setattr(c10d, "init_process_group", init_process_group)
+    setattr(c10d, "new_group", new_group)
 
 
-def _cuda_missing(exc: BaseException, tb: Any) -> str | None:
-    """The first line of ``exc`` when it comes from asking for CUDA where there is none."""
+def _cuda_missing(exc: BaseException, tb: Any, *, mapped: bool = False) -> str | None:
+    """The first line of ``exc`` when it comes from asking for CUDA where there is none.
+
+    ``mapped``: under ``--cpu``, where ``torch.cuda.is_available()`` says True on purpose.
+    """
     torch = sys.modules.get("torch")
     if torch is None:
         return None
     try:
-        if torch.cuda.is_available():
+        if torch.cuda.is_available() and not mapped:
             return None
     except Exception:  # noqa: BLE001 - a broken CUDA set-up is still "no usable GPU"
         pass
@@ -200,14 +189,32 @@ def _cuda_missing(exc: BaseException, tb: Any) -> str | None:
     return None
 
 
-def install_cuda_missing_hook(rank: str) -> None:
-    """Turn a CUDA-missing crash into one line and the hint to use ``--cpu``."""
+def _program_line(tb: Any) -> str:
+    """``FILE:LINE`` of the innermost frame of the program itself (not torch, not ours)."""
+    import traceback
+
+    for frame in reversed(traceback.extract_tb(tb)):
+        name = frame.filename.replace(os.sep, "/")
+        if "/torch/" not in name and "/scaletrain/" not in name and not name.startswith("<"):
+            return f"{os.path.relpath(frame.filename)}:{frame.lineno}"
+    return "an unknown place"
+
+
+def install_cuda_missing_hook(rank: str, *, mapped: bool = False) -> None:
+    """Turn a CUDA-missing crash into one line: the hint to use ``--cpu`` or, under ``--cpu``
+    (``mapped``), the place of the call that it could not map."""
     previous = sys.excepthook
 
     def hook(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
-        first = _cuda_missing(exc, tb)
+        first = _cuda_missing(exc, tb, mapped=mapped)
         if first is None:
             previous(kind, exc, tb)
+            return
+        if mapped:
+            print(f"scaletrain: rank {rank}: --cpu could not map the CUDA call at "
+                  f"{_program_line(tb)} to the CPU ({kind.__name__}: {first})\nHINT: run this "
+                  "part on a GPU node; docs/bring-your-script.md lists what --cpu maps",
+                  file=sys.stderr)
             return
         print(f"scaletrain: rank {rank}: this program needs a CUDA GPU and this machine has "
               f"none ({kind.__name__}: {first})\nHINT: smoke-test it on CPU processes with "

@@ -8,7 +8,9 @@ login node before it is queued; ``--emulate mpi`` does the same for programs tha
 ``SLURM_NODEID * gpus_per_node + SLURM_LOCALID`` is exercised.
 
 Pure functions: a worker's place in, a dict of variables out. The torchrun variables
-(``RANK``, ``WORLD_SIZE`` ...) are what real srun does *not* set, so the worker shim removes them;
+(``RANK``, ``WORLD_SIZE`` ...) are what real srun does *not* set, so the worker shim removes them -
+unless the user exported them before ``scaletrain run``, as a batch script that computes
+``WORLD_SIZE`` from Slurm's variables does before ``srun``: those are kept, with their values.
 ``MASTER_ADDR``/``MASTER_PORT`` stay, as a batch script would export them.
 """
 
@@ -19,6 +21,7 @@ import socket
 from dataclasses import dataclass
 
 MODES = ("slurm", "mpi")
+HOST_PREFIX = "emu-node"  # emulated node names; a rendezvous at one of them meets on loopback
 # What the elastic agent sets and srun/mpirun would not (TORCHELASTIC_ERROR_FILE stays: torch's
 # @record writes the failure report there, which the launcher reads).
 TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
@@ -55,12 +58,20 @@ def node_names(nodes: int) -> tuple[str, str, list[str]]:
     """(SLURM_JOB_NODELIST, its first host, every host): ``localhost`` for one node.
 
     Several emulated nodes get names that do not resolve (``emu-node[1-2]``); programs that
-    need an address use MASTER_ADDR, which the launcher exports as a batch script would.
+    need an address use MASTER_ADDR, which the launcher exports as a batch script would. A
+    program that computes MASTER_ADDR from the node list gets ``emu-node1``: the worker shim
+    turns a rendezvous there into one on loopback (:mod:`scaletrain.launch.rendezvous`).
     """
     if nodes == 1:
         return "localhost", "localhost", ["localhost"]
-    hosts = [f"emu-node{i}" for i in range(1, nodes + 1)]
-    return f"emu-node[1-{nodes}]", hosts[0], hosts
+    hosts = [f"{HOST_PREFIX}{i}" for i in range(1, nodes + 1)]
+    return f"{HOST_PREFIX}[1-{nodes}]", hosts[0], hosts
+
+
+def is_emulated_host(host: str) -> bool:
+    """True for a name :func:`node_names` made up (``emu-node2``): it is this machine."""
+    rest = host[len(HOST_PREFIX):] if host.startswith(HOST_PREFIX) else ""
+    return rest.isdigit()
 
 
 def slurm_vars(place: Place, *, job_name: str = "scaletrain-emulated") -> dict[str, str]:

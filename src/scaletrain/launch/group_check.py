@@ -44,6 +44,10 @@ FRAMEWORK_HINTS: dict[str, str] = {
 _GENERIC_HINT = ("the program may skip torch.distributed when it sees no GPU "
                  "(try 'scaletrain run --cpu' for a CPU smoke test), or call "
                  "init_process_group only under a launcher it recognises")
+# Under --cpu the GPU checks already pass: suggesting --cpu again would send users in a circle.
+_GENERIC_HINT_CPU = ("the program calls init_process_group only under a launcher it "
+                     "recognises, or skips it on a path the CPU smoke test does not cover: look "
+                     "for the condition around its init_process_group call")
 
 _STATE: dict[str, Any] = {}
 
@@ -144,9 +148,16 @@ def read_records(folder: str | os.PathLike[str]) -> Records:
                    framework_worlds=framework_worlds)
 
 
-def verdict(records: Records, *, expected_world: int, local_ranks: list[str]) -> str | None:
+def verdict(records: Records, *, expected_world: int, local_ranks: list[str],
+            cpu: bool = False, crashed: bool = False) -> str | None:
     """The warning to print when this node's workers did not all join one group of
-    ``expected_world`` processes; None when they did (or there is nothing to judge)."""
+    ``expected_world`` processes; None when they did (or there is nothing to judge).
+
+    ``cpu``: the run was ``--cpu`` (the hint does not suggest it again). ``crashed``: the
+    workers failed; then only evidence that they trained alone (a smaller group, a framework
+    that counted fewer processes) speaks - a worker that crashed before it reached
+    ``init_process_group`` is the failure report's business, not a lone worker.
+    """
     if expected_world <= 1 or not local_ranks:
         return None
     alone_in = sorted({name for r in local_ranks
@@ -158,6 +169,8 @@ def verdict(records: Records, *, expected_world: int, local_ranks: list[str]) ->
     never = [r for r in local_ranks if r not in records.groups]
     smaller = sorted({records.groups[r] for r in local_ranks if r in records.groups
                       and records.groups[r] != expected_world})
+    if crashed and not (smaller or alone_in):
+        return None
     parts = []
     if never:
         parts.append(f"{len(never)} of {len(local_ranks)} never started torch.distributed")
@@ -171,6 +184,8 @@ def verdict(records: Records, *, expected_world: int, local_ranks: list[str]) ->
                      f"{expected_world}")
     blamed = alone_in or sorted(records.frameworks)
     hints = [FRAMEWORK_HINTS[f] for f in blamed if f in FRAMEWORK_HINTS]
-    hint = "; ".join(dict.fromkeys(hints)) if hints else _GENERIC_HINT
-    return (f"the {expected_world} workers did not form one process group ({'; '.join(parts)}): "
-            f"each trained on its own, not together.\nHINT: {hint}")
+    hint = "; ".join(dict.fromkeys(hints)) if hints else (_GENERIC_HINT_CPU if cpu
+                                                            else _GENERIC_HINT)
+    then = " before they failed" if crashed else ""
+    return (f"the {expected_world} workers did not form one process group{then} "
+            f"({'; '.join(parts)}): each trained on its own, not together.\nHINT: {hint}")

@@ -32,9 +32,11 @@ from scaletrain.launch.group_check import read_records, verdict
 from scaletrain.launch.mps import mps_daemon
 from scaletrain.launch.output import make_logs_specs, prefix_template
 from scaletrain.launch.ports import check_port_free
+from scaletrain.launch.reaper import ending_with_run
 from scaletrain.launch.rundir import read_errors
 from scaletrain.launch.signals import TORCH_SIGNALS, forward_stop_signals, stop_outcome
 from scaletrain.launch.spec import LaunchPlan
+from scaletrain.runtime.masteraddr import Target, resolve_or_fail, wait_limit
 from scaletrain.launch.supervise import run_folder, supervised_agent, worker_environ
 from scaletrain.launch.worker import worker_args
 
@@ -89,7 +91,6 @@ def _config(plan: LaunchPlan, logs_specs: object) -> LaunchConfig:
         run_id = os.environ.get("SLURM_JOB_ID", "scaletrain")  # the same on every node
     else:
         run_id = uuid.uuid4().hex
-    shutdown = os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT")
     return LaunchConfig(
         min_nodes=plan.nnodes, max_nodes=plan.nnodes, nproc_per_node=plan.nproc_per_node,
         run_id=run_id, role="default", rdzv_endpoint=plan.rdzv_endpoint,
@@ -97,9 +98,14 @@ def _config(plan: LaunchPlan, logs_specs: object) -> LaunchConfig:
         max_restarts=plan.max_restarts, monitor_interval=MONITOR_INTERVAL_S,
         start_method="spawn", log_line_prefix_template=prefix_template(plan.ranks),
         local_addr=plan.local_addr, logs_specs=logs_specs,  # type: ignore[arg-type]
-        shutdown_timeout=int(shutdown) if shutdown else SHUTDOWN_TIMEOUT_S,
+        shutdown_timeout=_shutdown_timeout(),
         signals_to_handle=TORCH_SIGNALS,  # SIGTERM: forwarded so workers can save (signals.py)
     )
+
+
+def _shutdown_timeout() -> int:
+    shutdown = os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "")
+    return int(shutdown) if shutdown.isdigit() else SHUTDOWN_TIMEOUT_S
 
 
 def _quiet_agent_logs() -> None:
@@ -129,6 +135,16 @@ def _launch_error(exc: BaseException, plan: LaunchPlan) -> LaunchError:
                        "run again with LOGLEVEL=INFO for the elastic agent's log")
 
 
+def _check_resolves(plan: LaunchPlan) -> None:
+    """The rendezvous host must resolve before the agent waits its 5 minutes on it."""
+    host = plan.local_addr or plan.rdzv_endpoint.rpartition(":")[0]
+    if not host or host in ("localhost", "127.0.0.1"):
+        return
+    origin = "MASTER_ADDR" if os.environ.get("MASTER_ADDR") == host else "--master-addr"
+    resolve_or_fail(Target(host, plan.rdzv_endpoint.rpartition(":")[2], origin),
+                    rank=None, wait_s=wait_limit(os.environ))
+
+
 def launch(plan: LaunchPlan) -> int:
     """Start ``plan``'s workers, wait for them, and return 0 (or raise WorkerFailedError).
 
@@ -139,6 +155,7 @@ def launch(plan: LaunchPlan) -> int:
     """
     if plan.master_port_fixed is not None:
         check_port_free(plan.master_port_fixed, where="--master-port/MASTER_PORT")
+    _check_resolves(plan)
 
     from torch.distributed.elastic.multiprocessing import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -158,7 +175,8 @@ def launch(plan: LaunchPlan) -> int:
 
     try:
         # forward_stop_signals first: it exits last, so its choice of handlers stays
-        with forward_stop_signals() as forwarding, run_folder(plan.run_dir) as run_dir, \
+        with forward_stop_signals() as forwarding, ending_with_run(_shutdown_timeout()), \
+                run_folder(plan.run_dir) as run_dir, \
                 mps_daemon(plan.procs_per_gpu is not None and plan.gpus > 0) as mps_env, \
                 _scoped_environ({**plan.worker_env, **mps_env, **worker_environ(run_dir),
                                  GROUP_RECORD_VAR: records}), \
@@ -184,6 +202,7 @@ def launch(plan: LaunchPlan) -> int:
                     return EXIT_STOPPED
                 error = worker_failed_error(failed, plan.node_rank)
                 print(render_tail(cause), file=sys.stderr)
+                _warn_alone(plan, records, crashed=True)
                 raise error from None
             except SignalException as exc:
                 sys.stdout.flush()
@@ -200,13 +219,26 @@ def launch(plan: LaunchPlan) -> int:
     return 0
 
 
+def _alone(plan: LaunchPlan, records: str, *, crashed: bool) -> str | None:
+    """The lone-worker warning for this node's workers, or None (see group_check.verdict)."""
+    world = plan.nproc_per_node * plan.nnodes
+    first = plan.node_rank * plan.nproc_per_node
+    return verdict(read_records(records), expected_world=world,
+                   local_ranks=[str(first + i) for i in range(plan.nproc_per_node)],
+                   cpu=plan.cpu, crashed=crashed)
+
+
+def _warn_alone(plan: LaunchPlan, records: str, *, crashed: bool) -> None:
+    """After a failure: say so when the workers had been training alone (one cause fewer)."""
+    warning = _alone(plan, records, crashed=crashed)
+    if warning is not None:
+        print(f"scaletrain: WARNING: {warning}", file=sys.stderr)
+
+
 def _check_group(plan: LaunchPlan, records: str) -> None:
     """After a successful run: say loudly when the workers never formed one group of all."""
     sys.stdout.flush()
-    world = plan.nproc_per_node * plan.nnodes
-    first = plan.node_rank * plan.nproc_per_node
-    warning = verdict(read_records(records), expected_world=world,
-                      local_ranks=[str(first + i) for i in range(plan.nproc_per_node)])
+    warning = _alone(plan, records, crashed=False)
     if plan.cpu:
         print("scaletrain: finished a CPU smoke test (--cpu); GPU runs may still differ",
               file=sys.stderr)

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scaletrain.contract import EXIT_STOPPED
+from scaletrain.launch.reaper import children
 
 FORWARDED = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM)
 # Seconds the workers get after a forwarded SIGTERM to save and exit on their own, before the
@@ -50,25 +51,10 @@ class Forwarding:
     stopped: bool = False  # the workers stopped on purpose: ignore stop signals until exit
 
 
-def _children(pid: int) -> set[int]:
-    kids: set[int] = set()
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return kids
-    for tid in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/children", encoding="ascii") as fh:
-                kids.update(int(p) for p in fh.read().split())
-        except OSError:
-            continue
-    return kids
-
-
 def worker_pids(parent: int | None = None) -> list[int]:
     """The agent's worker processes: children of this process started with torch's contract."""
     found = []
-    for pid in sorted(_children(parent if parent is not None else os.getpid())):
+    for pid in sorted(children(parent if parent is not None else os.getpid())):
         try:
             with open(f"/proc/{pid}/environ", "rb") as fh:
                 environ = fh.read().split(b"\0")

@@ -23,8 +23,8 @@ from collections.abc import Callable, Mapping, MutableMapping
 from types import ModuleType
 from typing import Any
 
-from scaletrain.contract import (CPU_SMOKE_VAR, EMULATE_JOB_VAR, EMULATE_NODES_VAR, EMULATE_VAR,
-                                 GROUP_RECORD_VAR)
+from scaletrain.contract import (CPU_SMOKE_VAR, EMULATE_JOB_VAR, EMULATE_KEEP_VAR,
+                                 EMULATE_NODES_VAR, EMULATE_VAR, GROUP_RECORD_VAR)
 
 Hook = Callable[[ModuleType], None]
 
@@ -86,14 +86,38 @@ def _emulate(mode: str, environ: MutableMapping[str, str]) -> None:
     for name in TORCHRUN_VARS:
         environ.pop(name, None)
     environ.update(emulated_vars(mode, place))
+    environ.update(kept_exports(environ.get(EMULATE_KEEP_VAR, "")))
+
+
+def kept_exports(text: str) -> dict[str, str]:
+    """The torchrun variables the user exported before ``scaletrain run --emulate``.
+
+    A batch script that computes ``WORLD_SIZE`` from Slurm's variables and exports it before
+    ``srun`` hands it to every task; the emulation must not take it away.
+    """
+    import json
+
+    try:
+        kept = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    if not isinstance(kept, dict):
+        return {}
+    return {str(k): str(v) for k, v in kept.items() if isinstance(v, str)}
 
 
 def activate(environ: MutableMapping[str, str] | None = None) -> None:
     """Apply what the launcher asked for (see the module docstring); never raises."""
     env = os.environ if environ is None else environ
     rank = env.get("RANK", "?")  # the launcher's rank, before an emulation hides it
+    world = env.get("WORLD_SIZE", "")
     hooks: dict[str, list[Hook]] = {}
     try:
+        from scaletrain.launch import rendezvous
+
+        hooks["torch.distributed.distributed_c10d"] = [rendezvous.patch_c10d]
+        hooks["torch.multiprocessing.spawn"] = [
+            lambda module: rendezvous.patch_multiprocessing(module, world, rank)]
         record = env.get(GROUP_RECORD_VAR)
         if record:
             from scaletrain.launch import group_check
@@ -104,9 +128,13 @@ def activate(environ: MutableMapping[str, str] | None = None) -> None:
         if env.get(CPU_SMOKE_VAR) == "1":
             from scaletrain.launch import cpu_smoke
 
+            cpu_smoke.clip_affinity()
+            cpu_smoke.install_cuda_missing_hook(rank, mapped=True)
             hooks.setdefault("torch", []).append(cpu_smoke.patch_torch)
             hooks.setdefault("torch.distributed.distributed_c10d", []).insert(
                 0, cpu_smoke.patch_c10d)
+            hooks.setdefault("torch.distributed.device_mesh", []).append(
+                cpu_smoke.patch_device_mesh)
         else:
             from scaletrain.launch.cpu_smoke import install_cuda_missing_hook
 
@@ -133,8 +161,15 @@ def launcher_env(*, environ: Mapping[str, str], emulate: str | None, nodes: int,
     path = environ.get("PYTHONPATH", "")
     out = {"PYTHONPATH": shim + (os.pathsep + path if path else "")}
     if emulate:
+        from scaletrain.launch.emulate import TORCHRUN_VARS
+
+        exported = {name: environ[name] for name in TORCHRUN_VARS if name in environ}
         out.update({EMULATE_VAR: emulate, EMULATE_NODES_VAR: str(nodes), EMULATE_JOB_VAR: job_id,
                     "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"})
+        if exported:
+            import json
+
+            out[EMULATE_KEEP_VAR] = json.dumps(exported, sort_keys=True)
     if cpu:
         out[CPU_SMOKE_VAR] = "1"
     return out

@@ -41,6 +41,7 @@ from scaletrain.runtime.affinity import apply_binding
 from scaletrain.runtime.detect import detect_placement
 from scaletrain.runtime.device import gpu_view, normalize_request, torch_gpus
 from scaletrain.runtime.env import Env, Placement
+from scaletrain.runtime.masteraddr import Target, resolve_or_fail, wait_limit
 from scaletrain.runtime.resolve import (CpuPlan, Request, choose_backend, choose_device,
                                         normalize_backend, plan_cpus, read_request)
 from scaletrain.runtime import errorhook, timeouts
@@ -122,6 +123,8 @@ def _start_group(env: Env, backend: str, device: str, timeout: timedelta) -> Non
         kwargs["store"] = dist.HashStore()  # one rank: no port, no network
     else:
         kwargs["init_method"] = _init_method(env)
+        resolve_or_fail(Target(env.master_addr, str(env.master_port), "MASTER_ADDR"),
+                        rank=env.rank, wait_s=wait_limit(os.environ))
     try:
         dist.init_process_group(**kwargs)  # type: ignore[arg-type]
     except RuntimeError as exc:  # DistNetworkError / DistStoreError are RuntimeErrors

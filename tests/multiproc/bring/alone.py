@@ -3,7 +3,10 @@
 argv[1]: "skip" - no init_process_group without a GPU (each worker trains alone);
 "early" - forms the group, then destroys it before training (not alone);
 "one" - init_process_group with world_size=1 and rank 0 on its own store (alone).
+argv[2] "crash" (optional): rank 1 fails after training.
 """
+
+import os
 
 import sys
 
@@ -27,3 +30,5 @@ for _ in range(3):
     w.grad = None
 if dist.is_initialized():
     dist.destroy_process_group()
+if sys.argv[2:] == ["crash"] and os.environ.get("RANK") == "1":
+    raise RuntimeError("failed after training alone")

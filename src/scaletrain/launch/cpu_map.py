@@ -1,0 +1,182 @@
+"""``scaletrain run --cpu``: where a program puts tensors and modules on a GPU, put them on the CPU.
+
+A GPU is named in many ways: ``"cuda"``, ``"cuda:1"``, ``torch.device("cuda", 1)``, a bare
+integer (``model.to(local_rank)``, ``x.to(torch.cuda.current_device())``, ``device=rank``) and
+``torch.device(rank)``, which on a CPU-only torch fails before anything is placed. Tensor
+placement goes through torch functions, so a TorchFunctionMode maps them; a mode is per thread,
+so every thread the program starts enters one too (:func:`cover_threads`). Module placement
+(``Module.to``/``.cuda``) parses its arguments in C++ and is patched directly.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from types import ModuleType
+from typing import Any
+
+
+def is_gpu(device: Any) -> bool:
+    """True for a CUDA device in any spelling, an integer index included (not a bool)."""
+    if isinstance(device, bool):
+        return False
+    if isinstance(device, int):
+        return True
+    text = str(device) if device is not None else ""
+    return text == "cuda" or text.startswith("cuda:")
+
+
+def _cpu_args(args: tuple[Any, ...], first: int) -> tuple[Any, ...]:
+    """``args`` with a GPU at position ``first`` (a ``.to(device, ...)`` call) made "cpu"."""
+    return tuple("cpu" if i == first and is_gpu(a) else a for i, a in enumerate(args))
+
+
+def cpu_mode(torch: ModuleType) -> Any:
+    """A TorchFunctionMode that places on the CPU what the program places on a GPU."""
+    from torch.overrides import TorchFunctionMode
+
+    tensor_to = torch.Tensor.to
+    keep_self = {torch.Tensor.cuda, torch.Tensor.pin_memory}  # on the CPU already: itself
+    no_op = {torch.Tensor.record_stream}
+
+    class CpuMode(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: Any = (),
+                               kwargs: Any = None) -> Any:
+            if func in keep_self:
+                return args[0]
+            if func in no_op:
+                return None
+            kwargs = dict(kwargs or {})
+            if is_gpu(kwargs.get("device")):
+                kwargs["device"] = "cpu"
+            if func is tensor_to:
+                args = _cpu_args(tuple(args), 1)
+            return func(*args, **kwargs)
+
+    return CpuMode
+
+
+def _mapping_class(real: type, convert: Any) -> type:
+    """A stand-in for torch's C class ``real`` whose calls go through ``convert(args, kwargs)``
+    and whose instances are ``real``'s own, so ``isinstance``, equality and pickling hold."""
+
+    class _Meta(type):
+        def __instancecheck__(cls, obj: Any) -> bool:
+            return isinstance(obj, real)
+
+        def __subclasscheck__(cls, sub: Any) -> bool:
+            return isinstance(sub, type) and issubclass(sub, real)
+
+        def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+            args, kwargs = convert(args, kwargs)
+            return real(*args, **kwargs)
+
+    return _Meta(real.__name__, (), {"_scaletrain_real": real, "__module__": "torch",
+                                     "__doc__": real.__doc__})
+
+
+def _device_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    if len(args) == 1 and not kwargs and isinstance(args[0], int) and not isinstance(args[0], bool):
+        return ("cuda", args[0]), kwargs  # torch.device(rank): the GPU of that index
+    return args, kwargs
+
+
+def _generator_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    if is_gpu(kwargs.get("device")):
+        kwargs = {**kwargs, "device": "cpu"}
+    return _cpu_args(args, 0), kwargs
+
+
+def patch_device(torch: ModuleType) -> None:
+    """``torch.device(rank)`` is ``cuda:rank``, as on a GPU node; ``torch.Generator("cuda")`` and
+    ``torch.set_default_device("cuda")`` are the CPU's. Everything else is torch's own."""
+    if hasattr(torch.device, "_scaletrain_real"):
+        return
+    setattr(torch, "device", _mapping_class(torch.device, _device_args))
+    setattr(torch, "Generator", _mapping_class(torch.Generator, _generator_args))
+    original_default = torch.set_default_device
+
+    @functools.wraps(original_default)
+    def set_default_device(device: Any) -> None:
+        original_default("cpu" if is_gpu(device) else device)
+
+    setattr(torch, "set_default_device", set_default_device)
+
+
+def patch_module(torch: ModuleType) -> None:
+    """``Module.cuda(...)`` keeps the module where it is; ``Module.to(gpu, ...)`` becomes ``to("cpu")``."""
+    module_cls = torch.nn.Module
+    original_to = module_cls.to
+
+    @functools.wraps(original_to)
+    def to(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if is_gpu(kwargs.get("device")):
+            kwargs["device"] = "cpu"
+        return original_to(self, *_cpu_args(args, 0), **kwargs)
+
+    setattr(module_cls, "to", to)
+    setattr(module_cls, "cuda", lambda self, device=None: self)
+
+
+def patch_load(torch: ModuleType) -> None:
+    """``torch.load`` loads to the CPU whatever ``map_location`` says."""
+    original = getattr(torch, "load")
+
+    @functools.wraps(original)
+    def load(*args: Any, **kwargs: Any) -> Any:
+        kwargs["map_location"] = "cpu"  # any CUDA placement, dict or callable: the CPU
+        return original(*args, **kwargs)
+
+    setattr(torch, "load", load)
+
+
+def patch_ddp(torch: ModuleType) -> None:
+    """DistributedDataParallel's ``device_ids``/``output_device`` name GPUs: dropped."""
+    from torch.nn.parallel import distributed
+
+    cls = distributed.DistributedDataParallel
+    original = cls.__init__
+
+    @functools.wraps(original)
+    def __init__(self: Any, module: Any, device_ids: Any = None, output_device: Any = None,
+                 *args: Any, **kwargs: Any) -> None:
+        original(self, module, None, None, *args, **kwargs)
+
+    setattr(cls, "__init__", __init__)
+
+
+def patch_device_mesh(mesh_module: ModuleType) -> None:
+    """``DeviceMesh("cuda", ...)`` (and ``init_device_mesh("cuda", ...)``) is a CPU mesh.
+
+    FSDP2 and tensor parallel take their device from the mesh, so both then run on gloo with
+    CPU tensors throughout, as they do on a CPU mesh.
+    """
+    cls = getattr(mesh_module, "DeviceMesh", None)
+    if cls is None or getattr(cls.__init__, "_scaletrain_cpu", False):
+        return
+    original = cls.__init__
+
+    @functools.wraps(original)
+    def __init__(self: Any, device_type: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, "cpu" if is_gpu(device_type) else device_type, *args, **kwargs)
+
+    setattr(__init__, "_scaletrain_cpu", True)
+    setattr(cls, "__init__", __init__)
+
+
+def cover_threads(mode_cls: type) -> None:
+    """Enter a CPU mode in every thread started from now on (a mode is per thread)."""
+    original = threading.Thread._bootstrap_inner  # type: ignore[attr-defined]
+    if getattr(original, "_scaletrain_cpu", False):
+        return
+
+    def _bootstrap_inner(self: threading.Thread) -> None:
+        try:
+            mode = mode_cls()
+            mode.__enter__()
+        except Exception:  # noqa: BLE001 - torch is shutting down: run the thread unmapped
+            pass
+        original(self)
+
+    setattr(_bootstrap_inner, "_scaletrain_cpu", True)
+    setattr(threading.Thread, "_bootstrap_inner", _bootstrap_inner)

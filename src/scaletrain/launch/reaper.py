@@ -1,0 +1,170 @@
+"""Every process a worker starts ends with the run.
+
+torch's agent gives each worker a session of its own and, when it stops them, signals that
+group; it never looks further. A worker's own children outlive it: ``mp.spawn`` workers, a
+child that ignores SIGTERM, a daemon that double-forks and calls ``setsid`` (a new session,
+outside every group we know), or anything left when the worker simply exits 0. Orphans
+reparent to init and train on, holding GPUs and ports.
+
+So the launcher becomes a *child subreaper* (Linux ``prctl(PR_SET_CHILD_SUBREAPER)``): an
+orphan among its descendants is reparented to it instead of init, so the process tree below
+it stays complete. When the run ends (success, failure, a signal) :func:`ending_with_run`
+finds every descendant started by this run's workers - they carry the launcher's PID in
+``SCALETRAIN_AGENT_PID``, inherited through fork and exec - sends SIGTERM, waits up to the
+shutdown grace period, sends SIGKILL to what is left, and reaps them. Not Linux: nothing
+is found and nothing is done. A ``kill -9`` of the launcher itself cannot be handled here
+(workers die with it through ``PR_SET_PDEATHSIG``; their children are not reached).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+
+from scaletrain.contract import AGENT_PID_VAR
+
+_PR_SET_CHILD_SUBREAPER = 36
+_PR_GET_CHILD_SUBREAPER = 37
+_POLL_S = 0.05
+
+
+def _prctl(option: int, value: object) -> bool:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(option, value, 0, 0, 0)) == 0
+    except (OSError, AttributeError):  # not Linux
+        return False
+
+
+def is_subreaper() -> bool:
+    """True when this process already collects its descendants' orphans."""
+    flag = ctypes.c_int(0)
+    return _prctl(_PR_GET_CHILD_SUBREAPER, ctypes.pointer(flag)) and flag.value != 0
+
+
+def set_subreaper(on: bool) -> bool:
+    """Make this process (not) the reaper of its descendants' orphans; False if not possible."""
+    return _prctl(_PR_SET_CHILD_SUBREAPER, 1 if on else 0)
+
+
+def children(pid: int) -> set[int]:
+    """Direct children of ``pid`` (every thread's), from /proc; empty where there is no /proc."""
+    kids: set[int] = set()
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return kids
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", encoding="ascii") as fh:
+                kids.update(int(p) for p in fh.read().split())
+        except OSError:
+            continue
+    return kids
+
+
+def descendants(pid: int, *, skip: Iterable[int] = ()) -> set[int]:
+    """Every process below ``pid``, not entering the subtrees rooted at ``skip``."""
+    skipped = set(skip)
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for kid in children(todo.pop()):
+            if kid not in found and kid not in skipped:
+                found.add(kid)
+                todo.append(kid)
+    return found
+
+
+def _marked(pid: int, marker: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            return marker in fh.read().split(b"\0")
+    except OSError:
+        return False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def run_processes(before: set[int], agent_pid: int | None = None) -> set[int]:
+    """This run's processes below us: those carrying our PID in ``SCALETRAIN_AGENT_PID``, and
+    their whole subtrees (a program may exec a child with an environment of its own)."""
+    me = os.getpid()
+    marker = f"{AGENT_PID_VAR}={agent_pid if agent_pid is not None else me}".encode()
+    found: set[int] = set()
+    todo = [(kid, False) for kid in children(me) if kid not in before]
+    while todo:
+        pid, inside = todo.pop()
+        inside = inside or _marked(pid, marker)
+        if inside:
+            found.add(pid)
+        todo.extend((kid, inside) for kid in children(pid))
+    return found
+
+
+def _signal(pids: Iterable[int], signum: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signum)
+        except OSError:  # already gone
+            pass
+
+
+def _reap(pids: Iterable[int]) -> None:
+    """Collect the exit status of those of ``pids`` that are our children (orphans we adopted)."""
+    for pid in pids:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except (ChildProcessError, OSError):
+            pass
+
+
+def stop_processes(pids: set[int], grace_s: float) -> set[int]:
+    """SIGTERM ``pids``, wait up to ``grace_s``, SIGKILL the rest; returns those killed."""
+    _signal(pids, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    left = {p for p in pids if _alive(p)}
+    while left and time.monotonic() < deadline:
+        _reap(left)
+        time.sleep(_POLL_S)
+        left = {p for p in left if _alive(p)}
+    _signal(left, signal.SIGKILL)
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline and any(_alive(p) for p in left):
+        _reap(left)
+        time.sleep(_POLL_S)
+    _reap(pids)
+    return left
+
+
+@contextmanager
+def ending_with_run(grace_s: float) -> Iterator[None]:
+    """Adopt the orphans of this run's workers while it lasts, and stop them all when it ends."""
+    before = children(os.getpid())  # whatever the caller had running is not ours to stop
+    was = is_subreaper()
+    became = was or set_subreaper(True)
+    try:
+        yield
+    finally:
+        try:
+            left = run_processes(before)
+            if left:
+                killed = stop_processes(left, grace_s)
+                how = f", {len(killed)} of them with SIGKILL after {grace_s:g} s" if killed else ""
+                print(f"scaletrain: stopped {len(left)} process(es) the workers had started and "
+                      f"left running (PIDs {', '.join(map(str, sorted(left)))}){how}",
+                      file=sys.stderr, flush=True)
+        finally:
+            if became and not was:
+                set_subreaper(False)

@@ -1,0 +1,173 @@
+"""Inside the workers of ``scaletrain run``: a program's own rendezvous resolves and ends.
+
+Two ways a program written for another launcher hangs silently under ours:
+
+- it starts its own workers with ``torch.multiprocessing.spawn`` (the PyTorch DDP tutorial's
+  form) while ``scaletrain run`` already started several: every copy spawns its own group and
+  they all meet at the same hard-coded port, where they wait the 30-minute start-up timeout.
+  :func:`patch_multiprocessing` says so when it happens;
+- a rendezvous whose host does not resolve (a typo in ``MASTER_ADDR``) or that never
+  completes. :func:`patch_c10d` resolves the host first (:mod:`scaletrain.runtime.masteraddr`)
+  and bounds ``init_process_group``: after :data:`RENDEZVOUS_WAIT_S` (or
+  ``SCALETRAIN_RENDEZVOUS_TIMEOUT`` seconds) the process stops with one line naming the address
+  and the port. All workers of a local run start together, so a rendezvous among them that
+  takes minutes is a hang, not a slow start.
+
+The scaletrain modules these wrappers need are imported when they run, never at start-up: the
+worker entry's error classes are then the ones raised.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import threading
+from types import ModuleType
+from typing import Any
+
+RENDEZVOUS_WAIT_S = 300.0
+RENDEZVOUS_WAIT_VAR = "SCALETRAIN_RENDEZVOUS_TIMEOUT"
+NESTED_VAR = "SCALETRAIN_NESTED_SPAWN"  # set in the workers a worker spawns itself
+EXIT_RENDEZVOUS = 3  # a DistEnvError's exit code: the environment, not the program
+
+
+def rendezvous_wait(environ: Any = os.environ) -> float:
+    """Seconds a rendezvous may take before the process stops with a message."""
+    try:
+        value = float(environ.get(RENDEZVOUS_WAIT_VAR, ""))
+    except ValueError:
+        return RENDEZVOUS_WAIT_S
+    return value if value > 0 else RENDEZVOUS_WAIT_S
+
+
+def _who(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[object, object]:
+    """(rank, world size) as passed to init_process_group, else as the environment says.
+
+    Its positional order: backend, init_method, timeout, world_size, rank, store.
+    """
+    rank = kwargs.get("rank", args[4] if len(args) > 4 else -1)
+    world = kwargs.get("world_size", args[3] if len(args) > 3 else -1)
+    if rank in (-1, None):
+        rank = os.environ.get("RANK", "?")
+    if world in (-1, None):
+        world = os.environ.get("WORLD_SIZE", "?")
+    return rank, world
+
+
+def _watchdog(where: str, rank: object, world: object, wait_s: float) -> threading.Event:
+    """Stop this process with one line unless the returned event is set within ``wait_s``."""
+    done = threading.Event()
+    nested = os.environ.get(NESTED_VAR) == "1"
+
+    def watch() -> None:
+        if done.wait(wait_s):
+            return
+        cause = (" - the program spawned its own workers under a launcher that had started "
+                 "several, and the copies collide there" if nested else "")
+        print(f"scaletrain: error: rank {rank}: the rendezvous at {where} did not complete within "
+              f"{wait_s:g} s ({world} processes expected){cause}\n  HINT: check that every "
+              "process uses the same address and port and that only one group uses that port; "
+              f"raise {RENDEZVOUS_WAIT_VAR} for a slow start", file=sys.stderr, flush=True)
+        os._exit(EXIT_RENDEZVOUS)
+
+    threading.Thread(target=watch, name="scaletrain-rendezvous-watchdog", daemon=True).start()
+    return done
+
+
+def _masteraddr() -> tuple[Any, Any, Any]:
+    """scaletrain.runtime.masteraddr's functions, leaving no scaletrain module imported that the
+    program did not import itself (a plain torchrun program must not find our runtime loaded;
+    the error classes are the worker entry's, already imported)."""
+    before = {name for name in sys.modules if name.startswith("scaletrain")}
+    from scaletrain.runtime import masteraddr
+
+    for name in [n for n in sys.modules if n.startswith("scaletrain") and n not in before]:
+        del sys.modules[name]
+    return masteraddr.rendezvous_target, masteraddr.resolve_or_fail, masteraddr.wait_limit
+
+
+def _on_emulated_node(host: str) -> bool:
+    from scaletrain.contract import EMULATE_VAR
+    from scaletrain.launch.emulate import is_emulated_host
+
+    return bool(os.environ.get(EMULATE_VAR)) and is_emulated_host(host)
+
+
+def _to_loopback(origin: str, args: tuple[Any, ...],
+                 kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """A rendezvous at an emulated node's name (``--emulate slurm --nnodes 2``: the program took
+    the first host of SLURM_JOB_NODELIST) meets on this machine's loopback instead."""
+    if origin == "MASTER_ADDR":
+        os.environ["MASTER_ADDR"] = "127.0.0.1"
+        return args, kwargs
+    method = str(kwargs.get("init_method", args[1] if len(args) > 1 else ""))
+    port = method.rpartition(":")[2]
+    loopback = f"tcp://127.0.0.1:{port}"
+    if "init_method" in kwargs:
+        return args, {**kwargs, "init_method": loopback}
+    return (args[0], loopback, *args[2:]), kwargs
+
+
+def patch_c10d(c10d: ModuleType) -> None:
+    """Wrap ``init_process_group``: resolve its host first, and bound the rendezvous."""
+    original = getattr(c10d, "init_process_group")
+
+    @functools.wraps(original)
+    def init_process_group(*args: Any, **kwargs: Any) -> Any:
+        rendezvous_target, resolve_or_fail, wait_limit = _masteraddr()
+        rank, world = _who(args, kwargs)
+        init_method = kwargs.get("init_method", args[1] if len(args) > 1 else None)
+        store = kwargs.get("store", args[5] if len(args) > 5 else None)
+        target = None if store is not None else rendezvous_target(init_method, os.environ)
+        if target is None or str(world) == "1":
+            return original(*args, **kwargs)
+        if _on_emulated_node(target.host):
+            args, kwargs = _to_loopback(target.origin, args, kwargs)
+            target = rendezvous_target(kwargs.get("init_method", args[1] if len(args) > 1
+                                                  else None), os.environ) or target
+        resolve_or_fail(target, rank=rank, wait_s=wait_limit(os.environ))
+        done = _watchdog(f"{target.host}:{target.port}", rank, world, rendezvous_wait())
+        try:
+            return original(*args, **kwargs)
+        finally:
+            done.set()
+
+    setattr(c10d, "init_process_group", init_process_group)
+
+
+def patch_multiprocessing(spawn_module: ModuleType, launcher_world: str, rank: str) -> None:
+    """``torch.multiprocessing.spawn``/``start_processes`` under a launcher of several workers:
+    say so once, and mark the spawned workers so a rendezvous of theirs names the collision."""
+    if not launcher_world.isdigit() or int(launcher_world) <= 1:
+        return
+    said: list[bool] = []
+
+    def wrap(name: str) -> None:
+        original = getattr(spawn_module, name, None)
+        if original is None:
+            return
+
+        @functools.wraps(original)
+        def spawning(*args: Any, **kwargs: Any) -> Any:
+            nprocs = kwargs.get("nprocs", args[2] if len(args) > 2 else 1)
+            if not said and os.environ.get(NESTED_VAR) != "1":
+                said.append(True)
+                print(f"scaletrain: WARNING: rank {rank}: the program starts {nprocs} workers of "
+                      f"its own (torch.multiprocessing.{name}) and scaletrain run started "
+                      f"{launcher_world} already: each copy forms its own group, and copies "
+                      "that share a port collide\n  HINT: run it with 'scaletrain run "
+                      "--nproc-per-node 1', or drop mp.spawn and read RANK, LOCAL_RANK and "
+                      "WORLD_SIZE from the environment", file=sys.stderr, flush=True)
+            os.environ[NESTED_VAR] = "1"  # inherited by the processes it starts
+            return original(*args, **kwargs)
+
+        setattr(spawn_module, name, spawning)
+
+    wrap("spawn")
+    wrap("start_processes")
+    package = sys.modules.get("torch.multiprocessing")
+    if package is not None:
+        for name in ("spawn", "start_processes"):
+            if hasattr(package, name):
+                setattr(package, name, getattr(spawn_module, name))
