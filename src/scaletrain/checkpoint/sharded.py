@@ -72,25 +72,39 @@ def collect(entries: list[Entry]) -> dict[str, Any]:
     return out
 
 
-def save(state: dict[str, Any], folder: Path, group: Any) -> None:
-    """Write ``state`` with DCP into ``folder/sharded`` (a collective over ``group``)."""
+def _writer(folder: Path, crcs: dict[str, str]) -> Any:
+    """DCP's default file writer (fsync on), with a CRC-32 taken of every file it writes."""
+    import torch.distributed.checkpoint as dcp
+
+    from scaletrain.checkpoint.checksum import checked_filesystem
+
+    writer = dcp.FileSystemWriter(str(folder / SUBDIR), sync_files=True)
+    writer.fs = checked_filesystem(crcs)
+    return writer
+
+
+def save(state: dict[str, Any], folder: Path, group: Any) -> dict[str, str]:
+    """Write ``state`` with DCP into ``folder/sharded`` (a collective over ``group``);
+    returns the CRC-32 of each file this rank wrote, by name."""
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
 
-    target = folder / SUBDIR
-    dcp.save(state, storage_writer=dcp.FileSystemWriter(str(target), sync_files=True),
-             process_group=group, no_dist=not dist.is_initialized())
+    crcs: dict[str, str] = {}
+    dcp.save(state, storage_writer=_writer(folder, crcs), process_group=group,
+             no_dist=not dist.is_initialized())
+    return crcs
 
 
-def async_save(state: dict[str, Any], folder: Path, group: Any) -> Any:
-    """Start :func:`save` in DCP's background thread; returns its future (staging is done)."""
+def async_save(state: dict[str, Any], folder: Path, group: Any) -> tuple[Any, dict[str, str]]:
+    """Start :func:`save` in DCP's background thread; returns its future (staging is done)
+    and the dict of CRCs, complete once the future is."""
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
 
-    target = folder / SUBDIR
-    return dcp.async_save(state, storage_writer=dcp.FileSystemWriter(str(target),
-                                                                     sync_files=True),
-                          process_group=group, no_dist=not dist.is_initialized())
+    crcs: dict[str, str] = {}
+    future = dcp.async_save(state, storage_writer=_writer(folder, crcs), process_group=group,
+                            no_dist=not dist.is_initialized())
+    return future, crcs
 
 
 def load(entries: list[Entry], folder: Path, stored: dict[str, dict[str, Any]], *, step: int,
