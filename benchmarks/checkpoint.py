@@ -8,14 +8,21 @@ One run measures, side by side and interleaved (raw, ours, raw, ours, ...), on t
    ``Checkpointer.load_latest`` vs ``torch.load(weights_only=True)`` + ``load_state_dict``.
    Reported as throughput ratios raw_time / our_time (target >= 0.8).
 2. sharded zero3 on 2 ranks (``--nproc 2`` workers through ``scaletrain run``): ours (DCP, a
-   shard per rank) vs each rank ``torch.save`` of its local shards (+fsync) and the load back.
+   shard per rank) vs raw DCP with its default options (``dcp.save`` of ``get_state_dict``,
+   ``dcp.load`` + ``set_state_dict``, the recipe of DCP's tutorial) and vs each rank
+   ``torch.save`` of its local shards (+fsync) and the load back.
 3. async_save: a training loop of ``--steps`` steps with one checkpoint, blocking vs async;
    training time lost per checkpoint = loop time minus the loop without a checkpoint, as a
    fraction of what the blocking save costs (target < 20%).
 
+``--mb`` takes a comma list (``300,1200``): every size is measured in the same run. Before each
+timed save every rank calls ``os.sync()`` (the previous save's dirty pages are not left to the
+next one). The checksum's share: seconds inside ``zlib.crc32`` per save of ours (rank 0) over
+the save's median time.
+
 Usage::
 
-    python benchmarks/checkpoint.py --dir /scratch/$USER/bench --mb 150 --reps 5
+    python benchmarks/checkpoint.py --dir /scratch/$USER/bench --mb 300,1200 --reps 5
 
 Prints a markdown table; the figures in docs/benchmarks.md ("Checkpoints") come from it.
 """
@@ -80,10 +87,24 @@ def _timed(fn) -> float:
     return time.perf_counter() - t0
 
 
-def replicated(args) -> dict:
+def _crc_seconds() -> float:
+    from scaletrain.checkpoint import checksum
+
+    return checksum.crc_seconds
+
+
+def _sync_then(fn):
+    """``fn`` timed after ``os.sync()``: each save starts with no other save's dirty pages."""
+    def run():
+        os.sync()
+        return _timed(fn)
+    return run
+
+
+def replicated(args, mb: float) -> dict:
     import scaletrain
 
-    model, opt = _model(args.mb)
+    model, opt = _model(mb)
     root = Path(args.dir) / "replicated"
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
@@ -91,12 +112,14 @@ def replicated(args) -> dict:
     state = {"model": model, "optimizer": opt}
     times: dict[str, list[float]] = {k: [] for k in
                                      ("raw_save", "raw_save_nofsync", "ours_save", "raw_load",
-                                      "ours_load")}
+                                      "ours_load", "crc")}
     raw = root / "raw.pt"
     for rep in range(args.reps):
-        times["raw_save"].append(_timed(lambda: _raw_save(model, opt, raw, True)))
-        times["ours_save"].append(_timed(lambda: ckpt.save(rep + 1, state)))
-        times["raw_save_nofsync"].append(_timed(lambda: _raw_save(model, opt, raw, False)))
+        times["raw_save"].append(_sync_then(lambda: _raw_save(model, opt, raw, True))())
+        crc0 = _crc_seconds()
+        times["ours_save"].append(_sync_then(lambda: ckpt.save(rep + 1, state))())
+        times["crc"].append(_crc_seconds() - crc0)
+        times["raw_save_nofsync"].append(_sync_then(lambda: _raw_save(model, opt, raw, False))())
         times["raw_load"].append(_timed(lambda: _raw_load(model, opt, raw)))
         times["ours_load"].append(_timed(lambda: ckpt.load_latest(state)))
     ckpt.close()
@@ -104,7 +127,8 @@ def replicated(args) -> dict:
     return {"mb": _state_mb(model, opt), "median_s": med,
             "save_ratio": med["raw_save"] / med["ours_save"],
             "save_ratio_nofsync": med["raw_save_nofsync"] / med["ours_save"],
-            "load_ratio": med["raw_load"] / med["ours_load"]}
+            "load_ratio": med["raw_load"] / med["ours_load"],
+            "crc_share": med["crc"] / med["ours_save"]}
 
 
 def async_cost(args) -> dict:
@@ -148,8 +172,10 @@ def async_cost(args) -> dict:
 
 
 def sharded_worker(args) -> None:
-    """Inside ``scaletrain run``: zero3 on every rank, ours vs raw per-rank torch.save."""
+    """Inside ``scaletrain run``: zero3 on every rank, ours vs raw DCP vs per-rank torch.save."""
     import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
     import scaletrain
 
@@ -191,14 +217,38 @@ def sharded_worker(args) -> None:
                 local(v).copy_(data["optimizer"][f"{i}.{k}"])
         scaletrain.barrier()
 
-    times: dict[str, list[float]] = {"raw_save": [], "ours_save": [], "raw_load": [],
-                                     "ours_load": []}
-    for rep in range(args.reps):
+    def dcp_dir(rep: int) -> str:
+        return str(root / f"dcp-{rep}")
+
+    def dcp_save(rep: int) -> None:  # DCP's tutorial recipe, default options
+        model_sd, optim_sd = get_state_dict(model, opt)
+        dcp.save({"model": model_sd, "optimizer": optim_sd}, checkpoint_id=dcp_dir(rep))
+
+    def dcp_load(rep: int) -> None:
+        model_sd, optim_sd = get_state_dict(model, opt)
+        sd = {"model": model_sd, "optimizer": optim_sd}
+        dcp.load(sd, checkpoint_id=dcp_dir(rep))
+        set_state_dict(model, opt, model_state_dict=sd["model"], optim_state_dict=sd["optimizer"])
+
+    def synced(fn):
+        os.sync()
         scaletrain.barrier()
-        times["raw_save"].append(_timed(raw_save))
-        times["ours_save"].append(_timed(lambda: ckpt.save(rep + 1, state)))
-        times["raw_load"].append(_timed(raw_load))
-        times["ours_load"].append(_timed(lambda: ckpt.load_latest(state)))
+        return _timed(fn)
+
+    times: dict[str, list[float]] = {k: [] for k in (
+        "raw_save", "dcp_save", "ours_save", "raw_load", "dcp_load", "ours_load", "crc")}
+    for rep in range(args.reps):
+        times["raw_save"].append(synced(raw_save))
+        times["dcp_save"].append(synced(lambda: dcp_save(rep)))
+        crc0 = _crc_seconds()
+        times["ours_save"].append(synced(lambda: ckpt.save(rep + 1, state)))
+        times["crc"].append(_crc_seconds() - crc0)
+        times["raw_load"].append(synced(raw_load))
+        times["dcp_load"].append(synced(lambda: dcp_load(rep)))
+        times["ours_load"].append(synced(lambda: ckpt.load_latest(state)))
+        scaletrain.barrier()
+        if env.rank == 0:  # not timed: raw DCP has no retention of its own
+            shutil.rmtree(dcp_dir(rep), ignore_errors=True)
     ckpt.close()
     if env.rank == 0:
         med = {k: statistics.median(v) for k, v in times.items()}
@@ -206,16 +256,19 @@ def sharded_worker(args) -> None:
         Path(args.result).write_text(json.dumps({
             "mb": 3 * n * 4 / 1e6, "median_s": med,
             "save_ratio": med["raw_save"] / med["ours_save"],
-            "load_ratio": med["raw_load"] / med["ours_load"]}))
+            "load_ratio": med["raw_load"] / med["ours_load"],
+            "dcp_save_ratio": med["dcp_save"] / med["ours_save"],
+            "dcp_load_ratio": med["dcp_load"] / med["ours_load"],
+            "crc_share": med["crc"] / med["ours_save"]}))
     scaletrain.shutdown()
 
 
-def sharded(args) -> dict:
+def sharded(args, mb: float) -> dict:
     result = Path(args.dir) / "sharded.json"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(REPO / "src"), os.environ.get("PYTHONPATH", "")])}
     cmd = [sys.executable, "-m", "scaletrain", "run", "--nproc-per-node", str(args.nproc),
-           str(Path(__file__).resolve()), "--worker", "--dir", args.dir, "--mb", str(args.mb),
+           str(Path(__file__).resolve()), "--worker", "--dir", args.dir, "--mb", str(mb),
            "--reps", str(args.reps), "--result", str(result)]
     subprocess.run(cmd, env=env, check=True, timeout=1800)
     return json.loads(result.read_text())
@@ -224,7 +277,8 @@ def sharded(args) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dir", default="/tmp/scaletrain-ckpt-bench")
-    parser.add_argument("--mb", type=float, default=150.0)
+    parser.add_argument("--mb", default="300,1200",
+                        help="state sizes in MB (model + Adam), comma-separated")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--async-mb", type=float, default=60.0,
@@ -235,6 +289,7 @@ def main() -> int:
     parser.add_argument("--result", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
+        args.mb = float(args.mb)
         sharded_worker(args)
         return 0
     import torch
@@ -243,20 +298,17 @@ def main() -> int:
     # busy (the sharded workers get one thread each from `scaletrain run` already)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     skip = set(args.skip.split(","))
-    out = {}
-    for name, fn in (("replicated", replicated), ("sharded", sharded), ("async", async_cost)):
-        if name not in skip:
-            out[name] = fn(args)
-            print(json.dumps({name: out[name]}), flush=True)  # partial results survive
-    rows = ["| case | state | raw save s | ours save s | save ratio | raw load s | ours load s "
-            "| load ratio |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for name in ("replicated", "sharded"):
-        if name in out:
-            r, m = out[name], out[name]["median_s"]
-            rows.append(f"| {name} | {r['mb']:.0f} MB | {m['raw_save']:.3f} | "
-                        f"{m['ours_save']:.3f} | {r['save_ratio']:.2f} | {m['raw_load']:.3f} | "
-                        f"{m['ours_load']:.3f} | {r['load_ratio']:.2f} |")
-    print("\n".join(rows))
+    sizes = [float(v) for v in args.mb.split(",") if v]
+    out: dict[str, dict] = {}
+    for mb in sizes:
+        for name, fn in (("replicated", replicated), ("sharded", sharded)):
+            if name not in skip:
+                out[f"{name}@{mb:g}"] = fn(args, mb)
+                print(json.dumps({f"{name}@{mb:g}": out[f"{name}@{mb:g}"]}), flush=True)
+    if "async" not in skip:
+        out["async"] = async_cost(args)
+        print(json.dumps({"async": out["async"]}), flush=True)
+    print(_table(out))
     if "async" in out:
         a = out["async"]
         print(f"\nasync: loop of {a['steps']} steps: none {a['median_s']['none']:.3f} s, "
@@ -264,6 +316,27 @@ def main() -> int:
               f"; lost per checkpoint {a['lost_async_s']:.3f} s vs {a['lost_blocking_s']:.3f} s "
               f"= {100 * a['async_fraction']:.0f}%")
     return 0
+
+
+def _table(out: dict[str, dict]) -> str:
+    rows = ["| case | state | raw save s | DCP save s | ours save s | vs raw | vs DCP | "
+            "CRC share | raw load s | DCP load s | ours load s | vs raw | vs DCP |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for key, r in out.items():
+        if key == "async":
+            continue
+        m = r["median_s"]
+        dash = "-"
+        rows.append(
+            f"| {key.split('@')[0]} | {r['mb']:.0f} MB | {m['raw_save']:.3f} | "
+            f"{m['dcp_save']:.3f} | " if "dcp_save" in m else
+            f"| {key.split('@')[0]} | {r['mb']:.0f} MB | {m['raw_save']:.3f} | {dash} | ")
+        rows[-1] += (f"{m['ours_save']:.3f} | {r['save_ratio']:.2f} | "
+                     f"{r.get('dcp_save_ratio', float('nan')):.2f} | "
+                     f"{100 * r['crc_share']:.1f}% | {m['raw_load']:.3f} | "
+                     f"{m.get('dcp_load', float('nan')):.3f} | {m['ours_load']:.3f} | "
+                     f"{r['load_ratio']:.2f} | {r.get('dcp_load_ratio', float('nan')):.2f} |")
+    return "\n".join(rows)
 
 
 if __name__ == "__main__":

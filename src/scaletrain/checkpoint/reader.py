@@ -12,6 +12,7 @@ set) - rank 0 says so once.
 from __future__ import annotations
 
 import sys
+import threading
 import warnings
 from collections.abc import MutableMapping
 from pathlib import Path
@@ -94,44 +95,6 @@ def verify_share(folder: Path, marker: dict[str, Any], rank: int, world: int) ->
     return None
 
 
-def choose(directory: Path, comm: Comm, *, strict: bool) -> Any:
-    """The checkpoint to load, agreed by every rank: ``(step, folder name, marker, the next
-    older step or None)``, or None.
-
-    Rank 0 walks from the newest committed checkpoint down; every rank checks the checksums
-    of its share of the candidate's files. A damaged candidate (a file missing, truncated or
-    with another checksum) raises with ``strict``; otherwise it is renamed ``damaged-step-N-*``
-    (kept for inspection, see :func:`layout.set_aside`), rank 0 warns naming it and the file,
-    and the next older one is tried. No intact checkpoint left after a damaged one: an error
-    (a fresh start would silently throw the training away).
-    """
-    chooser = _Chooser(directory) if comm.rank == 0 else None
-    while True:
-        offer = chooser.next() if chooser is not None else None
-        if chooser is not None and chooser.skipped and strict:
-            offer = ("damaged",)
-        choice = comm.broadcast(offer)
-        if choice is None or choice[0] in ("error", "damaged"):
-            break
-        folder = directory / choice[1]
-        problems = comm.gather(verify_share(folder, choice[2], comm.rank, comm.world_size))
-        bad = comm.broadcast(next((p for p in problems or [] if p), None))
-        if bad is None:
-            break
-        if chooser is not None:
-            chooser.skipped.append((folder, bad))
-        if strict:
-            choice = ("damaged",)
-            break
-    # every rank has the same choice here; the damage report comes from rank 0
-    report = comm.broadcast(_report(chooser, choice, strict) if chooser is not None else None)
-    if report is not None:
-        raise CheckpointError(report[0], hint=report[1])
-    if choice is not None and choice[0] == "error":
-        raise CheckpointError(choice[1], hint=choice[2])
-    return choice
-
-
 def _report(chooser: _Chooser, choice: Any, strict: bool) -> tuple[str, str] | None:
     """Rank 0: the error to raise on every rank (or None), after warning about damage."""
     found = choice is not None and choice[0] not in ("error", "damaged")
@@ -157,14 +120,77 @@ def _report(chooser: _Chooser, choice: Any, strict: bool) -> tuple[str, str] | N
     return None
 
 
+class _Verifier:
+    """This rank's share of the checksums, checked in a thread while the load reads the same
+    files (zlib releases the GIL): the check costs no extra pass in the load's time where a
+    core is free, and the verdict is agreed before the load counts."""
+
+    def __init__(self, folder: Path, marker: dict[str, Any], rank: int, world: int) -> None:
+        self.problem: str | None = None
+        self._thread = threading.Thread(target=self._run, args=(folder, marker, rank, world),
+                                        name="scaletrain-verify", daemon=True)
+        self._thread.start()
+
+    def _run(self, folder: Path, marker: dict[str, Any], rank: int, world: int) -> None:
+        self.problem = verify_share(folder, marker, rank, world)
+
+    def result(self) -> str | None:
+        self._thread.join()
+        return self.problem
+
+
 def load(directory: Path, entries: list[Entry], state: MutableMapping[str, Any], comm: Comm,
          device: Any, *, strict: bool = False) -> int | None:
-    """Load the newest intact committed checkpoint into ``entries``; its step, or None."""
-    choice = choose(directory, comm, strict=strict)
-    if choice is None:
-        return None
-    step, name, marker, previous = choice
-    folder = directory / name
+    """Load the newest intact committed checkpoint into ``entries``; its step, or None.
+
+    Rank 0 walks from the newest committed checkpoint down (files all there with their
+    sizes); every rank checks the checksums of its share of the files while the load runs,
+    and the verdicts are agreed after it. A damaged checkpoint (a file missing, truncated or
+    with another checksum) raises with ``strict``; otherwise it is renamed
+    ``damaged-step-N-*`` (kept for inspection), rank 0 warns naming it and the file, and the
+    next older one is loaded over whatever the damaged one put into the objects. No intact
+    checkpoint left after a damaged one: an error (a fresh start would silently throw the
+    training away).
+    """
+    chooser = _Chooser(directory) if comm.rank == 0 else None
+    while True:
+        offer = chooser.next() if chooser is not None else None
+        if chooser is not None and chooser.skipped and strict:
+            offer = ("damaged",)
+        choice = comm.broadcast(offer)
+        if choice is None or choice[0] in ("error", "damaged"):
+            break
+        folder = directory / choice[1]
+        verifier = _Verifier(folder, choice[2], comm.rank, comm.world_size)
+        failure: BaseException | None = None
+        try:
+            _load_into(choice, folder, entries, state, comm, device)
+        except (Exception, _dcp_exception()) as err:  # a damaged file may fail the load
+            failure = err
+        problems = comm.gather(verifier.result())
+        bad = comm.broadcast(next((p for p in problems or [] if p), None))
+        if bad is None:
+            if failure is not None:
+                raise failure
+            break
+        if chooser is not None:
+            chooser.skipped.append((folder, bad))
+        if strict:
+            choice = ("damaged",)
+            break
+    # every rank has the same choice here; the damage report comes from rank 0
+    report = comm.broadcast(_report(chooser, choice, strict) if chooser is not None else None)
+    if report is not None:
+        raise CheckpointError(report[0], hint=report[1])
+    if choice is not None and choice[0] == "error":
+        raise CheckpointError(choice[1], hint=choice[2])
+    return None if choice is None else int(choice[0])
+
+
+def _load_into(choice: Any, folder: Path, entries: list[Entry],
+               state: MutableMapping[str, Any], comm: Comm, device: Any) -> None:
+    """Read the chosen checkpoint into the objects (every rank)."""
+    step, _, marker, previous = choice
     stored: dict[str, dict[str, Any]] = marker.get("objects", {})
     _check_names(step, entries, stored, comm.rank)
 
@@ -199,8 +225,7 @@ def load(directory: Path, entries: list[Entry], state: MutableMapping[str, Any],
             f"this job has {comm.world_size}: model, optimizer and loader state are loaded "
             "(sharded state resharded), but random-number generator states (and per-rank "
             "objects) are not restored; each rank keeps the seeds your script set",
-            stacklevel=3)
-    return int(step)
+            stacklevel=4)
 
 
 _SECTIONS = {"value": "values", "object": "objects", "model": "models",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import threading
 import traceback
 from pathlib import Path
 from typing import Any
@@ -97,14 +98,13 @@ class SaveJob:
         problem: str | None = None
         files: dict[str, int] = {}
         crcs: dict[str, str] = {}
-        try:
-            own = [(REPLICATED, self.payload)] if self.payload is not None else []
-            for name, obj in own + [(rank_file(self.comm.rank), self.local)]:
-                files[name], crcs[name] = save_file(obj, self.path / name)
-            self.payload = self.local = None  # the copies can go now
-        except BaseException as err:  # reported to rank 0, which abandons the save
-            problem = f"rank {self.comm.rank}: {_short(err)}"
-        # DCP is a collective of its own (it gathers plans and errors itself)
+        own = [(REPLICATED, self.payload)] if self.payload is not None else []
+        own.append((rank_file(self.comm.rank), self.local))
+        small = _Background(self._write_own, own, files, crcs)
+        if self.sharded_future is None and not self.sharded_state:
+            small.join()  # nothing to overlap with
+        # DCP is a collective of its own (it gathers plans and errors itself); our own files
+        # are written (and fsynced) meanwhile in a thread, not before it
         try:
             if self.sharded_future is not None:
                 self.sharded_future.result()
@@ -112,9 +112,13 @@ class SaveJob:
                 self.sharded_crcs = sharded.save(self.sharded_state, self.path, self.comm.group)
             crcs.update({f"{sharded.SUBDIR}/{n}": c for n, c in self.sharded_crcs.items()})
         except BaseException as err:
-            problem = problem or f"rank {self.comm.rank}: sharded state: {_short(err)}"
+            problem = f"rank {self.comm.rank}: sharded state: {_short(err)}"
         finally:
             self.sharded_state = self.sharded_future = None
+        err = small.join()
+        self.payload = self.local = None  # the copies can go now
+        if err is not None:  # reported to rank 0, which abandons the save
+            problem = f"rank {self.comm.rank}: {_short(err)}"
         reports = self.comm.gather((problem, files, crcs))
         outcome: Any = None
         if self.comm.rank == 0:
@@ -124,6 +128,12 @@ class SaveJob:
             raise CheckpointError(f"checkpoint step {self.step} was not saved: {outcome[1]}",
                                   hint=outcome[2] if len(outcome) > 2 else _SPACE_HINT)
         return self.directory / layout.step_dirname(self.step)
+
+    def _write_own(self, own: list[tuple[str, Any]], files: dict[str, int],
+                   crcs: dict[str, str]) -> None:
+        assert self.path is not None
+        for name, obj in own:
+            files[name], crcs[name] = save_file(obj, self.path / name)
 
     def _commit(self, reports: list[Any]) -> Any:
         """Rank 0: write the marker when every rank succeeded. Retention is not done here
@@ -177,6 +187,26 @@ class SaveJob:
         """Remove the partial folder (rank 0) after a failure."""
         if self.folder is not None:
             self.folder.abandon()
+
+
+class _Background:
+    """A function run in a thread; :meth:`join` returns its exception, if any."""
+
+    def __init__(self, fn: Any, *args: Any) -> None:
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(fn, args), daemon=True,
+                                        name="scaletrain-checkpoint-files")
+        self._thread.start()
+
+    def _run(self, fn: Any, args: tuple[Any, ...]) -> None:
+        try:
+            fn(*args)
+        except BaseException as err:
+            self.error = err
+
+    def join(self) -> BaseException | None:
+        self._thread.join()
+        return self.error
 
 
 def _short(err: BaseException) -> str:
