@@ -434,3 +434,26 @@ def test_strategy_report_decides_sharding(monkeypatch):
     assert collect.is_sharded(opt, model) and not collect.is_sharded(model)
     layouts[id(model)] = "replicated"
     assert not collect.is_sharded(model)
+
+
+@pytest.mark.parametrize("spare", [True, False])
+def test_checksum_writer_threaded_and_inline_agree(tmp_path, monkeypatch, spare):
+    from scaletrain.checkpoint import checksum
+
+    monkeypatch.setattr(checksum, "_SPARE", spare)
+    data = {"big": torch.arange(600_000, dtype=torch.float32), "small": torch.ones(3)}
+    size, crc = safeio.save_file(data, tmp_path / "f.pt")
+    raw = (tmp_path / "f.pt").read_bytes()
+    assert size == len(raw) and crc == f"{zlib.crc32(raw):08x}"
+    assert checksum.mismatch(tmp_path / "f.pt", crc) is None
+    assert "checksum" in checksum.mismatch(tmp_path / "f.pt", "00000000")
+
+
+def test_crc_thread_only_with_a_spare_core_per_process(monkeypatch):
+    from scaletrain.checkpoint import checksum
+
+    monkeypatch.setattr(checksum.os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert checksum._spare_core() is False  # 2 cores, 2 ranks: inline
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    assert checksum._spare_core() is True
