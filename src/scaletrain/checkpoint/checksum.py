@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import mmap
 import os
-import threading
 import time
 import zlib
 from collections.abc import Iterator
@@ -29,9 +28,7 @@ from typing import Any
 
 ALGORITHM = "crc32"
 _OVERLAP_BYTES = 1 << 20  # buffers at least this large: CRC beside the write, not before
-_pool: ThreadPoolExecutor | None = None
 _SPARE: bool | None = None  # decided at the first writer (see _spare_core)
-_pool_lock = threading.Lock()
 # seconds spent inside zlib.crc32 by this process (read by benchmarks/checkpoint.py)
 crc_seconds = 0.0
 
@@ -49,14 +46,6 @@ def _spare_core() -> bool:
     except ValueError:
         local = 1
     return cores >= 2 * local
-
-
-def _executor() -> ThreadPoolExecutor:
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="scaletrain-crc")
-        return _pool
 
 
 def _crc(data: Any, value: int) -> int:
@@ -86,12 +75,15 @@ class ChecksumWriter:
         self.raw = raw
         self.crc = 0
         self.size = 0
+        self._pool: ThreadPoolExecutor | None = None  # the CRC thread, ended by close()
 
     def write(self, data: Any) -> int:
         view = memoryview(data)
         if view.nbytes >= _OVERLAP_BYTES and _SPARE:
             # the buffer stays valid until write() returns, and we wait for the CRC before
-            future: Future[int] = _executor().submit(_crc, view, self.crc)
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="scaletrain-crc")
+            future: Future[int] = self._pool.submit(_crc, view, self.crc)
             written = self.raw.write(view)
             self.crc = future.result()
         else:
@@ -125,6 +117,9 @@ class ChecksumWriter:
         return bool(self.raw.closed)
 
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
         self.raw.close()
 
     def __enter__(self) -> ChecksumWriter:
@@ -173,9 +168,8 @@ def checked_filesystem(crcs: dict[str, str]) -> Any:
                 with super().create_stream(path, mode) as stream:
                     yield stream
                 return
-            with Path(path).open(mode) as raw:
-                stream = ChecksumWriter(raw)
-                yield stream  # DCP closes it itself (after its fsync)
+            with ChecksumWriter(Path(path).open(mode)) as stream:
+                yield stream  # DCP closes it too (after its fsync); a second close is a no-op
                 crcs[Path(path).name] = hex_crc(stream.crc)
 
         def rename(self, path: str | os.PathLike[str],

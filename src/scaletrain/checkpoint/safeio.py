@@ -47,11 +47,10 @@ def save_file(obj: Any, path: Path) -> tuple[int, str]:
 
     from scaletrain.checkpoint.checksum import ChecksumWriter, hex_crc
 
-    with open(path, "wb") as raw:
-        stream = ChecksumWriter(raw)
+    with ChecksumWriter(open(path, "wb")) as stream:
         torch.save(obj, stream)
-        raw.flush()
-        os.fsync(raw.fileno())
+        stream.flush()
+        os.fsync(stream.fileno())
     return stream.size, hex_crc(stream.crc)
 
 
