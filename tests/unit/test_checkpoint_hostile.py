@@ -204,7 +204,8 @@ _JSON = st.recursive(st.none() | st.booleans() | st.integers(-3, 2**40) | st.flo
 _FIELDS = ("step", "files", "objects", "crc32", "format", "world_size")
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(field=st.sampled_from(_FIELDS), value=_JSON, strict=st.booleans())
 def test_fuzzed_marker_fields_never_escape_as_a_traceback(pristine, tmp_path_factory, field,
                                                           value, strict):
@@ -229,7 +230,8 @@ def test_fuzzed_marker_fields_never_escape_as_a_traceback(pristine, tmp_path_fac
         shutil.rmtree(ck.parent, ignore_errors=True)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.text(max_size=60).map(str.encode) | st.binary(max_size=60))
 def test_fuzzed_marker_bytes_never_escape_as_a_traceback(pristine, tmp_path_factory, data):
     import shutil

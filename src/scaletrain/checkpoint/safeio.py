@@ -48,7 +48,7 @@ def save_file(obj: Any, path: Path) -> tuple[int, str]:
     from scaletrain.checkpoint.checksum import ChecksumWriter, hex_crc
 
     with ChecksumWriter(open(path, "wb")) as stream:
-        torch.save(obj, stream)
+        torch.save(obj, stream)  # type: ignore[arg-type]  # a binary file object
         stream.flush()
         os.fsync(stream.fileno())
     return stream.size, hex_crc(stream.crc)

@@ -98,7 +98,8 @@ class SaveJob:
         problem: str | None = None
         files: dict[str, int] = {}
         crcs: dict[str, str] = {}
-        own = [(REPLICATED, self.payload)] if self.payload is not None else []
+        own: list[tuple[str, Any]] = [(REPLICATED, self.payload)] if self.payload is not None \
+            else []
         own.append((rank_file(self.comm.rank), self.local))
         small = _Background(self._write_own, own, files, crcs)
         if self.sharded_future is None and not self.sharded_state:
@@ -115,10 +116,10 @@ class SaveJob:
             problem = f"rank {self.comm.rank}: sharded state: {_short(err)}"
         finally:
             self.sharded_state = self.sharded_future = None
-        err = small.join()
+        failed = small.join()
         self.payload = self.local = None  # the copies can go now
-        if err is not None:  # reported to rank 0, which abandons the save
-            problem = f"rank {self.comm.rank}: {_short(err)}"
+        if failed is not None:  # reported to rank 0, which abandons the save
+            problem = f"rank {self.comm.rank}: {_short(failed)}"
         reports = self.comm.gather((problem, files, crcs))
         outcome: Any = None
         if self.comm.rank == 0:
