@@ -93,6 +93,22 @@ def _crc_seconds() -> float:
     return checksum.crc_seconds
 
 
+def _without_crc(fn):
+    """``fn`` with the CRC replaced by a constant: the A/B of what the checksum costs a save
+    (``--ab-crc``). The checkpoint it writes has wrong checksums; a normal save follows it,
+    so loads never see it."""
+    def run():
+        from scaletrain.checkpoint import checksum
+
+        real = checksum._crc
+        checksum._crc = lambda data, value: 0
+        try:
+            return fn()
+        finally:
+            checksum._crc = real
+    return run
+
+
 def _sync_then(fn):
     """``fn`` timed after ``os.sync()``: each save starts with no other save's dirty pages."""
     def run():
@@ -112,18 +128,21 @@ def replicated(args, mb: float) -> dict:
     state = {"model": model, "optimizer": opt}
     times: dict[str, list[float]] = {k: [] for k in
                                      ("raw_save", "raw_save_nofsync", "ours_save", "raw_load",
-                                      "ours_load", "crc")}
+                                      "ours_load", "crc", "ours_save_nocrc")}
     raw = root / "raw.pt"
     for rep in range(args.reps):
+        if args.ab_crc:
+            times["ours_save_nocrc"].append(
+                _sync_then(_without_crc(lambda: ckpt.save(10_000 + rep, state)))())
         times["raw_save"].append(_sync_then(lambda: _raw_save(model, opt, raw, True))())
         crc0 = _crc_seconds()
-        times["ours_save"].append(_sync_then(lambda: ckpt.save(rep + 1, state))())
+        times["ours_save"].append(_sync_then(lambda: ckpt.save(20_000 + rep, state))())
         times["crc"].append(_crc_seconds() - crc0)
         times["raw_save_nofsync"].append(_sync_then(lambda: _raw_save(model, opt, raw, False))())
         times["raw_load"].append(_timed(lambda: _raw_load(model, opt, raw)))
         times["ours_load"].append(_timed(lambda: ckpt.load_latest(state)))
     ckpt.close()
-    med = {k: statistics.median(v) for k, v in times.items()}
+    med = {k: statistics.median(v) for k, v in times.items() if v}
     return {"mb": _state_mb(model, opt), "median_s": med,
             "save_ratio": med["raw_save"] / med["ours_save"],
             "save_ratio_nofsync": med["raw_save_nofsync"] / med["ours_save"],
@@ -236,12 +255,16 @@ def sharded_worker(args) -> None:
         return _timed(fn)
 
     times: dict[str, list[float]] = {k: [] for k in (
-        "raw_save", "dcp_save", "ours_save", "raw_load", "dcp_load", "ours_load", "crc")}
+        "raw_save", "dcp_save", "ours_save", "raw_load", "dcp_load", "ours_load", "crc",
+        "ours_save_nocrc")}
     for rep in range(args.reps):
+        if args.ab_crc:
+            times["ours_save_nocrc"].append(
+                synced(_without_crc(lambda: ckpt.save(10_000 + rep, state))))
         times["raw_save"].append(synced(raw_save))
         times["dcp_save"].append(synced(lambda: dcp_save(rep)))
         crc0 = _crc_seconds()
-        times["ours_save"].append(synced(lambda: ckpt.save(rep + 1, state)))
+        times["ours_save"].append(synced(lambda: ckpt.save(20_000 + rep, state)))
         times["crc"].append(_crc_seconds() - crc0)
         times["raw_load"].append(synced(raw_load))
         times["dcp_load"].append(synced(lambda: dcp_load(rep)))
@@ -251,7 +274,7 @@ def sharded_worker(args) -> None:
             shutil.rmtree(dcp_dir(rep), ignore_errors=True)
     ckpt.close()
     if env.rank == 0:
-        med = {k: statistics.median(v) for k, v in times.items()}
+        med = {k: statistics.median(v) for k, v in times.items() if v}
         n = sum(local(p).numel() for p in model.parameters()) * env.world_size
         Path(args.result).write_text(json.dumps({
             "mb": 3 * n * 4 / 1e6, "median_s": med,
@@ -270,6 +293,7 @@ def sharded(args, mb: float) -> dict:
     cmd = [sys.executable, "-m", "scaletrain", "run", "--nproc-per-node", str(args.nproc),
            str(Path(__file__).resolve()), "--worker", "--dir", args.dir, "--mb", str(mb),
            "--reps", str(args.reps), "--result", str(result)]
+    cmd += ["--ab-crc"] if args.ab_crc else []
     subprocess.run(cmd, env=env, check=True, timeout=1800)
     return json.loads(result.read_text())
 
@@ -285,6 +309,8 @@ def main() -> int:
                         help="state size of the async training loop (its steps train the model)")
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--skip", default="", help="comma list of: replicated, sharded, async")
+    parser.add_argument("--ab-crc", action="store_true",
+                        help="also time our save with the CRC replaced by a constant")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -336,7 +362,11 @@ def _table(out: dict[str, dict]) -> str:
                      f"{100 * r['crc_share']:.1f}% | {m['raw_load']:.3f} | "
                      f"{m.get('dcp_load', float('nan')):.3f} | {m['ours_load']:.3f} | "
                      f"{r['load_ratio']:.2f} | {r.get('dcp_load_ratio', float('nan')):.2f} |")
-    return "\n".join(rows)
+    ab = [f"{key}: save {r['median_s']['ours_save']:.3f} s with the CRC, "
+          f"{r['median_s']['ours_save_nocrc']:.3f} s without "
+          f"({100 * (1 - r['median_s']['ours_save_nocrc'] / r['median_s']['ours_save']):+.1f}%)"
+          for key, r in out.items() if "ours_save_nocrc" in r.get("median_s", {})]
+    return "\n".join(rows + ([""] + ab if ab else []))
 
 
 if __name__ == "__main__":
