@@ -457,3 +457,30 @@ def test_crc_thread_only_with_a_spare_core_per_process(monkeypatch):
     assert checksum._spare_core() is False  # 2 cores, 2 ranks: inline
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
     assert checksum._spare_core() is True
+
+
+def test_torch_zip_crc_is_off_only_while_we_write(tmp_path, monkeypatch):
+    """Our CRC replaces torch's per-record one during our writes, and the setting is restored
+    (nested and concurrent blocks counted)."""
+    from torch.serialization import get_crc32_options
+
+    from scaletrain.checkpoint import checksum
+
+    seen = []
+    real = checksum.ChecksumWriter.write
+
+    def spy(self, data):
+        seen.append(get_crc32_options())
+        return real(self, data)
+
+    monkeypatch.setattr(checksum.ChecksumWriter, "write", spy)
+    assert get_crc32_options() is True
+    safeio.save_file({"t": torch.ones(1000)}, tmp_path / "f.pt")
+    assert seen and not any(seen)
+    assert get_crc32_options() is True
+    with checksum.our_crc_only():
+        with checksum.our_crc_only():
+            assert get_crc32_options() is False
+        assert get_crc32_options() is False
+    assert get_crc32_options() is True
+    assert torch.equal(torch.load(tmp_path / "f.pt", weights_only=True)["t"], torch.ones(1000))

@@ -45,9 +45,9 @@ def save_file(obj: Any, path: Path) -> tuple[int, str]:
     """
     import torch
 
-    from scaletrain.checkpoint.checksum import ChecksumWriter, hex_crc
+    from scaletrain.checkpoint.checksum import ChecksumWriter, hex_crc, our_crc_only
 
-    with ChecksumWriter(open(path, "wb")) as stream:
+    with ChecksumWriter(open(path, "wb")) as stream, our_crc_only():
         torch.save(obj, stream)  # type: ignore[arg-type]  # a binary file object
         stream.flush()
         os.fsync(stream.fileno())
