@@ -484,3 +484,25 @@ def test_torch_zip_crc_is_off_only_while_we_write(tmp_path, monkeypatch):
         assert get_crc32_options() is False
     assert get_crc32_options() is True
     assert torch.equal(torch.load(tmp_path / "f.pt", weights_only=True)["t"], torch.ones(1000))
+
+
+def test_in_place_load_is_recognised_only_for_the_live_tensors():
+    """After DCP's in-place load no set_*_state_dict is needed when the state dict holds the
+    live tensors; a copy (or a non-tensor leaf) still goes through set_*_state_dict."""
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, \
+        get_optimizer_state_dict
+
+    from scaletrain.checkpoint.collect import Entry
+    from scaletrain.checkpoint.sharded import _aliases_live
+
+    model = torch.nn.Linear(4, 3)
+    opt = torch.optim.Adam(model.parameters())
+    msd, osd = get_model_state_dict(model), get_optimizer_state_dict(model, opt)
+    as_model = Entry(name="model", obj=model, kind="model")
+    as_opt = Entry(name="optimizer", obj=opt, kind="optimizer", model=model)
+    assert _aliases_live(as_model, msd) and _aliases_live(as_opt, osd)
+    assert not _aliases_live(as_model, {k: v.clone() for k, v in msd.items()})
+    copied = {"state": {k: {n: v.clone() for n, v in s.items()} for k, s in osd["state"].items()},
+              "param_groups": osd["param_groups"]}
+    assert not _aliases_live(as_opt, copied)
+    assert not _aliases_live(as_model, {**msd, "extra": 3})
