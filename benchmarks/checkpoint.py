@@ -17,7 +17,8 @@ One run measures, side by side and interleaved (raw, ours, raw, ours, ...), on t
 
 ``--mb`` takes a comma list (``300,1200``): every size is measured in the same run. Before each
 timed save every rank calls ``os.sync()`` (the previous save's dirty pages are not left to the
-next one). The checksum's share: seconds inside ``zlib.crc32`` per save of ours (rank 0) over
+next one). Our deletion of old steps runs in the background after a save; the benchmark waits
+for it (untimed) before the loads, as the training steps between two saves would. The checksum's share: seconds inside ``zlib.crc32`` per save of ours (rank 0) over
 the save's median time.
 
 Usage::
@@ -109,6 +110,13 @@ def _without_crc(fn):
     return run
 
 
+def _rotated(items: list, rep: int) -> list:
+    """``items`` rotated by ``rep``: each variant takes each place in turn. Consecutive GB-sized
+    writes slow down on this disk, so a fixed order favours whatever runs first."""
+    k = rep % len(items)
+    return items[k:] + items[:k]
+
+
 def _sync_then(fn):
     """``fn`` timed after ``os.sync()``: each save starts with no other save's dirty pages."""
     def run():
@@ -131,16 +139,23 @@ def replicated(args, mb: float) -> dict:
                                       "ours_load", "crc", "ours_save_nocrc")}
     raw = root / "raw.pt"
     for rep in range(args.reps):
+        saves = [("raw_save", lambda: _raw_save(model, opt, raw, True)),
+                 ("ours_save", lambda: ckpt.save(20_000 + rep, state)),
+                 ("raw_save_nofsync", lambda: _raw_save(model, opt, raw, False))]
         if args.ab_crc:
-            times["ours_save_nocrc"].append(
-                _sync_then(_without_crc(lambda: ckpt.save(10_000 + rep, state)))())
-        times["raw_save"].append(_sync_then(lambda: _raw_save(model, opt, raw, True))())
-        crc0 = _crc_seconds()
-        times["ours_save"].append(_sync_then(lambda: ckpt.save(20_000 + rep, state))())
-        times["crc"].append(_crc_seconds() - crc0)
-        times["raw_save_nofsync"].append(_sync_then(lambda: _raw_save(model, opt, raw, False))())
-        times["raw_load"].append(_timed(lambda: _raw_load(model, opt, raw)))
-        times["ours_load"].append(_timed(lambda: ckpt.load_latest(state)))
+            saves.append(("ours_save_nocrc",
+                          _without_crc(lambda: ckpt.save(10_000 + rep, state))))
+        for name, fn in _rotated(saves, rep):
+            crc0 = _crc_seconds()
+            times[name].append(_sync_then(fn)())
+            if name == "ours_save":
+                times["crc"].append(_crc_seconds() - crc0)
+        ckpt.save(30_000 + rep, state)  # untimed: the newest has its checksums for the load
+        ckpt.wait()  # untimed: old steps' deletion, which a training loop overlaps with steps
+        loads = [("raw_load", lambda: _raw_load(model, opt, raw)),
+                 ("ours_load", lambda: ckpt.load_latest(state))]
+        for name, fn in _rotated(loads, rep):
+            times[name].append(_timed(fn))
     ckpt.close()
     med = {k: statistics.median(v) for k, v in times.items() if v}
     return {"mb": _state_mb(model, opt), "median_s": med,
@@ -258,17 +273,22 @@ def sharded_worker(args) -> None:
         "raw_save", "dcp_save", "ours_save", "raw_load", "dcp_load", "ours_load", "crc",
         "ours_save_nocrc")}
     for rep in range(args.reps):
+        saves = [("raw_save", raw_save), ("dcp_save", lambda: dcp_save(rep)),
+                 ("ours_save", lambda: ckpt.save(20_000 + rep, state))]
         if args.ab_crc:
-            times["ours_save_nocrc"].append(
-                synced(_without_crc(lambda: ckpt.save(10_000 + rep, state))))
-        times["raw_save"].append(synced(raw_save))
-        times["dcp_save"].append(synced(lambda: dcp_save(rep)))
-        crc0 = _crc_seconds()
-        times["ours_save"].append(synced(lambda: ckpt.save(20_000 + rep, state)))
-        times["crc"].append(_crc_seconds() - crc0)
-        times["raw_load"].append(synced(raw_load))
-        times["dcp_load"].append(synced(lambda: dcp_load(rep)))
-        times["ours_load"].append(synced(lambda: ckpt.load_latest(state)))
+            saves.append(("ours_save_nocrc",
+                          _without_crc(lambda: ckpt.save(10_000 + rep, state))))
+        for name, fn in _rotated(saves, rep):
+            crc0 = _crc_seconds()
+            times[name].append(synced(fn))
+            if name == "ours_save":
+                times["crc"].append(_crc_seconds() - crc0)
+        ckpt.save(30_000 + rep, state)  # untimed: the newest has its checksums for the load
+        ckpt.wait()  # untimed: old steps' deletion, which a training loop overlaps with steps
+        loads = [("raw_load", raw_load), ("dcp_load", lambda: dcp_load(rep)),
+                 ("ours_load", lambda: ckpt.load_latest(state))]
+        for name, fn in _rotated(loads, rep):
+            times[name].append(synced(fn))
         scaletrain.barrier()
         if env.rank == 0:  # not timed: raw DCP has no retention of its own
             shutil.rmtree(dcp_dir(rep), ignore_errors=True)
