@@ -8,14 +8,22 @@ One run measures, side by side and interleaved (raw, ours, raw, ours, ...), on t
    ``Checkpointer.load_latest`` vs ``torch.load(weights_only=True)`` + ``load_state_dict``.
    Reported as throughput ratios raw_time / our_time (target >= 0.8).
 2. sharded zero3 on 2 ranks (``--nproc 2`` workers through ``scaletrain run``): ours (DCP, a
-   shard per rank) vs each rank ``torch.save`` of its local shards (+fsync) and the load back.
+   shard per rank) vs raw DCP with its default options (``dcp.save`` of ``get_state_dict``,
+   ``dcp.load`` + ``set_state_dict``, the recipe of DCP's tutorial) and vs each rank
+   ``torch.save`` of its local shards (+fsync) and the load back.
 3. async_save: a training loop of ``--steps`` steps with one checkpoint, blocking vs async;
    training time lost per checkpoint = loop time minus the loop without a checkpoint, as a
    fraction of what the blocking save costs (target < 20%).
 
+``--mb`` takes a comma list (``300,1200``): every size is measured in the same run. Before each
+timed save every rank calls ``os.sync()`` (the previous save's dirty pages are not left to the
+next one). Our deletion of old steps runs in the background after a save; the benchmark waits
+for it (untimed) before the loads, as the training steps between two saves would. The checksum's share: seconds inside ``zlib.crc32`` per save of ours (rank 0) over
+the save's median time.
+
 Usage::
 
-    python benchmarks/checkpoint.py --dir /scratch/$USER/bench --mb 150 --reps 5
+    python benchmarks/checkpoint.py --dir /scratch/$USER/bench --mb 300,1200 --reps 5
 
 Prints a markdown table; the figures in docs/benchmarks.md ("Checkpoints") come from it.
 """
@@ -80,10 +88,47 @@ def _timed(fn) -> float:
     return time.perf_counter() - t0
 
 
-def replicated(args) -> dict:
+def _crc_seconds() -> float:
+    from scaletrain.checkpoint import checksum
+
+    return checksum.crc_seconds
+
+
+def _without_crc(fn):
+    """``fn`` with the CRC replaced by a constant: the A/B of what the checksum costs a save
+    (``--ab-crc``). The checkpoint it writes has wrong checksums; a normal save follows it,
+    so loads never see it."""
+    def run():
+        from scaletrain.checkpoint import checksum
+
+        real = checksum._crc
+        checksum._crc = lambda data, value: 0
+        try:
+            return fn()
+        finally:
+            checksum._crc = real
+    return run
+
+
+def _rotated(items: list, rep: int) -> list:
+    """``items`` rotated by ``rep``: each variant takes each place in turn. Consecutive GB-sized
+    writes slow down on this disk, so a fixed order favours whatever runs first."""
+    k = rep % len(items)
+    return items[k:] + items[:k]
+
+
+def _sync_then(fn):
+    """``fn`` timed after ``os.sync()``: each save starts with no other save's dirty pages."""
+    def run():
+        os.sync()
+        return _timed(fn)
+    return run
+
+
+def replicated(args, mb: float) -> dict:
     import scaletrain
 
-    model, opt = _model(args.mb)
+    model, opt = _model(mb)
     root = Path(args.dir) / "replicated"
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
@@ -91,20 +136,33 @@ def replicated(args) -> dict:
     state = {"model": model, "optimizer": opt}
     times: dict[str, list[float]] = {k: [] for k in
                                      ("raw_save", "raw_save_nofsync", "ours_save", "raw_load",
-                                      "ours_load")}
+                                      "ours_load", "crc", "ours_save_nocrc")}
     raw = root / "raw.pt"
     for rep in range(args.reps):
-        times["raw_save"].append(_timed(lambda: _raw_save(model, opt, raw, True)))
-        times["ours_save"].append(_timed(lambda: ckpt.save(rep + 1, state)))
-        times["raw_save_nofsync"].append(_timed(lambda: _raw_save(model, opt, raw, False)))
-        times["raw_load"].append(_timed(lambda: _raw_load(model, opt, raw)))
-        times["ours_load"].append(_timed(lambda: ckpt.load_latest(state)))
+        saves = [("raw_save", lambda: _raw_save(model, opt, raw, True)),
+                 ("ours_save", lambda: ckpt.save(20_000 + rep, state)),
+                 ("raw_save_nofsync", lambda: _raw_save(model, opt, raw, False))]
+        if args.ab_crc:
+            saves.append(("ours_save_nocrc",
+                          _without_crc(lambda: ckpt.save(10_000 + rep, state))))
+        for name, fn in _rotated(saves, rep):
+            crc0 = _crc_seconds()
+            times[name].append(_sync_then(fn)())
+            if name == "ours_save":
+                times["crc"].append(_crc_seconds() - crc0)
+        ckpt.save(30_000 + rep, state)  # untimed: the newest has its checksums for the load
+        ckpt.wait()  # untimed: old steps' deletion, which a training loop overlaps with steps
+        loads = [("raw_load", lambda: _raw_load(model, opt, raw)),
+                 ("ours_load", lambda: ckpt.load_latest(state))]
+        for name, fn in _rotated(loads, rep):
+            times[name].append(_timed(fn))
     ckpt.close()
-    med = {k: statistics.median(v) for k, v in times.items()}
+    med = {k: statistics.median(v) for k, v in times.items() if v}
     return {"mb": _state_mb(model, opt), "median_s": med,
             "save_ratio": med["raw_save"] / med["ours_save"],
             "save_ratio_nofsync": med["raw_save_nofsync"] / med["ours_save"],
-            "load_ratio": med["raw_load"] / med["ours_load"]}
+            "load_ratio": med["raw_load"] / med["ours_load"],
+            "crc_share": med["crc"] / med["ours_save"]}
 
 
 def async_cost(args) -> dict:
@@ -148,8 +206,10 @@ def async_cost(args) -> dict:
 
 
 def sharded_worker(args) -> None:
-    """Inside ``scaletrain run``: zero3 on every rank, ours vs raw per-rank torch.save."""
+    """Inside ``scaletrain run``: zero3 on every rank, ours vs raw DCP vs per-rank torch.save."""
     import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
     import scaletrain
 
@@ -191,32 +251,69 @@ def sharded_worker(args) -> None:
                 local(v).copy_(data["optimizer"][f"{i}.{k}"])
         scaletrain.barrier()
 
-    times: dict[str, list[float]] = {"raw_save": [], "ours_save": [], "raw_load": [],
-                                     "ours_load": []}
-    for rep in range(args.reps):
+    def dcp_dir(rep: int) -> str:
+        return str(root / f"dcp-{rep}")
+
+    def dcp_save(rep: int) -> None:  # DCP's tutorial recipe, default options
+        model_sd, optim_sd = get_state_dict(model, opt)
+        dcp.save({"model": model_sd, "optimizer": optim_sd}, checkpoint_id=dcp_dir(rep))
+
+    def dcp_load(rep: int) -> None:
+        model_sd, optim_sd = get_state_dict(model, opt)
+        sd = {"model": model_sd, "optimizer": optim_sd}
+        dcp.load(sd, checkpoint_id=dcp_dir(rep))
+        set_state_dict(model, opt, model_state_dict=sd["model"], optim_state_dict=sd["optimizer"])
+
+    def synced(fn):
+        os.sync()
         scaletrain.barrier()
-        times["raw_save"].append(_timed(raw_save))
-        times["ours_save"].append(_timed(lambda: ckpt.save(rep + 1, state)))
-        times["raw_load"].append(_timed(raw_load))
-        times["ours_load"].append(_timed(lambda: ckpt.load_latest(state)))
+        return _timed(fn)
+
+    times: dict[str, list[float]] = {k: [] for k in (
+        "raw_save", "dcp_save", "ours_save", "raw_load", "dcp_load", "ours_load", "crc",
+        "ours_save_nocrc")}
+    for rep in range(args.reps):
+        saves = [("raw_save", raw_save), ("dcp_save", lambda: dcp_save(rep)),
+                 ("ours_save", lambda: ckpt.save(20_000 + rep, state))]
+        if args.ab_crc:
+            saves.append(("ours_save_nocrc",
+                          _without_crc(lambda: ckpt.save(10_000 + rep, state))))
+        for name, fn in _rotated(saves, rep):
+            crc0 = _crc_seconds()
+            times[name].append(synced(fn))
+            if name == "ours_save":
+                times["crc"].append(_crc_seconds() - crc0)
+        ckpt.save(30_000 + rep, state)  # untimed: the newest has its checksums for the load
+        ckpt.wait()  # untimed: old steps' deletion, which a training loop overlaps with steps
+        loads = [("raw_load", raw_load), ("dcp_load", lambda: dcp_load(rep)),
+                 ("ours_load", lambda: ckpt.load_latest(state))]
+        for name, fn in _rotated(loads, rep):
+            times[name].append(synced(fn))
+        scaletrain.barrier()
+        if env.rank == 0:  # not timed: raw DCP has no retention of its own
+            shutil.rmtree(dcp_dir(rep), ignore_errors=True)
     ckpt.close()
     if env.rank == 0:
-        med = {k: statistics.median(v) for k, v in times.items()}
+        med = {k: statistics.median(v) for k, v in times.items() if v}
         n = sum(local(p).numel() for p in model.parameters()) * env.world_size
         Path(args.result).write_text(json.dumps({
             "mb": 3 * n * 4 / 1e6, "median_s": med,
             "save_ratio": med["raw_save"] / med["ours_save"],
-            "load_ratio": med["raw_load"] / med["ours_load"]}))
+            "load_ratio": med["raw_load"] / med["ours_load"],
+            "dcp_save_ratio": med["dcp_save"] / med["ours_save"],
+            "dcp_load_ratio": med["dcp_load"] / med["ours_load"],
+            "crc_share": med["crc"] / med["ours_save"]}))
     scaletrain.shutdown()
 
 
-def sharded(args) -> dict:
+def sharded(args, mb: float) -> dict:
     result = Path(args.dir) / "sharded.json"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(REPO / "src"), os.environ.get("PYTHONPATH", "")])}
     cmd = [sys.executable, "-m", "scaletrain", "run", "--nproc-per-node", str(args.nproc),
-           str(Path(__file__).resolve()), "--worker", "--dir", args.dir, "--mb", str(args.mb),
+           str(Path(__file__).resolve()), "--worker", "--dir", args.dir, "--mb", str(mb),
            "--reps", str(args.reps), "--result", str(result)]
+    cmd += ["--ab-crc"] if args.ab_crc else []
     subprocess.run(cmd, env=env, check=True, timeout=1800)
     return json.loads(result.read_text())
 
@@ -224,17 +321,21 @@ def sharded(args) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dir", default="/tmp/scaletrain-ckpt-bench")
-    parser.add_argument("--mb", type=float, default=150.0)
+    parser.add_argument("--mb", default="300,1200",
+                        help="state sizes in MB (model + Adam), comma-separated")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--async-mb", type=float, default=60.0,
                         help="state size of the async training loop (its steps train the model)")
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--skip", default="", help="comma list of: replicated, sharded, async")
+    parser.add_argument("--ab-crc", action="store_true",
+                        help="also time our save with the CRC replaced by a constant")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
+        args.mb = float(args.mb)
         sharded_worker(args)
         return 0
     import torch
@@ -243,20 +344,17 @@ def main() -> int:
     # busy (the sharded workers get one thread each from `scaletrain run` already)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     skip = set(args.skip.split(","))
-    out = {}
-    for name, fn in (("replicated", replicated), ("sharded", sharded), ("async", async_cost)):
-        if name not in skip:
-            out[name] = fn(args)
-            print(json.dumps({name: out[name]}), flush=True)  # partial results survive
-    rows = ["| case | state | raw save s | ours save s | save ratio | raw load s | ours load s "
-            "| load ratio |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for name in ("replicated", "sharded"):
-        if name in out:
-            r, m = out[name], out[name]["median_s"]
-            rows.append(f"| {name} | {r['mb']:.0f} MB | {m['raw_save']:.3f} | "
-                        f"{m['ours_save']:.3f} | {r['save_ratio']:.2f} | {m['raw_load']:.3f} | "
-                        f"{m['ours_load']:.3f} | {r['load_ratio']:.2f} |")
-    print("\n".join(rows))
+    sizes = [float(v) for v in args.mb.split(",") if v]
+    out: dict[str, dict] = {}
+    for mb in sizes:
+        for name, fn in (("replicated", replicated), ("sharded", sharded)):
+            if name not in skip:
+                out[f"{name}@{mb:g}"] = fn(args, mb)
+                print(json.dumps({f"{name}@{mb:g}": out[f"{name}@{mb:g}"]}), flush=True)
+    if "async" not in skip:
+        out["async"] = async_cost(args)
+        print(json.dumps({"async": out["async"]}), flush=True)
+    print(_table(out))
     if "async" in out:
         a = out["async"]
         print(f"\nasync: loop of {a['steps']} steps: none {a['median_s']['none']:.3f} s, "
@@ -264,6 +362,31 @@ def main() -> int:
               f"; lost per checkpoint {a['lost_async_s']:.3f} s vs {a['lost_blocking_s']:.3f} s "
               f"= {100 * a['async_fraction']:.0f}%")
     return 0
+
+
+def _table(out: dict[str, dict]) -> str:
+    rows = ["| case | state | raw save s | DCP save s | ours save s | vs raw | vs DCP | "
+            "CRC share | raw load s | DCP load s | ours load s | vs raw | vs DCP |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for key, r in out.items():
+        if key == "async":
+            continue
+        m = r["median_s"]
+        dash = "-"
+        rows.append(
+            f"| {key.split('@')[0]} | {r['mb']:.0f} MB | {m['raw_save']:.3f} | "
+            f"{m['dcp_save']:.3f} | " if "dcp_save" in m else
+            f"| {key.split('@')[0]} | {r['mb']:.0f} MB | {m['raw_save']:.3f} | {dash} | ")
+        rows[-1] += (f"{m['ours_save']:.3f} | {r['save_ratio']:.2f} | "
+                     f"{r.get('dcp_save_ratio', float('nan')):.2f} | "
+                     f"{100 * r['crc_share']:.1f}% | {m['raw_load']:.3f} | "
+                     f"{m.get('dcp_load', float('nan')):.3f} | {m['ours_load']:.3f} | "
+                     f"{r['load_ratio']:.2f} | {r.get('dcp_load_ratio', float('nan')):.2f} |")
+    ab = [f"{key}: save {r['median_s']['ours_save']:.3f} s with the CRC, "
+          f"{r['median_s']['ours_save_nocrc']:.3f} s without "
+          f"({100 * (1 - r['median_s']['ours_save_nocrc'] / r['median_s']['ours_save']):+.1f}%)"
+          for key, r in out.items() if "ours_save_nocrc" in r.get("median_s", {})]
+    return "\n".join(rows + ([""] + ab if ab else []))
 
 
 if __name__ == "__main__":

@@ -19,6 +19,8 @@ Phases (``--phase``, several comma-separated run in order), each for every ``--s
   another; write the full parameters (``full_tensor``) as ``reshard-<phase>-w<W>.pt``, and
   ``ckpt.export`` them to ``export-w<W>.pt``.
 - ``pipeline``: 2 pipeline stages saved and loaded within the launch (``pipeline-rank<R>.json``).
+- ``damaged``: ``load_latest`` of the zero3 folder ``--dir`` (a test damaged a file of its
+  newest step); write the step loaded and the warnings seen to ``damaged-rank<R>.json``.
 
 Each ``.pt`` holds this rank's local parameters and optimizer state (shards as they are on
 this rank) and the sample indices it trained on.
@@ -27,8 +29,10 @@ this rank) and the sample indices it trained on.
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -172,6 +176,18 @@ def reshard(args, phase: str, env) -> None:
         torch.save(out, Path(args.out) / f"{phase}-w{env.world_size}.pt")
 
 
+def damaged_case(args, env) -> None:
+    model, opt, loader = build("zero3", env.rank)
+    ckpt = scaletrain.Checkpointer(Path(args.dir), keep=2)
+    state = {"model": model, "optimizer": opt, "loader": loader, "meta": {}}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        step = ckpt.load_latest(state)
+    ckpt.close()
+    (Path(args.out) / f"damaged-rank{env.rank}.json").write_text(json.dumps(
+        {"step": step, "warnings": [str(w.message) for w in caught]}))
+
+
 def pipeline_case(args, env) -> None:
     """2 stages: train 3 steps, save, train 3 more; a fresh pipeline loads the checkpoint and
     trains the same 3 steps: every stage's parameters and Adam state must be bitwise equal."""
@@ -238,6 +254,8 @@ def main() -> int:
             reshard(args, phase, env)
         elif phase == "pipeline":
             pipeline_case(args, env)
+        elif phase == "damaged":
+            damaged_case(args, env)
         elif phase in ("straight", "first", "resume"):
             for strategy in args.strategies.split(","):
                 run(args, strategy, phase, env)

@@ -105,6 +105,30 @@ def test_stop_was_mid_epoch_and_layout_as_documented(runs):
         assert marker["objects"]["model"]["sharded"] == (strategy == "zero3")
 
 
+def test_flipped_byte_in_a_shard_falls_back_on_every_rank(runs, tmp_path):
+    """One flipped byte in rank 1's DCP shard of the newest step: rank 1 finds it (its
+    share of the checksums), every rank falls back to step 8 together, rank 0 names the file,
+    and the damaged folder is kept."""
+    import shutil
+
+    folder = tmp_path / "zero3"
+    shutil.copytree(runs["ck"] / "zero3", folder)
+    marker = json.loads((folder / "step-00000010" / "COMMIT.json").read_text())
+    assert set(marker["crc32"]) == set(marker["files"])  # every file has its checksum
+    shard = folder / "step-00000010" / "sharded" / "__1_0.distcp"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0x10
+    shard.write_bytes(bytes(data))
+    _launch(2, "--phase", "damaged", "--dir", folder, "--out", tmp_path / "out")
+    results = [json.loads((tmp_path / "out" / f"damaged-rank{r}.json").read_text())
+               for r in (0, 1)]
+    assert [r["step"] for r in results] == [8, 8]
+    said = " ".join(results[0]["warnings"])
+    assert "step-00000010 is damaged" in said and "sharded/__1_0.distcp" in said
+    assert "checksum" in said and "resuming from step 8" in said
+    assert [p.name for p in folder.iterdir() if p.name.startswith("damaged-step-00000010-")]
+
+
 @pytest.mark.parametrize("world", [1, 3])
 def test_zero3_reshards_from_2_ranks(resharded, world):
     saved = _load(resharded["out"] / "reshard-save-w2.pt")

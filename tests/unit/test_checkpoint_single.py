@@ -7,6 +7,7 @@ tests/multiproc/test_checkpoint_multiproc.py.
 from __future__ import annotations
 
 import json
+import zlib
 import os
 import pickle
 import random
@@ -72,10 +73,11 @@ def _marker(folder: Path) -> dict:
 
 
 def _rewrite(folder: Path, name: str, data: bytes) -> None:
-    """Replace a file and fix its size in the marker, as an attacker or bit rot would."""
+    """Replace a file and fix its size and checksum in the marker, as an attacker would."""
     (folder / name).write_bytes(data)
     marker = _marker(folder)
     marker["files"][name] = len(data)
+    marker["crc32"][name] = f"{zlib.crc32(data):08x}"
     (folder / "COMMIT.json").write_text(json.dumps(marker))
 
 
@@ -135,25 +137,102 @@ def test_pickled_object_is_refused_not_run(saved, tmp_path):
         _rewrite(folder, name, good)
 
 
-@pytest.mark.parametrize("damage", ["garbage", "truncated", "missing"])
-def test_damaged_file_gives_one_line_error(saved, damage):
-    directory = saved[0]
-    folder = directory / "step-00000030"
-    data = (folder / "replicated.pt").read_bytes()
-    if damage == "garbage":
-        _rewrite(folder, "replicated.pt", os.urandom(len(data)))
+def _flip_byte(path: Path, offset: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def _damage(folder: Path, damage: str, name: str = "replicated.pt") -> None:
+    data = (folder / name).read_bytes()
+    if damage == "forged":  # size and checksum fixed in the marker: only torch.load can tell
+        _rewrite(folder, name, os.urandom(len(data)))
     elif damage == "truncated":
-        (folder / "replicated.pt").write_bytes(data[: len(data) // 2])  # marker size now wrong
+        (folder / name).write_bytes(data[: len(data) // 2])  # marker size now wrong
+    elif damage == "flipped":  # one bit of a weight, size unchanged: torch.load would succeed
+        _flip_byte(folder / name, len(data) // 2)
     else:
-        (folder / "replicated.pt").unlink()
+        (folder / name).unlink()
+
+
+@pytest.mark.parametrize("damage", ["forged", "truncated", "missing", "flipped"])
+def test_damaged_file_gives_one_line_error_when_strict(saved, damage):
+    directory = saved[0]
+    _damage(directory / "step-00000030", damage)
     model, opt, sched = _objects()
     with pytest.raises(CheckpointError) as info:
-        scaletrain.Checkpointer(directory).load_latest(
+        scaletrain.Checkpointer(directory, strict=True).load_latest(
             _state(model, opt, sched, epoch=0, history=[], table={}))
     text = info.value.render()
-    assert "checkpoint step 30" in text and "replicated.pt" in text
-    assert "previous checkpoint (step 20)" in info.value.hint
+    assert "step-00000030" in text or "checkpoint step 30" in text
+    assert "replicated.pt" in text
+    assert "step 20" in info.value.hint
     assert len(info.value.message.splitlines()) == 1
+    assert (directory / "step-00000030").is_dir()  # strict: left where it is
+
+
+@pytest.mark.parametrize("damage", ["truncated", "missing", "flipped"])
+@pytest.mark.parametrize("name", ["replicated.pt", "rank-00000.pt"])
+def test_damaged_newest_falls_back_and_is_kept(saved, damage, name):
+    directory = saved[0]
+    _damage(directory / "step-00000030", damage, name)
+    model, opt, sched = _objects(seed=1)
+    ckpt = scaletrain.Checkpointer(directory)
+    with pytest.warns(UserWarning, match=r"step-00000030 is damaged \(" + name) as record:
+        assert ckpt.load_latest(_state(model, opt, sched, epoch=0, history=[], table={})) == 20
+    assert "resuming from step 20" in str(record[0].message)
+    kept = [p.name for p in directory.iterdir() if p.name.startswith("damaged-step-00000030-")]
+    assert len(kept) == 1 and kept[0] in str(record[0].message)
+    assert ckpt.latest_step == 20  # the damaged folder no longer counts
+    if damage == "flipped":
+        assert "checksum" in str(record[0].message)
+    ckpt.close()
+
+
+def test_flipped_byte_in_every_position_class_is_caught(saved):
+    """A flipped byte anywhere (zip header, pickle, tensor data, the end) never loads."""
+    directory = saved[0]
+    folder = directory / "step-00000030"
+    size = (folder / "replicated.pt").stat().st_size
+    good = (folder / "replicated.pt").read_bytes()
+    for offset in (0, 40, size // 3, size // 2, size - 1):
+        _flip_byte(folder / "replicated.pt", offset)
+        model, opt, sched = _objects()
+        with pytest.raises(CheckpointError, match="checksum"):
+            scaletrain.Checkpointer(directory, strict=True).load_latest(
+                _state(model, opt, sched, epoch=0, history=[], table={}))
+        (folder / "replicated.pt").write_bytes(good)
+
+
+def test_checksum_is_taken_while_writing(saved, monkeypatch):
+    """The marker's CRCs are those of the files, and a save never reads its files back."""
+    directory = saved[0]
+    folder = directory / "step-00000030"
+    marker = _marker(folder)
+    assert set(marker["crc32"]) == set(marker["files"])
+    for name, crc in marker["crc32"].items():
+        assert crc == f"{zlib.crc32((folder / name).read_bytes()):08x}"
+    from scaletrain.checkpoint import checksum
+
+    def no_reading(path):
+        raise AssertionError(f"a save read {path} back")
+
+    monkeypatch.setattr(checksum, "file_crc", no_reading)
+    model, opt, sched = _objects()
+    ckpt = scaletrain.Checkpointer(directory / "again")
+    ckpt.save(1, _state(model, opt, sched))
+    ckpt.close()
+
+
+def test_every_checkpoint_damaged_is_an_error_not_a_fresh_start(saved):
+    directory = saved[0]
+    _damage(directory / "step-00000030", "flipped")
+    _damage(directory / "step-00000020", "truncated")
+    model, opt, sched = _objects()
+    with pytest.raises(CheckpointError, match="no older intact one is left") as info:
+        scaletrain.Checkpointer(directory).load_latest(
+            _state(model, opt, sched, epoch=0, history=[], table={}))
+    assert "step-00000030" in info.value.message and "checksum" in info.value.message
 
 
 def test_dcp_metadata_with_code_is_refused(tmp_path):
@@ -355,3 +434,75 @@ def test_strategy_report_decides_sharding(monkeypatch):
     assert collect.is_sharded(opt, model) and not collect.is_sharded(model)
     layouts[id(model)] = "replicated"
     assert not collect.is_sharded(model)
+
+
+@pytest.mark.parametrize("spare", [True, False])
+def test_checksum_writer_threaded_and_inline_agree(tmp_path, monkeypatch, spare):
+    from scaletrain.checkpoint import checksum
+
+    monkeypatch.setattr(checksum, "_SPARE", spare)
+    data = {"big": torch.arange(600_000, dtype=torch.float32), "small": torch.ones(3)}
+    size, crc = safeio.save_file(data, tmp_path / "f.pt")
+    raw = (tmp_path / "f.pt").read_bytes()
+    assert size == len(raw) and crc == f"{zlib.crc32(raw):08x}"
+    assert checksum.mismatch(tmp_path / "f.pt", crc) is None
+    assert "checksum" in checksum.mismatch(tmp_path / "f.pt", "00000000")
+
+
+def test_crc_thread_only_with_a_spare_core_per_process(monkeypatch):
+    from scaletrain.checkpoint import checksum
+
+    monkeypatch.setattr(checksum.os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert checksum._spare_core() is False  # 2 cores, 2 ranks: inline
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    assert checksum._spare_core() is True
+
+
+def test_torch_zip_crc_is_off_only_while_we_write(tmp_path, monkeypatch):
+    """Our CRC replaces torch's per-record one during our writes, and the setting is restored
+    (nested and concurrent blocks counted)."""
+    from torch.serialization import get_crc32_options
+
+    from scaletrain.checkpoint import checksum
+
+    seen = []
+    real = checksum.ChecksumWriter.write
+
+    def spy(self, data):
+        seen.append(get_crc32_options())
+        return real(self, data)
+
+    monkeypatch.setattr(checksum.ChecksumWriter, "write", spy)
+    assert get_crc32_options() is True
+    safeio.save_file({"t": torch.ones(1000)}, tmp_path / "f.pt")
+    assert seen and not any(seen)
+    assert get_crc32_options() is True
+    with checksum.our_crc_only():
+        with checksum.our_crc_only():
+            assert get_crc32_options() is False
+        assert get_crc32_options() is False
+    assert get_crc32_options() is True
+    assert torch.equal(torch.load(tmp_path / "f.pt", weights_only=True)["t"], torch.ones(1000))
+
+
+def test_in_place_load_is_recognised_only_for_the_live_tensors():
+    """After DCP's in-place load no set_*_state_dict is needed when the state dict holds the
+    live tensors; a copy (or a non-tensor leaf) still goes through set_*_state_dict."""
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, \
+        get_optimizer_state_dict
+
+    from scaletrain.checkpoint.collect import Entry
+    from scaletrain.checkpoint.sharded import _aliases_live
+
+    model = torch.nn.Linear(4, 3)
+    opt = torch.optim.Adam(model.parameters())
+    msd, osd = get_model_state_dict(model), get_optimizer_state_dict(model, opt)
+    as_model = Entry(name="model", obj=model, kind="model")
+    as_opt = Entry(name="optimizer", obj=opt, kind="optimizer", model=model)
+    assert _aliases_live(as_model, msd) and _aliases_live(as_opt, osd)
+    assert not _aliases_live(as_model, {k: v.clone() for k, v in msd.items()})
+    copied = {"state": {k: {n: v.clone() for n, v in s.items()} for k, s in osd["state"].items()},
+              "param_groups": osd["param_groups"]}
+    assert not _aliases_live(as_opt, copied)
+    assert not _aliases_live(as_model, {**msd, "extra": 3})

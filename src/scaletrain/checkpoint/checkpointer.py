@@ -16,6 +16,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+import warnings
 from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any
@@ -57,11 +58,15 @@ class Checkpointer:
         exit_on_stop: on an agreed stop (time limit, preemption), ``step()`` saves and raises
             ``SystemExit(75)`` (``contract.EXIT_STOPPED``); with False it returns True and
             ``should_stop()`` is True from then on.
+        strict: a damaged newest checkpoint (a file missing, truncated, or with another
+            checksum than when it was written) raises CheckpointError in ``load_latest``.
+            Without it (the default) the load falls back to the newest intact checkpoint,
+            warns naming the damaged one and keeps it as ``damaged-step-N-*`` for inspection.
     """
 
     def __init__(self, directory: str | Path, keep: int = 3, every_steps: int | None = None,
                  every_minutes: float | None = None, async_save: bool = False, *,
-                 exit_on_stop: bool = True) -> None:
+                 exit_on_stop: bool = True, strict: bool = False) -> None:
         if not isinstance(directory, (str, Path)) or not str(directory):
             raise UsageError(f"Checkpointer directory must be a path, got {directory!r}",
                              hint="e.g. Checkpointer('checkpoints')")
@@ -71,10 +76,12 @@ class Checkpointer:
         self.every_minutes = _positive("every_minutes", every_minutes, float)
         self.async_save = bool(async_save)
         self.exit_on_stop = bool(exit_on_stop)
+        self.strict = bool(strict)
         layout.check_directory(self.directory)
         self._comm: Comm | None = None
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
+        self._retention: threading.Thread | None = None
         self._agreement: Any = None
         self._last_saved: int | None = None
         self._last_save_time = time.monotonic()
@@ -106,6 +113,7 @@ class Checkpointer:
         self._last_save_time = time.monotonic()
         if not self.async_save:
             job.run()
+            self._retire(step)
             return
         self._thread = threading.Thread(target=self._background, args=(job,),
                                         name=f"scaletrain-checkpoint-{step}", daemon=True)
@@ -116,12 +124,26 @@ class Checkpointer:
             job.run()
         except BaseException as err:  # kept for the next call in the training thread
             self._error = err
+            return
+        self._retire(job.step)
+
+    def _retire(self, step: int) -> None:
+        """Rank 0, after ``step`` is committed: delete the checkpoints beyond ``keep`` in a
+        thread of its own, off the save's path (joined by the next save, load or close)."""
+        if self._get_comm().rank != 0:
+            return
+        self._retention = threading.Thread(target=_retention, name="scaletrain-retention",
+                                           args=(self.directory, self.keep, step), daemon=True)
+        self._retention.start()
 
     def wait(self) -> None:
         """Wait for a save in flight; raise its error if it failed (never lost)."""
         thread, self._thread = self._thread, None
         if thread is not None:
             thread.join()
+        retention, self._retention = self._retention, None
+        if retention is not None:
+            retention.join()
         err, self._error = self._error, None
         if err is not None:
             if isinstance(err, CheckpointError):
@@ -170,7 +192,8 @@ class Checkpointer:
         from scaletrain.checkpoint import reader
 
         entries = classify(state)
-        step = reader.load(self.directory, entries, state, self._get_comm(), _device(entries))
+        step = reader.load(self.directory, entries, state, self._get_comm(), _device(entries),
+                           strict=self.strict)
         if step is not None:
             self._last_saved = step
         self._last_save_time = time.monotonic()
@@ -255,9 +278,20 @@ class Checkpointer:
             self.wait()  # surfaces a background failure at the next call
 
     def __del__(self) -> None:
-        thread = getattr(self, "_thread", None)
-        if thread is not None and thread.is_alive() and not sys.is_finalizing():
-            thread.join()
+        for name in ("_thread", "_retention"):
+            thread = getattr(self, name, None)
+            if thread is not None and thread.is_alive() and not sys.is_finalizing():
+                thread.join()
+
+
+def _retention(directory: Path, keep: int, step: int) -> None:
+    """Delete committed checkpoints beyond the newest ``keep`` (never ``step``). A failure
+    only leaves an old folder behind, so it is a warning, not a failed save."""
+    try:
+        layout.apply_retention(directory, keep, protect={step})
+    except OSError as err:
+        warnings.warn(f"could not delete old checkpoints in {directory}: {err}; they stay "
+                      "on disk", stacklevel=1)
 
 
 def _device(entries: list[Any]) -> Any:

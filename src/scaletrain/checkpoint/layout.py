@@ -34,10 +34,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scaletrain.checkpoint import marker
+from scaletrain.checkpoint.marker import MARKER
 from scaletrain.errors import UsageError
 from scaletrain.fileio import atomic_write, fsync_dir
 
-MARKER = "COMMIT.json"
 LOCK = ".lock"
 OWNER = ".owner.json"
 FORMAT = 1  # version of the folder layout; a reader refuses newer ones
@@ -68,30 +69,49 @@ class Committed:
 
 
 def read_marker(folder: Path) -> dict[str, Any] | None:
-    """The folder's commit marker, or None when it is missing or not a marker of ours."""
+    """The folder's commit marker, or None when it is missing or not valid (see
+    :mod:`scaletrain.checkpoint.marker`)."""
+    data = marker.load(folder)
+    return data if isinstance(data, dict) and marker.problem(data) is None else None
+
+
+def verify_files(folder: Path, data: dict[str, Any]) -> str | None:
+    """First problem with the files a valid marker lists, or None (``marker.verify_files``)."""
+    return marker.verify_files(folder, data)
+
+
+def damaged(directory: Path) -> list[tuple[int, Path, str]]:
+    """``step-N`` folders whose marker exists but is not valid: ``(step, folder, why)``.
+
+    A folder without a marker is an interrupted save, not listed.
+    """
+    out = []
+    for name in _listdir(directory):
+        match = _STEP_DIR.match(name)
+        path = directory / name
+        if match is None or path.is_symlink() or not path.is_dir():
+            continue
+        data = marker.load(path)
+        if data == marker.MISSING:
+            continue
+        why = "it is not valid JSON" if data == marker.GARBAGE else marker.problem(data)
+        if why is None and data["step"] != int(match.group(1)):
+            why = f"it names step {data['step']}"
+        if why is not None:
+            out.append((int(match.group(1)), path, f"{MARKER}: {why}"))
+    return sorted(out)
+
+
+def set_aside(folder: Path) -> Path | None:
+    """Rename a damaged checkpoint folder to ``damaged-step-N-<token>`` (kept for inspection,
+    ignored by loads and retention); the new path, or None if it could not be renamed."""
+    target = folder.parent / f"damaged-{folder.name}-{secrets.token_hex(4)}"
     try:
-        text = (folder / MARKER).read_text(encoding="utf-8")
-        data = json.loads(text)
-    except (OSError, ValueError):
+        os.replace(folder, target)
+    except OSError:
         return None
-    if not isinstance(data, dict) or not isinstance(data.get("step"), int):
-        return None
-    if not isinstance(data.get("files"), dict):
-        return None
-    return data
-
-
-def verify_files(folder: Path, marker: dict[str, Any]) -> str | None:
-    """First problem with the files the marker lists (missing, wrong size), or None."""
-    for rel, size in marker["files"].items():
-        path = folder / rel
-        try:
-            actual = path.stat().st_size
-        except OSError:
-            return f"{rel} is missing"
-        if isinstance(size, int) and actual != size:
-            return f"{rel} has {actual} bytes, the commit marker says {size} (truncated?)"
-    return None
+    fsync_dir(folder.parent)
+    return target
 
 
 def committed(directory: Path) -> list[Committed]:
@@ -216,10 +236,18 @@ class PartialFolder:
                 (self.path / name).unlink()
             except FileNotFoundError:
                 pass
-        if final.exists():
-            aside = self.directory / f".replaced-{step_dirname(self.step)}-{secrets.token_hex(4)}"
-            os.replace(final, aside)
-        os.replace(self.path, final)
+        try:
+            if final.exists():
+                aside = self.directory / \
+                    f".replaced-{step_dirname(self.step)}-{secrets.token_hex(4)}"
+                os.replace(final, aside)
+            os.replace(self.path, final)
+        except OSError as err:
+            if err.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT):
+                raise
+            # the folder appeared (or went) between our check and our rename: another writer
+            raise _two_writers(self.directory, f"it committed {final.name} at the same "
+                                               "moment") from None
         # The marker (fsynced with its folder by atomic_write), then the parent folder, which
         # makes the rename durable. A power cut before that leaves the marker inside a folder
         # still named .partial-: ignored, as it should be.
@@ -250,6 +278,30 @@ def clean_partials(directory: Path, *, exclude: AbstractSet[str] = frozenset()) 
         if _remove_if_abandoned(directory / name):
             removed.append(name)
     return removed
+
+
+def busy_partials(directory: Path, *, exclude: AbstractSet[str] = frozenset()) -> list[str]:
+    """``.partial-`` folders whose writer is alive (its lock is held): another save in
+    progress. Call after :func:`clean_partials`."""
+    return sorted(name for name in _listdir(directory)
+                  if name not in exclude and _PARTIAL_DIR.match(name)
+                  and not _remove_if_abandoned(directory / name))
+
+
+def _two_writers(directory: Path, detail: str) -> Exception:
+    from scaletrain.checkpoint.errors import CheckpointError
+
+    return CheckpointError(
+        f"another job or process is saving checkpoints into {directory} ({detail}); two "
+        "writers in one checkpoint directory would replace and delete each other's steps",
+        hint="give each job its own checkpoint directory (e.g. one per run or per job ID)")
+
+
+def check_single_writer(directory: Path, *, exclude: AbstractSet[str] = frozenset()) -> None:
+    """CheckpointError when a live save of another process is in ``directory``."""
+    busy = busy_partials(directory, exclude=exclude)
+    if busy:
+        raise _two_writers(directory, f"its save {busy[0]} is in progress")
 
 
 def _remove_if_abandoned(path: Path) -> bool:

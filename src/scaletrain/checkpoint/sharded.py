@@ -72,25 +72,39 @@ def collect(entries: list[Entry]) -> dict[str, Any]:
     return out
 
 
-def save(state: dict[str, Any], folder: Path, group: Any) -> None:
-    """Write ``state`` with DCP into ``folder/sharded`` (a collective over ``group``)."""
+def _writer(folder: Path, crcs: dict[str, str]) -> Any:
+    """DCP's default file writer (fsync on), with a CRC-32 taken of every file it writes."""
+    import torch.distributed.checkpoint as dcp
+
+    from scaletrain.checkpoint.checksum import checked_filesystem
+
+    writer = dcp.FileSystemWriter(str(folder / SUBDIR), sync_files=True)
+    writer.fs = checked_filesystem(crcs)
+    return writer
+
+
+def save(state: dict[str, Any], folder: Path, group: Any) -> dict[str, str]:
+    """Write ``state`` with DCP into ``folder/sharded`` (a collective over ``group``);
+    returns the CRC-32 of each file this rank wrote, by name."""
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
 
-    target = folder / SUBDIR
-    dcp.save(state, storage_writer=dcp.FileSystemWriter(str(target), sync_files=True),
-             process_group=group, no_dist=not dist.is_initialized())
+    crcs: dict[str, str] = {}
+    dcp.save(state, storage_writer=_writer(folder, crcs), process_group=group,
+             no_dist=not dist.is_initialized())
+    return crcs
 
 
-def async_save(state: dict[str, Any], folder: Path, group: Any) -> Any:
-    """Start :func:`save` in DCP's background thread; returns its future (staging is done)."""
+def async_save(state: dict[str, Any], folder: Path, group: Any) -> tuple[Any, dict[str, str]]:
+    """Start :func:`save` in DCP's background thread; returns its future (staging is done)
+    and the dict of CRCs, complete once the future is."""
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
 
-    target = folder / SUBDIR
-    return dcp.async_save(state, storage_writer=dcp.FileSystemWriter(str(target),
-                                                                     sync_files=True),
-                          process_group=group, no_dist=not dist.is_initialized())
+    crcs: dict[str, str] = {}
+    future = dcp.async_save(state, storage_writer=_writer(folder, crcs), process_group=group,
+                            no_dist=not dist.is_initialized())
+    return future, crcs
 
 
 def load(entries: list[Entry], folder: Path, stored: dict[str, dict[str, Any]], *, step: int,
@@ -123,17 +137,65 @@ def load(entries: list[Entry], folder: Path, stored: dict[str, dict[str, Any]], 
             target.update(flat_named[e.name])
         else:
             target[e.name] = get_optimizer_state_dict(e.model, e.obj)
+    # DCP loads tensors in place; where the state dict's tensors ARE the live ones (FSDP2's
+    # parameters and optimizer state), a set_*_state_dict afterwards would copy every byte
+    # again onto itself. Decided before the load, from the objects' own storages.
+    in_place = {e.name for e in wanted if e.kind in ("model", "optimizer") and not e.named
+                and _aliases_live(e, target[e.name])}
     dcp.load(target, storage_reader=safe_reader(path, step=step, fallback=fallback),
              planner=safe_planner(step=step, path=path), process_group=group,
              no_dist=not dist.is_initialized())
     for e in wanted:
-        if e.kind == "model":
+        if e.kind == "model" and e.name not in in_place:
             set_model_state_dict(e.obj, target[e.name])
     for e in wanted:
         if e.kind == "optimizer" and e.named:
             _apply_named(e, flat_named[e.name], groups.get(e.name))
+        elif e.kind == "optimizer" and e.name in in_place:
+            # the tensors are in place; the hyper-parameters (lr, betas...) are plain values
+            for live, saved in zip(e.obj.param_groups, target[e.name]["param_groups"]):
+                live.update({k: v for k, v in saved.items() if k != "params"})
         elif e.kind == "optimizer":
             set_optimizer_state_dict(e.model, e.obj, target[e.name])
+
+
+def _storages(tensors: Any) -> set[int]:
+    out = set()
+    for t in tensors:
+        local = t.to_local() if hasattr(t, "to_local") else t
+        out.add(local.untyped_storage().data_ptr())
+    return out
+
+
+def _tensor_leaves(tree: Any) -> Any:
+    """Every leaf of a state dict, tensors or not."""
+    if isinstance(tree, dict):
+        for v in tree.values():
+            yield from _tensor_leaves(v)
+    elif isinstance(tree, (list, tuple)):
+        for v in tree:
+            yield from _tensor_leaves(v)
+    else:
+        yield tree
+
+
+def _aliases_live(entry: Entry, sd: dict[str, Any]) -> bool:
+    """Whether every value of ``sd`` (the optimizer's ``state`` part) is a tensor sharing
+    storage with the live model or optimizer, so DCP's in-place load is the whole load."""
+    import torch
+
+    if entry.kind == "model":
+        live = _storages(list(entry.obj.parameters()) + list(entry.obj.buffers()))
+        leaves = list(_tensor_leaves(sd))
+    else:
+        if not isinstance(sd.get("state"), dict) or not isinstance(sd.get("param_groups"), list) \
+                or len(sd["param_groups"]) != len(entry.obj.param_groups):
+            return False
+        live = _storages(v for s in entry.obj.state.values() for v in s.values()
+                         if isinstance(v, torch.Tensor))
+        leaves = list(_tensor_leaves(sd["state"]))
+    return bool(leaves) and all(isinstance(v, torch.Tensor) for v in leaves) and \
+        _storages(leaves) <= live
 
 
 def _named_targets(entry: Entry, metadata: Any, keys: list[str]) -> dict[str, Any]:

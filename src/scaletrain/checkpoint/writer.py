@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import datetime
 import os
+import threading
 import traceback
 from pathlib import Path
 from typing import Any
 
-from scaletrain.checkpoint import layout, replicated, sharded
+from scaletrain.checkpoint import checksum, layout, replicated, sharded
 from scaletrain.checkpoint.collect import Entry, strategy_name
 from scaletrain.checkpoint.comm import Comm
 from scaletrain.checkpoint.errors import CheckpointError
@@ -26,6 +27,8 @@ from scaletrain.checkpoint.safeio import save_file
 from scaletrain.fileio import fsync_dir
 
 REPLICATED = "replicated.pt"
+_SPACE_HINT = ("the previous checkpoint is intact; check free space and quota (e.g. `lfs quota` "
+               "on Lustre)")
 
 
 def rank_file(rank: int) -> str:
@@ -50,6 +53,7 @@ class SaveJob:
         self.local: dict[str, Any] | None = None
         self.sharded_state: dict[str, Any] | None = None
         self.sharded_future: Any = None
+        self.sharded_crcs: dict[str, str] = {}
 
     # -- first half: training thread, all ranks ---------------------------------------
     def prepare(self) -> None:
@@ -58,15 +62,18 @@ class SaveJob:
         if self.comm.rank == 0:
             try:
                 layout.clean_partials(self.directory)
+                layout.check_single_writer(self.directory)
                 self.folder = layout.PartialFolder(self.directory, self.step)
                 self.folder.create()
                 name = self.folder.path.name
+            except CheckpointError as err:
+                name = ("error", err.message, err.hint)
             except OSError as err:
-                name = ("error", f"cannot create a folder in {self.directory}: {err}")
+                name = ("error", f"cannot create a folder in {self.directory}: {err}",
+                        "check the file system's free space and permissions")
         name = self.comm.broadcast(name)
         if isinstance(name, tuple):
-            raise CheckpointError(f"checkpoint step {self.step}: {name[1]}",
-                                  hint="check the file system's free space and permissions")
+            raise CheckpointError(f"checkpoint step {self.step}: {name[1]}", hint=name[2])
         self.path = self.directory / name
         try:
             self.payload = replicated.collect(self.entries) if self.comm.rank == 0 else None
@@ -77,8 +84,8 @@ class SaveJob:
                 self.local = replicated.stage(self.local)
                 if self.sharded_state:
                     # DCP stages to CPU before returning, then writes in its own thread
-                    self.sharded_future = sharded.async_save(self.sharded_state, self.path,
-                                                             self.comm.group)
+                    self.sharded_future, self.sharded_crcs = sharded.async_save(
+                        self.sharded_state, self.path, self.comm.group)
                     self.sharded_state = None
         except BaseException:
             self.abandon()
@@ -90,59 +97,77 @@ class SaveJob:
         assert self.path is not None  # set by prepare()
         problem: str | None = None
         files: dict[str, int] = {}
+        crcs: dict[str, str] = {}
+        own: list[tuple[str, Any]] = [(REPLICATED, self.payload)] if self.payload is not None \
+            else []
+        own.append((rank_file(self.comm.rank), self.local))
+        small = _Background(self._write_own, own, files, crcs)
+        if self.sharded_future is None and not self.sharded_state:
+            small.join()  # nothing to overlap with
+        # DCP is a collective of its own (it gathers plans and errors itself); our own files
+        # are written (and fsynced) meanwhile in a thread, not before it
         try:
-            if self.payload is not None:
-                files[REPLICATED] = save_file(self.payload, self.path / REPLICATED)
-            files[rank_file(self.comm.rank)] = save_file(self.local, self.path /
-                                                          rank_file(self.comm.rank))
-            self.payload = self.local = None  # the copies can go now
-        except BaseException as err:  # reported to rank 0, which abandons the save
-            problem = f"rank {self.comm.rank}: {_short(err)}"
-        # DCP is a collective of its own (it gathers plans and errors itself)
-        try:
-            if self.sharded_future is not None:
-                self.sharded_future.result()
-            elif self.sharded_state:
-                sharded.save(self.sharded_state, self.path, self.comm.group)
+            with checksum.our_crc_only():
+                if self.sharded_future is not None:
+                    self.sharded_future.result()
+                elif self.sharded_state:
+                    self.sharded_crcs = sharded.save(self.sharded_state, self.path,
+                                                     self.comm.group)
+            crcs.update({f"{sharded.SUBDIR}/{n}": c for n, c in self.sharded_crcs.items()})
         except BaseException as err:
-            problem = problem or f"rank {self.comm.rank}: sharded state: {_short(err)}"
+            problem = f"rank {self.comm.rank}: sharded state: {_short(err)}"
         finally:
             self.sharded_state = self.sharded_future = None
-        reports = self.comm.gather((problem, files))
+        failed = small.join()
+        self.payload = self.local = None  # the copies can go now
+        if failed is not None:  # reported to rank 0, which abandons the save
+            problem = f"rank {self.comm.rank}: {_short(failed)}"
+        reports = self.comm.gather((problem, files, crcs))
         outcome: Any = None
         if self.comm.rank == 0:
             outcome = self._commit(reports or [])
         outcome = self.comm.broadcast(outcome)
         if isinstance(outcome, tuple):
             raise CheckpointError(f"checkpoint step {self.step} was not saved: {outcome[1]}",
-                                  hint="the previous checkpoint is intact; check free space "
-                                       "and quota (e.g. `lfs quota` on Lustre)")
+                                  hint=outcome[2] if len(outcome) > 2 else _SPACE_HINT)
         return self.directory / layout.step_dirname(self.step)
 
+    def _write_own(self, own: list[tuple[str, Any]], files: dict[str, int],
+                   crcs: dict[str, str]) -> None:
+        assert self.path is not None
+        for name, obj in own:
+            files[name], crcs[name] = save_file(obj, self.path / name)
+
     def _commit(self, reports: list[Any]) -> Any:
+        """Rank 0: write the marker when every rank succeeded. Retention is not done here
+        (the caller runs it after the save returns, see ``Checkpointer``)."""
         assert self.folder is not None and self.path is not None
-        problems = [p for p, _ in reports if p]
+        problems = [p for p, _, _ in reports if p]
         if problems:
             self.abandon()
             return ("error", "; ".join(problems))
         try:
             files: dict[str, int] = {}
-            for _, rank_files in reports:
+            crcs: dict[str, str] = {}
+            for _, rank_files, rank_crcs in reports:
                 files.update(rank_files)
+                crcs.update(rank_crcs)
             shard_dir = self.path / sharded.SUBDIR
             if shard_dir.is_dir():  # DCP fsyncs its files but not their folder
                 fsync_dir(shard_dir)
                 for entry in os.scandir(shard_dir):
                     files[f"{sharded.SUBDIR}/{entry.name}"] = entry.stat().st_size
             fsync_dir(self.path)  # the files' names, before the rename publishes them
-            self.folder.commit(self._marker(files))
-            layout.apply_retention(self.directory, self.keep, protect={self.step})
+            self.folder.commit(self._marker(files, crcs))
+        except CheckpointError as err:
+            self.abandon()
+            return ("error", err.message, err.hint)
         except BaseException as err:
             self.abandon()
             return ("error", _short(err))
         return "ok"
 
-    def _marker(self, files: dict[str, int]) -> dict[str, Any]:
+    def _marker(self, files: dict[str, int], crcs: dict[str, str]) -> dict[str, Any]:
         import torch
 
         from scaletrain._version import __version__
@@ -157,12 +182,34 @@ class SaveJob:
             "torch_version": torch.__version__,
             "objects": {e.name: {"kind": e.kind, "sharded": e.sharded} for e in self.entries},
             "files": dict(sorted(files.items())),
+            # every file's CRC-32, taken while it was written (checked before loading)
+            checksum.ALGORITHM: {k: crcs[k] for k in sorted(files) if k in crcs},
         }
 
     def abandon(self) -> None:
         """Remove the partial folder (rank 0) after a failure."""
         if self.folder is not None:
             self.folder.abandon()
+
+
+class _Background:
+    """A function run in a thread; :meth:`join` returns its exception, if any."""
+
+    def __init__(self, fn: Any, *args: Any) -> None:
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(fn, args), daemon=True,
+                                        name="scaletrain-checkpoint-files")
+        self._thread.start()
+
+    def _run(self, fn: Any, args: tuple[Any, ...]) -> None:
+        try:
+            fn(*args)
+        except BaseException as err:
+            self.error = err
+
+    def join(self) -> BaseException | None:
+        self._thread.join()
+        return self.error
 
 
 def _short(err: BaseException) -> str:

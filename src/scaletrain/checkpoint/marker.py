@@ -1,0 +1,101 @@
+"""The commit marker's content, checked field by field before anything trusts it.
+
+``COMMIT.json`` is written whole (temporary file + rename), so a marker that is not valid was
+damaged or edited after the save. Every field a reader uses is checked for its shape here, so
+a damaged or forged marker is one line naming the field, never an exception deep in a load;
+file names outside the folder (``../../etc/passwd``, absolute paths) are refused.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+MARKER = "COMMIT.json"
+MISSING, GARBAGE = "missing", "garbage"  # what load() returns instead of JSON
+_HEX8 = re.compile(r"^[0-9a-f]{8}$")
+
+
+def load(folder: Path) -> Any:
+    """The marker's parsed JSON, :data:`MISSING`, or :data:`GARBAGE` (unreadable, not JSON)."""
+    try:
+        text = (folder / MARKER).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return MISSING
+    except (OSError, UnicodeDecodeError):
+        return GARBAGE
+    try:
+        return json.loads(text)
+    except ValueError:
+        return GARBAGE
+
+
+def _kind(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _count(value: Any, minimum: int) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int) and value >= minimum
+
+
+def problem(data: Any) -> str | None:
+    """Why parsed JSON is not a commit marker this scaletrain can trust, or None."""
+    if not isinstance(data, dict):
+        return f"it holds a {_kind(data)}, not an object"
+    if not _count(data.get("step"), 0):
+        return f"'step' is {data.get('step')!r}, not a step number"
+    files = data.get("files")
+    if not isinstance(files, dict):
+        return f"'files' is a {_kind(files)}, not an object of file names and sizes"
+    for rel, size in files.items():
+        why = unsafe_name(rel)
+        if why:
+            return why
+        if not _count(size, 0):
+            return f"'files' gives {rel} the size {size!r}, not a number of bytes"
+    objects = data.get("objects", {})
+    if not isinstance(objects, dict):
+        return f"'objects' is a {_kind(objects)}, not an object of state names"
+    for name, info in objects.items():
+        if not isinstance(info, dict) or not isinstance(info.get("sharded", False), bool) \
+                or not isinstance(info.get("kind", ""), str):
+            return f"'objects' describes {name!r} as {info!r}, not as {{kind, sharded}}"
+    crcs = data.get("crc32", {})
+    if not isinstance(crcs, dict) or any(
+            not isinstance(v, str) or not _HEX8.match(v) or k not in files
+            for k, v in crcs.items()):
+        return "'crc32' is not an object of listed files and 8-digit hex checksums"
+    for key in ("format", "world_size"):
+        if not _count(data.get(key, 1), 1):
+            return f"'{key}' is {data.get(key)!r}, not a positive integer"
+    return None
+
+
+def unsafe_name(rel: Any) -> str | None:
+    """Why ``rel`` may not name a file of a checkpoint folder (absolute, ``..``), or None."""
+    if not isinstance(rel, str) or not rel:
+        return f"'files' lists {rel!r}, not a file name"
+    parts = rel.split("/")
+    if rel.startswith("/") or "\\" in rel or "\0" in rel or \
+            any(p in ("", ".", "..") for p in parts):
+        return f"'files' lists {rel!r}, a path outside the checkpoint folder: refused"
+    return None
+
+
+def verify_files(folder: Path, data: dict[str, Any]) -> str | None:
+    """First problem with the files a valid marker lists (leading outside the folder,
+    missing, wrong size), or None. Checksums are checked by the loading ranks (``reader``)."""
+    root = folder.resolve()
+    for rel, size in data["files"].items():
+        path = folder / rel
+        if not path.resolve().is_relative_to(root):
+            return f"{rel} leads outside the checkpoint folder (a symbolic link): refused"
+        try:
+            actual = path.stat().st_size
+        except OSError:
+            return f"{rel} is missing"
+        if actual != size:
+            return f"{rel} has {actual} bytes, the commit marker says {size} (truncated?)"
+    return None
