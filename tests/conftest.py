@@ -1,9 +1,11 @@
 """Shared fixtures. Hygiene fixtures fail any test that leaks state into the next one:
-environment variables, a live process group, threads, or child processes."""
+environment variables, a live process group, installed signal handlers, threads, or child
+processes."""
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import threading
 import time
@@ -35,9 +37,19 @@ def _children(pid: int) -> set[int]:
     return kids
 
 
+# Every signal a handler can be installed for (SIGKILL and SIGSTOP cannot have one).
+_SIGNALS = sorted(s for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP))
+
+
+def _handlers() -> dict[int, object]:
+    """The Python-level handler of each signal now (getsignal reads, installs nothing)."""
+    return {s: signal.getsignal(s) for s in _SIGNALS}
+
+
 @pytest.fixture(autouse=True)
 def _hygiene():
     env_before = {k: v for k, v in os.environ.items() if k not in _ENV_IGNORE}
+    handlers_before = _handlers()
     threads_before = {t.ident for t in threading.enumerate()}
     kids_before = _children(os.getpid())
     yield
@@ -50,6 +62,15 @@ def _hygiene():
         os.environ.clear()
         os.environ.update(env_before)
         problems.append(f"environment variables leaked: {changed}")
+
+    handlers_after = _handlers()
+    changed_signals = [s for s in _SIGNALS if handlers_after[s] is not handlers_before[s]]
+    if changed_signals:
+        for s in changed_signals:  # put the previous handler back so the next test starts clean
+            previous = handlers_before[s]
+            signal.signal(s, previous if previous is not None else signal.SIG_DFL)
+        problems.append("signal handlers left installed: "
+                        f"{[signal.Signals(s).name for s in changed_signals]}")
 
     if "torch.distributed" in sys.modules:
         import torch.distributed as dist

@@ -48,20 +48,12 @@ from scaletrain.observe.records import Record, StepBatch
 from scaletrain.observe.sinks import ConsoleSink, JsonlSink, Sink, TensorBoardSink
 from scaletrain.observe.stepstats import StepStats
 from scaletrain.observe.writer import SinkWriter
+from scaletrain.runtime.current import current_env, live_dist
 
 
 BUFFER_STEPS = 10_000  # steps buffered at most, however long flush_s: checked at each exchange
 DEFAULT_EVERY = 100    # steps between exchanges by default...
 EXCHANGE_S = 1.0       # ...or about this long, when that is more steps (see _exchange)
-
-
-def _dist() -> Any | None:
-    """torch.distributed when a process group is up (without importing torch otherwise)."""
-    if "torch.distributed" not in sys.modules:
-        return None
-    import torch.distributed as dist
-
-    return dist if dist.is_available() and dist.is_initialized() else None
 
 
 class Monitor:
@@ -113,7 +105,7 @@ class Monitor:
         if total_steps is not None and total_steps < 1:
             raise UsageError(f"Monitor: total_steps must be positive, got {total_steps}",
                              "leave it out when the number of steps is not known")
-        self.env = env if env is not None else self._current_env()
+        self.env = env if env is not None else current_env()
         self.rank = self.env.rank if self.env is not None else 0
         self.world_size = self.env.world_size if self.env is not None else 1
         self.device = self.env.device if self.env is not None else "cpu"
@@ -190,12 +182,6 @@ class Monitor:
             self.sampler = DeviceSampler(device_sampler)
 
     # ------------------------------------------------------------------ set-up helpers
-    @staticmethod
-    def _current_env() -> Any:
-        from scaletrain.runtime.init import current
-
-        return current()
-
     def _peak_flops(self) -> float | None:
         if not self._is_cuda():
             return None
@@ -329,7 +315,7 @@ class Monitor:
         elif len(self._buffer) >= BUFFER_STEPS:  # a long flush_s with very short steps: bounded memory
             self._hand_over()
         mine = self._my_window()
-        dist = _dist()
+        dist = live_dist()
         if dist is not None and self.world_size > 1:
             gathered: list[Any] = [None] * self.world_size
             dist.all_gather_object(gathered, mine.to_dict())
@@ -387,7 +373,7 @@ class Monitor:
         if self._step > self._exchanged_at:
             self._exchange()
         self._hand_over()
-        dist = _dist()
+        dist = live_dist()
         if dist is not None and self.world_size > 1:  # exact global throughput: sum over ranks
             mine = (self.summary().get("samples_per_s_per_device"), self.host, self._node,
                     self.sampler.overall() if self.sampler is not None else None)
