@@ -43,6 +43,7 @@ from scaletrain.errors import UsageError
 from scaletrain.fileio import atomic_write
 from scaletrain.observe.commwait import CommWait
 from scaletrain.observe.devices import DeviceSampler, device_key, lookup, node_sampler, samples_here
+from scaletrain.observe.inputs import check_loss, check_run_dir, check_samples, warn_write_failure
 from scaletrain.observe.health import Finding, HealthTracker, RankWindow, attach_samples
 from scaletrain.observe.records import Record, StepBatch
 from scaletrain.observe.sinks import ConsoleSink, JsonlSink, Sink, TensorBoardSink
@@ -124,7 +125,7 @@ class Monitor:
             if console:
                 self.sinks.append(ConsoleSink(total=total_steps, every=log_every, stream=stream))
             if self.run_dir is not None:
-                self.run_dir.mkdir(parents=True, exist_ok=True)
+                check_run_dir(self.run_dir)
                 if jsonl:
                     self.sinks.append(JsonlSink(self.run_dir / "metrics.jsonl", every=jsonl_every))
                 if tensorboard:
@@ -158,6 +159,8 @@ class Monitor:
         self._findings: list[Finding] = []
         self._peak_mem = 0.0
         self._closed = False
+        self._loss_class: type | None = None  # the loss type last checked (check_loss)
+        self._write_failed = False
         self.grad_bytes: int | None = None
         if self._writer is not None:  # an exit without close() still writes what was measured
             atexit.register(self._at_exit)
@@ -255,6 +258,11 @@ class Monitor:
             wait, self._wait = self._wait, 0.0
         else:
             wait, self._wait = float(data_wait_s), 0.0
+        if samples.__class__ is not int or samples < 0:  # the usual int costs one test
+            samples = check_samples(samples)
+        if loss is not None and loss.__class__ is not self._loss_class:
+            check_loss(loss)  # once per loss type, not per step
+            self._loss_class = loss.__class__
         self._step = n = self._step + 1
         # the loss as given: converting a tensor here (.item(), 3-4 us in a real loop) would cost
         # more than the rest of the step path; the writer converts a batch in one call
@@ -290,6 +298,8 @@ class Monitor:
         """Give the buffered steps to the writer thread (rank 0), with the peak memory so far."""
         self._handed = time.perf_counter() if now is None else now
         self._account()
+        if self._writer is not None and self._writer.error is not None:
+            self._write_failed_once(self._writer.error)
         if self._buffer and self._writer is not None:
             mem = self._memory_gb()  # read once per batch rather than once per step
             self._peak_mem = max(self._peak_mem, mem)
@@ -389,11 +399,25 @@ class Monitor:
             summary["samples_per_s"] = float(sum(g[0] for g in gathered))
         if self.sampler is not None:
             self.sampler.close()
-        if self._writer is not None:
-            self._writer.close(summary)
+        self._close_writer(summary)
         if self.rank == 0 and self.run_dir is not None:
-            atomic_write(self.run_dir / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
+            try:
+                atomic_write(self.run_dir / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
+            except OSError as exc:
+                self._write_failed_once(exc)
         return summary
+
+    def _close_writer(self, summary: Record) -> None:
+        if self._writer is not None:
+            try:
+                self._writer.close(summary)
+            except OSError as exc:  # a full disk or a vanished folder: warn, never end the training
+                self._write_failed_once(exc)
+
+    def _write_failed_once(self, exc: BaseException) -> None:
+        if not self._write_failed:
+            self._write_failed = True
+            warn_write_failure(self.run_dir, exc)
 
     def _close_locally(self) -> None:
         """Write what was measured, without a collective (other ranks may never reach one)."""
@@ -402,8 +426,7 @@ class Monitor:
         if self.sampler is not None:
             self.sampler.close()
         self._hand_over()
-        if self._writer is not None:
-            self._writer.close(self.summary())
+        self._close_writer(self.summary())
 
     def _at_exit(self) -> None:
         if not self._closed:

@@ -35,7 +35,11 @@ def _number(value: Any) -> float | None:
     """A float from a number or a one-element tensor (this synchronises a GPU tensor)."""
     if value is None:
         return None
-    return float(value.item()) if hasattr(value, "item") else float(value)
+    if hasattr(value, "item"):
+        # a loss that became a vector after the first steps (only the first is checked): no number
+        count = value.numel() if hasattr(value, "numel") else getattr(value, "size", 1)
+        return float(value.item()) if count == 1 else math.nan
+    return float(value)
 
 
 def _floats(values: list[Any]) -> list[float | None]:
@@ -54,8 +58,8 @@ def _floats(values: list[Any]) -> list[float | None]:
                 flat = iter(torch.stack(tensors if all(t.ndim == 0 for t in tensors)
                                         else [t.reshape(()) for t in tensors]).tolist())
             except RuntimeError:  # different devices or not one element: one by one
-                flat = iter([float(t.item()) for t in tensors])
-        return [next(flat) if hasattr(v, "detach") else None if v is None else float(v) for v in values]
+                flat = iter([_number(t) for t in tensors])
+        return [next(flat) if hasattr(v, "detach") else _number(v) for v in values]
     return [v if type(v) is float or v is None else _number(v) for v in values]
 
 
