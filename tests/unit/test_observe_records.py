@@ -90,3 +90,23 @@ def test_monitor_jsonl_every(tmp_path):
     assert [r["step"] for r in lines if r["type"] == "step"] == [4, 8]
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["steps"] == 10          # the summary still counts every step
+
+
+def _steps(n: int, step_s: float) -> list[tuple]:
+    return [(i, step_s * i, step_s, 8, None, 1.0, 0.0, None, None) for i in range(1, n + 1)]
+
+
+@pytest.mark.parametrize("step_s, stride", [(0.00025, 20), (0.001, 10), (0.004, 2), (0.005, 2),
+                                            (0.01, 1), (0.2, 1), (1e-6, 10_000)])
+def test_spaced_lines_by_default(tmp_path, step_s, stride):
+    """Left out, jsonl_every spaces lines ~10 ms apart after 100 dense steps: a round stride."""
+    from scaletrain.observe.records import spaced_every
+    from scaletrain.observe.sinks import JsonlSink
+
+    steps = _steps(300, step_s)
+    assert spaced_every(steps) == stride
+    sink = JsonlSink(tmp_path / "m.jsonl")  # the Monitor's default
+    sink.write(StepBatch(steps, mem_gb=0.5, world_size=1))
+    sink.close({})
+    written = [json.loads(x)["step"] for x in (tmp_path / "m.jsonl").read_text().splitlines()[:-1]]
+    assert written == [s for s in range(1, 301) if s <= 100 or s % stride == 0]

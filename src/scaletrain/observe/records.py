@@ -21,6 +21,28 @@ Record = dict[str, Any]
 # extra is a dict of the step's extra fields, or None
 STEP_FIELDS = ("step", "t", "step_s", "samples", "tokens", "loss", "data_wait_s", "comm_s", "extra")
 
+# JSONL lines by default (``every=None``): one per step for the first DENSE_STEPS steps, then
+# about one per LINE_SPACING_S of training (a line per step when steps take that long or more).
+# Formatting a line and converting its loss cost ~3 us in Python, 1% of a 0.25 ms step; spaced,
+# the file stays a readable curve at any step time (the summary still sees every step).
+DENSE_STEPS = 100
+LINE_SPACING_S = 0.01
+_ROUND_STRIDES = tuple(m * 10 ** k for k in range(7) for m in (1, 2, 5))
+
+
+def spaced_every(steps: list[tuple[Any, ...]], spacing_s: float = LINE_SPACING_S) -> int:
+    """The stride (1, 2, 5, 10, 20, 50, ...) that spaces a batch's lines about ``spacing_s`` apart."""
+    n = len(steps)
+    mean_s = (steps[-1][1] - steps[0][1]) / (n - 1) if n > 1 else (steps[0][2] if steps else spacing_s)
+    raw = spacing_s / mean_s if mean_s > 0 else 1.0
+    every = 1
+    for stride in _ROUND_STRIDES:  # the largest round stride not above raw: regular step numbers
+        if stride > raw:
+            break
+        every = stride
+    return every
+
+
 # one step's JSON line for the common case (ints, finite floats, no tokens/MFU/extras): the same
 # keys and values as json would write, times to 1 us, rates to 7 significant digits and the loss
 # to 9 (a float32 loss exactly); tests/unit/test_observe_records.py holds the two paths together
@@ -136,13 +158,18 @@ class StepBatch:
             self._records = [self.record(i) for i in range(len(self.steps))]
         return self._records
 
-    def lines(self, every: int = 1) -> str:
+    def lines(self, every: int | None = 1) -> str:
         """The batch as JSONL text: one ``{"type": "step", ...}`` line per step, or per
-        ``every``-th step (step numbers divisible by it); the losses of the other steps are
+        ``every``-th step (step numbers divisible by it), or with ``every=None`` spaced by time
+        (:func:`spaced_every`, every step up to DENSE_STEPS); the losses of the other steps are
         never converted."""
         losses: dict[int, float | None] | list[float | None]
+        dense = 0
+        if every is None:
+            every, dense = spaced_every(self.steps), DENSE_STEPS
         if every > 1:
-            chosen: range | list[int] = [i for i, s in enumerate(self.steps) if s[0] % every == 0]
+            chosen: range | list[int] = [i for i, s in enumerate(self.steps)
+                                         if s[0] % every == 0 or s[0] <= dense]
             if self._losses is None:
                 self._losses_of = dict(zip(chosen, _floats([self.steps[i][5] for i in chosen])))
             losses = self._losses_of if self._losses is None else self._losses

@@ -162,9 +162,9 @@ class JsonlSink:
     records since the last batch and never leaves half a line that a reader would trip on.
     """
 
-    def __init__(self, path: str | os.PathLike[str], every: int = 1) -> None:
+    def __init__(self, path: str | os.PathLike[str], every: int | None = None) -> None:
         self.path = Path(path)
-        self.every = every      # a line for every step, or for each every-th (tiny steps)
+        self.every = every      # a line per every-th step; None: spaced by time (records.spaced_every)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fh = open(self.path, "a", encoding="utf-8")
 
