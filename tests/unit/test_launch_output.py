@@ -1,0 +1,58 @@
+"""`scaletrain run` stops torch's log tailers together (issue 23): each tailer is told the
+workers are finished before any is waited for, and every line written still reaches the console."""
+
+from __future__ import annotations
+
+import io
+import threading
+
+import pytest
+
+api = pytest.importorskip("torch.distributed.elastic.multiprocessing.api")
+from torch.distributed.elastic.multiprocessing.tail_log import TailLog  # noqa: E402
+
+from scaletrain.launch.output import stop_tailers_together  # noqa: E402
+
+
+def _context(tails: list) -> object:
+    ctx = object.__new__(api.SubprocessContext)  # no workers: only what close() touches
+    ctx._tail_logs = tails
+    ctx.filtered_stdout = ctx.filtered_stderr = None
+    ctx._close = lambda **_: None
+    return ctx
+
+
+class _Spy:
+    """A tailer that records, when asked to stop, whether every tailer was already told to finish."""
+
+    def __init__(self, seen: list[bool], everyone: list["_Spy"]) -> None:
+        self._finished_events = {0: threading.Event()}
+        self._seen, self._everyone = seen, everyone
+
+    def stop(self) -> None:
+        self._seen.append(all(e.is_set() for s in self._everyone for e in s._finished_events.values()))
+
+
+def test_every_tailer_is_finished_before_the_first_is_waited_for():
+    stop_tailers_together()
+    seen: list[bool] = []
+    spies: list[_Spy] = []
+    spies += [_Spy(seen, spies), _Spy(seen, spies)]
+    api.PContext.close(_context(spies))
+    assert seen == [True, True]
+    stop_tailers_together()  # idempotent: still one wrapper
+    assert api.PContext.close._scaletrain_together
+
+
+def test_no_line_is_lost(tmp_path):
+    stop_tailers_together()
+    files = {r: tmp_path / f"{r}.log" for r in range(2)}
+    for r, path in files.items():
+        path.write_text("".join(f"line {i} of rank {r}\n" for i in range(50)))
+    out, err = io.StringIO(), io.StringIO()
+    tails = [TailLog("t", {r: str(p) for r, p in files.items()}, dst, {0: "[rank 0] ", 1: "[rank 1] "}).start()
+             for dst in (out, err)]
+    api.PContext.close(_context(tails))
+    for dst in (out, err):
+        lines = dst.getvalue().splitlines()
+        assert len(lines) == 100 and "[rank 1] line 49 of rank 1" in lines
