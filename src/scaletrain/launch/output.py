@@ -61,42 +61,6 @@ def make_logs_specs(log_dir: str, *, ranks: str, node_rank: int) -> Any:
                                local_ranks_filter=console_filter(ranks, node_rank))
 
 
-def stop_tailers_together() -> None:
-    """Make torch's worker-process context stop its log tailers at once, not one by one.
-
-    ``PContext.close`` ends the workers, then calls ``stop()`` on each of its tailers (stdout,
-    stderr) in turn; each ``stop()`` wakes its threads and waits for them, and a thread may be
-    in its 0.1 s sleep. One after another that was ~0.2 s of every launch's exit. Here every
-    tailer is told "finished" as soon as the workers are ended, so their last sleeps overlap;
-    each still reads its file to the end, so no line is lost. Idempotent; a no-op where torch's
-    internals differ from what is expected.
-    """
-    from torch.distributed.elastic.multiprocessing import api
-
-    close = api.PContext.close
-    if getattr(close, "_scaletrain_together", False):
-        return
-
-    def close_together(self: Any, death_sig: Any = None, timeout: int = 30) -> None:
-        tails = list(getattr(self, "_tail_logs", ()))
-        events = [e for tail in tails for e in getattr(tail, "_finished_events", {}).values()]
-        end_workers = self._close
-
-        def end_then_finish(**kwargs: Any) -> None:
-            end_workers(**kwargs)
-            for event in events:  # every tailer drains its file and leaves, together
-                event.set()
-
-        self._close = end_then_finish  # shadows the method for this one call
-        try:
-            close(self, death_sig, timeout)
-        finally:
-            del self._close
-
-    close_together._scaletrain_together = True  # type: ignore[attr-defined]
-    api.PContext.close = close_together  # type: ignore[method-assign]
-
-
 def tail_lines(path: str | None, count: int = 15, max_bytes: int = 64 * 1024) -> list[str]:
     """The last ``count`` lines of a text file (empty list if it is missing)."""
     if not path or not os.path.isfile(path):

@@ -1,5 +1,6 @@
-"""`scaletrain run` stops torch's log tailers together (issue 23): each tailer is told the
-workers are finished before any is waited for, and every line written still reaches the console."""
+"""`scaletrain run`'s two speed fixes to torch's agent (issue 23): the log tailers are told the
+workers are finished before any is waited for, and every line written still reaches the console;
+the rendezvous names its events without inspect.stack(), with the same names."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 api = pytest.importorskip("torch.distributed.elastic.multiprocessing.api")
 from torch.distributed.elastic.multiprocessing.tail_log import TailLog  # noqa: E402
 
-from scaletrain.launch.output import stop_tailers_together  # noqa: E402
+from scaletrain.launch.agent_speed import cheap_rendezvous_event_names, stop_tailers_together  # noqa: E402
 
 
 def _context(tails: list) -> object:
@@ -56,3 +57,30 @@ def test_no_line_is_lost(tmp_path):
     for dst in (out, err):
         lines = dst.getvalue().splitlines()
         assert len(lines) == 100 and "[rank 1] line 49 of rank 1" in lines
+
+
+def test_rendezvous_event_names_are_the_same_without_inspect_stack(monkeypatch):
+    import inspect
+
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous as rdzv
+
+    def torchs(depth=2):  # torch 2.13's get_method_name, as a baseline
+        if len(inspect.stack()) > depth:
+            return inspect.stack()[depth].function
+        return "no_method_name"
+
+    def caller_of_caller():
+        return rdzv.get_method_name()
+
+    def outer():
+        return caller_of_caller()
+
+    monkeypatch.setattr(rdzv, "get_method_name", torchs)  # restored after the test
+    before = outer()
+    cheap_rendezvous_event_names()
+    assert rdzv.get_method_name is not torchs and rdzv.get_method_name._scaletrain
+    calls = []
+    monkeypatch.setattr(inspect, "stack", lambda *a: calls.append(a) or [])
+    assert outer() == before == "outer"
+    assert calls == []
+    cheap_rendezvous_event_names()  # idempotent
