@@ -262,7 +262,15 @@ def device_sampler() -> Result:
         backend.read()
         n += 1
     cost_us = (time.perf_counter() - t0) / n * 1e6
-    return {"status": "ok", "backend": getattr(backend, "name", type(backend).__name__), "while_busy": busy, "read_cost_us": round(cost_us, 1)}
+    return {"status": "ok", "backend": getattr(backend, "name", type(backend).__name__), "while_busy": busy,
+            "util_pct": _util(busy), "read_cost_us": round(cost_us, 1)}
+
+
+def _util(snapshot: dict[str, Any]) -> float | None:
+    """Device 0's mean utilisation in a sampler snapshot (the figure the table shows)."""
+    devices = snapshot.get("devices") or {}
+    first = devices.get("0") or next(iter(devices.values()), {})
+    return first.get("util_pct")
 
 
 def doctor() -> Result:

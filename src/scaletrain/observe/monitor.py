@@ -259,15 +259,16 @@ class Monitor:
             wait, self._wait = self._wait, 0.0
         else:
             wait, self._wait = float(data_wait_s), 0.0
+        count: int | float = samples
         if samples.__class__ is not int or samples < 0:  # the usual int costs one test
-            samples = check_samples(samples)
+            count = check_samples(samples)
         if loss is not None and loss.__class__ is not self._loss_class:
             check_loss(loss)  # once per loss type, not per step
             self._loss_class = loss.__class__
         self._step = n = self._step + 1
         # the loss as given: converting a tensor here (.item(), 3-4 us in a real loop) would cost
         # more than the rest of the step path; the writer converts a batch in one call
-        self._buffer.append((n, now - self._t0, step_s if step_s > 1e-9 else 1e-9, samples, tokens,
+        self._buffer.append((n, now - self._t0, step_s if step_s > 1e-9 else 1e-9, count, tokens,
                              loss if self._keep_loss else None, wait,
                              self._comm.take() if self._comm is not None else None,
                              extra or None))  # the usual empty dict freed now: fewer GC-tracked objects held
