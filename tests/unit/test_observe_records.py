@@ -110,3 +110,32 @@ def test_spaced_lines_by_default(tmp_path, step_s, stride):
     sink.close({})
     written = [json.loads(x)["step"] for x in (tmp_path / "m.jsonl").read_text().splitlines()[:-1]]
     assert written == [s for s in range(1, 301) if s <= 100 or s % stride == 0]
+
+
+def test_monitor_keeps_only_the_losses_its_lines_show(tmp_path, monkeypatch):
+    """Past the dense start, the Monitor drops at step() the losses of steps no sink shows (so
+    the training thread frees them), and every JSONL line still has its loss."""
+    import itertools
+
+    import scaletrain.observe.monitor as monitor_module
+    from scaletrain.observe.monitor import Monitor
+    from scaletrain.observe.records import loss_stride
+
+    assert loss_stride(20, 10) == 10 and loss_stride(20, None) == 20 and loss_stride(None, 10) == 10
+    clock = itertools.count()
+    monkeypatch.setattr(monitor_module.time, "perf_counter", lambda: next(clock) * 0.00025)  # 0.25 ms steps
+    mon = Monitor(tmp_path, console=False, device_sampler=None, flush_s=0.05)  # a hand-over each 200 steps
+    handed = []
+    write = mon._writer.write
+    monkeypatch.setattr(mon._writer, "write", lambda batch: handed.append(batch) or write(batch))
+    for i in range(1, 1001):
+        mon.step(samples=1, loss=float(i))
+    assert mon._line_every == 20 and mon._loss_every == 20
+    mon.close()
+    kept = {s[0]: s[5] is not None for batch in handed for s in batch.steps}
+    assert [n for n in range(401, 1001) if kept[n]] == list(range(420, 1001, 20))
+    assert all(kept[n] for n in range(1, 101))
+    steps = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()
+             if json.loads(x)["type"] == "step"]
+    assert [s["step"] for s in steps] == [s for s in range(1, 1001) if s <= 100 or s % 20 == 0]
+    assert all(s["loss"] == float(s["step"]) for s in steps)

@@ -45,7 +45,7 @@ from scaletrain.observe.commwait import CommWait
 from scaletrain.observe.devices import DeviceSampler, device_key, lookup, node_sampler, samples_here
 from scaletrain.observe.inputs import check_loss, check_run_dir, check_samples, warn_write_failure
 from scaletrain.observe.health import Finding, HealthTracker, RankWindow, attach_samples
-from scaletrain.observe.records import Record, StepBatch
+from scaletrain.observe.records import DENSE_STEPS, NEVER, Record, StepBatch, loss_stride, spaced_every
 from scaletrain.observe.sinks import ConsoleSink, JsonlSink, Sink, TensorBoardSink
 from scaletrain.observe.stepstats import StepStats
 from scaletrain.observe.writer import SinkWriter
@@ -153,7 +153,11 @@ class Monitor:
         self._accounted = 0          # buffered steps already in the statistics below
         self._handed = self._t0
         self._flush_after = flush_s if self._writer is not None else math.inf
-        self._keep_loss = self._writer is not None
+        # losses kept for every N-th step only (records.loss_stride), retuned at each hand-over
+        self._loss_every = 1 if self._writer is not None else NEVER
+        self._line_every = 1          # the spaced JSONL stride in force (records.spaced_every)
+        self._strides = (any(isinstance(s, JsonlSink) for s in self.sinks), jsonl_every,
+                         log_every if console else None, tensorboard)
         self._exchanged_at = 0
         self._next_exchange = every
         self._stats = StepStats(warmup)   # the window and the run, folded in off the step path
@@ -269,7 +273,7 @@ class Monitor:
         # the loss as given: converting a tensor here (.item(), 3-4 us in a real loop) would cost
         # more than the rest of the step path; the writer converts a batch in one call
         self._buffer.append((n, now - self._t0, step_s if step_s > 1e-9 else 1e-9, count, tokens,
-                             loss if self._keep_loss else None, wait,
+                             loss if n % self._loss_every == 0 else None, wait,
                              self._comm.take() if self._comm is not None else None,
                              extra or None))  # the usual empty dict freed now: fewer GC-tracked objects held
         if n == self._next_exchange:
@@ -306,9 +310,24 @@ class Monitor:
             mem = self._memory_gb()  # read once per batch rather than once per step
             self._peak_mem = max(self._peak_mem, mem)
             self._writer.write(StepBatch(self._buffer, mem_gb=mem, world_size=self.world_size,
-                                         mfu_scale=self._mfu_scale()))
+                                         mfu_scale=self._mfu_scale(),
+                                         # 1: every loss was kept, the sink may space the lines itself
+                                         line_every=self._line_every if self._line_every > 1 else None))
+            self._retune_losses()
         self._buffer = []
         self._accounted = 0
+
+    def _retune_losses(self) -> None:
+        """From the batch just handed over: the JSONL stride and which losses to keep next."""
+        has_jsonl, fixed, console_every, tensorboard = self._strides
+        if tensorboard:  # it logs every step's loss
+            return
+        line: int | None = None
+        if has_jsonl:
+            if fixed is None:
+                self._line_every = spaced_every(self._buffer) if self._step >= DENSE_STEPS else 1
+            line = fixed or self._line_every
+        self._loss_every = loss_stride(line, console_every)
 
     def _my_window(self) -> RankWindow:
         step_s, comm_s, wait_frac = self._stats.take_window()

@@ -43,6 +43,20 @@ def spaced_every(steps: list[tuple[Any, ...]], spacing_s: float = LINE_SPACING_S
     return every
 
 
+# A stride so large that no step number reaches it: "keep no loss".
+NEVER = 1 << 62
+
+
+def loss_stride(line_every: int | None, console_every: int | None) -> int:
+    """Keep the losses of every N-th step only: those the JSONL lines (every ``line_every``-th
+    step, None: no file) and the console lines (every ``console_every``-th, None: no console)
+    show. Dropping the others at once lets the training thread free their autograd graphs,
+    as it does without a monitor, instead of the writer thread freeing them later."""
+    if line_every is None:
+        return console_every if console_every is not None else NEVER
+    return math.gcd(line_every, console_every) if console_every is not None else line_every
+
+
 # one step's JSON line for the common case (ints, finite floats, no tokens/MFU/extras): the same
 # keys and values as json would write, times to 1 us, rates to 7 significant digits and the loss
 # to 9 (a float32 loss exactly); tests/unit/test_observe_records.py holds the two paths together
@@ -114,8 +128,9 @@ class StepBatch:
     """
 
     def __init__(self, steps: list[tuple[Any, ...]], *, mem_gb: float, world_size: int,
-                 mfu_scale: float | None = None) -> None:
+                 mfu_scale: float | None = None, line_every: int | None = None) -> None:
         self.steps = steps
+        self.line_every = line_every  # the stride the Monitor kept losses for, when it chose one
         self.mem_gb = mem_gb
         self.world_size = world_size
         self.mfu_scale = mfu_scale
@@ -166,7 +181,7 @@ class StepBatch:
         losses: dict[int, float | None] | list[float | None]
         dense = 0
         if every is None:
-            every, dense = spaced_every(self.steps), DENSE_STEPS
+            every, dense = self.line_every or spaced_every(self.steps), DENSE_STEPS
         if every > 1:
             chosen: range | list[int] = [i for i, s in enumerate(self.steps)
                                          if s[0] % every == 0 or s[0] <= dense]

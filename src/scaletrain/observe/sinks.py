@@ -90,6 +90,10 @@ class ConsoleSink:
             return
         if self.bar:
             last = batch.record(len(batch) - 1)
+            if last.get("loss") is None:  # the Monitor keeps only the losses a sink shows: the newest
+                kept = next((i for i in range(len(batch) - 1, -1, -1) if batch.steps[i][5] is not None), None)
+                if kept is not None:
+                    last = {**last, "loss": batch.record(kept)["loss"]}
             now = time.monotonic()
             if now - self._last_draw < 0.2 and last["step"] != self.total:
                 return
