@@ -18,8 +18,9 @@ second, cross-rank exchange every 100 steps, device sampler "auto"). Three figur
   counter), against the CPU time of a step without the monitor. CPU time does not count other
   processes' turns, so this figure moves least with machine load.
 
-Two more rows of the tiny MLP show what the per-step JSONL line costs: ``jsonl_every=10`` (a
-line for every tenth step) and ``jsonl=False`` (console and summary only).
+Three more rows of the tiny MLP show what the JSONL lines cost: ``jsonl_every=1`` (a line per
+step, the default before lines were spaced by time), ``jsonl_every=10`` (every tenth step) and
+``jsonl=False`` (console and summary only).
 
 ``--repeats N`` runs the whole measurement N times in fresh processes and prints every run.
 Prints a markdown table per run.
@@ -38,6 +39,10 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+
+
+# the rows that fix jsonl_every; the others keep the default (lines spaced ~10 ms apart)
+_JSONL_EVERY = {"1": 1, "10": 10}
 
 
 class _Null:
@@ -65,6 +70,7 @@ def measure(rounds: int, steps: int) -> None:
     cnn = build("cnn", device="cpu")
     cases = {
         "tiny MLP (16 x 64)": (tiny, lambda i: tiny(x).pow(2).mean(), 16, steps),
+        "tiny MLP, jsonl_every=1": (tiny, lambda i: tiny(x).pow(2).mean(), 16, steps),
         "tiny MLP, jsonl_every=10": (tiny, lambda i: tiny(x).pow(2).mean(), 16, steps),
         "tiny MLP, jsonl=False": (tiny, lambda i: tiny(x).pow(2).mean(), 16, steps),
         "CNN (bench 'cnn', batch 32)": (cnn.model, lambda i: cnn.loss(cnn.model, cnn.make_batch(32, i)), 32,
@@ -97,7 +103,7 @@ def measure(rounds: int, steps: int) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             # the defaults; console off (a benchmark's output), and the JSONL file where asked
             monitor = Monitor(tmp, console=False, device_sampler="auto", jsonl="jsonl=False" not in name,
-                              jsonl_every=10 if "jsonl_every=10" in name else 1)
+                              jsonl_every=_JSONL_EVERY.get(name.rpartition("jsonl_every=")[2]))
             block(None), block(monitor)  # warm-up
             wall, cpu, base_wall, base_cpu = [], [], [], []
             for r in range(rounds):

@@ -1,13 +1,14 @@
 """Shared fixtures. Hygiene fixtures fail any test that leaks state into the next one:
-environment variables, a live process group, threads, or processes - children, and
-grandchildren too: pytest is made a child subreaper (Linux), so a process orphaned below a
-test (a worker's daemon that outlived `scaletrain run`) is reparented to pytest, not init,
+environment variables, a live process group, installed signal handlers, threads, or processes -
+children, and grandchildren too: pytest is made a child subreaper (Linux), so a process orphaned
+below a test (a worker's daemon that outlived `scaletrain run`) is reparented to pytest, not init,
 and is seen here."""
 
 from __future__ import annotations
 
 import ctypes
 import os
+import signal
 import sys
 import threading
 import time
@@ -65,9 +66,25 @@ except (OSError, AttributeError):  # not Linux: direct children only
     pass
 
 
+# Every signal a handler can be installed for (SIGKILL and SIGSTOP cannot have one).
+_SIGNALS = sorted(s for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP))
+
+
+def _handlers() -> dict[int, object]:
+    """The Python-level handler of each signal now (getsignal reads, installs nothing)."""
+    return {s: signal.getsignal(s) for s in _SIGNALS}
+
+
+def _torchs_own(handler: object) -> bool:
+    """A handler torch installs once per process on purpose (the DataLoader's SIGCHLD handler,
+    set at the first multi-worker loader and never removed): not a test's leak."""
+    return str(getattr(handler, "__module__", "") or "").startswith("torch.")
+
+
 @pytest.fixture(autouse=True)
 def _hygiene():
     env_before = {k: v for k, v in os.environ.items() if k not in _ENV_IGNORE}
+    handlers_before = _handlers()
     threads_before = {t.ident for t in threading.enumerate()}
     kids_before = _descendants(os.getpid())
     yield
@@ -80,6 +97,16 @@ def _hygiene():
         os.environ.clear()
         os.environ.update(env_before)
         problems.append(f"environment variables leaked: {changed}")
+
+    handlers_after = _handlers()
+    changed_signals = [s for s in _SIGNALS if handlers_after[s] is not handlers_before[s]
+                       and not _torchs_own(handlers_after[s])]
+    if changed_signals:
+        for s in changed_signals:  # put the previous handler back so the next test starts clean
+            previous = handlers_before[s]
+            signal.signal(s, previous if previous is not None else signal.SIG_DFL)
+        problems.append("signal handlers left installed: "
+                        f"{[signal.Signals(s).name for s in changed_signals]}")
 
     if "torch.distributed" in sys.modules:
         import torch.distributed as dist

@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # the real signatures for type checkers and IDEs; nothing run
     from scaletrain.runtime.env import Env
     from scaletrain.runtime.helpers import barrier, main_first, print, rank_print
     from scaletrain.runtime.init import init, shutdown
+    from scaletrain.runtime.timeouts import training_started
 
 # public name -> module that defines it
 _LAZY: dict[str, str] = {

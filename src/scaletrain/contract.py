@@ -35,12 +35,27 @@ GPU_CPU_MAP_VAR = "SCALETRAIN_GPU_CPU_MAP"
 TIMEOUT_VAR = "SCALETRAIN_TIMEOUT"            # collective timeout in seconds once training runs
 RUN_DIR_VAR = "SCALETRAIN_RUN_DIR"            # `scaletrain run`'s folder: error records, stacks/
 AGENT_PID_VAR = "SCALETRAIN_AGENT_PID"        # the launcher's PID: workers die with it
-STOP_SIGNALS_VAR = "SCALETRAIN_STOP_SIGNALS"  # "USR1:time_limit,TERM:preempted" or "none"
+STOP_SIGNALS_VAR = "SCALETRAIN_STOP_SIGNALS"  # format_stop_signals(...) or "none"
 
 # Exit code of a process that stopped on purpose at a time limit or preemption after its
 # state was saved: "try again later" (BSD sysexits EX_TEMPFAIL). A batch script requeues the
 # job only when its tasks ended with this code.
 EXIT_STOPPED = 75
+
+# The stop signals, by name without "SIG" (as sbatch's --signal, bash's trap and
+# SCALETRAIN_STOP_SIGNALS write them). Under --requeue Slurm sends TIME_LIMIT_SIGNAL to the batch
+# shell (``--signal=B:USR1@N``) shortly before the time limit, and a preemption sends
+# PREEMPT_SIGNAL; the batch shell and `scaletrain run` pass FORWARDED_SIGNALS on to the workers,
+# whose runtime turns DEFAULT_STOP_SIGNALS into stop requests with these reasons.
+TIME_LIMIT_SIGNAL = "USR1"
+PREEMPT_SIGNAL = "TERM"
+FORWARDED_SIGNALS = ("USR1", "USR2", "TERM")
+DEFAULT_STOP_SIGNALS: dict[str, str] = {TIME_LIMIT_SIGNAL: "time_limit", PREEMPT_SIGNAL: "preempted"}
+
+
+def format_stop_signals(signals: Mapping[str, str]) -> str:
+    """``{"USR1": "time_limit", "TERM": "preempted"}`` -> ``"USR1:time_limit,TERM:preempted"``."""
+    return ",".join(f"{name}:{reason}" for name, reason in signals.items())
 
 
 def format_cores(cores: Sequence[int]) -> str:

@@ -90,3 +90,52 @@ def test_monitor_jsonl_every(tmp_path):
     assert [r["step"] for r in lines if r["type"] == "step"] == [4, 8]
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["steps"] == 10          # the summary still counts every step
+
+
+def _steps(n: int, step_s: float) -> list[tuple]:
+    return [(i, step_s * i, step_s, 8, None, 1.0, 0.0, None, None) for i in range(1, n + 1)]
+
+
+@pytest.mark.parametrize("step_s, stride", [(0.00025, 20), (0.001, 10), (0.004, 2), (0.005, 2),
+                                            (0.01, 1), (0.2, 1), (1e-6, 10_000)])
+def test_spaced_lines_by_default(tmp_path, step_s, stride):
+    """Left out, jsonl_every spaces lines ~10 ms apart after 100 dense steps: a round stride."""
+    from scaletrain.observe.records import spaced_every
+    from scaletrain.observe.sinks import JsonlSink
+
+    steps = _steps(300, step_s)
+    assert spaced_every(steps) == stride
+    sink = JsonlSink(tmp_path / "m.jsonl")  # the Monitor's default
+    sink.write(StepBatch(steps, mem_gb=0.5, world_size=1))
+    sink.close({})
+    written = [json.loads(x)["step"] for x in (tmp_path / "m.jsonl").read_text().splitlines()[:-1]]
+    assert written == [s for s in range(1, 301) if s <= 100 or s % stride == 0]
+
+
+def test_monitor_keeps_only_the_losses_its_lines_show(tmp_path, monkeypatch):
+    """Past the dense start, the Monitor drops at step() the losses of steps no sink shows (so
+    the training thread frees them), and every JSONL line still has its loss."""
+    import itertools
+
+    import scaletrain.observe.monitor as monitor_module
+    from scaletrain.observe.monitor import Monitor
+    from scaletrain.observe.records import loss_stride
+
+    assert loss_stride(20, 10) == 10 and loss_stride(20, None) == 20 and loss_stride(None, 10) == 10
+    clock = itertools.count()
+    monkeypatch.setattr(monitor_module.time, "perf_counter", lambda: next(clock) * 0.00025)  # 0.25 ms steps
+    mon = Monitor(tmp_path, console=False, device_sampler=None, flush_s=0.05)  # a hand-over each 200 steps
+    handed = []
+    write = mon._writer.write
+    monkeypatch.setattr(mon._writer, "write", lambda batch: handed.append(batch) or write(batch))
+    for i in range(1, 1001):
+        mon.step(samples=1, loss=float(i))
+    assert mon._line_every == 20 and mon._loss_every == 20
+    mon.close()
+    kept = {s[0]: s[5] is not None for batch in handed for s in batch.steps}
+    assert [n for n in range(401, 1001) if kept[n]] == list(range(420, 1001, 20))
+    assert all(kept[n] for n in range(1, 101))
+    steps = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()
+             if json.loads(x)["type"] == "step"]
+    assert [s["step"] for s in steps] == [s for s in range(1, 1001) if s <= 100 or s % 20 == 0]
+    assert all(s["loss"] == float(s["step"]) for s in steps)

@@ -4,6 +4,7 @@ the user program is ``Any``. Skipped where mypy is not installed (``pip install 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -48,3 +49,22 @@ def test_the_check_catches_a_public_name_that_lost_its_type(tmp_path):
     assert out.returncode == 1, out.stdout + out.stderr
     assert 'Expression has type "Any"' in out.stdout
     assert "user_program.py:" in out.stdout and "scaletrain/" not in out.stdout
+
+
+def test_every_public_name_has_a_type(tmp_path):
+    """mypy's revealed type of each name in ``scaletrain.__all__`` (and ``print``) is not ``Any``."""
+    import scaletrain
+
+    names = [n for n in scaletrain.__all__ if n != "__version__"] + ["print"]
+    program = tmp_path / "public_names.py"
+    program.write_text("import scaletrain\n" + "".join(f"reveal_type(scaletrain.{n})\n" for n in names))
+    out = subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(REPO / "pyproject.toml"),
+                          "--cache-dir", str(REPO / ".mypy_cache"), "--no-error-summary",
+                          str(program)],
+                         cwd=REPO, capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "MYPYPATH": str(REPO / "src")})
+    revealed = [line.split('Revealed type is "', 1)[1].rstrip('"')
+                for line in out.stdout.splitlines() if "Revealed type is" in line]
+    assert len(revealed) == len(names), out.stdout + out.stderr
+    untyped = [n for n, kind in zip(names, revealed) if kind == "Any"]
+    assert untyped == [], f"public names typed Any: {untyped}"

@@ -16,10 +16,12 @@ class Comm:
     def __init__(self) -> None:
         import torch.distributed as dist
 
-        self.distributed = dist.is_available() and dist.is_initialized() and \
-            dist.get_world_size() > 1
-        self.rank = dist.get_rank() if self.distributed else 0
-        self.world_size = dist.get_world_size() if self.distributed else 1
+        from scaletrain.runtime.current import live_dist, rank_world
+
+        rank, world = rank_world() if live_dist() is not None else (0, 1)
+        self.distributed = world > 1
+        self.rank = rank if self.distributed else 0
+        self.world_size = world
         # Every rank creates the group at the same call (the first save or load).
         self.group: Any = dist.new_group(backend="gloo") if self.distributed else None
 

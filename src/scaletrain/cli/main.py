@@ -62,8 +62,9 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message, f"see '{self.prog} --help'")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser with every verb registered."""
+def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser with every verb registered, or only ``verb``'s (its module alone is
+    imported: ``scaletrain run`` starts its workers without building the other verbs' parsers)."""
     parser = _Parser(
         prog="scaletrain",
         description="Take a PyTorch training program from one GPU to many GPUs and Slurm nodes.",
@@ -72,8 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"scaletrain {__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
-    for module_name in VERBS.values():
-        importlib.import_module(module_name).register(sub)
+    for name, module_name in VERBS.items():
+        if verb is None or name == verb:
+            importlib.import_module(module_name).register(sub)
     return parser
 
 
@@ -82,7 +84,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     try:
         check_utf8(args_list)
-        parser = build_parser()
+        # a known verb first: build its parser only (top-level --help and mistakes get them all)
+        parser = build_parser(args_list[0] if args_list and args_list[0] in VERBS else None)
         args = parser.parse_args(args_list)
         args._argv = tuple(args_list)  # the exact command, for generated scripts' provenance
         if not getattr(args, "func", None):

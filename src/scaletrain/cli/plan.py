@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from scaletrain.contract import TIME_LIMIT_SIGNAL
 from scaletrain.errors import UsageError
 
 if TYPE_CHECKING:
@@ -95,7 +96,7 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
                    help="copy/extract a dataset (dir, .tar, .tar.gz, .zip) to node-local scratch first; "
                         "the program finds it in $SCALETRAIN_DATA")
     r.add_argument("--requeue", action="store_true",
-                   help="USR1 before the time limit, passed to the tasks; the job then requeues itself")
+                   help=f"{TIME_LIMIT_SIGNAL} before the time limit, passed to the tasks; the job then requeues itself")
     r.add_argument("--job-name", type=A.job_name, metavar="NAME", help="Slurm job name (default: the script's name)")
     r.add_argument("--accelerate-config", type=A.text(), metavar="NAME|FILE",
                    help="with --launcher accelerate: ddp, fsdp-shard-grad-op, fsdp-full-shard, fsdp-offload or "

@@ -37,6 +37,7 @@ from scaletrain.data.lr import check_global_batch
 from scaletrain.data.sampler import ResumableDistributedSampler, ShardedIterable
 from scaletrain.errors import ScaletrainError, UsageError
 from scaletrain.runtime import timeouts
+from scaletrain.runtime.current import current_env
 from scaletrain.runtime.env import Env
 
 AUTO_WORKERS_CAP = 8  # past ~8 workers per process, input pipelines rarely get faster
@@ -87,41 +88,13 @@ def auto_num_workers(env: Env, cap: int = AUTO_WORKERS_CAP) -> int:
     return max(0, min(cap, cpus - 1))
 
 
-def _initialised_env() -> Env | None:
-    try:
-        from scaletrain.runtime.init import current
-    except ImportError:  # runtime not built in this tree
-        return None
-    try:
-        return current()
-    except ScaletrainError:
-        return None
-
-
 def resolve_env(env: Env | None = None, *, rank: int | None = None,
                 world_size: int | None = None) -> Env:
     """The rank and world size to shard for: ``env`` if given; else the Env of
     ``scaletrain.init()``; else a live torch.distributed process group; else
     ``scaletrain.detect()``; else a single process. ``rank=``/``world_size=`` override."""
     if env is None:
-        env = _initialised_env()
-    if env is None:
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            # a group the user started without scaletrain.init(): its rank is the truth
-            on_gpu = dist.get_backend() == "nccl" and torch.cuda.is_available()
-            env = Env(rank=dist.get_rank(), world_size=dist.get_world_size(),
-                      local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
-                      device=f"cuda:{torch.cuda.current_device()}" if on_gpu else "cpu",
-                      backend=str(dist.get_backend()))
-    if env is None:
-        try:
-            from scaletrain.runtime.detect import detect
-        except ImportError:
-            env = Env()
-        else:
-            env = detect()
+        env = current_env()
     if rank is not None or world_size is not None:
         env = dataclasses.replace(env, rank=env.rank if rank is None else rank,
                                   world_size=env.world_size if world_size is None else world_size)

@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 
 from scaletrain.errors import UsageError
+from scaletrain.runtime.current import collective_device
 
 
 def _world(group: Any = None) -> int:
@@ -24,11 +25,7 @@ def _world(group: Any = None) -> int:
 
 
 def _comm_device(group: Any = None) -> torch.device:
-    # NCCL reduces only CUDA tensors; gloo (and the CPU part of "cpu:gloo,cuda:nccl") takes CPU ones.
-    backend = str(dist.get_backend(group)).lower()
-    if backend == "nccl" or (backend.startswith("cuda") and "cpu" not in backend):
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
+    return torch.device(collective_device(group))
 
 
 def all_reduce_mean(value: float | int | torch.Tensor, *, weight: float | int | None = None,

@@ -30,6 +30,7 @@ from scaletrain.launch.failure import (FailedRank, collect_failures, render_tail
                                        worker_failed_error)
 from scaletrain.launch.group_check import read_records, verdict
 from scaletrain.launch.mps import mps_daemon
+from scaletrain.launch.agent_speed import cheap_rendezvous_event_names, stop_tailers_together
 from scaletrain.launch.output import make_logs_specs, prefix_template
 from scaletrain.launch.ports import check_port_free
 from scaletrain.launch.reaper import ending_with_run
@@ -165,6 +166,8 @@ def launch(plan: LaunchPlan) -> int:
 
     log_dir = tempfile.mkdtemp(prefix="scaletrain_run_")
     logs_specs = make_logs_specs(log_dir, ranks=plan.ranks, node_rank=plan.node_rank)
+    stop_tailers_together()
+    cheap_rendezvous_event_names()
     records = os.path.join(log_dir, "groups")
     os.mkdir(records)
     if plan.cpu:

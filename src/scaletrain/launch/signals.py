@@ -27,10 +27,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from scaletrain.contract import EXIT_STOPPED
+from scaletrain.contract import EXIT_STOPPED, FORWARDED_SIGNALS
 from scaletrain.launch.reaper import children
 
-FORWARDED = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM)
+FORWARDED = tuple(signal.Signals["SIG" + name] for name in FORWARDED_SIGNALS)
 # Seconds the workers get after a forwarded SIGTERM to save and exit on their own, before the
 # agent's shutdown (SIGTERM again, SIGKILL SHUTDOWN_TIMEOUT_S later). Slurm's KillWait and a
 # preemption's GraceTime usually end the job sooner; this bounds a local `kill`.

@@ -43,25 +43,18 @@ from scaletrain.errors import UsageError
 from scaletrain.fileio import atomic_write
 from scaletrain.observe.commwait import CommWait
 from scaletrain.observe.devices import DeviceSampler, device_key, lookup, node_sampler, samples_here
+from scaletrain.observe.inputs import check_loss, check_run_dir, check_samples, warn_write_failure
 from scaletrain.observe.health import Finding, HealthTracker, RankWindow, attach_samples
-from scaletrain.observe.records import Record, StepBatch
+from scaletrain.observe.records import DENSE_STEPS, NEVER, Record, StepBatch, loss_stride, spaced_every
 from scaletrain.observe.sinks import ConsoleSink, JsonlSink, Sink, TensorBoardSink
 from scaletrain.observe.stepstats import StepStats
 from scaletrain.observe.writer import SinkWriter
+from scaletrain.runtime.current import current_env, live_dist
 
 
 BUFFER_STEPS = 10_000  # steps buffered at most, however long flush_s: checked at each exchange
 DEFAULT_EVERY = 100    # steps between exchanges by default...
 EXCHANGE_S = 1.0       # ...or about this long, when that is more steps (see _exchange)
-
-
-def _dist() -> Any | None:
-    """torch.distributed when a process group is up (without importing torch otherwise)."""
-    if "torch.distributed" not in sys.modules:
-        return None
-    import torch.distributed as dist
-
-    return dist if dist.is_available() and dist.is_initialized() else None
 
 
 class Monitor:
@@ -74,10 +67,10 @@ class Monitor:
         console: print progress on rank 0 (a bar on a terminal, a line every ``log_every``
             steps elsewhere).
         jsonl: write ``run_dir/metrics.jsonl``.
-        jsonl_every: a JSONL line for every step (1, the default) or for every N-th step only.
-            On sub-millisecond steps formatting a line per step is most of what monitoring
-            costs (see docs/benchmarks.md); the summary, the console and the cross-rank checks
-            still see every step.
+        jsonl_every: a JSONL line for every N-th step. Left out: a line per step for the first
+            100 steps, then about one per 10 ms of training, i.e. every step when steps take 10 ms
+            or more (formatting a line costs ~1% of a 0.25 ms step; see docs/benchmarks.md).
+            The summary, the console and the cross-rank checks see every step either way.
         tensorboard: write TensorBoard event files to ``run_dir/tensorboard`` (needs the
             ``monitor`` extra).
         every: steps between cross-rank exchanges (straggler and idle-device checks). Left
@@ -99,21 +92,22 @@ class Monitor:
     """
 
     def __init__(self, run_dir: str | os.PathLike[str] | None = None, *, total_steps: int | None = None,
-                 console: bool = True, jsonl: bool = True, jsonl_every: int = 1, tensorboard: bool = False,
+                 console: bool = True, jsonl: bool = True, jsonl_every: int | None = None, tensorboard: bool = False,
                  every: int | None = None, flush_s: float = 1.0, log_every: int = 10, warmup: int = 1,
                  flops_per_sample: float | None = None, peak_flops: float | None = None,
                  device_sampler: Any = "auto", device_id: str | None = None, num_workers: int | None = None,
                  env: Any = None, stream: Any = None) -> None:
         self._spaced = every is None  # exchanges spaced by time unless a step count was asked for
         every = DEFAULT_EVERY if every is None else every
-        if every < 1 or log_every < 1 or jsonl_every < 1 or warmup < 0 or not flush_s > 0:
+        if (every < 1 or log_every < 1 or (jsonl_every is not None and jsonl_every < 1) or warmup < 0
+                or not flush_s > 0):
             raise UsageError("Monitor: every, log_every and jsonl_every must be >= 1, flush_s > 0 and "
                              "warmup >= 0",
                              "e.g. Monitor(run_dir, every=100, flush_s=1.0, log_every=10, warmup=1)")
         if total_steps is not None and total_steps < 1:
             raise UsageError(f"Monitor: total_steps must be positive, got {total_steps}",
                              "leave it out when the number of steps is not known")
-        self.env = env if env is not None else self._current_env()
+        self.env = env if env is not None else current_env()
         self.rank = self.env.rank if self.env is not None else 0
         self.world_size = self.env.world_size if self.env is not None else 1
         self.device = self.env.device if self.env is not None else "cpu"
@@ -132,7 +126,7 @@ class Monitor:
             if console:
                 self.sinks.append(ConsoleSink(total=total_steps, every=log_every, stream=stream))
             if self.run_dir is not None:
-                self.run_dir.mkdir(parents=True, exist_ok=True)
+                check_run_dir(self.run_dir)
                 if jsonl:
                     self.sinks.append(JsonlSink(self.run_dir / "metrics.jsonl", every=jsonl_every))
                 if tensorboard:
@@ -159,13 +153,19 @@ class Monitor:
         self._accounted = 0          # buffered steps already in the statistics below
         self._handed = self._t0
         self._flush_after = flush_s if self._writer is not None else math.inf
-        self._keep_loss = self._writer is not None
+        # losses kept for every N-th step only (records.loss_stride), retuned at each hand-over
+        self._loss_every = 1 if self._writer is not None else NEVER
+        self._line_every = 1          # the spaced JSONL stride in force (records.spaced_every)
+        self._strides = (any(isinstance(s, JsonlSink) for s in self.sinks), jsonl_every,
+                         log_every if console else None, tensorboard)
         self._exchanged_at = 0
         self._next_exchange = every
         self._stats = StepStats(warmup)   # the window and the run, folded in off the step path
         self._findings: list[Finding] = []
         self._peak_mem = 0.0
         self._closed = False
+        self._loss_class: type | None = None  # the loss type last checked (check_loss)
+        self._write_failed = False
         self.grad_bytes: int | None = None
         if self._writer is not None:  # an exit without close() still writes what was measured
             atexit.register(self._at_exit)
@@ -190,12 +190,6 @@ class Monitor:
             self.sampler = DeviceSampler(device_sampler)
 
     # ------------------------------------------------------------------ set-up helpers
-    @staticmethod
-    def _current_env() -> Any:
-        from scaletrain.runtime.init import current
-
-        return current()
-
     def _peak_flops(self) -> float | None:
         if not self._is_cuda():
             return None
@@ -269,11 +263,17 @@ class Monitor:
             wait, self._wait = self._wait, 0.0
         else:
             wait, self._wait = float(data_wait_s), 0.0
+        count: int | float = samples
+        if samples.__class__ is not int or samples < 0:  # the usual int costs one test
+            count = check_samples(samples)
+        if loss is not None and loss.__class__ is not self._loss_class:
+            check_loss(loss)  # once per loss type, not per step
+            self._loss_class = loss.__class__
         self._step = n = self._step + 1
         # the loss as given: converting a tensor here (.item(), 3-4 us in a real loop) would cost
         # more than the rest of the step path; the writer converts a batch in one call
-        self._buffer.append((n, now - self._t0, step_s if step_s > 1e-9 else 1e-9, samples, tokens,
-                             loss if self._keep_loss else None, wait,
+        self._buffer.append((n, now - self._t0, step_s if step_s > 1e-9 else 1e-9, count, tokens,
+                             loss if n % self._loss_every == 0 else None, wait,
                              self._comm.take() if self._comm is not None else None,
                              extra or None))  # the usual empty dict freed now: fewer GC-tracked objects held
         if n == self._next_exchange:
@@ -304,13 +304,30 @@ class Monitor:
         """Give the buffered steps to the writer thread (rank 0), with the peak memory so far."""
         self._handed = time.perf_counter() if now is None else now
         self._account()
+        if self._writer is not None and self._writer.error is not None:
+            self._write_failed_once(self._writer.error)
         if self._buffer and self._writer is not None:
             mem = self._memory_gb()  # read once per batch rather than once per step
             self._peak_mem = max(self._peak_mem, mem)
             self._writer.write(StepBatch(self._buffer, mem_gb=mem, world_size=self.world_size,
-                                         mfu_scale=self._mfu_scale()))
+                                         mfu_scale=self._mfu_scale(),
+                                         # 1: every loss was kept, the sink may space the lines itself
+                                         line_every=self._line_every if self._line_every > 1 else None))
+            self._retune_losses()
         self._buffer = []
         self._accounted = 0
+
+    def _retune_losses(self) -> None:
+        """From the batch just handed over: the JSONL stride and which losses to keep next."""
+        has_jsonl, fixed, console_every, tensorboard = self._strides
+        if tensorboard:  # it logs every step's loss
+            return
+        line: int | None = None
+        if has_jsonl:
+            if fixed is None:
+                self._line_every = spaced_every(self._buffer) if self._step >= DENSE_STEPS else 1
+            line = fixed or self._line_every
+        self._loss_every = loss_stride(line, console_every)
 
     def _my_window(self) -> RankWindow:
         step_s, comm_s, wait_frac = self._stats.take_window()
@@ -329,7 +346,7 @@ class Monitor:
         elif len(self._buffer) >= BUFFER_STEPS:  # a long flush_s with very short steps: bounded memory
             self._hand_over()
         mine = self._my_window()
-        dist = _dist()
+        dist = live_dist()
         if dist is not None and self.world_size > 1:
             gathered: list[Any] = [None] * self.world_size
             dist.all_gather_object(gathered, mine.to_dict())
@@ -387,7 +404,7 @@ class Monitor:
         if self._step > self._exchanged_at:
             self._exchange()
         self._hand_over()
-        dist = _dist()
+        dist = live_dist()
         if dist is not None and self.world_size > 1:  # exact global throughput: sum over ranks
             mine = (self.summary().get("samples_per_s_per_device"), self.host, self._node,
                     self.sampler.overall() if self.sampler is not None else None)
@@ -403,11 +420,25 @@ class Monitor:
             summary["samples_per_s"] = float(sum(g[0] for g in gathered))
         if self.sampler is not None:
             self.sampler.close()
-        if self._writer is not None:
-            self._writer.close(summary)
+        self._close_writer(summary)
         if self.rank == 0 and self.run_dir is not None:
-            atomic_write(self.run_dir / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
+            try:
+                atomic_write(self.run_dir / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
+            except OSError as exc:
+                self._write_failed_once(exc)
         return summary
+
+    def _close_writer(self, summary: Record) -> None:
+        if self._writer is not None:
+            try:
+                self._writer.close(summary)
+            except OSError as exc:  # a full disk or a vanished folder: warn, never end the training
+                self._write_failed_once(exc)
+
+    def _write_failed_once(self, exc: BaseException) -> None:
+        if not self._write_failed:
+            self._write_failed = True
+            warn_write_failure(self.run_dir, exc)
 
     def _close_locally(self) -> None:
         """Write what was measured, without a collective (other ranks may never reach one)."""
@@ -416,8 +447,7 @@ class Monitor:
         if self.sampler is not None:
             self.sampler.close()
         self._hand_over()
-        if self._writer is not None:
-            self._writer.close(self.summary())
+        self._close_writer(self.summary())
 
     def _at_exit(self) -> None:
         if not self._closed:

@@ -90,6 +90,10 @@ class ConsoleSink:
             return
         if self.bar:
             last = batch.record(len(batch) - 1)
+            if last.get("loss") is None:  # the Monitor keeps only the losses a sink shows: the newest
+                kept = next((i for i in range(len(batch) - 1, -1, -1) if batch.steps[i][5] is not None), None)
+                if kept is not None:
+                    last = {**last, "loss": batch.record(kept)["loss"]}
             now = time.monotonic()
             if now - self._last_draw < 0.2 and last["step"] != self.total:
                 return
@@ -162,9 +166,9 @@ class JsonlSink:
     records since the last batch and never leaves half a line that a reader would trip on.
     """
 
-    def __init__(self, path: str | os.PathLike[str], every: int = 1) -> None:
+    def __init__(self, path: str | os.PathLike[str], every: int | None = None) -> None:
         self.path = Path(path)
-        self.every = every      # a line for every step, or for each every-th (tiny steps)
+        self.every = every      # a line per every-th step; None: spaced by time (records.spaced_every)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fh = open(self.path, "a", encoding="utf-8")
 

@@ -52,6 +52,11 @@ class SinkWriter:
                 self._error = exc
             self.cpu_s += time.thread_time() - cpu0
 
+    @property
+    def error(self) -> BaseException | None:
+        """The first error a sink raised, None so far (then nothing more is written)."""
+        return self._error
+
     def write(self, batch: StepBatch) -> None:
         """Queue a batch of buffered steps."""
         self._queue.put(("write", batch))

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from scaletrain.clusters.profile import ClusterProfile, format_time, parse_time
 from scaletrain.clusters.resources import ERROR, Resources, billed_gpu_hours
-from scaletrain.contract import EXIT_STOPPED
+from scaletrain.contract import EXIT_STOPPED, TIME_LIMIT_SIGNAL
 from scaletrain.errors import PlanError, UsageError
 from scaletrain.plan import layout, software
 from scaletrain.plan.jobfiles import JobFile, framework_files
@@ -155,7 +155,8 @@ def _check_request(req: JobRequest, profile: ClusterProfile) -> None:
                          "and TF_CONFIG from 'python -m scaletrain.frameworks.tensorflow'")
     if req.requeue and req.launcher in SPECS and not SPECS[req.launcher].requeue_ok:
         raise UsageError(f"--requeue cannot work with --launcher {req.launcher}: its per-node agent dies of the "
-                         f"USR1 that asks the workers to save, and exits 1 (not {EXIT_STOPPED}) when they stop",
+                         f"{TIME_LIMIT_SIGNAL} that asks the workers to save, and exits 1 (not {EXIT_STOPPED}) "
+                         "when they stop",
                          "use --launcher scaletrain-run (torchrun-style scripts run unchanged and the signal "
                          "reaches them), or a launcher with one task per GPU (scaletrain, srun)")
     missing = profile.missing_launchers.get(req.launcher)
@@ -205,7 +206,7 @@ def make_plan(request: JobRequest, profile: ClusterProfile) -> Plan:
     signal_s = None
     if request.requeue:
         signal_s = REQUEUE_WARNING_S if seconds >= 6 * REQUEUE_WARNING_S else max(30, seconds // 6)
-        notes.append(f"USR1 reaches the batch shell {signal_s} s before the limit; it is passed to every "
+        notes.append(f"{TIME_LIMIT_SIGNAL} reaches the batch shell {signal_s} s before the limit; it is passed to every "
                      f"task and the job requeues itself (at most {MAX_REQUEUES} times)")
     notes += [n for n in (bind_note, *_launcher_notes(request, profile, nodes, gpn)) if n]
     device = "cpu" if profile.gpu_vendor == "none" or gpn == 0 else request.device

@@ -15,7 +15,8 @@ import shlex
 from scaletrain._version import __version__
 
 # one formula for MASTER_PORT and the variable names, shared with the runtime and lint
-from scaletrain.contract import CLUSTER_VAR, DATA_VAR, EXIT_STOPPED, PORT_SHELL_EXPR
+from scaletrain.contract import (CLUSTER_VAR, DATA_VAR, EXIT_STOPPED, PORT_SHELL_EXPR, PREEMPT_SIGNAL,
+                                 TIME_LIMIT_SIGNAL)
 from scaletrain.errors import DistEnvError
 from scaletrain.plan.jobfiles import folder_word
 from scaletrain.plan.jobfiles import shell_lines as job_file_lines
@@ -182,13 +183,14 @@ def _requeue_block(plan: Plan) -> list[str]:
     """
     bound = plan.max_requeues
     return [
-        f"# --requeue: Slurm sends USR1 here {plan.signal_seconds} s before the time limit, SIGTERM at a",
+        f"# --requeue: Slurm sends {TIME_LIMIT_SIGNAL} here {plan.signal_seconds} s before the time limit, "
+        f"SIG{PREEMPT_SIGNAL} at a",
         "# preemption. srun relays them to every task, which saves at its next step and exits with",
         f"# {EXIT_STOPPED}; only then is the job put back in the queue (at most {bound} times).",
         '_scaletrain_stop() { echo "scaletrain: job $SLURM_JOB_ID got SIG$1; the tasks save and stop" >&2;',
         '  kill -"$1" "$SRUN_PID" 2>/dev/null || true; }',
-        "trap '_scaletrain_stop USR1' USR1",
-        "trap '_scaletrain_stop TERM' TERM",
+        f"trap '_scaletrain_stop {TIME_LIMIT_SIGNAL}' {TIME_LIMIT_SIGNAL}",
+        f"trap '_scaletrain_stop {PREEMPT_SIGNAL}' {PREEMPT_SIGNAL}",
         f"{launch_command(plan)} &",
         "SRUN_PID=$!",
         "set +e",

@@ -8,6 +8,7 @@ from ``--sbatch OPTION[=VALUE]``, refused when it would contradict what the plan
 from __future__ import annotations
 
 from scaletrain.clusters.profile import ClusterProfile, format_time
+from scaletrain.contract import TIME_LIMIT_SIGNAL
 from scaletrain.errors import UsageError
 from scaletrain.plan.request import JobRequest
 from scaletrain.plan.values import check_sbatch
@@ -95,7 +96,7 @@ def sbatch_options(request: JobRequest, profile: ClusterProfile, *, job_name: st
         lines.append(("error", request.error_log))
     lines += _extra(request)
     if signal_s is not None:
-        lines.append(("signal", f"B:USR1@{signal_s}"))
+        lines.append(("signal", f"B:{TIME_LIMIT_SIGNAL}@{signal_s}"))
         lines.append(("requeue", ""))
         lines.append(("open-mode", "append"))  # a requeued run must not truncate the first's log
     for name, value in lines:

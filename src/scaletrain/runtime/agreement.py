@@ -20,6 +20,7 @@ from typing import Any
 
 from scaletrain.errors import UsageError
 from scaletrain.runtime import preempt, timeouts
+from scaletrain.runtime.current import collective_device, live_dist
 
 FLAG_BITS = 8  # poll(flags) carries bits 0..7; each travels as its own MAX, i.e. an OR
 _SLOTS = 2 + FLAG_BITS  # [stop code, mean step time in us, flag bits...]
@@ -89,18 +90,16 @@ class StopAgreement:
             pass
 
     def _setup(self) -> None:
-        dist = sys.modules.get("torch.distributed")
-        self._distributed = bool(dist is not None and dist.is_available()
-                                 and dist.is_initialized()
-                                 and dist.get_world_size(self._group) > 1)
+        dist = live_dist()
+        self._distributed = bool(dist is not None and dist.get_world_size(self._group) > 1)
         if not self._distributed:
             return
         import torch
 
         assert dist is not None  # poll() runs only with a process group
-        backend = str(dist.get_backend(self._group)).lower()
-        if "nccl" in backend and torch.cuda.is_available():
-            device = torch.device("cuda", torch.cuda.current_device())
+        where = collective_device(self._group)
+        if where != "cpu":
+            device = torch.device(where)
             self._buffer = torch.zeros(_SLOTS, dtype=torch.int32, device=device)
             self._host = torch.zeros(_SLOTS, dtype=torch.int32, pin_memory=True)
             self._stream = torch.cuda.Stream(device=device)

@@ -15,28 +15,9 @@ from contextlib import contextmanager
 from typing import Any, Literal
 
 from scaletrain.errors import DistEnvError
+from scaletrain.runtime.current import collective_device, live_dist, rank_world
 from scaletrain.runtime.detect import detect_placement
 from scaletrain.runtime.init import current
-
-
-def _group() -> Any | None:
-    """torch.distributed when a default process group is live, else None (no import)."""
-    dist = sys.modules.get("torch.distributed")
-    if dist is not None and dist.is_available() and dist.is_initialized():
-        return dist
-    return None
-
-
-def _rank_world() -> tuple[int, int]:
-    """(rank, world size): from init(), else the live group, else the launcher's variables."""
-    env = current()
-    if env is not None:
-        return env.rank, env.world_size
-    dist = _group()
-    if dist is not None:
-        return dist.get_rank(), dist.get_world_size()
-    placement = detect_placement()  # who am I is enough: no device decision here
-    return placement.rank, placement.world_size
 
 
 def rank_print(*args: Any, ranks: Iterable[int] | Literal["all"] = (0,), **kwargs: Any) -> None:
@@ -47,7 +28,7 @@ def rank_print(*args: Any, ranks: Iterable[int] | Literal["all"] = (0,), **kwarg
     arguments go to the builtin ``print``; output is flushed so ranks do not interleave
     half lines.
     """
-    rank, world = _rank_world()
+    rank, world = rank_world()
     if ranks == "all":
         chosen = True
         prefix = world > 1
@@ -75,17 +56,17 @@ def barrier() -> None:
     Raises :class:`DistEnvError` in a multi-process job without a process group: a barrier
     that cannot wait for anyone would silently let ranks race.
     """
-    dist = _group()
+    dist = live_dist()
     if dist is not None:
         if dist.get_world_size() > 1:
-            env = current()
-            if env is not None and env.backend == "nccl" and env.device.startswith("cuda:"):
+            device = collective_device()
+            if device.startswith("cuda:"):
                 # name the GPU: NCCL would otherwise guess it from the rank
-                dist.barrier(device_ids=[int(env.device.split(":", 1)[1])])
+                dist.barrier(device_ids=[int(device.split(":", 1)[1])])
             else:
                 dist.barrier()
         return
-    _, world = _rank_world()
+    _, world = rank_world()
     if world > 1:
         raise DistEnvError(f"barrier() in a job of {world} processes without a process group",
                            "call scaletrain.init() first")
@@ -108,7 +89,7 @@ def main_first(*, local: bool = False) -> Iterator[None]:
     if env is not None:
         first = env.is_local_main if local else env.is_main
     else:
-        rank, _ = _rank_world()
+        rank, _ = rank_world()
         first = (detect_placement().local_rank == 0) if local else rank == 0
     if not first:
         barrier()

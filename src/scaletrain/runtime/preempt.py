@@ -33,15 +33,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scaletrain.contract import EXIT_STOPPED, STOP_SIGNALS_VAR
+from scaletrain.contract import DEFAULT_STOP_SIGNALS, EXIT_STOPPED, STOP_SIGNALS_VAR, format_stop_signals
 from scaletrain.errors import UsageError
 from scaletrain.fileio import atomic_write
+from scaletrain.runtime.current import live_dist, rank_world
 
 # The reasons a stop can have, in increasing urgency: when ranks disagree (one got USR1, another
 # TERM), the reduction's MAX picks the most urgent. Code 0 means "no stop".
 REASONS = ("requested", "time_limit", "preempted")
 _CODE = {reason: i + 1 for i, reason in enumerate(REASONS)}
-DEFAULT_SIGNALS: dict[str, str] = {"SIGUSR1": "time_limit", "SIGTERM": "preempted"}
+DEFAULT_SIGNALS: dict[str, str] = {"SIG" + name: reason for name, reason in DEFAULT_STOP_SIGNALS.items()}
 STOP_RECORD = "stop.json"
 
 # How the log line names each reason.
@@ -76,7 +77,7 @@ def parse_signals(text: str) -> dict[str, str]:
         name, sep, reason = item.partition(":")
         if not sep:
             raise UsageError(f"{STOP_SIGNALS_VAR}: {item!r} is not SIGNAL:REASON",
-                             'write it like "USR1:time_limit,TERM:preempted", or "none"')
+                             f'write it like "{format_stop_signals(DEFAULT_STOP_SIGNALS)}", or "none"')
         mapping[name.strip()] = reason.strip()
     return mapping
 
@@ -269,9 +270,8 @@ def write_stop_record(directory: str | os.PathLike[str], *, reason: str, step: i
     """
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
-    dist = sys.modules.get("torch.distributed")
-    ranks = (dist.get_world_size() if dist is not None and dist.is_available()
-             and dist.is_initialized() else 1)
+    dist = live_dist()
+    ranks = rank_world()[1] if dist is not None else 1
     restart = os.environ.get("SLURM_RESTART_COUNT", "0").strip()
     record = {
         "reason": reason,

@@ -1,0 +1,341 @@
+"""The GPU acceptance run: every GPU figure scaletrain claims, measured in one command.
+
+    python benchmarks/gpu_check.py [--out gpu-check] [--budget-s 540]
+    bash scripts/gpu-check.sh [OUT]          # installs what is missing first, then this
+
+Writes ``OUT/gpu_check.json`` and ``OUT/gpu_check.md`` (one table). Each step reports ``ok``
+with its figures, ``failed`` with the error's last line, or ``skipped`` with the reason (on a
+machine without a GPU every GPU step says "skipped: no GPU", so the command runs end to end on
+a CPU and CI runs that form). The steps, cheapest first, each under its own time limit so the
+whole run fits a 10-minute command:
+
+- ``environment``: torch, CUDA or ROCm (HIP), the card and its datasheet bf16 peak;
+- ``gpu tests``: ``pytest -m gpu`` (the GPU-marked tests);
+- ``setup vs loop``: one bf16 training step of the small GPT through ``scaletrain.setup``
+  (ddp, zero3) against the same step written by hand (goal <= 1.01x);
+- ``mfu``: the small GPT of examples/strategies_gpt.py, bf16, eager and ``torch.compile``d,
+  model FLOP utilisation against the card's peak (6 x parameters x tokens per step);
+- ``bench comm``: ``scaletrain bench comm --nproc 1`` on the card. At world 1 a collective
+  moves nothing between GPUs: this shows the call overhead and on-card copy rate, not a link;
+- ``checkpoint``: save/load GB/s of GPU-resident state, replicated (sync and async, with the
+  training pause of async) and sharded (zero3 at world 1);
+- ``device sampler``: the Monitor's NVML/AMD SMI sampler reading utilisation and memory while
+  the card multiplies matrices; ``sampler cost``: microseconds per reading;
+- ``doctor``: ``scaletrain doctor --json`` (NCCL/RCCL reachable, the card seen).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "src"))
+
+Result = dict[str, Any]
+NO_GPU = "no GPU"
+
+
+def _gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _run(cmd: list[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout_s)
+
+
+def _last_line(text: str) -> str:
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1][:200] if lines else ""
+
+
+def _gpt(dim: int = 512, layers: int = 8, seq: int = 512, vocab: int = 8192) -> tuple[Any, Any]:
+    """The example's GPT at a size that keeps an H100 busy, and a batch of token ids."""
+    import importlib.util
+
+    import torch
+
+    spec = importlib.util.spec_from_file_location("strategies_gpt", REPO / "examples" / "strategies_gpt.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    torch.manual_seed(0)
+    model = mod.GPT(vocab=vocab, seq=seq, dim=dim, heads=8, layers=layers).cuda()
+    batch = torch.randint(0, vocab, (16, seq), device="cuda")
+    return model, batch
+
+
+def _step_time(step: Callable[[], Any], steps: int = 20, warmup: int = 5) -> float:
+    """Median seconds of ``step`` (synchronised each time: the figure is the GPU's step)."""
+    import torch
+
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        step()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _loss(model: Any, batch: Any) -> Any:
+    import torch.nn.functional as F
+
+    logits = model(batch[:, :-1])
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), batch[:, 1:].reshape(-1))
+
+
+# ---------------------------------------------------------------------------- the steps
+def environment() -> Result:
+    import torch
+
+    out: Result = {"torch": torch.__version__, "cuda": torch.version.cuda, "hip": getattr(torch.version, "hip", None)}
+    if not _gpu():
+        return {**out, "status": "ok", "device": NO_GPU}
+    from scaletrain.observe.flops import peak_flops
+
+    name = torch.cuda.get_device_name(0)
+    return {**out, "status": "ok", "device": name, "count": torch.cuda.device_count(),
+            "peak_bf16_tflops": (peak_flops(name) or 0) / 1e12 or None}
+
+
+def gpu_tests() -> Result:
+    if not _gpu():
+        return {"status": "skipped", "reason": NO_GPU}
+    proc = _run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", "tests/unit"], 240)
+    return {"status": "ok" if proc.returncode == 0 else "failed", "summary": _last_line(proc.stdout)}
+
+
+def setup_vs_loop() -> Result:
+    if not _gpu():
+        return {"status": "skipped", "reason": NO_GPU}
+    import torch
+
+    import scaletrain
+
+    scaletrain.init(device="cuda")
+    out: Result = {"status": "ok"}
+    model, batch = _gpt()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def by_hand() -> None:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = _loss(model, batch)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    hand = _step_time(by_hand)
+    out["hand_ms"] = round(hand * 1e3, 3)
+    for strategy in ("ddp", "zero3"):
+        m, b = _gpt()
+        wrapped, o = scaletrain.setup(m, torch.optim.AdamW(m.parameters(), lr=1e-4), strategy=strategy,
+                                      precision="bf16")
+
+        def ours() -> None:
+            loss = _loss(wrapped, b)
+            scaletrain.backward(loss)
+            o.step()
+            o.zero_grad(set_to_none=True)
+
+        t = _step_time(ours)
+        out[f"{strategy}_ms"] = round(t * 1e3, 3)
+        out[f"{strategy}_vs_hand"] = round(t / hand, 3)
+    return out
+
+
+def mfu() -> Result:
+    if not _gpu():
+        return {"status": "skipped", "reason": NO_GPU}
+    import torch
+
+    from scaletrain.observe.flops import peak_flops
+
+    peak = peak_flops(torch.cuda.get_device_name(0))
+    out: Result = {"status": "ok", "peak_bf16_tflops": peak / 1e12 if peak else None}
+    for compiled in (False, True):
+        model, batch = _gpt()
+        params = sum(p.numel() for p in model.parameters())
+        run = torch.compile(model) if compiled else model
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+
+        def step() -> None:
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = _loss(run, batch)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+        t = _step_time(step, warmup=8 if compiled else 5)
+        flops = 6 * params * batch[:, :-1].numel() / t
+        key = "compiled" if compiled else "eager"
+        out[f"{key}_ms"] = round(t * 1e3, 3)
+        out[f"{key}_tflops"] = round(flops / 1e12, 1)
+        out[f"{key}_mfu"] = round(flops / peak, 4) if peak else None
+    return out
+
+
+def bench_comm() -> Result:
+    if not _gpu():
+        return {"status": "skipped", "reason": NO_GPU}
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = _run([sys.executable, "-m", "scaletrain", "bench", "comm", "--nproc", "1", "--sizes", "1M..1G:8",
+                     "--ops", "all_reduce", "--out", tmp], 150)
+        if proc.returncode != 0:
+            return {"status": "failed", "error": _last_line(proc.stderr or proc.stdout)}
+        report = json.loads((Path(tmp) / "comm.json").read_text())
+    return {"status": "ok", "note": "world 1: call overhead and on-card copies, no link", "report": report}
+
+
+def checkpoint() -> Result:
+    if not _gpu():
+        return {"status": "skipped", "reason": NO_GPU}
+    import torch
+
+    import scaletrain
+
+    scaletrain.init(device="cuda")
+    gb = 1.0
+    out: Result = {"status": "ok", "state_gb": gb}
+    layers = [torch.nn.Linear(8192, 8192, bias=False) for _ in range(int(gb * 2**30 / (8192 * 8192 * 4)))]
+    for kind, strategy in (("replicated", "ddp"), ("sharded", "zero3")):
+        model = torch.nn.Sequential(*layers).cuda()
+        wrapped, _ = scaletrain.setup(model, None, strategy=strategy) if strategy == "zero3" else (model, None)
+        for mode in ("sync", "async") if kind == "replicated" else ("sync",):
+            with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR")) as tmp:
+                ck = scaletrain.Checkpointer(tmp, keep=1, async_save=mode == "async", exit_on_stop=False)
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                ck.save(1, {"model": wrapped})
+                pause = time.perf_counter() - t0
+                ck.wait()
+                save = time.perf_counter() - t0
+                t0 = time.perf_counter()
+                ck.load_latest({"model": wrapped})
+                torch.cuda.synchronize()
+                load = time.perf_counter() - t0
+                ck.close()
+            out[f"{kind}_{mode}_save_gbps"] = round(gb / save, 2)
+            out[f"{kind}_{mode}_load_gbps"] = round(gb / load, 2)
+            if mode == "async":
+                out[f"{kind}_async_pause_s"] = round(pause, 3)
+    return out
+
+
+def device_sampler() -> Result:
+    if not _gpu():
+        return {"status": "skipped", "reason": NO_GPU}
+    import torch
+
+    from scaletrain.observe.devices import node_sampler
+
+    sampler = node_sampler("cuda:0", interval_s=0.2)
+    backend = sampler._backend  # the NVML / AMD SMI reader itself, for its cost per reading
+    if not sampler.available or backend is None:
+        return {"status": "skipped", "reason": f"no device backend: {sampler.reason}"}
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    end = time.perf_counter() + 3.0
+    while time.perf_counter() < end:
+        a = (a @ a).clamp_(-1, 1)
+    torch.cuda.synchronize()
+    busy = sampler.snapshot()
+    sampler.close()
+    t0 = time.perf_counter()
+    n = 0
+    while n < 200:
+        backend.read()
+        n += 1
+    cost_us = (time.perf_counter() - t0) / n * 1e6
+    return {"status": "ok", "backend": getattr(backend, "name", type(backend).__name__), "while_busy": busy,
+            "util_pct": _util(busy), "read_cost_us": round(cost_us, 1)}
+
+
+def _util(snapshot: dict[str, Any]) -> float | None:
+    """Device 0's mean utilisation in a sampler snapshot (the figure the table shows)."""
+    devices = snapshot.get("devices") or {}
+    first = devices.get("0") or next(iter(devices.values()), {})
+    return first.get("util_pct")
+
+
+def doctor() -> Result:
+    if not _gpu():
+        return {"status": "skipped", "reason": NO_GPU}
+    proc = _run([sys.executable, "-m", "scaletrain", "doctor", "--json"], 120)
+    try:
+        report = json.loads(proc.stdout)
+    except ValueError:
+        return {"status": "failed", "error": _last_line(proc.stderr or proc.stdout)}
+    return {"status": "ok" if proc.returncode == 0 else "failed", "report": report}
+
+
+STEPS: dict[str, Callable[[], Result]] = {
+    "environment": environment, "gpu tests": gpu_tests, "setup vs loop": setup_vs_loop, "mfu": mfu,
+    "bench comm": bench_comm, "checkpoint": checkpoint, "device sampler": device_sampler, "doctor": doctor,
+}
+
+
+def _figures(result: Result) -> str:
+    skip = {"status", "reason", "report", "while_busy"}
+    parts = [f"{k}={v}" for k, v in result.items() if k not in skip and v is not None]
+    return ", ".join(parts)
+
+
+def markdown(doc: Result) -> str:
+    """One table: step, status (with the reason when not ok), figures."""
+    lines = [f"GPU acceptance run, {doc['date']}, {doc['host']}, {doc['device']}", "",
+             "| step | status | figures |", "|---|---|---|"]
+    for name, result in doc["steps"].items():
+        status = result["status"] + (f": {result['reason']}" if result.get("reason") else "")
+        if result.get("error"):
+            status += f": {result['error']}"
+        lines.append(f"| {name} | {status} | {_figures({k: v for k, v in result.items() if k != 'error'})} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default="gpu-check", help="folder for gpu_check.json and gpu_check.md")
+    p.add_argument("--budget-s", type=float, default=540.0, help="skip the steps left once this is spent")
+    args = p.parse_args(argv)
+    start = time.perf_counter()
+    steps: dict[str, Result] = {}
+    for name, step in STEPS.items():
+        if time.perf_counter() - start > args.budget_s:
+            steps[name] = {"status": "skipped", "reason": f"time budget of {args.budget_s:.0f} s spent"}
+            continue
+        t0 = time.perf_counter()
+        try:
+            steps[name] = step()
+        except Exception as exc:  # noqa: BLE001 - one step's failure must not hide the others' figures
+            steps[name] = {"status": "failed", "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+        steps[name]["seconds"] = round(time.perf_counter() - t0, 1)
+        print(f"gpu-check: {name}: {steps[name]['status']}", file=sys.stderr, flush=True)
+    env = steps["environment"]
+    doc: Result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                   "host": platform.node(), "device": env.get("device", NO_GPU), "steps": steps}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "gpu_check.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    (out / "gpu_check.md").write_text(markdown(doc))
+    print(markdown(doc))
+    return 1 if any(r["status"] == "failed" for r in steps.values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""What the Monitor accepts from the training loop, and what it does when its files fail.
+
+Checked where it is cheap: ``samples`` with one type test and one comparison per step, the loss
+only when its type changes (a tensor's shape is looked at once, on the first tensor), so the
+step path stays a few hundred nanoseconds. A file the Monitor cannot write is an error before
+training (the folder) and a warning during it (a full disk): metrics are never worth a crash.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+from scaletrain.errors import UsageError
+
+
+class MonitorWriteWarning(UserWarning):
+    """The Monitor could not write its files (a full disk, a folder made read-only); training goes on."""
+
+
+def check_samples(samples: Any) -> int | float:
+    """``samples`` as a count >= 0 (an int, or a finite float); UsageError otherwise."""
+    if isinstance(samples, bool) or not isinstance(samples, numbers.Real) \
+            or not math.isfinite(samples) or samples < 0:
+        raise UsageError(f"Monitor.step: samples must be a count >= 0, got {samples!r}",
+                         "pass the number of samples this process trained on in the step, "
+                         "e.g. samples=len(batch)")
+    return int(samples) if isinstance(samples, numbers.Integral) else float(samples)
+
+
+def check_loss(loss: Any) -> None:
+    """Raise UsageError unless ``loss`` is a real number or a one-element tensor/array."""
+    if hasattr(loss, "numel"):  # a tensor: its shape, once (no device synchronisation)
+        if loss.numel() == 1 and not loss.is_complex():
+            return
+        shape = tuple(loss.shape)
+    elif hasattr(loss, "size") and hasattr(loss, "dtype"):  # a numpy array or scalar
+        if loss.size == 1 and getattr(loss.dtype, "kind", "") in "biuf":
+            return
+        shape = tuple(getattr(loss, "shape", ()))
+    elif isinstance(loss, numbers.Real) and not isinstance(loss, bool):
+        return
+    else:
+        raise UsageError(f"Monitor.step: loss must be a number or a one-element tensor, got "
+                         f"{type(loss).__name__} {str(loss)[:40]!r}",
+                         "pass the scalar loss, e.g. loss=loss.detach() (or leave loss out)")
+    raise UsageError(f"Monitor.step: loss must be one number, got a tensor of shape {shape}",
+                     "reduce it first, e.g. loss=loss.mean().detach()")
+
+
+def check_run_dir(run_dir: Path) -> None:
+    """Create ``run_dir``, or say in one line why the Monitor cannot write there."""
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise UsageError(f"Monitor: {run_dir} exists and is not a folder",
+                         "pass a folder for run_dir (metrics.jsonl and summary.json go in it)") from None
+    except OSError as exc:
+        raise UsageError(f"Monitor: cannot create {run_dir}: {exc.strerror or exc}",
+                         "pass a folder you can write, or run_dir=None for the console only") from None
+    if not os.access(run_dir, os.W_OK | os.X_OK):
+        raise UsageError(f"Monitor: cannot write in {run_dir}: permission denied",
+                         "pass a folder you can write, or run_dir=None for the console only")
+
+
+def warn_write_failure(run_dir: Path | None, exc: BaseException) -> None:
+    """One warning that the metrics could not be written (the caller warns once)."""
+    what = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+    warnings.warn(f"scaletrain.Monitor: could not write the metrics in {run_dir}: {what}; "
+                  "training goes on without them", MonitorWriteWarning, stacklevel=3)
