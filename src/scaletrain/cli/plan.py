@@ -268,42 +268,9 @@ def plan_from_args(args: argparse.Namespace, **overrides: Any) -> Plan:
     return make_plan(request, profile)
 
 
-def _write_stream(path: Path, payload: bytes) -> None:
-    # O_NONBLOCK: a FIFO nobody reads fails at once (ENXIO) instead of waiting forever
-    fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
-    try:
-        os.set_blocking(fd, True)
-        with os.fdopen(fd, "wb", closefd=False) as stream:
-            stream.write(payload)
-    finally:
-        os.close(fd)
-
-
-def write_output(path: str, script: str, *, mode: int = 0o755) -> None:
-    """Write the script to ``path`` whole or not at all: the user's old file stays untouched
-    until the new content is complete (temporary file + rename). A device or pipe
-    (``-o /dev/stdout``) is written to directly: renaming over it would replace the device."""
-    from scaletrain.fileio import atomic_write
-
-    payload = script.encode("utf-8")       # fails here, before anything touches the disk
-    out = Path(path).expanduser()
-    try:
-        if out.is_symlink():
-            out = out.resolve()      # replace the file the link points to, and keep the link
-        if out.is_dir():
-            raise UsageError(f"--output {path} is a directory", "give a file name, e.g. -o job.sh")
-        if out.exists() and not out.is_file():
-            _write_stream(out, payload)
-            return
-        out.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(out, payload, mode=mode)
-    except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror or exc}",
-                         "choose a writable --output path") from None
-
-
 def run_plan(args: argparse.Namespace) -> int:
     """CLI body of ``scaletrain plan``."""
+    from scaletrain.fileio import write_output
     from scaletrain.plan.render import render_script
     from scaletrain.plan.summary import plan_to_dict, render_summary
 
