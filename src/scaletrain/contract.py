@@ -36,6 +36,9 @@ TIMEOUT_VAR = "SCALETRAIN_TIMEOUT"            # collective timeout in seconds on
 RUN_DIR_VAR = "SCALETRAIN_RUN_DIR"            # `scaletrain run`'s folder: error records, stacks/
 AGENT_PID_VAR = "SCALETRAIN_AGENT_PID"        # the launcher's PID: workers die with it
 STOP_SIGNALS_VAR = "SCALETRAIN_STOP_SIGNALS"  # "USR1:time_limit,TERM:preempted" or "none"
+# The signal of `scaletrain cancel --save`: the tasks save and stop (reason "requested"), and the
+# batch shell of a --requeue script, which traps it, does NOT requeue the job afterwards.
+SAVE_AND_STOP_SIGNAL = "USR2"
 
 # Exit code of a process that stopped on purpose at a time limit or preemption after its
 # state was saved: "try again later" (BSD sysexits EX_TEMPFAIL). A batch script requeues the

@@ -15,7 +15,7 @@ import shlex
 from scaletrain._version import __version__
 
 # one formula for MASTER_PORT and the variable names, shared with the runtime and lint
-from scaletrain.contract import CLUSTER_VAR, DATA_VAR, EXIT_STOPPED, PORT_SHELL_EXPR
+from scaletrain.contract import CLUSTER_VAR, DATA_VAR, EXIT_STOPPED, PORT_SHELL_EXPR, SAVE_AND_STOP_SIGNAL
 from scaletrain.errors import DistEnvError
 from scaletrain.plan.jobfiles import folder_word
 from scaletrain.plan.jobfiles import shell_lines as job_file_lines
@@ -162,12 +162,16 @@ def _requeue_block(plan: Plan) -> list[str]:
         '  kill -"$1" "$SRUN_PID" 2>/dev/null || true; }',
         "trap '_scaletrain_stop USR1' USR1",
         "trap '_scaletrain_stop TERM' TERM",
+        f"# {SAVE_AND_STOP_SIGNAL} from 'scaletrain cancel --save': the tasks save and stop, and the job is not requeued",
+        f"trap '_scaletrain_keep=1; _scaletrain_stop {SAVE_AND_STOP_SIGNAL}' {SAVE_AND_STOP_SIGNAL}",
         f"{launch_command(plan)} &",
         "SRUN_PID=$!",
         "set +e",
         'while :; do wait "$SRUN_PID"; rc=$?; kill -0 "$SRUN_PID" 2>/dev/null || break; done',
         "set -e",
-        f'if [ "$rc" -eq {EXIT_STOPPED} ]; then',
+        f'if [ "$rc" -eq {EXIT_STOPPED} ] && [ -n "${{_scaletrain_keep:-}}" ]; then',
+        '  echo "scaletrain: job $SLURM_JOB_ID saved and stopped on request; not requeued" >&2',
+        f'elif [ "$rc" -eq {EXIT_STOPPED} ]; then',
         f'  if [ "${{SLURM_RESTART_COUNT:-0}}" -lt {bound} ]; then',
         '    echo "scaletrain: the tasks saved; requeueing job $SLURM_JOB_ID'
         f' (restart $((${{SLURM_RESTART_COUNT:-0}} + 1)) of {bound})" >&2',

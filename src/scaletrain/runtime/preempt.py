@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scaletrain.contract import EXIT_STOPPED, STOP_SIGNALS_VAR
+from scaletrain.contract import EXIT_STOPPED, SAVE_AND_STOP_SIGNAL, STOP_SIGNALS_VAR
 from scaletrain.errors import UsageError
 from scaletrain.fileio import atomic_write
 
@@ -41,7 +41,8 @@ from scaletrain.fileio import atomic_write
 # TERM), the reduction's MAX picks the most urgent. Code 0 means "no stop".
 REASONS = ("requested", "time_limit", "preempted")
 _CODE = {reason: i + 1 for i, reason in enumerate(REASONS)}
-DEFAULT_SIGNALS: dict[str, str] = {"SIGUSR1": "time_limit", "SIGTERM": "preempted"}
+DEFAULT_SIGNALS: dict[str, str] = {"SIGUSR1": "time_limit", "SIGTERM": "preempted",
+                                   f"SIG{SAVE_AND_STOP_SIGNAL}": "requested"}   # scaletrain cancel --save
 STOP_RECORD = "stop.json"
 
 # How the log line names each reason.
