@@ -100,6 +100,16 @@ def slurm_states(job_ids: Sequence[str], *, env: Mapping[str, str] | None = None
     return queue, acct, notes
 
 
+def collect_states(job_ids: Sequence[str], *, env: Mapping[str, str] | None = None,
+                   timeout: float = 10.0) -> dict[str, str]:
+    """``{job id: Slurm state}`` from the same two calls (squeue, then sacct); unknown ids absent."""
+    queue, acct, _ = slurm_states(job_ids, env=env, timeout=timeout)
+    out = {j: base_state(row.get("State", "")) for j, row in queue.items()}
+    for j, runs in acct.items():
+        out.setdefault(j, base_state(runs[-1].get("State", "")))
+    return out
+
+
 def _from_queue(status: RunStatus, row: Mapping[str, str]) -> None:
     status.state = base_state(row.get("State", ""))
     status.elapsed_s = parse_duration_seconds(row.get("TimeUsed"))
