@@ -20,9 +20,13 @@ import dataclasses
 import os
 import time
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from scaletrain.errors import SlurmError, UsageError
+
+if TYPE_CHECKING:
+    from scaletrain.jobs.cancel import CancelResult
+    from scaletrain.jobs.status import RunStatus
 
 
 class Job:
@@ -42,7 +46,7 @@ class Job:
     def __repr__(self) -> str:
         return f"Job({str(self.run_dir)!r}, job_id={self.job_id!r})"
 
-    def status(self) -> Any:
+    def status(self) -> RunStatus:
         """The full status line's data (:class:`scaletrain.jobs.status.RunStatus`)."""
         from scaletrain.jobs.status import collect
 
@@ -77,7 +81,7 @@ class Job:
 
         return "".join(read_lines(self.run_dir, rank=rank))
 
-    def cancel(self, save: bool = False, wait_s: float = 300.0) -> Any:
+    def cancel(self, save: bool = False, wait_s: float = 300.0) -> CancelResult:
         """Cancel now, or (``save``) let it checkpoint and stop without requeueing, waiting up to
         ``wait_s``; returns :class:`scaletrain.jobs.cancel.CancelResult`."""
         from scaletrain.jobs.cancel import cancel

@@ -14,6 +14,7 @@ CPU efficiency) but cannot know throughput, the step reached, per-GPU utilisatio
 from __future__ import annotations
 
 import html
+import os
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -213,7 +214,7 @@ def _thin(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
 
 def render_html(rep: Report) -> str:
     """The page: the text summary, throughput over time (every run), loss by step."""
-    t0 = min((p.start.get("time") for p in rep.parts if isinstance(p.start.get("time"), float)), default=None)
+    t0 = min((float(p.start["time"]) for p in rep.parts if isinstance(p.start.get("time"), float)), default=None)
     speed, loss = [], []
     for i, part in enumerate(rep.parts):
         base = (part.start.get("time", t0) - t0) if t0 is not None and isinstance(part.start.get("time"), float) else 0.0
@@ -230,7 +231,7 @@ def render_html(rep: Report) -> str:
             + "".join(charts) + "<p>Dotted lines on the loss chart: committed checkpoints.</p></body></html>\n")
 
 
-def write(rep: Report, out: str | Path | None = None) -> Path:
+def write(rep: Report, out: str | os.PathLike[str] | None = None) -> Path:
     """Write the page (default ``RUN/report.html``) whole; returns its path."""
     from scaletrain.fileio import atomic_write
 

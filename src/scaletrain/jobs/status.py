@@ -124,7 +124,7 @@ def _from_queue(status: RunStatus, row: Mapping[str, str]) -> None:
     status.nodes = row.get("NodeList", "") if status.state == "RUNNING" else ""
 
 
-def _from_acct(status: RunStatus, runs: list[Mapping[str, str]]) -> None:
+def _from_acct(status: RunStatus, runs: Sequence[Mapping[str, str]]) -> None:
     last = runs[-1]
     status.state = base_state(last.get("State", ""))
     status.elapsed_s = parse_duration_seconds(last.get("Elapsed"))

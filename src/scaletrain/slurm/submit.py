@@ -17,6 +17,7 @@ folder (through :mod:`scaletrain.slurm.commands`, the only module that runs Slur
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import re
 from pathlib import Path
 from typing import Mapping
@@ -36,7 +37,7 @@ def default_run_dir(job_name: str, base: Path = Path(RUNS_DIR)) -> Path:
     return fresh_dir(base / f"{stamp}-{safe}")
 
 
-def make_run_dir(wanted: str | Path | None, job_name: str, *, flag: str = "--run-dir") -> Path:
+def make_run_dir(wanted: str | os.PathLike[str] | None, job_name: str, *, flag: str = "--run-dir") -> Path:
     """The run folder, created and absolute: ``wanted`` (new, or empty of a previous job), else
     a fresh ``runs/<timestamp>-<name>``. ``UsageError`` for a folder that holds a job already
     or cannot be written; ``flag`` names the option ``wanted`` came from in the messages."""
@@ -89,7 +90,7 @@ def sbatch_run_dir(run_dir: Path, *, env: Mapping[str, str] | None = None) -> st
     return job_id
 
 
-def submit_script(script: str, *, run_dir: str | Path | None = None, job_name: str = "job",
+def submit_script(script: str, *, run_dir: str | os.PathLike[str] | None = None, job_name: str = "job",
                   env: Mapping[str, str] | None = None) -> tuple[Path, str]:
     """Write ``script`` into a new run folder and submit it: ``(run folder, job id)``.
 
