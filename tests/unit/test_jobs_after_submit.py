@@ -210,7 +210,7 @@ def test_report_numbers_are_the_monitors(fake):
     assert fig["cpu_efficiency"] == pytest.approx(300 / (4 * 120))
     page = report.write(rep)
     text = page.read_text()
-    assert text.count("<polyline") == 4 and "requeued 1x" in text
+    assert text.count("<polyline") == 4 and "restarted 1x" in text
     assert "GPU-hours busy: unknown" in report.render_text(rep)
 
 

@@ -165,7 +165,7 @@ def render_text(rep: Report) -> str:
     f = figures(rep)
     head = f"scaletrain report: {rep.run_dir}" + (f" (job {rep.job_id}" if rep.job_id else "")
     head += (f", {f['state']}" if f["state"] else "") + (")" if rep.job_id else "")
-    lines = [head, f"  runs: {f['runs']}" + (f" (requeued {f['runs'] - 1}x)" if f["runs"] > 1 else "")]
+    lines = [head, f"  runs: {f['runs']}" + (f" (restarted {f['runs'] - 1}x)" if f["runs"] > 1 else "")]
     if f["last_step"] is not None:
         lines.append(f"  steps: reached {f['last_step']}" + (f" of {f['total_steps']}" if f["total_steps"] else "")
                      + f"; {f['steps_redone']} redone after restarts")

@@ -192,14 +192,21 @@ def metrics_tail(path: Path | None, limit: int = TAIL_BYTES) -> tuple[dict[str, 
         return None, None
     if size > limit:
         data = data.split(b"\n", 1)[-1]       # the first line may be cut
+    # from the end: the last step line, then the run's start line; two lines parsed, not thousands
     start = last = None
-    for record in _lines(data):
-        kind = record.get("type")
-        if kind == "start":
-            start, last = record, None
-        elif kind == "step":
-            last = record
+    for raw in reversed(data.splitlines()):
+        if last is None and b'"type": "step"' in raw:
+            last = _one(raw)
+        elif b'"type": "start"' in raw:
+            start = _one(raw)
+            if start is not None:
+                break
     return start, last
+
+
+def _one(raw: bytes) -> dict[str, Any] | None:
+    found = _lines(raw)
+    return found[0] if found else None
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
