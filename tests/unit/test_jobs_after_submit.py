@@ -219,3 +219,15 @@ def test_report_without_monitor_says_what_it_cannot_know(fake, capsys):
     (fake / "acct").write_text(acct_row("101", "COMPLETED") + "\n")
     code, out, _ = run_cli(capsys, "report", str(run))
     assert code == 0 and "no Monitor records" in out and "billed: 0.033 GPU-hours" in out
+
+
+def test_report_time_lost_between_runs_from_the_start_lines(tmp_path):
+    lines = [{"type": "start", "time": 1000.0, "total_steps": 30, "start_step": 0},
+             *({"type": "step", "step": s, "t": 2.0 * s, "samples": 4, "samples_per_s": 2.0} for s in (1, 2, 3)),
+             {"type": "start", "time": 1100.0, "total_steps": 30, "start_step": 2},
+             {"type": "step", "step": 1, "t": 2.0, "samples": 4, "samples_per_s": 2.0},
+             "not json {"]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines))
+    fig = report.figures(report.build(tmp_path))
+    # run 1's last step at 1000 + 6 s; run 2 started at 1100: 94 s lost; it resumed at 2, so step 3 was redone
+    assert fig["between_runs_s"] == pytest.approx(94.0) and fig["steps_redone"] == 1 and fig["last_step"] == 3

@@ -147,6 +147,7 @@ def figures(rep: Report) -> dict[str, Any]:
     redone = [prev.offset + int(prev.steps[-1]["step"]) - cur.offset
               for prev, cur in zip(rep.parts, rep.parts[1:]) if prev.steps]
     out["steps_redone"] = sum(max(0, r) for r in redone)
+    out["between_runs_s"] = _between_runs(rep.parts)
     elapsed = [parse_duration_seconds(r.get("Elapsed")) or 0 for r in rep.acct]
     gpus = max([_gpus(r.get("AllocTRES", "")) for r in rep.acct] or [0])
     cpus = max([int(r["AllocCPUS"]) for r in rep.acct if r.get("AllocCPUS", "").isdigit()] or [0])
@@ -160,6 +161,23 @@ def figures(rep: Report) -> dict[str, Any]:
     return out
 
 
+def _between_runs(parts: list[RunPart]) -> float | None:
+    """Seconds from each run's last recorded step to the next run's start: the requeue, the
+    wait in the queue and the next start-up, as the Monitor saw them (None with fewer than 2 runs)."""
+    gaps = []
+    for prev, cur in zip(parts, parts[1:]):
+        began, then = prev.start.get("time"), cur.start.get("time")
+        if isinstance(began, (int, float)) and isinstance(then, (int, float)) and prev.steps:
+            gaps.append(max(0.0, float(then) - (float(began) + float(prev.steps[-1].get("t", 0.0)))))
+    return sum(gaps) if gaps else None
+
+
+def _device_text(util: Mapping[str, Any]) -> str:
+    figures = ", ".join(f"{k} {v:.3g}" for k, v in util.items()
+                        if k not in {"available", "device", "samples"} and isinstance(v, (int, float)))
+    return f"device {util.get('device')}: {figures}"
+
+
 def render_text(rep: Report) -> str:
     """The plain-text summary, for the terminal and for a ticket."""
     f = figures(rep)
@@ -169,13 +187,15 @@ def render_text(rep: Report) -> str:
     if f["last_step"] is not None:
         lines.append(f"  steps: reached {f['last_step']}" + (f" of {f['total_steps']}" if f["total_steps"] else "")
                      + f"; {f['steps_redone']} redone after restarts")
+    if f["between_runs_s"] is not None:
+        lines.append(f"  lost between runs (requeue, queue, start-up): {f['between_runs_s']:.0f} s")
     if f["samples_per_s"] is not None:
         lines.append(f"  throughput: {f['samples_per_s']:.4g} samples/s (median of the runs' summaries)")
     if f["gpu_hours_billed"] is not None:
         lines.append(f"  billed: {f['gpu_hours_billed']:.3f} GPU-hours over {f['elapsed_s']} s of running")
     util = f["device_util"]
     if util and util.get("available"):
-        lines.append(f"  GPU use: {util}")
+        lines.append(f"  GPU use of rank 0's {_device_text(util)} (other GPUs: the findings below)")
     else:
         why = util.get("reason") if util else "no GPU sampler in the Monitor's records"
         lines.append(f"  GPU-hours busy: unknown ({why})")
