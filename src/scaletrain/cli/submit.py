@@ -24,7 +24,14 @@ import time
 from pathlib import Path
 
 from scaletrain.errors import UsageError
-from scaletrain.slurm.submit import SCRIPT_NAME, make_run_dir, require_sbatch, sbatch_run_dir, write_script
+from scaletrain.slurm.submit import (
+    SCRIPT_NAME,
+    in_run_dir,
+    make_run_dir,
+    require_sbatch,
+    sbatch_run_dir,
+    write_script,
+)
 
 EXAMPLES = """\
 examples:
@@ -83,6 +90,7 @@ def _read_output(path: str | None, wait_s: float = 5.0) -> str | None:
 
 def run_submit(args: argparse.Namespace) -> int:
     """CLI body of ``scaletrain submit``; returns the exit code."""
+    import dataclasses
     import os
 
     from scaletrain.cli.plan import plan_from_args, request_from_args
@@ -102,12 +110,10 @@ def run_submit(args: argparse.Namespace) -> int:
     except OSError:   # a name the file system refuses: _run_dir says so
         existed = False
     run_dir = make_run_dir(getattr(args, "run_dir", None), job_name_for(request))
-    # the job runs where the user submitted from; the script's path survives any cd
+    # the job runs where the user submitted from; the script's path survives any cd;
     # framework configs the job writes (--accelerate-config NAME...) go next to its script
-    overrides: dict[str, object] = {"chdir": args.chdir or here, "files_dir": str(run_dir),
-                                    "script": os.path.abspath(os.path.expanduser(args.script))}
-    if not args.log:
-        overrides["log"] = str(run_dir / "%x-%j.out")
+    placed = in_run_dir(dataclasses.replace(request, chdir=args.chdir or here, log=args.log), run_dir)
+    overrides: dict[str, object] = {f: getattr(placed, f) for f in ("chdir", "files_dir", "script", "log")}
     try:
         plan = plan_from_args(args, **overrides)
         script_text = render_script(plan)

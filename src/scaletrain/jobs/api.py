@@ -111,7 +111,7 @@ def submit(*, cluster: str, program: Sequence[str], gpus: int | None = None, nod
     from scaletrain.plan.planner import job_name_for, make_plan
     from scaletrain.plan.render import render_script
     from scaletrain.plan.request import JobRequest
-    from scaletrain.slurm.submit import make_run_dir, require_sbatch, sbatch_run_dir, write_script
+    from scaletrain.slurm.submit import in_run_dir, make_run_dir, require_sbatch, sbatch_run_dir, write_script
 
     if isinstance(program, str) or not program:
         raise UsageError("program must be a list: the script and its arguments",
@@ -128,9 +128,6 @@ def submit(*, cluster: str, program: Sequence[str], gpus: int | None = None, nod
     make_plan(req, profile)            # a request the cluster cannot take fails before any folder exists
     require_sbatch("run this where Slurm is (a login node); scaletrain plan writes the script anywhere", env)
     folder = make_run_dir(run_dir, job_name_for(req), flag="run_dir")
-    script = program[0] if program[0] == "-m" else os.path.abspath(os.path.expanduser(str(program[0])))
-    final = dataclasses.replace(req, script=script, chdir=req.chdir or os.getcwd(), files_dir=str(folder),
-                                log=req.log or str(folder / "%x-%j.out"))
-    write_script(folder, render_script(make_plan(final, profile)))
+    write_script(folder, render_script(make_plan(in_run_dir(req, folder), profile)))
     sbatch_run_dir(folder, env=env)
     return Job(folder, env=env)
