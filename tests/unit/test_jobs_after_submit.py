@@ -231,3 +231,68 @@ def test_report_time_lost_between_runs_from_the_start_lines(tmp_path):
     fig = report.figures(report.build(tmp_path))
     # run 1's last step at 1000 + 6 s; run 2 started at 1100: 94 s lost; it resumed at 2, so step 3 was redone
     assert fig["between_runs_s"] == pytest.approx(94.0) and fig["steps_redone"] == 1 and fig["last_step"] == 3
+
+
+class _FakeBackend:
+    name = "fake"
+
+    def __init__(self) -> None:
+        self.reads = 0
+        self.closed = False
+
+    def read(self):
+        from scaletrain.observe.devices import Sample
+
+        self.reads += 1
+        return {"0": Sample(util_pct=95.0, mem_gb=30.0, power_w=300.0),
+                "1": Sample(util_pct=10.0, mem_gb=2.0 + self.reads, power_w=80.0)}
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_node_sampler_writes_whole_lines_and_says_why_when_blind(tmp_path):
+    from scaletrain.observe import nodesampler
+
+    backend = _FakeBackend()
+    path = nodesampler.sample_loop(tmp_path, 0.0, backend, vendor="nvidia", host="g1", max_samples=3)
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    assert path.name == "gpus-g1.jsonl" and backend.closed and len(lines) == 4
+    assert lines[0] == {"type": "sampler", "host": "g1", "interval_s": 0.0, "backend": "nvidia"}
+    assert lines[3]["devices"]["1"] == {"util_pct": 10.0, "mem_gb": 5.0, "power_w": 80.0}
+    blind = nodesampler.sample_loop(tmp_path, 1.0, None, reason="nvidia: nvidia-ml-py not installed", host="c1")
+    assert json.loads(blind.read_text())["reason"] == "nvidia: nvidia-ml-py not installed"
+
+
+def test_report_names_idle_gpus_and_counts_busy_hours(tmp_path):
+    from scaletrain.observe import nodesampler
+
+    nodesampler.sample_loop(tmp_path / "run", 10.0, _FakeBackend(), vendor="nvidia", host="g1", max_samples=1,
+                            stop=None)
+    (tmp_path / "run" / "metrics.jsonl").write_text(json.dumps({"type": "start", "time": 0.0}) + "\n")
+    nodesampler.sample_loop(tmp_path / "run", 0.0, None, reason="no GPU", host="c2")
+    rep = report.build(tmp_path / "run")
+    fig = report.figures(rep)
+    # one reading each, 10 s interval: (0.95 + 0.10) x 10 s = 10.5 GPU-seconds busy
+    assert fig["gpu_hours_busy"] == pytest.approx(10.5 / 3600) and fig["gpus_sampled"] == 2
+    assert fig["idle_gpus"] == ["g1:1"]
+    text = report.render_text(rep)
+    assert "idle or starved: g1:1 at 10% on average. HINT: feed it faster" in text
+    assert "GPU sampler on c2: no GPU" in text
+    assert report.render_html(rep).count("<h2>") == 4
+
+
+def test_sample_gpus_starts_one_sampler_per_node_in_the_job(capsys):
+    import subprocess
+
+    code, out, _ = run_cli(capsys, "plan", "--cluster", "mahti", "--nodes", "2", "--account", "p1",
+                           "--sample-gpus", "15", "--", "train.py")
+    assert code == 0
+    line = next(x for x in out.splitlines() if "nodesampler" in x)
+    assert line.startswith('srun --overlap --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" '
+                           "--ntasks-per-node=1 --gres=gpu:4 ")
+    assert line.endswith("--interval 15 &")
+    assert subprocess.run(["bash", "-n"], input=out, text=True).returncode == 0
+    code, plain, _ = run_cli(capsys, "plan", "--cluster", "mahti", "--nodes", "2", "--account", "p1",
+                             "--", "train.py")
+    assert "nodesampler" not in plain

@@ -93,6 +93,9 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     r.add_argument("--stage-data", type=A.data_path, metavar="PATH",
                    help="copy/extract a dataset (dir, .tar, .tar.gz, .zip) to node-local scratch first; "
                         "the program finds it in $SCALETRAIN_DATA")
+    r.add_argument("--sample-gpus", type=A.count(low=1, high=3600), metavar="S",
+                   help="start one GPU sampler per node (NVML/AMD SMI) reading every S seconds into the job's "
+                        "folder, for 'scaletrain report' on programs without the Monitor")
     r.add_argument("--requeue", action="store_true",
                    help="USR1 before the time limit, passed to the tasks; the job then requeues itself")
     r.add_argument("--job-name", type=A.job_name, metavar="NAME", help="Slurm job name (default: the script's name)")
@@ -211,6 +214,7 @@ def request_from_args(args: argparse.Namespace) -> JobRequest:
         stage_data=stage,
         stage_data_gb=stage_gb,
         requeue=bool(args.requeue),
+        sample_gpus=getattr(args, "sample_gpus", None),
         device=args.device,
         params=parse_params(args.params) if args.params else None,
         job_name=args.job_name,

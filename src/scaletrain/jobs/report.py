@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from scaletrain.errors import SlurmError, UsageError
+from scaletrain.jobs import gpus as gpu_files
 from scaletrain.jobs import runfolder
 from scaletrain.jobs.svg import line_chart
 from scaletrain.slurm.parse import parse_duration_seconds
@@ -56,6 +57,7 @@ class Report:
     stop: dict[str, Any] | None
     acct: list[dict[str, str]]
     notes: list[str]
+    gpus: list[gpu_files.GpuSeries] = field(default_factory=list)
 
     @property
     def last_step(self) -> int | None:
@@ -111,9 +113,10 @@ def build(run_dir: str | Path, *, env: Mapping[str, str] | None = None, use_sacc
     if run.job_id is None and run.metrics is None:
         raise UsageError(f"{run_dir} holds neither a job nor Monitor records",
                          "give a run folder from 'scaletrain submit' or the folder a Monitor wrote")
+    series, sampler_notes = gpu_files.read_samplers(gpu_files.sampler_files(run.path))
     return Report(run_dir=run.path, job_id=run.job_id, parts=parts, findings=findings,
                   checkpoints=_committed(run.checkpoints), stop=runfolder.stop_record(run.checkpoints),
-                  acct=acct, notes=notes)
+                  acct=acct, notes=notes + sampler_notes, gpus=series)
 
 
 def _committed(folder: Path | None) -> list[int]:
@@ -156,6 +159,9 @@ def figures(rep: Report) -> dict[str, Any]:
     out["gpu_hours_billed"] = gpus * sum(elapsed) / 3600 if rep.acct else None
     out["cpu_efficiency"] = cpu_used / (cpus * sum(elapsed)) if cpus and sum(elapsed) else None
     out["state"] = rep.acct[-1].get("State", "").split(" ")[0] if rep.acct else None
+    out["gpu_hours_busy"] = sum(g.busy_hours() for g in rep.gpus) if rep.gpus else None
+    out["gpus_sampled"] = len(rep.gpus)
+    out["idle_gpus"] = [g.label for g in gpu_files.idle(rep.gpus)]
     util = [d for p in rep.parts if p.summary for d in [p.summary.get("device_util")] if isinstance(d, dict)]
     out["device_util"] = util[-1] if util else None
     return out
@@ -194,7 +200,11 @@ def render_text(rep: Report) -> str:
     if f["gpu_hours_billed"] is not None:
         lines.append(f"  billed: {f['gpu_hours_billed']:.3f} GPU-hours over {f['elapsed_s']} s of running")
     util = f["device_util"]
-    if util and util.get("available"):
+    if f["gpu_hours_busy"] is not None:
+        lines.append(f"  GPU-hours busy (sampler, {f['gpus_sampled']} GPUs): {f['gpu_hours_busy']:.3f}")
+        for g in gpu_files.idle(rep.gpus):
+            lines.append(f"  idle or starved: {g.label} at {g.mean_util() or 0:.0f}% on average. HINT: {gpu_files.HINT}")
+    elif util and util.get("available"):
         lines.append(f"  GPU use of rank 0's {_device_text(util)} (other GPUs: the findings below)")
     else:
         why = util.get("reason") if util else "no GPU sampler in the Monitor's records"
@@ -242,8 +252,14 @@ def render_html(rep: Report) -> str:
                                              if isinstance(s.get("samples_per_s"), (int, float))])))
         loss.append((f"run {i + 1}", _thin([(part.offset + s["step"], s["loss"]) for s in part.steps
                                             if isinstance(s.get("loss"), (int, float))])))
+    g0 = min((p[0] for g in rep.gpus for p in g.points), default=0.0)
+    gpu_util = [(g.label, _thin([(t - g0, u) for t, u, _ in g.points if u is not None])) for g in rep.gpus]
+    gpu_mem = [(g.label, _thin([(t - g0, m) for t, _, m in g.points if m is not None])) for g in rep.gpus]
     charts = [line_chart("throughput (samples/s) over time since the first start (s)", speed),
               line_chart("loss by step", loss, marks=[float(c) for c in rep.checkpoints])]
+    if rep.gpus:
+        charts += [line_chart("GPU utilisation (%) per GPU over time (s), from the node samplers", gpu_util),
+                   line_chart("GPU memory in use (GB) per GPU over time (s)", gpu_mem)]
     return ("<!doctype html><html><head><meta charset='utf-8'><title>scaletrain report</title>"
             "<style>body{font-family:sans-serif;margin:2em;max-width:980px}pre{background:#f4f4f4;padding:1em;"
             "white-space:pre-wrap}</style></head><body>"

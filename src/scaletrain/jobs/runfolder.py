@@ -71,7 +71,7 @@ def default_runs(base: Path = Path(RUNS_DIR)) -> list[Path]:
     return sorted(found, key=when, reverse=True)
 
 
-def _walk(root: Path, depth: int) -> list[Path]:
+def walk(root: Path, depth: int) -> list[Path]:
     """``root`` and its sub-folders down to ``depth`` levels (hidden and step-* folders skipped)."""
     out, level = [root], [root]
     for _ in range(depth):
@@ -110,7 +110,7 @@ def open_run(path: str | Path) -> RunFolder:
         run.logs = sorted(run.path.glob("*.out"), key=_mtime)[:MAX_LOG_FILES]
     except OSError:
         pass
-    for folder in _walk(run.path, SEARCH_DEPTH):
+    for folder in walk(run.path, SEARCH_DEPTH):
         if run.metrics is None and (folder / METRICS).is_file():
             run.metrics = folder / METRICS
         if run.checkpoints is None and _has_checkpoints(folder):

@@ -186,11 +186,30 @@ def _requeue_block(plan: Plan) -> list[str]:
     ]
 
 
+def _sampler(plan: Plan) -> list[str]:
+    """``--sample-gpus S``: one GPU sampler per node in the background, for ``scaletrain report``.
+
+    ``--overlap`` lets the step share the job's CPUs, memory and GPUs with the training step
+    (srun(1)); it asks for the node's GPUs so that device confinement lets NVML see them. The
+    batch script's end ends it. A node where no GPU can be read gets one line saying why.
+    """
+    every = plan.request.sample_gpus
+    if not every or plan.scheduler != "slurm":
+        return []
+    where = folder_word(slurm=True, folder=plan.files_dir)
+    gres = f" --gres=gpu:{plan.gpus_per_node}" if plan.gpus_per_node else ""
+    return ["", f"# --sample-gpus {every}: a GPU sampler per node in the background (NVML/AMD SMI), "
+                "read by 'scaletrain report'",
+            f'srun --overlap --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1'
+            f"{gres} {plan.python} -m scaletrain.observe.nodesampler {where} --interval {int(every)} &"]
+
+
 def render_script(plan: Plan) -> str:
     """The complete batch script for ``plan`` (ends with a newline)."""
     lines = _header(plan) + _setup(plan) + _environment(plan)
     if plan.stage is not None:
         lines += _stage(plan, plan.stage)
     lines += job_file_lines(plan.job_files, slurm=plan.scheduler == "slurm", folder=plan.files_dir)
+    lines += _sampler(plan)
     lines += _launch(plan)
     return "\n".join(lines) + "\n"
