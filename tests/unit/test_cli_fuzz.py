@@ -153,8 +153,14 @@ VALID = {
     "run": ["run", "--nproc-per-node", "1"],
     "clusters": ["clusters"],
     "doctor": ["doctor"],
+    "status": ["status"],
+    "logs": ["logs"],
+    "cancel": ["cancel"],
+    "report": ["report"],
 }
-TAIL = {"plan": ["--", "train.py"], "submit": ["--", "train.py"], "lint": ["--", "job.sh"],
+TAIL = {"status": ["--", "runs/gone"], "logs": ["--", "runs/gone"], "cancel": ["--", "runs/gone"],
+        "report": ["--", "runs/gone"],
+        "plan": ["--", "train.py"], "submit": ["--", "train.py"], "lint": ["--", "job.sh"],
         "run": ["--", "no_such_training_script.py"], "clusters": [], "doctor": []}
 SKIP = {"submit": ("--wait",), "run": ("--module",)}   # follow a job / start a module: never here
 OWN_SUBMIT = ("--run-dir", "--job-name", "--output", "--json", "--dry-run")  # decide submit's own paths
@@ -172,7 +178,7 @@ def test_every_flag_with_every_nasty_value(verb: str) -> None:
     for value in NASTY:                       # the value as the positional argument
         if verb in ("plan", "submit"):
             _check([*VALID[verb], "--", value or "x.py", value])
-        elif verb in ("lint", "clusters"):
+        elif verb in ("lint", "clusters", "status", "logs", "cancel", "report"):
             _check([*VALID[verb], "--", value])
 
 
@@ -239,7 +245,7 @@ def test_fuzz_sees_every_verb() -> None:
     """A verb added to the CLI must be added here too."""
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    fuzzed = {"plan", "submit", "lint", "run", "clusters", "doctor", "bench"}
+    fuzzed = {"plan", "submit", "lint", "run", "clusters", "doctor", "bench", "status", "logs", "cancel", "report"}
     missing = set(sub.choices) - fuzzed
     if missing:
         pytest.fail(f"verbs without a fuzz test: {sorted(missing)}")

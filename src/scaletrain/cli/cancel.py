@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from scaletrain.cli.args import text
+from scaletrain.cli.args import count, text
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -17,18 +17,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("run", metavar="RUN", type=text(), help="the run folder")
     parser.add_argument("--save", action="store_true",
                         help="ask the job to checkpoint and stop (needs scaletrain.init() and a Checkpointer)")
-    parser.add_argument("--wait", type=float, default=300.0, metavar="S",
+    parser.add_argument("--wait", type=count(low=1, high=86400), default=300, metavar="S",
                         help="with --save, seconds to wait for the job to end (default 300)")
     parser.set_defaults(func=run_cancel)
 
 
 def run_cancel(args: argparse.Namespace) -> int:
     """CLI body of ``scaletrain cancel``."""
-    from scaletrain.errors import UsageError
     from scaletrain.jobs.cancel import cancel
 
-    if not args.wait > 0:
-        raise UsageError("--wait must be positive", "e.g. --wait 300")
     result = cancel(args.run, save=args.save, wait_s=args.wait,
                     log=lambda line: print(line, file=sys.stderr, flush=True))
     print(f"scaletrain: {result.message()}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from scaletrain.cli.args import text
+from scaletrain.cli.args import count, text
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -14,18 +14,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    description="Print the job's output files from its run folder.")
     parser.add_argument("run", metavar="RUN", type=text(), help="the run folder")
     parser.add_argument("--follow", action="store_true", help="keep printing new output until the job ends")
-    parser.add_argument("--rank", type=int, metavar="N",
+    parser.add_argument("--rank", type=count(low=0, high=1_000_000), metavar="N",
                         help="only the lines of rank N (prefixed [rank N] or N:)")
     parser.set_defaults(func=run_logs)
 
 
 def run_logs(args: argparse.Namespace) -> int:
     """CLI body of ``scaletrain logs``."""
-    from scaletrain.errors import UsageError
     from scaletrain.jobs import logs, runfolder, status
 
-    if args.rank is not None and args.rank < 0:
-        raise UsageError("--rank must be 0 or more", "e.g. --rank 0")
     if not args.follow:
         for line in logs.read_lines(args.run, rank=args.rank):
             sys.stdout.write(line)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from scaletrain.cli.args import text
+from scaletrain.cli.args import count, text
 
 EXAMPLES = """\
 examples:
@@ -24,8 +24,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("runs", nargs="*", metavar="RUN", type=text(), help="run folders (default: ./runs/*)")
     parser.add_argument("--watch", action="store_true",
                         help="refresh until every job has ended (in place on a terminal, a line per change otherwise)")
-    parser.add_argument("--interval", type=float, default=10.0, metavar="S",
-                        help="seconds between refreshes with --watch (default 10; minimum 1)")
+    parser.add_argument("--interval", type=count(low=1, high=3600), default=10, metavar="S",
+                        help="seconds between refreshes with --watch (default 10)")
     parser.set_defaults(func=run_status)
 
 
@@ -40,8 +40,6 @@ def run_status(args: argparse.Namespace) -> int:
     if not paths:
         raise UsageError("no run folders under ./runs", "submit with 'scaletrain submit', or name RUN folders")
     if args.watch:
-        if not args.interval >= 1.0:
-            raise UsageError("--interval must be at least 1 second", "e.g. --interval 10")
         try:
             status.watch(paths, interval=args.interval, out=sys.stdout, tty=sys.stdout.isatty())
         except KeyboardInterrupt:

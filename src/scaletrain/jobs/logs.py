@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable, Iterator, TextIO
 
 from scaletrain.errors import UsageError
-from scaletrain.jobs.runfolder import RunFolder, open_run
+from scaletrain.jobs.runfolder import RunFolder, is_dir, open_run
 
 _RANK = re.compile(r"^(?:\[rank (\d+)\] ?|\s*(\d+): )")
 FOLLOW_POLL_S = 1.0
@@ -36,7 +36,7 @@ def _keep(line: str, rank: int | None) -> bool:
 
 def log_files(run: RunFolder) -> list[Path]:
     """The run's output files, oldest first; ``UsageError`` when the folder has none yet."""
-    if not run.path.is_dir():
+    if not is_dir(run.path):
         raise UsageError(f"no run folder {run.path}", "give a folder from 'scaletrain status'")
     return list(run.logs)
 

@@ -96,7 +96,7 @@ def split_runs(records: list[dict[str, Any]]) -> tuple[list[RunPart], list[dict[
 def build(run_dir: str | Path, *, env: Mapping[str, str] | None = None, use_sacct: bool = True) -> Report:
     """Read the run folder (and sacct once) into a :class:`Report`; ``UsageError`` when it has nothing."""
     run = runfolder.open_run(run_dir)
-    if not run.path.is_dir():
+    if not runfolder.is_dir(run.path):
         raise UsageError(f"no run folder {run_dir}", "give a folder from 'scaletrain status' or a Monitor folder")
     notes = list(run.notes)
     parts, findings = split_runs(runfolder.read_metrics(run.metrics)) if run.metrics else ([], [])

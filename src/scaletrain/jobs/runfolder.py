@@ -50,6 +50,14 @@ class RunFolder:
         return self.path.name
 
 
+def is_dir(path: Path) -> bool:
+    """``path.is_dir()`` that answers False, not OSError, for a name the file system refuses."""
+    try:
+        return path.is_dir()
+    except (OSError, ValueError):
+        return False
+
+
 def default_runs(base: Path = Path(RUNS_DIR)) -> list[Path]:
     """The run folders under ``./runs``, newest first (by the time their job was submitted)."""
     try:
@@ -91,7 +99,7 @@ def walk(root: Path, depth: int) -> list[Path]:
 def open_run(path: str | Path) -> RunFolder:
     """Read what ``path`` holds; a missing or unreadable folder is a RunFolder with a note."""
     run = RunFolder(path=Path(path))
-    if not run.path.is_dir():
+    if not is_dir(run.path):
         run.notes.append("folder not found (moved or deleted?)")
         return run
     try:
@@ -104,8 +112,11 @@ def open_run(path: str | Path) -> RunFolder:
         pass
     except OSError as exc:
         run.notes.append(f"cannot read {JOB_ID_FILE}: {exc.strerror}")
-    if (run.path / SCRIPT_NAME).is_file():
-        run.script = run.path / SCRIPT_NAME
+    try:
+        if (run.path / SCRIPT_NAME).is_file():
+            run.script = run.path / SCRIPT_NAME
+    except OSError:
+        pass
     try:
         run.logs = sorted(run.path.glob("*.out"), key=_mtime)[:MAX_LOG_FILES]
     except OSError:

@@ -164,7 +164,7 @@ def collect(paths: Sequence[str | Path], *, env: Mapping[str, str] | None = None
     for row in rows:
         row.notes += row.run.notes
         job = row.run.job_id
-        if not row.run.path.is_dir():
+        if not runfolder.is_dir(row.run.path):
             row.state = "GONE"
             continue
         if job is None:
