@@ -142,14 +142,23 @@ def test_squeue_missing_or_slow_is_a_note_not_a_traceback(fake, capsys, monkeypa
 
 def test_two_watchers_print_one_line_per_change(fake):
     import io
+    import threading
 
-    run = make_run(fake, "a", "101")
-    (fake / "queue").write_text(queue_row("101", "COMPLETED") + "\n")
+    run = make_run(fake, "a", "101", steps=3, total=10)
+    (fake / "queue").write_text(queue_row("101", "RUNNING") + "\n")
+    before = _tree(fake / "runs")
     outs = [io.StringIO(), io.StringIO()]
-    for out in outs:     # a finished job: the watch prints its line once and returns
-        status.watch([run], interval=1.0, out=out, tty=False)
+    # two watchers at once, two rounds each: the job did not change, so one line each
+    threads = [threading.Thread(target=status.watch, args=([run],),
+                                kwargs={"interval": 1, "out": out, "tty": False, "rounds": 2}) for out in outs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
     assert [o.getvalue().count("\n") for o in outs] == [1, 1]
-    assert "COMPLETED" in outs[0].getvalue() and not (run / "report.html").exists()
+    assert "RUNNING" in outs[0].getvalue() and "step 3/10" in outs[0].getvalue()
+    assert _tree(fake / "runs") == before
+    assert sum(c.startswith("squeue") for c in _calls(fake)) == 4
 
 
 def test_logs_in_order_and_by_rank(tmp_path):
