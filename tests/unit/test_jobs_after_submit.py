@@ -305,3 +305,25 @@ def test_sample_gpus_starts_one_sampler_per_node_in_the_job(capsys):
     code, plain, _ = run_cli(capsys, "plan", "--cluster", "mahti", "--nodes", "2", "--account", "p1",
                              "--", "train.py")
     assert "nodesampler" not in plain
+
+
+def test_slurm_durations_and_delimited_rows():
+    from scaletrain.slurm.parse import SACCT_FIELDS, parse_delimited, parse_duration_seconds
+
+    assert [parse_duration_seconds(t) for t in ("1-02:03:04", "02:03:04", "03:04", "00:01.234", "", "N/A")] == \
+        [93784, 7384, 184, 1, None, None]
+    rows = parse_delimited("sacct: warning\n" + acct_row("7", "COMPLETED") + "\n", SACCT_FIELDS)
+    assert len(rows) == 1 and rows[0]["AllocTRES"] == "cpu=4,gres/gpu=2,node=1" and rows[0]["End"].endswith("01:30")
+
+
+def test_unknown_ids_and_bad_ids(fake):
+    from scaletrain.errors import SlurmError
+    from scaletrain.slurm import commands
+
+    (fake / "bin" / "squeue").write_text("#!/bin/sh\necho 'slurm_load_jobs error: Invalid job id specified' >&2\nexit 1\n")
+    assert commands.squeue_jobs(["5"]) == {}                 # none known: not a failure
+    with pytest.raises(SlurmError, match="not a job id"):
+        commands.squeue_jobs(["5; rm -rf /"])              # never reaches a command line
+    (fake / "bin" / "sacct").write_text("#!/bin/sh\necho 'sacct: error: Slurm accounting storage is disabled' >&2\nexit 1\n")
+    row = status.collect([make_run(fake, "a", "5")])[0]
+    assert row.state == "UNKNOWN" and "accounting storage is disabled" in status.format_row(row)
