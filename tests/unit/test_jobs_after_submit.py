@@ -113,6 +113,7 @@ def test_status_of_many_runs_is_two_slurm_calls_and_writes_nothing(fake):
         ("RUNNING", 50, 100, 40, 100, 200)
     assert (b.state, b.restarts, b.step) == ("COMPLETED", 1, 3)
     assert c.state == "UNKNOWN" and "no longer knows job 103" in status.format_row(c)
+    assert c.finished and a.finished is False        # --watch stops for a forgotten job, not a running one
     assert d.state == "NOT SUBMITTED" and "does not hold a job id" in status.format_row(d)
     assert e.state == "GONE" and "\n" not in status.format_row(e)
 

@@ -46,11 +46,12 @@ class RunStatus:
     checkpoint: int | None = None   # latest committed step
     stop: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+    forgotten: bool = False         # Slurm answered and knows nothing of the job: it will not come back
 
     @property
     def finished(self) -> bool:
         """True once Slurm says nothing more will happen to the job (or there is no job)."""
-        return self.state in FINAL_STATES or self.state in {"NOT SUBMITTED", "GONE"}
+        return self.state in FINAL_STATES or self.state in {"NOT SUBMITTED", "NO JOB", "GONE"} or self.forgotten
 
     def eta(self) -> str:
         """``ETA 00:12:00 (fits)`` or ``will not finish in this run: 2 more runs``; '' when unknown."""
@@ -175,6 +176,7 @@ def collect(paths: Sequence[str | Path], *, env: Mapping[str, str] | None = None
             _from_acct(row, acct[job])
         else:
             row.state = "UNKNOWN"
+            row.forgotten = not notes       # not a failed query: Slurm answered without it
             row.notes += notes or [f"Slurm no longer knows job {job} (and keeps no accounting of it)"]
         _progress(row)
     return rows
