@@ -176,7 +176,7 @@ def collect(paths: Sequence[str | Path], *, env: Mapping[str, str] | None = None
             _from_acct(row, acct[job])
         else:
             row.state = "UNKNOWN"
-            row.forgotten = not notes       # not a failed query: Slurm answered without it
+            row.forgotten = not any(n.startswith("squeue:") for n in notes)   # the queue answered without it
             row.notes += notes or [f"Slurm no longer knows job {job} (and keeps no accounting of it)"]
         _progress(row)
     return rows
