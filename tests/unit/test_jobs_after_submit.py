@@ -327,4 +327,4 @@ def test_unknown_ids_and_bad_ids(fake):
         commands.squeue_jobs(["5; rm -rf /"])              # never reaches a command line
     (fake / "bin" / "sacct").write_text("#!/bin/sh\necho 'sacct: error: Slurm accounting storage is disabled' >&2\nexit 1\n")
     row = status.collect([make_run(fake, "a", "5")])[0]
-    assert row.state == "UNKNOWN" and "accounting storage is disabled" in status.format_row(row)
+    assert row.state == "UNKNOWN" and row.finished and "accounting storage is disabled" in status.format_row(row)
