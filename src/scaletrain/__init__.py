@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # the real signatures for type checkers and IDEs; nothing run
     from scaletrain.data.loader import loader
     from scaletrain.data.lr import scale_lr
     from scaletrain.data.metrics import all_reduce_mean, gather_objects
+    from scaletrain.jobs.api import Job, submit
     from scaletrain.observe.monitor import Monitor
     from scaletrain.parallel.memory import estimate_memory
     from scaletrain.parallel.precision import accumulate, backward
@@ -61,6 +62,9 @@ _LAZY: dict[str, str] = {
     "Checkpointer": "scaletrain.checkpoint",
     # observability
     "Monitor": "scaletrain.observe.monitor",
+    # a job after planning: submit it, follow it, stop it, report on it (no torch)
+    "submit": "scaletrain.jobs.api",
+    "Job": "scaletrain.jobs.api",
 }
 
 # `print` stays reachable as scaletrain.print but is left out of __all__, so that

@@ -47,10 +47,14 @@ EXIT_STOPPED = 75
 # shell (``--signal=B:USR1@N``) shortly before the time limit, and a preemption sends
 # PREEMPT_SIGNAL; the batch shell and `scaletrain run` pass FORWARDED_SIGNALS on to the workers,
 # whose runtime turns DEFAULT_STOP_SIGNALS into stop requests with these reasons.
+# The signal of `scaletrain cancel --save`: the tasks save and stop (reason "requested"), and the
+# batch shell of a --requeue script, which traps it, does NOT requeue the job afterwards.
+SAVE_AND_STOP_SIGNAL = "USR2"
 TIME_LIMIT_SIGNAL = "USR1"
 PREEMPT_SIGNAL = "TERM"
 FORWARDED_SIGNALS = ("USR1", "USR2", "TERM")
-DEFAULT_STOP_SIGNALS: dict[str, str] = {TIME_LIMIT_SIGNAL: "time_limit", PREEMPT_SIGNAL: "preempted"}
+DEFAULT_STOP_SIGNALS: dict[str, str] = {TIME_LIMIT_SIGNAL: "time_limit", PREEMPT_SIGNAL: "preempted",
+                                        SAVE_AND_STOP_SIGNAL: "requested"}   # scaletrain cancel --save
 
 
 def format_stop_signals(signals: Mapping[str, str]) -> str:

@@ -16,6 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
+from scaletrain.errors import UsageError
+
 
 def fsync_dir(directory: str | os.PathLike[str]) -> None:
     """Make a rename or creation inside ``directory`` durable (no-op where unsupported)."""
@@ -99,3 +101,55 @@ def writable_dir(path: str | os.PathLike[str], what: str) -> Path:
     except OSError as exc:
         raise UsageError(f"{what} {shown!r}: cannot write there ({exc.strerror or exc})", hint) from None
     return folder
+
+
+def fresh_dir(base: Path) -> Path:
+    """Create ``base`` (or ``base-2``, ``base-3``...): a folder nobody else has.
+
+    ``mkdir`` is atomic, so two callers in the same second (two submits) get two folders.
+    """
+    base.parent.mkdir(parents=True, exist_ok=True)
+    for n in range(1, 1000):
+        candidate = base if n == 1 else base.with_name(f"{base.name}-{n}")
+        try:
+            candidate.mkdir()
+            return candidate
+        except FileExistsError:
+            continue
+    raise UsageError(f"999 folders named {base.name}* already exist", "give a folder name of your own")
+
+
+def _write_stream(path: Path, payload: bytes) -> None:
+    # O_NONBLOCK: a FIFO nobody reads fails at once (ENXIO) instead of waiting forever
+    fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+    try:
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "wb", closefd=False) as stream:
+            stream.write(payload)
+    finally:
+        os.close(fd)
+
+
+def write_output(path: str, text: str, *, mode: int = 0o755, flag: str = "--output") -> None:
+    """Write ``text`` to a user-named ``path`` whole or not at all (``UsageError`` on failure).
+
+    The user's old file stays untouched until the new content is complete (temporary file +
+    rename); a link keeps pointing where it did. A device or pipe (``-o /dev/stdout``) is
+    written to directly: renaming over it would replace the device. ``flag`` names the option
+    the path came from, for the message.
+    """
+    payload = text.encode("utf-8")       # fails here, before anything touches the disk
+    out = Path(path).expanduser()
+    try:
+        if out.is_symlink():
+            out = out.resolve()      # replace the file the link points to, and keep the link
+        if out.is_dir():
+            raise UsageError(f"{flag} {path} is a directory", "give a file name, e.g. -o job.sh")
+        if out.exists() and not out.is_file():
+            _write_stream(out, payload)
+            return
+        out.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(out, payload, mode=mode)
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}",
+                         f"choose a writable {flag} path") from None

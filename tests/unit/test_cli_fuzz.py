@@ -159,8 +159,14 @@ VALID = {
     "doctor": ["doctor"],
     "port": ["port", "--cluster", "roihu", "--account", "p1"],
     "env": ["env", "create", "--cluster", "roihu", "--dry-run"],   # --dry-run: never builds here
+    "status": ["status"],
+    "logs": ["logs"],
+    "cancel": ["cancel"],
+    "report": ["report"],
 }
-TAIL = {"plan": ["--", "train.py"], "submit": ["--", "train.py"], "lint": ["--", "job.sh"],
+TAIL = {"status": ["--", "runs/gone"], "logs": ["--", "runs/gone"], "cancel": ["--", "runs/gone"],
+        "report": ["--", "runs/gone"],
+        "plan": ["--", "train.py"], "submit": ["--", "train.py"], "lint": ["--", "job.sh"],
         "run": ["--", "no_such_training_script.py"], "clusters": [], "doctor": [],
         "port": ["--", "job.sh"], "env": []}
 SKIP = {"submit": ("--wait",), "run": ("--module",)}   # follow a job / start a module: never here
@@ -179,7 +185,7 @@ def test_every_flag_with_every_nasty_value(verb: str) -> None:
     for value in NASTY:                       # the value as the positional argument
         if verb in ("plan", "submit"):
             _check([*VALID[verb], "--", value or "x.py", value])
-        elif verb in ("lint", "clusters", "port", "env"):
+        elif verb in ("lint", "clusters", "port", "env", "status", "logs", "cancel", "report"):
             _check([*VALID[verb], "--", value])
 
 
@@ -259,7 +265,8 @@ def test_fuzz_sees_every_verb() -> None:
     """A verb added to the CLI must be added here too."""
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    fuzzed = {"plan", "submit", "lint", "run", "clusters", "doctor", "bench", "port", "env"}
+    fuzzed = {"plan", "submit", "lint", "run", "clusters", "doctor", "bench", "port", "env", "status", "logs",
+              "cancel", "report"}
     missing = set(sub.choices) - fuzzed
     if missing:
         pytest.fail(f"verbs without a fuzz test: {sorted(missing)}")

@@ -90,7 +90,7 @@ def test_submit_non_utf8_argument_writes_nothing(tmp_path: Path, capsys) -> None
 def test_two_dry_runs_in_one_second_get_two_folders(tmp_path: Path, capsys, monkeypatch) -> None:
     import datetime as dt
 
-    import scaletrain.cli.submit as submit
+    import scaletrain.slurm.submit as submit
 
     class Frozen(dt.datetime):
         @classmethod

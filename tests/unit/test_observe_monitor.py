@@ -55,7 +55,8 @@ def _loop(monitor: Monitor, steps: int, *, fetch_s: float, work_s: float, batch:
 
 
 def _records(path):
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    """The file's records after the run's ``start`` line (tested on its own below)."""
+    return [r for r in (json.loads(line) for line in path.read_text().splitlines()) if r["type"] != "start"]
 
 
 def test_jsonl_throughput_matches_wall_time(tmp_path):
@@ -244,7 +245,7 @@ def test_steps_reach_the_file_within_flush_s_not_at_every(tmp_path):
     _loop(mon, 5, fetch_s=0.0, work_s=0.02)
     path = tmp_path / "metrics.jsonl"
     deadline = time.monotonic() + 60  # the writer thread is asynchronous: wait for it, bounded
-    while time.monotonic() < deadline and (not path.exists() or len(path.read_text().splitlines()) < 4):
+    while time.monotonic() < deadline and (not path.exists() or len(path.read_text().splitlines()) < 5):
         time.sleep(0.01)
     written = [r["step"] for r in _records(path)]
     assert written[:4] == [1, 2, 3, 4]  # before close() and long before the 1000-step exchange
@@ -281,3 +282,20 @@ def test_exchanges_spaced_to_about_a_second_only_by_default():
     assert spaced._exchanged_at == 100 and spaced._next_exchange > 200
     assert exact._exchanged_at == 100 and exact._next_exchange == 200
     assert spaced.close()["steps"] == exact.close()["steps"] == 100
+
+
+def test_each_run_starts_with_a_start_line_for_status_and_report(tmp_path, monkeypatch):
+    # a requeued job's runs append to one file: each run's first line says where its steps begin
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    for restart, start_step in (("0", 0), ("1", 3)):
+        monkeypatch.setenv("SLURM_RESTART_COUNT", restart)
+        mon = Monitor(tmp_path, total_steps=9, console=False, device_sampler=None, start_step=start_step)
+        for _ in range(3):
+            mon.step(samples=2)
+        mon.close()
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    starts = [r for r in lines if r["type"] == "start"]
+    assert [(s["start_step"], s["restart"], s["total_steps"], s["job_id"]) for s in starts] == \
+        [(0, 0, 9, "4242"), (3, 1, 9, "4242")]
+    assert [r["type"] for r in lines] == ["start", "step", "step", "step", "summary"] * 2
+    assert all(isinstance(s["time"], float) and s["world_size"] == 1 for s in starts)

@@ -34,7 +34,7 @@ def test_parse_and_resolve(clean_env):
     assert preempt.parse_signals("USR1:time_limit, TERM:preempted") == \
         {"USR1": "time_limit", "TERM": "preempted"}
     assert preempt.parse_signals("none") == {}
-    assert preempt.resolve(None) == {"SIGUSR1": "time_limit", "SIGTERM": "preempted"}
+    assert preempt.resolve(None) == {"SIGUSR1": "time_limit", "SIGTERM": "preempted", "SIGUSR2": "requested"}
     assert preempt.resolve("sigusr2:requested") == {"SIGUSR2": "requested"}
     assert preempt.resolve({"TERM": "time_limit"}) == {"SIGTERM": "time_limit"}
     clean_env.setenv(STOP_SIGNALS_VAR, "USR2:preempted")
@@ -58,7 +58,7 @@ def test_bad_signal_specs_are_usage_errors(text, match):
 
 def test_handler_records_first_request_only(handlers):
     preempt.install()
-    assert preempt.installed() == {"SIGUSR1": "time_limit", "SIGTERM": "preempted"}
+    assert preempt.installed() == {"SIGUSR1": "time_limit", "SIGTERM": "preempted", "SIGUSR2": "requested"}
     agreement = StopAgreement()
     try:
         assert preempt.requested() is None

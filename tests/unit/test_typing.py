@@ -23,7 +23,8 @@ def _mypy(*targets: str, cache: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_src_and_user_program_type_check():
-    out = _mypy("src/scaletrain", "tests/typing/user_program.py", cache=REPO / ".mypy_cache")
+    out = _mypy("src/scaletrain", "tests/typing/user_program.py", "tests/typing/job_program.py",
+                cache=REPO / ".mypy_cache")
     assert out.returncode == 0, out.stdout + out.stderr
 
 

@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, Any, Callable
 from scaletrain.bench.scaling import ScalingRequest, build_document, profile_links, worker_args
 from scaletrain.bench.slurm_jobs import SizeJob, cancel_unfinished, ended, hangup_is_interrupt, wait_all
 from scaletrain.errors import ScaletrainError, SlurmError, UsageError
-from scaletrain.fileio import atomic_write
 
 if TYPE_CHECKING:
     from scaletrain.clusters.profile import ClusterProfile
@@ -72,13 +71,9 @@ def check_slurm_profile(cluster: str) -> ClusterProfile:
 
 def require_sbatch() -> None:
     """``SlurmError`` (exit 4) with the way out when this machine has no sbatch."""
-    from scaletrain.slurm import commands
+    from scaletrain.slurm.submit import require_sbatch as need
 
-    try:
-        commands.which("sbatch")
-    except SlurmError as exc:
-        raise SlurmError(exc.message, "run --nodes on the cluster's login node; "
-                                      "on this machine use --nproc 1,2,4") from None
+    need("run --nodes on the cluster's login node; on this machine use --nproc 1,2,4")
 
 
 def plan_size(req: ScalingRequest, slurm: SlurmScaling, profile: ClusterProfile, nodes: int,
@@ -99,7 +94,7 @@ def plan_size(req: ScalingRequest, slurm: SlurmScaling, profile: ClusterProfile,
 
 def _jobs_root(out_dir: Path) -> Path:
     """A fresh ``DIR/jobs/<timestamp>`` folder: a second run never reuses a folder whose job may run."""
-    from scaletrain.cli.submit import fresh_dir
+    from scaletrain.fileio import fresh_dir
 
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     try:
@@ -134,20 +129,19 @@ def submit_all(prepared: list[tuple[SizeJob, str]], *, log: Callable[[str], None
     the caller knowing every job to cancel. ``SlurmError`` only when sbatch is not there at all
     (exit 4, nothing was submitted).
     """
-    from scaletrain.slurm import commands
+    from scaletrain.slurm.submit import sbatch_run_dir, write_script
 
     require_sbatch()
     for job, script in prepared:
-        atomic_write(job.job_dir / "job.sh", script.encode("utf-8"), mode=0o755)
+        write_script(job.job_dir, script)
         try:
-            job.job_id = commands.sbatch_parsable("job.sh", cwd=job.job_dir)
+            job.job_id = sbatch_run_dir(job.job_dir)
         except SlurmError as exc:
             job.state, job.error = "REFUSED", f"sbatch refused it: {exc.message}"
             job.hint = "fix the request from Slurm's message: fewer --nodes, another --partition or --time"
             log(f"scaletrain bench scaling: {job.describe()}: {job.error}")
             continue
         job.state = "SUBMITTED"
-        atomic_write(job.job_dir / "job_id", f"{job.job_id}\n".encode())
         log(f"scaletrain bench scaling: {job.describe()} submitted ({job.world_size} "
             f"process{'es' if job.world_size != 1 else ''}) "
             f"from {job.job_dir}")

@@ -28,6 +28,10 @@ VERBS: dict[str, str] = {
     "run": "scaletrain.cli.run",
     "plan": "scaletrain.cli.plan",
     "submit": "scaletrain.cli.submit",
+    "status": "scaletrain.cli.status",
+    "logs": "scaletrain.cli.logs",
+    "cancel": "scaletrain.cli.cancel",
+    "report": "scaletrain.cli.report",
     "lint": "scaletrain.cli.lint",
     "port": "scaletrain.cli.port",
     "clusters": "scaletrain.cli.clusters",
@@ -41,6 +45,9 @@ examples:
   scaletrain run --nproc-per-node 2 train.py --epochs 3      # 2 local processes (CPU: gloo)
   scaletrain plan --cluster roihu --gpus 8 --account project_123 -- train.py  # print a Slurm script
   scaletrain submit --cluster roihu --gpus 4 --account project_123 -- train.py
+  scaletrain status --watch                                   # the runs submitted from here
+  scaletrain cancel runs/20261125-010203-train --save         # checkpoint, stop, no requeue
+  scaletrain report runs/20261125-010203-train                # what the GPUs did (HTML + text)
   scaletrain lint job.sh --cluster lumi                       # check an existing batch script
   scaletrain port old_puhti.sh --cluster roihu                # the same job on another cluster
   scaletrain clusters                                         # list known clusters

@@ -95,6 +95,9 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     r.add_argument("--stage-data", type=A.data_path, metavar="PATH",
                    help="copy/extract a dataset (dir, .tar, .tar.gz, .zip) to node-local scratch first; "
                         "the program finds it in $SCALETRAIN_DATA")
+    r.add_argument("--sample-gpus", type=A.count(low=1, high=3600), metavar="S",
+                   help="start one GPU sampler per node (NVML/AMD SMI) reading every S seconds into the job's "
+                        "folder, for 'scaletrain report' on programs without the Monitor")
     r.add_argument("--requeue", action="store_true",
                    help=f"{TIME_LIMIT_SIGNAL} before the time limit, passed to the tasks; the job then requeues itself")
     r.add_argument("--job-name", type=A.job_name, metavar="NAME", help="Slurm job name (default: the script's name)")
@@ -214,6 +217,7 @@ def request_from_args(args: argparse.Namespace) -> JobRequest:
         stage_data=stage,
         stage_data_gb=stage_gb,
         requeue=bool(args.requeue),
+        sample_gpus=getattr(args, "sample_gpus", None),
         device=args.device,
         params=parse_params(args.params) if args.params else None,
         job_name=args.job_name,
@@ -298,42 +302,9 @@ def with_running_environment(request: JobRequest, profile: ClusterProfile) -> Jo
     return dataclasses.replace(request, python=path, env_origin=found.origin)
 
 
-def _write_stream(path: Path, payload: bytes) -> None:
-    # O_NONBLOCK: a FIFO nobody reads fails at once (ENXIO) instead of waiting forever
-    fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
-    try:
-        os.set_blocking(fd, True)
-        with os.fdopen(fd, "wb", closefd=False) as stream:
-            stream.write(payload)
-    finally:
-        os.close(fd)
-
-
-def write_output(path: str, script: str, *, mode: int = 0o755) -> None:
-    """Write the script to ``path`` whole or not at all: the user's old file stays untouched
-    until the new content is complete (temporary file + rename). A device or pipe
-    (``-o /dev/stdout``) is written to directly: renaming over it would replace the device."""
-    from scaletrain.fileio import atomic_write
-
-    payload = script.encode("utf-8")       # fails here, before anything touches the disk
-    out = Path(path).expanduser()
-    try:
-        if out.is_symlink():
-            out = out.resolve()      # replace the file the link points to, and keep the link
-        if out.is_dir():
-            raise UsageError(f"--output {path} is a directory", "give a file name, e.g. -o job.sh")
-        if out.exists() and not out.is_file():
-            _write_stream(out, payload)
-            return
-        out.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(out, payload, mode=mode)
-    except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror or exc}",
-                         "choose a writable --output path") from None
-
-
 def run_plan(args: argparse.Namespace) -> int:
     """CLI body of ``scaletrain plan``."""
+    from scaletrain.fileio import write_output
     from scaletrain.plan.render import render_script
     from scaletrain.plan.summary import plan_to_dict, render_summary
 

@@ -19,16 +19,19 @@ cancel). The message says how to cancel it (``scancel ID``). Exit code 130.
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
-import re
 import sys
 import time
 from pathlib import Path
 
-from scaletrain.errors import SlurmError, UsageError
-
-SCRIPT_NAME = "job.sh"
-JOB_ID_FILE = "job_id"
+from scaletrain.errors import UsageError
+from scaletrain.slurm.submit import (
+    SCRIPT_NAME,
+    in_run_dir,
+    make_run_dir,
+    require_sbatch,
+    sbatch_run_dir,
+    write_script,
+)
 
 EXAMPLES = """\
 examples:
@@ -69,52 +72,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run_submit)
 
 
-def fresh_dir(base: Path) -> Path:
-    """Create ``base`` (or ``base-2``, ``base-3``...): a folder no other submission has."""
-    base.parent.mkdir(parents=True, exist_ok=True)
-    for n in range(1, 1000):
-        candidate = base if n == 1 else base.with_name(f"{base.name}-{n}")
-        try:
-            candidate.mkdir()         # atomic: two submits in the same second get two folders
-            return candidate
-        except FileExistsError:
-            continue
-    raise UsageError(f"999 run folders named {base.name}* already exist", "pass --run-dir DIR")
-
-
-def _run_dir(args: argparse.Namespace, job_name: str) -> Path:
-    """The run folder, created: --run-dir (new or empty of a previous job), else a fresh
-    ``runs/<timestamp>-<name>``. A folder that already holds a job is refused, not overwritten:
-    its job.sh and job_id describe a job that may still run."""
-    try:
-        if getattr(args, "run_dir", None):
-            run_dir = Path(args.run_dir).expanduser()
-            taken = [n for n in (SCRIPT_NAME, JOB_ID_FILE) if (run_dir / n).exists()]
-            if taken:
-                raise UsageError(f"--run-dir {args.run_dir} already holds a job ({', '.join(taken)})",
-                                 "give a new --run-dir, or leave it out for a fresh "
-                                 "runs/<timestamp>-<name>/ folder")
-            run_dir.mkdir(parents=True, exist_ok=True)
-            return run_dir
-        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        safe = re.sub(r"[^A-Za-z0-9._-]+", "_", job_name).strip("._")[:100] or "job"
-        return fresh_dir(Path("runs") / f"{stamp}-{safe}")
-    except OSError as exc:
-        where = getattr(args, "run_dir", None) or "runs/"
-        raise UsageError(f"cannot write the job script into {where}: {exc.strerror or exc}",
-                         "choose a writable --run-dir") from None
-
-
-def _write(run_dir: Path, name: str, data: bytes, mode: int = 0o644) -> Path:
-    from scaletrain.fileio import atomic_write
-
-    try:
-        return atomic_write(run_dir / name, data, mode=mode)
-    except OSError as exc:
-        raise UsageError(f"cannot write {name} into {run_dir}: {exc.strerror or exc}",
-                         "choose a writable --run-dir") from None
-
-
 def _read_output(path: str | None, wait_s: float = 5.0) -> str | None:
     """The job's output file; a shared file system may show it a moment after the job ends."""
     if not path or path == "/dev/null":
@@ -133,13 +90,13 @@ def _read_output(path: str | None, wait_s: float = 5.0) -> str | None:
 
 def run_submit(args: argparse.Namespace) -> int:
     """CLI body of ``scaletrain submit``; returns the exit code."""
+    import dataclasses
     import os
 
     from scaletrain.cli.plan import plan_from_args, request_from_args
     from scaletrain.plan.planner import job_name_for
     from scaletrain.plan.render import render_script
     from scaletrain.plan.summary import render_summary
-    from scaletrain.slurm import commands
 
     for flag, value in (("--output", getattr(args, "output", None)), ("--json", getattr(args, "json", False))):
         if value:
@@ -152,17 +109,15 @@ def run_submit(args: argparse.Namespace) -> int:
         existed = wanted is not None and wanted.exists()
     except OSError:   # a name the file system refuses: _run_dir says so
         existed = False
-    run_dir = _run_dir(args, job_name_for(request)).absolute()
-    # the job runs where the user submitted from; the script's path survives any cd
+    run_dir = make_run_dir(getattr(args, "run_dir", None), job_name_for(request))
+    # the job runs where the user submitted from; the script's path survives any cd;
     # framework configs the job writes (--accelerate-config NAME...) go next to its script
-    overrides: dict[str, object] = {"chdir": args.chdir or here, "files_dir": str(run_dir),
-                                    "script": os.path.abspath(os.path.expanduser(args.script))}
-    if not args.log:
-        overrides["log"] = str(run_dir / "%x-%j.out")
+    placed = in_run_dir(dataclasses.replace(request, chdir=args.chdir or here, log=args.log), run_dir)
+    overrides: dict[str, object] = {f: getattr(placed, f) for f in ("chdir", "files_dir", "script", "log")}
     try:
         plan = plan_from_args(args, **overrides)
         script_text = render_script(plan)
-        payload = script_text.encode("utf-8")   # rendered and encoded before anything touches the disk
+        script_text.encode("utf-8")   # rendered and encoded before anything touches the disk
     except BaseException:
         if not existed:   # the folder this call made for a job that cannot be planned
             try:
@@ -171,20 +126,16 @@ def run_submit(args: argparse.Namespace) -> int:
                 pass
         raise
     summary = render_summary(plan)
-    script = _write(run_dir, SCRIPT_NAME, payload, mode=0o755)
+    script = write_script(run_dir, script_text)
     print(summary.rstrip("\n"), file=sys.stderr)
     if args.dry_run:
         print(f"scaletrain: dry run: wrote {script}; not submitted "
               f"(submit it with: cd {run_dir} && sbatch {SCRIPT_NAME})", file=sys.stderr)
         print(script)
         return 0
-    try:
-        commands.which("sbatch")
-    except SlurmError as exc:
-        raise SlurmError(exc.message, f"the script is written to {script}; submit it where "
-                                      "Slurm is, or use 'scaletrain plan' / --dry-run") from None
-    job_id = commands.sbatch_parsable(SCRIPT_NAME, cwd=run_dir)
-    _write(run_dir, JOB_ID_FILE, f"{job_id}\n".encode())
+    require_sbatch(f"the script is written to {script}; submit it where "
+                   "Slurm is, or use 'scaletrain plan' / --dry-run")
+    job_id = sbatch_run_dir(run_dir)
     print(job_id, flush=True)
     print(f"scaletrain: submitted job {job_id} from {run_dir}", file=sys.stderr, flush=True)
     if not args.wait:

@@ -251,7 +251,7 @@ def run_probe(args: argparse.Namespace) -> int:
     profile_from_dict(tomllib.loads(text), path="(probed)")  # what we write must load back
     output = getattr(args, "output", None)
     if output and output != "-":
-        from scaletrain.cli.plan import write_output
+        from scaletrain.fileio import write_output
 
         # whole or not at all: a profile being replaced stays as it was until the new one is complete
         write_output(output, text, mode=0o644)

@@ -89,6 +89,9 @@ class Monitor:
             :func:`scaletrain.observe.devices.device_key` of the device.
         num_workers: the loader's worker count, quoted in idle-device hints.
         env: the process's :class:`scaletrain.Env`; default: the one ``scaletrain.init()`` made.
+        start_step: the step this run resumes from (what ``Checkpointer.load_latest`` returned);
+            written in the run's ``start`` line of ``metrics.jsonl``, where ``scaletrain status``
+            and ``report`` add it to this run's step numbers (which start at 1 in every run).
     """
 
     def __init__(self, run_dir: str | os.PathLike[str] | None = None, *, total_steps: int | None = None,
@@ -96,7 +99,7 @@ class Monitor:
                  every: int | None = None, flush_s: float = 1.0, log_every: int = 10, warmup: int = 1,
                  flops_per_sample: float | None = None, peak_flops: float | None = None,
                  device_sampler: Any = "auto", device_id: str | None = None, num_workers: int | None = None,
-                 env: Any = None, stream: Any = None) -> None:
+                 env: Any = None, stream: Any = None, start_step: int = 0) -> None:
         self._spaced = every is None  # exchanges spaced by time unless a step count was asked for
         every = DEFAULT_EVERY if every is None else every
         if (every < 1 or log_every < 1 or (jsonl_every is not None and jsonl_every < 1) or warmup < 0
@@ -128,7 +131,8 @@ class Monitor:
             if self.run_dir is not None:
                 check_run_dir(self.run_dir)
                 if jsonl:
-                    self.sinks.append(JsonlSink(self.run_dir / "metrics.jsonl", every=jsonl_every))
+                    self.sinks.append(JsonlSink(self.run_dir / "metrics.jsonl", every=jsonl_every,
+                                                start=self._start_record(start_step)))
                 if tensorboard:
                     self.sinks.append(TensorBoardSink(self.run_dir / "tensorboard"))
         elif tensorboard:  # same error on every rank when the extra is missing
@@ -169,6 +173,13 @@ class Monitor:
         self.grad_bytes: int | None = None
         if self._writer is not None:  # an exit without close() still writes what was measured
             atexit.register(self._at_exit)
+
+    def _start_record(self, start_step: int) -> Record:
+        """The run's first JSONL line: what ``status`` and ``report`` need to place its steps."""
+        restart = os.environ.get("SLURM_RESTART_COUNT", "0").strip()
+        return {"time": time.time(), "total_steps": self.total_steps, "start_step": int(start_step),
+                "world_size": self.world_size, "device": self.device, "host": self.host,
+                "job_id": os.environ.get("SLURM_JOB_ID"), "restart": int(restart) if restart.isdigit() else 0}
 
     def _setup_sampler(self, device_sampler: Any, device_id: str | None) -> None:
         """One device sampler per node, on its lowest local rank; the others only name their device."""

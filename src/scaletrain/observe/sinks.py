@@ -166,11 +166,13 @@ class JsonlSink:
     records since the last batch and never leaves half a line that a reader would trip on.
     """
 
-    def __init__(self, path: str | os.PathLike[str], every: int | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str], every: int | None = None, start: Record | None = None) -> None:
         self.path = Path(path)
         self.every = every      # a line per every-th step; None: spaced by time (records.spaced_every)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fh = open(self.path, "a", encoding="utf-8")
+        if start is not None:   # one line per run: a requeued job's runs append to one file
+            self._emit(encode({"type": "start", **start}) + "\n")
 
     def _emit(self, text: str) -> None:
         if self._fh.closed or not text:

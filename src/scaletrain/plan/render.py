@@ -16,7 +16,7 @@ from scaletrain._version import __version__
 
 # one formula for MASTER_PORT and the variable names, shared with the runtime and lint
 from scaletrain.contract import (CLUSTER_VAR, DATA_VAR, EXIT_STOPPED, PORT_SHELL_EXPR, PREEMPT_SIGNAL,
-                                 TIME_LIMIT_SIGNAL)
+                                 SAVE_AND_STOP_SIGNAL, TIME_LIMIT_SIGNAL)
 from scaletrain.errors import DistEnvError
 from scaletrain.plan.jobfiles import folder_word
 from scaletrain.plan.jobfiles import shell_lines as job_file_lines
@@ -191,12 +191,16 @@ def _requeue_block(plan: Plan) -> list[str]:
         '  kill -"$1" "$SRUN_PID" 2>/dev/null || true; }',
         f"trap '_scaletrain_stop {TIME_LIMIT_SIGNAL}' {TIME_LIMIT_SIGNAL}",
         f"trap '_scaletrain_stop {PREEMPT_SIGNAL}' {PREEMPT_SIGNAL}",
+        f"# {SAVE_AND_STOP_SIGNAL} from 'scaletrain cancel --save': the tasks save and stop, and the job is not requeued",
+        f"trap '_scaletrain_keep=1; _scaletrain_stop {SAVE_AND_STOP_SIGNAL}' {SAVE_AND_STOP_SIGNAL}",
         f"{launch_command(plan)} &",
         "SRUN_PID=$!",
         "set +e",
         'while :; do wait "$SRUN_PID"; rc=$?; kill -0 "$SRUN_PID" 2>/dev/null || break; done',
         "set -e",
-        f'if [ "$rc" -eq {EXIT_STOPPED} ]; then',
+        f'if [ "$rc" -eq {EXIT_STOPPED} ] && [ -n "${{_scaletrain_keep:-}}" ]; then',
+        '  echo "scaletrain: job $SLURM_JOB_ID saved and stopped on request; not requeued" >&2',
+        f'elif [ "$rc" -eq {EXIT_STOPPED} ]; then',
         f'  if [ "${{SLURM_RESTART_COUNT:-0}}" -lt {bound} ]; then',
         '    echo "scaletrain: the tasks saved; requeueing job $SLURM_JOB_ID'
         f' (restart $((${{SLURM_RESTART_COUNT:-0}} + 1)) of {bound})" >&2',
@@ -211,11 +215,30 @@ def _requeue_block(plan: Plan) -> list[str]:
     ]
 
 
+def _sampler(plan: Plan) -> list[str]:
+    """``--sample-gpus S``: one GPU sampler per node in the background, for ``scaletrain report``.
+
+    ``--overlap`` lets the step share the job's CPUs, memory and GPUs with the training step
+    (srun(1)); it asks for the node's GPUs so that device confinement lets NVML see them. The
+    batch script's end ends it. A node where no GPU can be read gets one line saying why.
+    """
+    every = plan.request.sample_gpus
+    if not every or plan.scheduler != "slurm":
+        return []
+    where = folder_word(slurm=True, folder=plan.files_dir)
+    gres = f" --gres=gpu:{plan.gpus_per_node}" if plan.gpus_per_node else ""
+    return ["", f"# --sample-gpus {every}: a GPU sampler per node in the background (NVML/AMD SMI), "
+                "read by 'scaletrain report'",
+            f'srun --overlap --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1'
+            f"{gres} {plan.python} -m scaletrain.observe.nodesampler {where} --interval {int(every)} &"]
+
+
 def render_script(plan: Plan) -> str:
     """The complete batch script for ``plan`` (ends with a newline)."""
     lines = _header(plan) + _setup(plan) + _environment(plan)
     if plan.stage is not None:
         lines += _stage(plan, plan.stage)
     lines += job_file_lines(plan.job_files, slurm=plan.scheduler == "slurm", folder=plan.files_dir)
+    lines += _sampler(plan)
     lines += _launch(plan)
     return "\n".join(lines) + "\n"

@@ -81,6 +81,7 @@ class JobRequest:
     precision: str = "fp32"                 # --precision: mixed precision in the generated configs
     micro_batch: int | None = None          # --micro-batch: DeepSpeed's train_micro_batch_size_per_gpu
     files_dir: str | None = None            # where the job writes those configs (submit: its run folder)
+    sample_gpus: int | None = None          # --sample-gpus S: a GPU sampler per node every S s (observe.nodesampler)
     # job shapes beyond one process per GPU
     gpus_per_proc: int = 1              # --gpus-per-proc G: one process drives G GPUs (model parallel)
     procs_per_gpu: int = 1              # --procs-per-gpu K: K processes share each GPU (NVIDIA MPS)

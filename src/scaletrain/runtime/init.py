@@ -224,8 +224,9 @@ def init(*, device: str | None = None, backend: str | None = None,
             set by ``scaletrain run --timeout``, else 600 s, at most ``timeout_s``); applied
             by :func:`scaletrain.runtime.timeouts.training_started`.
         stop_signals: signals that ask the training loop to save and stop, with their reason,
-            e.g. ``{"USR1": "time_limit", "TERM": "preempted"}`` (the default) or the same as
-            ``"USR1:time_limit,TERM:preempted"``; ``"none"`` installs nothing.
+            e.g. ``{"USR1": "time_limit", "TERM": "preempted", "USR2": "requested"}`` (the
+            default; USR2 is ``scaletrain cancel --save``) or the same as
+            ``"USR1:time_limit,TERM:preempted,USR2:requested"``; ``"none"`` installs nothing.
             ``SCALETRAIN_STOP_SIGNALS`` gives the same choice from outside
             (see :mod:`scaletrain.runtime.preempt`).
 

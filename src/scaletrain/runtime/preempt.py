@@ -14,7 +14,9 @@ makes every rank stop at the same step; it reads this module's request (:func:`s
 registers as a listener (:func:`add_listener`) while it polls.
 
 Configure which signals stop and how they are named with ``init(stop_signals=...)`` or
-``SCALETRAIN_STOP_SIGNALS="USR1:time_limit,TERM:preempted"`` (``none`` installs nothing).
+``SCALETRAIN_STOP_SIGNALS="USR1:time_limit,TERM:preempted,USR2:requested"`` (the default;
+``none`` installs nothing). USR2 is ``scaletrain cancel --save``: a --requeue script does not
+requeue after it.
 A process that never creates a ``StopAgreement`` (a script without a Checkpointer) keeps
 the default behaviour: the first such signal still ends it, as before.
 """

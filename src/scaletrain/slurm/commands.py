@@ -1,4 +1,5 @@
-"""The only code in scaletrain that runs Slurm's commands (sbatch, scontrol, sinfo, scancel).
+"""The only code in scaletrain that runs Slurm's commands (sbatch, scontrol, sinfo, squeue, sacct,
+scancel).
 
 Each wrapper is small and typed: it finds the command (``SlurmError`` with a hint when it is
 missing), runs it with an explicit environment (tests pass ``SLURM_CONF`` this way instead of
@@ -22,6 +23,9 @@ from typing import Callable, Mapping, Sequence
 from scaletrain.errors import SlurmError
 from scaletrain.slurm.parse import (
     FINAL_STATES,
+    SACCT_FIELDS,
+    SQUEUE_FIELDS,
+    parse_delimited,
     parse_exit_code,
     parse_job_id,
     parse_record,
@@ -29,6 +33,7 @@ from scaletrain.slurm.parse import (
 )
 
 _WAIT_RETRIES = 5  # consecutive scontrol failures tolerated while waiting
+QUERY_TIMEOUT_S = 10.0  # squeue/sacct/scancel for the after-submit verbs: a stuck slurmctld is one line
 
 _INSTALL_HINT = ("run this on a Slurm login node (or load Slurm's module); "
                  "'scaletrain plan' prints the script without Slurm")
@@ -185,6 +190,65 @@ def wait(job_id: str, *, timeout: float | None = None, poll: float = 1.0,
 def cancel(job_id: str, *, env: Mapping[str, str] | None = None) -> None:
     """Cancel a job with ``scancel`` (no error if it already ended)."""
     run_command(["scancel", str(job_id)], env=env)
+
+
+def send_signal(job_id: str, signal_name: str, *, batch: bool,
+                env: Mapping[str, str] | None = None, timeout: float = QUERY_TIMEOUT_S) -> None:
+    """``scancel --signal=NAME`` to the batch shell only (``batch=True``: its trap decides what
+    to relay) or to the job's steps only (Slurm's default for signals other than KILL)."""
+    if not signal_name.isalnum():
+        raise SlurmError(f"not a signal name: {signal_name!r}", "use USR1, USR2 or TERM")
+    run_command(["scancel", *(["--batch"] if batch else []), f"--signal={signal_name}", str(job_id)],
+                env=env, timeout=timeout)
+
+
+def _job_list(job_ids: Sequence[str]) -> str:
+    ids = [str(j) for j in job_ids]
+    bad = [j for j in ids if not j.replace("_", "").isdigit()]
+    if bad:
+        raise SlurmError(f"not a job id: {bad[0]!r}", "a job id is a number, as sbatch printed it")
+    return ",".join(dict.fromkeys(ids))
+
+
+def squeue_jobs(job_ids: Sequence[str], *, env: Mapping[str, str] | None = None,
+                timeout: float = QUERY_TIMEOUT_S) -> dict[str, dict[str, str]]:
+    """What the queue knows of ``job_ids`` in ONE ``squeue`` call: ``{id: {field: value}}``.
+
+    ``--states=all`` keeps jobs that ended less than MinJobAge ago (COMPLETED, FAILED...). A
+    job the controller has forgotten is simply absent; when none of the ids is known squeue
+    says "Invalid job id", which is read as "none known", not as a failure. ``SlurmError`` when
+    squeue is missing, fails otherwise or does not answer within ``timeout`` seconds.
+    """
+    if not job_ids:
+        return {}
+    fmt = ",".join(f"{name}:|" for name in SQUEUE_FIELDS)
+    try:
+        out = run_command(["squeue", "--noheader", "--states=all", f"--jobs={_job_list(job_ids)}",
+                           "-O", fmt], env=env, timeout=timeout)
+    except SlurmError as exc:
+        if "Invalid job id" in exc.message:
+            return {}
+        raise
+    return {row["JobID"]: row for row in parse_delimited(out, SQUEUE_FIELDS)}
+
+
+def sacct_jobs(job_ids: Sequence[str], *, env: Mapping[str, str] | None = None,
+               timeout: float = QUERY_TIMEOUT_S) -> dict[str, list[dict[str, str]]]:
+    """Slurm's accounting for ``job_ids`` in ONE ``sacct`` call: ``{id: [one row per run]}``.
+
+    ``-X`` gives the allocation (not each step), ``-D`` one row per run of a requeued job,
+    oldest first. ``SlurmError`` where accounting is not kept (no slurmdbd), sacct is missing
+    or slow.
+    """
+    if not job_ids:
+        return {}
+    out = run_command(["sacct", "--noheader", "--parsable2", "--allocations", "--duplicates",
+                       f"--jobs={_job_list(job_ids)}", f"--format={','.join(SACCT_FIELDS)}"],
+                      env=env, timeout=timeout)
+    runs: dict[str, list[dict[str, str]]] = {}
+    for row in parse_delimited(out, SACCT_FIELDS):
+        runs.setdefault(row["JobID"], []).append(row)
+    return runs
 
 
 def show_nodes(*, env: Mapping[str, str] | None = None) -> list[dict[str, str]]:

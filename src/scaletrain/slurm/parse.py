@@ -185,3 +185,44 @@ def parse_job_id(text: str) -> str:
         if head.isdigit():
             return head
     raise ValueError(f"no job id in sbatch output: {text.strip()!r}")
+
+
+# ``squeue -O`` fields scaletrain asks for (one call for every run folder), each ended by "|".
+SQUEUE_FIELDS = ("JobID", "State", "TimeUsed", "TimeLimit", "Reason", "NodeList", "RestartCnt",
+                 "SubmitTime", "StartTime", "NumNodes")
+# ``sacct -P`` fields: one line per allocation (-X), one per run of a requeued job (-D).
+SACCT_FIELDS = ("JobID", "State", "Elapsed", "Timelimit", "ExitCode", "TotalCPU", "AllocCPUS",
+                "NNodes", "AllocTRES", "NodeList", "Submit", "Start", "End")
+
+
+def parse_delimited(text: str, fields: tuple[str, ...], sep: str = "|") -> list[dict[str, str]]:
+    """Rows of ``squeue -O 'F:|,...'`` or ``sacct -P`` output as dicts keyed by ``fields``.
+
+    Lines with fewer fields than asked for (a banner, a warning on stdout) are skipped;
+    values are stripped (squeue pads them).
+    """
+    rows = []
+    for line in text.splitlines():
+        parts = line.split(sep)
+        if len(parts) < len(fields):
+            continue
+        rows.append({name: parts[i].strip() for i, name in enumerate(fields)})
+    return rows
+
+
+def parse_duration_seconds(text: str | None) -> int | None:
+    """An elapsed time as squeue/sacct print it (``1-02:03:04``, ``02:03:04``, ``03:04``,
+    ``00:01.234`` for TotalCPU) in whole seconds; None when unreadable."""
+    if not text:
+        return None
+    text = text.strip().split(".", 1)[0]
+    match = re.match(r"^(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)$", text)
+    if not match:
+        return None
+    days, hours, minutes, seconds = (int(g) if g else 0 for g in match.groups())
+    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+def base_state(text: str) -> str:
+    """``CANCELLED by 1000`` -> ``CANCELLED``; empty -> ``UNKNOWN``."""
+    return (text.split() or ["UNKNOWN"])[0]

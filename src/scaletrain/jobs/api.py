@@ -1,0 +1,133 @@
+"""The Python API of a job's life after planning, for notebooks and scripts::
+
+    import scaletrain
+    job = scaletrain.submit(cluster="puhti", gpus=8, account="project_123",
+                            program=["train.py", "--epochs", "10"])
+    job.state            # "PENDING", "RUNNING", "COMPLETED"...
+    job.wait()           # until it ends; returns the final state
+    print(job.logs())    # its output, every requeued run
+    job.cancel(save=True)
+    job.report()         # RUN/report.html and the text summary
+
+``scaletrain.Job(run_dir)`` reopens a job from its run folder (one a ``scaletrain submit`` made,
+too). Nothing here imports torch. The CLI verbs ``status``, ``logs``, ``cancel`` and ``report``
+call the same functions (:mod:`scaletrain.jobs`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from scaletrain.errors import SlurmError, UsageError
+
+if TYPE_CHECKING:
+    from scaletrain.jobs.cancel import CancelResult
+    from scaletrain.jobs.status import RunStatus
+
+
+class Job:
+    """A submitted job, known by its run folder (``job.sh``, ``job_id``, output files)."""
+
+    def __init__(self, run_dir: str | os.PathLike[str], *, env: Mapping[str, str] | None = None) -> None:
+        from scaletrain.jobs.runfolder import open_run
+
+        self.run_dir = Path(run_dir).absolute()
+        self.env = dict(env) if env is not None else None   # for Slurm's commands (tests: SLURM_CONF)
+        run = open_run(self.run_dir)
+        if run.job_id is None:
+            raise UsageError(f"{run_dir} holds no submitted job ({'; '.join(run.notes) or 'no job_id file'})",
+                             "give a run folder that 'scaletrain submit' or scaletrain.submit() made")
+        self.job_id: str = run.job_id
+
+    def __repr__(self) -> str:
+        return f"Job({str(self.run_dir)!r}, job_id={self.job_id!r})"
+
+    def status(self) -> RunStatus:
+        """The full status line's data (:class:`scaletrain.jobs.status.RunStatus`)."""
+        from scaletrain.jobs.status import collect
+
+        return collect([self.run_dir], env=self.env)[0]
+
+    @property
+    def state(self) -> str:
+        """Slurm's state now (PENDING, RUNNING, COMPLETED, FAILED, CANCELLED...; UNKNOWN once
+        Slurm has forgotten a job it keeps no accounting for)."""
+        from scaletrain.jobs.status import collect_states
+
+        return collect_states([self.job_id], env=self.env).get(self.job_id, "UNKNOWN")
+
+    def wait(self, timeout: float | None = None, poll: float = 5.0) -> str:
+        """Block until the job ends; returns its final state. ``SlurmError`` after ``timeout``
+        seconds (the job keeps running: waiting gives up, nothing is cancelled)."""
+        from scaletrain.slurm.parse import FINAL_STATES
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            state = self.state
+            if state in FINAL_STATES or state == "UNKNOWN":
+                return state
+            if deadline is not None and time.monotonic() > deadline:
+                raise SlurmError(f"job {self.job_id} still {state} after {timeout:g} s",
+                                 "it keeps running; wait again or job.cancel()")
+            time.sleep(poll)
+
+    def logs(self, rank: int | None = None) -> str:
+        """The job's output so far, every run of a requeued job; ``rank``: that rank's lines only."""
+        from scaletrain.jobs.logs import read_lines
+
+        return "".join(read_lines(self.run_dir, rank=rank))
+
+    def cancel(self, save: bool = False, wait_s: float = 300.0) -> CancelResult:
+        """Cancel now, or (``save``) let it checkpoint and stop without requeueing, waiting up to
+        ``wait_s``; returns :class:`scaletrain.jobs.cancel.CancelResult`."""
+        from scaletrain.jobs.cancel import cancel
+
+        return cancel(self.run_dir, save=save, wait_s=wait_s, env=self.env)
+
+    def report(self, out: str | os.PathLike[str] | None = None) -> str:
+        """Write the HTML report (default ``RUN/report.html``) and return the text summary."""
+        from scaletrain.jobs import report
+
+        rep = report.build(self.run_dir, env=self.env)
+        report.write(rep, out)
+        return report.render_text(rep)
+
+
+def submit(*, cluster: str, program: Sequence[str], gpus: int | None = None, nodes: int | None = None,
+           account: str | None = None, run_dir: str | os.PathLike[str] | None = None,
+           env: Mapping[str, str] | None = None, **request: Any) -> Job:
+    """Plan and submit ``program`` (a script and its arguments) like ``scaletrain submit``.
+
+    ``cluster`` is a profile name or a ``.toml`` file; ``request`` takes any other field of
+    :class:`scaletrain.plan.request.JobRequest` (``time="01:00:00"``, ``requeue=True``,
+    ``gpus_per_node=...``). The job runs in the current folder; its script, id and output go to
+    ``run_dir`` (default ``runs/<timestamp>-<name>/``). Returns the :class:`Job`.
+    """
+    from scaletrain.clusters.profile import load_profile
+    from scaletrain.plan.planner import job_name_for, make_plan
+    from scaletrain.plan.render import render_script
+    from scaletrain.plan.request import JobRequest
+    from scaletrain.slurm.submit import in_run_dir, make_run_dir, require_sbatch, sbatch_run_dir, write_script
+
+    if isinstance(program, str) or not program:
+        raise UsageError("program must be a list: the script and its arguments",
+                         'e.g. program=["train.py", "--epochs", "10"]')
+    names = {f.name for f in dataclasses.fields(JobRequest)}
+    unknown = sorted(set(request) - names)
+    if unknown:
+        raise UsageError(f"submit() has no option {unknown[0]!r}", "see scaletrain.plan.request.JobRequest")
+    is_file = cluster.endswith(".toml") or os.sep in cluster
+    profile = load_profile(cluster)
+    req = JobRequest(cluster=profile.name, script=str(program[0]), script_args=tuple(map(str, program[1:])),
+                     gpus=gpus, nodes=nodes, account=account,
+                     profile_file=str(Path(cluster).expanduser().absolute()) if is_file else None, **request)
+    make_plan(req, profile)            # a request the cluster cannot take fails before any folder exists
+    require_sbatch("run this where Slurm is (a login node); scaletrain plan writes the script anywhere", env)
+    folder = make_run_dir(run_dir, job_name_for(req), flag="run_dir")
+    write_script(folder, render_script(make_plan(in_run_dir(req, folder), profile)))
+    sbatch_run_dir(folder, env=env)
+    return Job(folder, env=env)

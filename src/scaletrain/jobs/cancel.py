@@ -1,0 +1,108 @@
+"""``scaletrain cancel RUN [--save]``: stop a job now, or let it save and stop without requeueing.
+
+``--save`` sends ``contract.SAVE_AND_STOP_SIGNAL`` (USR2). A script from ``plan --requeue``
+traps it in the batch shell, relays it to the tasks and remembers not to requeue; other
+scripts have no trap, so the signal goes to the job's steps (the tasks) directly, and nothing
+requeues them anyway. ``scaletrain.init()`` made USR2 a stop request with reason
+``requested``: every rank stops at the same step, the Checkpointer saves it, writes
+``stop.json`` and the tasks exit 75. Then this waits, bounded, for the job to end and says
+which step was saved. A job still pending has nothing to save: it is cancelled outright.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from scaletrain.contract import SAVE_AND_STOP_SIGNAL
+from scaletrain.errors import SlurmError, UsageError
+from scaletrain.jobs import runfolder, status
+from scaletrain.jobs.runfolder import RunFolder
+
+SAVE_WAIT_S = 300.0
+POLL_S = 2.0
+_TRAP = f"_scaletrain_keep=1; _scaletrain_stop {SAVE_AND_STOP_SIGNAL}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CancelResult:
+    """What ``cancel`` did and saw."""
+
+    job_id: str
+    action: str                     # "cancelled", "asked to save and stop", "already ended"
+    state: str                      # Slurm's state when we stopped waiting
+    saved_step: int | None = None   # latest committed checkpoint afterwards
+    stop: dict[str, Any] | None = None
+
+    def message(self) -> str:
+        """One line for the terminal."""
+        text = f"job {self.job_id} {self.action}; now {self.state}"
+        if self.stop:
+            text += f"; saved step {self.stop.get('step')} (stop.json: {self.stop.get('reason')})"
+        elif self.saved_step is not None:
+            text += f"; latest checkpoint step {self.saved_step}"
+        return text
+
+
+def _job(run_dir: str | Path) -> RunFolder:
+    run = runfolder.open_run(run_dir)
+    if run.job_id is None:
+        why = "; ".join(run.notes) or "no job_id file (not submitted?)"
+        raise UsageError(f"{run_dir}: no job to cancel ({why})", "give a run folder from 'scaletrain status'")
+    return run
+
+
+def _state(job_id: str, env: Mapping[str, str] | None) -> str:
+    rows = status.collect_states([job_id], env=env)
+    return rows.get(job_id, "UNKNOWN")
+
+
+def cancel(run_dir: str | Path, *, save: bool = False, wait_s: float = SAVE_WAIT_S,
+           env: Mapping[str, str] | None = None, log: Callable[[str], None] | None = None) -> CancelResult:
+    """Cancel the run's job; with ``save``, ask it to checkpoint and stop, and wait for it."""
+    from scaletrain.slurm import commands
+
+    run = _job(run_dir)
+    job_id = str(run.job_id)
+    state = _state(job_id, env)
+    if state in status.FINAL_STATES:
+        return CancelResult(job_id=job_id, action="had already ended", state=state,
+                            saved_step=runfolder.latest_checkpoint(run.checkpoints),
+                            stop=runfolder.stop_record(run.checkpoints))
+    if not save or state == "PENDING":
+        commands.cancel(job_id, env=env)
+        action = "cancelled" + (" (it had not started: nothing to save)" if save else "")
+        return CancelResult(job_id=job_id, action=action, state=_settle(job_id, env, 30.0))
+    trapped = run.script is not None and _TRAP in _read(run.script)
+    commands.send_signal(job_id, SAVE_AND_STOP_SIGNAL, batch=trapped, env=env)
+    if log is not None:
+        log(f"scaletrain: asked job {job_id} to save and stop ({SAVE_AND_STOP_SIGNAL}); "
+            f"waiting up to {wait_s:.0f} s")
+    final = _settle(job_id, env, wait_s)
+    if final not in status.FINAL_STATES:
+        raise SlurmError(f"job {job_id} was asked to save and stop but is still {final} after {wait_s:.0f} s",
+                         f"its program may not use scaletrain.init() and a Checkpointer; "
+                         f"end it now with 'scaletrain cancel {run_dir}'")
+    run = runfolder.open_run(run_dir)      # the checkpoint folder may be new since
+    return CancelResult(job_id=job_id, action="saved and stopped", state=final,
+                        saved_step=runfolder.latest_checkpoint(run.checkpoints),
+                        stop=runfolder.stop_record(run.checkpoints))
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _settle(job_id: str, env: Mapping[str, str] | None, wait_s: float) -> str:
+    """Poll (squeue, then sacct) until the job is in a final state or ``wait_s`` has passed."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        state = _state(job_id, env)
+        if state in status.FINAL_STATES or state == "UNKNOWN" or time.monotonic() > deadline:
+            return state
+        time.sleep(POLL_S)

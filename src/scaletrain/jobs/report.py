@@ -1,0 +1,278 @@
+"""``scaletrain report RUN``: what a job did with what it was billed for, as text and HTML.
+
+The figures come from the run folder only: the Monitor's ``metrics.jsonl`` (a ``start`` line per
+run, the step lines, a ``summary`` line when a run closed cleanly, the findings), the
+Checkpointer's folder (committed steps, ``stop.json``) and, when Slurm keeps accounting, one
+``sacct`` call (queue time per run, elapsed, GPUs and CPUs allocated, CPU time used). The page
+is one self-contained HTML file with inline SVG charts (no scripts, no external files), like
+the scaling report, so it opens from a login node's file share.
+
+Without the Monitor the report still has Slurm's side (billed GPU-hours, queue time, requeues,
+CPU efficiency) but cannot know throughput, the step reached, per-GPU utilisation or memory.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from scaletrain.errors import SlurmError, UsageError
+from scaletrain.jobs import gpus as gpu_files
+from scaletrain.jobs import runfolder
+from scaletrain.jobs.svg import line_chart
+from scaletrain.slurm.parse import parse_duration_seconds
+
+REPORT_NAME = "report.html"
+MAX_POINTS = 600        # points per chart line: a long run is thinned, not drawn step by step
+
+
+@dataclass(kw_only=True)
+class RunPart:
+    """One run of the job (a requeue starts another) as the Monitor recorded it."""
+
+    start: dict[str, Any]
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    summary: dict[str, Any] | None = None
+
+    @property
+    def offset(self) -> int:
+        """The step this run resumed from."""
+        value = self.start.get("start_step", 0)
+        return value if isinstance(value, int) else 0
+
+
+@dataclass(kw_only=True)
+class Report:
+    """Everything the text and the page show."""
+
+    run_dir: Path
+    job_id: str | None
+    parts: list[RunPart]
+    findings: list[dict[str, Any]]
+    checkpoints: list[int]
+    stop: dict[str, Any] | None
+    acct: list[dict[str, str]]
+    notes: list[str]
+    gpus: list[gpu_files.GpuSeries] = field(default_factory=list)
+
+    @property
+    def last_step(self) -> int | None:
+        """The program's last recorded step (resume point + the last run's count)."""
+        for part in reversed(self.parts):
+            if part.steps:
+                return part.offset + int(part.steps[-1]["step"])
+        return None
+
+    @property
+    def total_steps(self) -> int | None:
+        """Steps the program said it would run (Monitor total_steps)."""
+        for part in reversed(self.parts):
+            if isinstance(part.start.get("total_steps"), int):
+                return int(part.start["total_steps"])
+        return None
+
+
+def split_runs(records: list[dict[str, Any]]) -> tuple[list[RunPart], list[dict[str, Any]]]:
+    """The records of metrics.jsonl as runs (one per ``start`` line) and the findings."""
+    parts: list[RunPart] = []
+    findings: list[dict[str, Any]] = []
+    for rec in records:
+        kind = rec.get("type")
+        if kind == "start" or (not parts and kind == "step"):
+            parts.append(RunPart(start=rec if kind == "start" else {}))
+        if kind == "step":
+            parts[-1].steps.append(rec)
+        elif kind == "summary" and parts:
+            parts[-1].summary = rec
+        elif kind == "event":
+            findings.append(rec)
+    return parts, findings
+
+
+def build(run_dir: str | Path, *, env: Mapping[str, str] | None = None, use_sacct: bool = True) -> Report:
+    """Read the run folder (and sacct once) into a :class:`Report`; ``UsageError`` when it has nothing."""
+    run = runfolder.open_run(run_dir)
+    if not runfolder.is_dir(run.path):
+        raise UsageError(f"no run folder {run_dir}", "give a folder from 'scaletrain status' or a Monitor folder")
+    notes = list(run.notes)
+    parts, findings = split_runs(runfolder.read_metrics(run.metrics)) if run.metrics else ([], [])
+    if run.metrics is None:
+        notes.append("no Monitor records (metrics.jsonl): throughput, steps, GPU use and memory are unknown")
+    acct: list[dict[str, str]] = []
+    if run.job_id and use_sacct:
+        from scaletrain.slurm import commands
+
+        try:
+            acct = commands.sacct_jobs([run.job_id], env=env).get(run.job_id, [])
+        except SlurmError as exc:
+            notes.append(f"no Slurm accounting ({exc.message}): billed hours, queue time and CPU use unknown")
+    if run.job_id is None and run.metrics is None:
+        raise UsageError(f"{run_dir} holds neither a job nor Monitor records",
+                         "give a run folder from 'scaletrain submit' or the folder a Monitor wrote")
+    series, sampler_notes = gpu_files.read_samplers(gpu_files.sampler_files(run.path))
+    return Report(run_dir=run.path, job_id=run.job_id, parts=parts, findings=findings,
+                  checkpoints=_committed(run.checkpoints), stop=runfolder.stop_record(run.checkpoints),
+                  acct=acct, notes=notes + sampler_notes, gpus=series)
+
+
+def _committed(folder: Path | None) -> list[int]:
+    if folder is None:
+        return []
+    steps = []
+    for marker in sorted(folder.glob(f"step-*/{runfolder.COMMIT}")):
+        digits = marker.parent.name[len("step-"):]
+        record = runfolder.read_json(marker)
+        if digits.isdigit() and record is not None and record.get("step") == int(digits):
+            steps.append(int(digits))
+    return steps
+
+
+def _gpus(tres: str) -> int:
+    """GPUs in an AllocTRES value (``cpu=4,gres/gpu=2,mem=8G,node=1``)."""
+    for item in tres.split(","):
+        key, _, value = item.partition("=")
+        if key == "gres/gpu" and value.isdigit():
+            return int(value)
+    return 0
+
+
+def figures(rep: Report) -> dict[str, Any]:
+    """The numbers of the summary, as a dict (tests compare them with the Monitor's records)."""
+    out: dict[str, Any] = {"runs": max(len(rep.parts), len(rep.acct)), "last_step": rep.last_step,
+                           "total_steps": rep.total_steps, "checkpoints": rep.checkpoints}
+    rates = [p.summary["samples_per_s"] for p in rep.parts if p.summary and p.summary.get("samples_per_s")]
+    out["samples_per_s"] = statistics.median(rates) if rates else None
+    out["steps_recorded"] = sum(len(p.steps) for p in rep.parts)
+    redone = [prev.offset + int(prev.steps[-1]["step"]) - cur.offset
+              for prev, cur in zip(rep.parts, rep.parts[1:]) if prev.steps]
+    out["steps_redone"] = sum(max(0, r) for r in redone)
+    out["between_runs_s"] = _between_runs(rep.parts)
+    elapsed = [parse_duration_seconds(r.get("Elapsed")) or 0 for r in rep.acct]
+    gpus = max([_gpus(r.get("AllocTRES", "")) for r in rep.acct] or [0])
+    cpus = max([int(r["AllocCPUS"]) for r in rep.acct if r.get("AllocCPUS", "").isdigit()] or [0])
+    cpu_used = sum(parse_duration_seconds(r.get("TotalCPU")) or 0 for r in rep.acct)
+    out["elapsed_s"] = sum(elapsed) if rep.acct else None
+    out["gpu_hours_billed"] = gpus * sum(elapsed) / 3600 if rep.acct else None
+    out["cpu_efficiency"] = cpu_used / (cpus * sum(elapsed)) if cpus and sum(elapsed) else None
+    out["state"] = rep.acct[-1].get("State", "").split(" ")[0] if rep.acct else None
+    out["gpu_hours_busy"] = sum(g.busy_hours() for g in rep.gpus) if rep.gpus else None
+    out["gpus_sampled"] = len(rep.gpus)
+    out["idle_gpus"] = [g.label for g in gpu_files.idle(rep.gpus)]
+    util = [d for p in rep.parts if p.summary for d in [p.summary.get("device_util")] if isinstance(d, dict)]
+    out["device_util"] = util[-1] if util else None
+    return out
+
+
+def _between_runs(parts: list[RunPart]) -> float | None:
+    """Seconds from each run's last recorded step to the next run's start: the requeue, the
+    wait in the queue and the next start-up, as the Monitor saw them (None with fewer than 2 runs)."""
+    gaps = []
+    for prev, cur in zip(parts, parts[1:]):
+        began, then = prev.start.get("time"), cur.start.get("time")
+        if isinstance(began, (int, float)) and isinstance(then, (int, float)) and prev.steps:
+            gaps.append(max(0.0, float(then) - (float(began) + float(prev.steps[-1].get("t", 0.0)))))
+    return sum(gaps) if gaps else None
+
+
+def _device_text(util: Mapping[str, Any]) -> str:
+    figures = ", ".join(f"{k} {v:.3g}" for k, v in util.items()
+                        if k not in {"available", "device", "samples"} and isinstance(v, (int, float)))
+    return f"device {util.get('device')}: {figures}"
+
+
+def render_text(rep: Report) -> str:
+    """The plain-text summary, for the terminal and for a ticket."""
+    f = figures(rep)
+    head = f"scaletrain report: {rep.run_dir}" + (f" (job {rep.job_id}" if rep.job_id else "")
+    head += (f", {f['state']}" if f["state"] else "") + (")" if rep.job_id else "")
+    lines = [head, f"  runs: {f['runs']}" + (f" (restarted {f['runs'] - 1}x)" if f["runs"] > 1 else "")]
+    if f["last_step"] is not None:
+        lines.append(f"  steps: reached {f['last_step']}" + (f" of {f['total_steps']}" if f["total_steps"] else "")
+                     + f"; {f['steps_redone']} redone after restarts")
+    if f["between_runs_s"] is not None:
+        lines.append(f"  lost between runs (requeue, queue, start-up): {f['between_runs_s']:.0f} s")
+    if f["samples_per_s"] is not None:
+        lines.append(f"  throughput: {f['samples_per_s']:.4g} samples/s (median of the runs' summaries)")
+    if f["gpu_hours_billed"] is not None:
+        lines.append(f"  billed: {f['gpu_hours_billed']:.3f} GPU-hours over {f['elapsed_s']} s of running")
+    util = f["device_util"]
+    if f["gpu_hours_busy"] is not None:
+        lines.append(f"  GPU-hours busy (sampler, {f['gpus_sampled']} GPUs): {f['gpu_hours_busy']:.3f}")
+        for g in gpu_files.idle(rep.gpus):
+            lines.append(f"  idle or starved: {g.label} at {g.mean_util() or 0:.0f}% on average. HINT: {gpu_files.HINT}")
+    elif util and util.get("available"):
+        lines.append(f"  GPU use of rank 0's {_device_text(util)} (other GPUs: the findings below)")
+    else:
+        why = util.get("reason") if util else "no GPU sampler in the Monitor's records"
+        lines.append(f"  GPU-hours busy: unknown ({why})")
+    if f["cpu_efficiency"] is not None:
+        lines.append(f"  CPU efficiency (sacct): {f['cpu_efficiency'] * 100:.0f}%")
+    for rec in rep.acct:
+        queued = _queued(rec)
+        if queued is not None:
+            lines.append(f"  run submitted {rec.get('Submit')}: queued {queued} s, ran {rec.get('Elapsed')}, "
+                         f"{rec.get('State')}")
+    if rep.checkpoints:
+        lines.append(f"  checkpoints committed: steps {', '.join(map(str, rep.checkpoints))}")
+    if rep.stop:
+        lines.append(f"  stopped on purpose: {rep.stop.get('reason')} at step {rep.stop.get('step')} "
+                     f"({rep.stop.get('signal')}, restart {rep.stop.get('restart_count')})")
+    for finding in rep.findings:
+        lines.append(f"  finding: {finding.get('message', finding)}"
+                     + (f" HINT: {finding['hint']}" if finding.get("hint") else ""))
+    lines += [f"  note: {n}" for n in rep.notes]
+    return "\n".join(lines) + "\n"
+
+
+def _queued(rec: Mapping[str, str]) -> int | None:
+    import datetime as dt
+
+    try:
+        return int((dt.datetime.fromisoformat(rec["Start"]) - dt.datetime.fromisoformat(rec["Submit"])).total_seconds())
+    except (KeyError, ValueError):
+        return None
+
+
+def _thin(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    step = max(1, len(points) // MAX_POINTS)
+    return points[::step]
+
+
+def render_html(rep: Report) -> str:
+    """The page: the text summary, throughput over time (every run), loss by step."""
+    t0 = min((float(p.start["time"]) for p in rep.parts if isinstance(p.start.get("time"), float)), default=None)
+    speed, loss = [], []
+    for i, part in enumerate(rep.parts):
+        base = (part.start.get("time", t0) - t0) if t0 is not None and isinstance(part.start.get("time"), float) else 0.0
+        speed.append((f"run {i + 1}", _thin([(base + s["t"], s["samples_per_s"]) for s in part.steps
+                                             if isinstance(s.get("samples_per_s"), (int, float))])))
+        loss.append((f"run {i + 1}", _thin([(part.offset + s["step"], s["loss"]) for s in part.steps
+                                            if isinstance(s.get("loss"), (int, float))])))
+    g0 = min((p[0] for g in rep.gpus for p in g.points), default=0.0)
+    gpu_util = [(g.label, _thin([(t - g0, u) for t, u, _ in g.points if u is not None])) for g in rep.gpus]
+    gpu_mem = [(g.label, _thin([(t - g0, m) for t, _, m in g.points if m is not None])) for g in rep.gpus]
+    charts = [line_chart("throughput (samples/s) over time since the first start (s)", speed),
+              line_chart("loss by step", loss, marks=[float(c) for c in rep.checkpoints])]
+    if rep.gpus:
+        charts += [line_chart("GPU utilisation (%) per GPU over time (s), from the node samplers", gpu_util),
+                   line_chart("GPU memory in use (GB) per GPU over time (s)", gpu_mem)]
+    return ("<!doctype html><html><head><meta charset='utf-8'><title>scaletrain report</title>"
+            "<style>body{font-family:sans-serif;margin:2em;max-width:980px}pre{background:#f4f4f4;padding:1em;"
+            "white-space:pre-wrap}</style></head><body>"
+            f"<h1>scaletrain report</h1><pre>{html.escape(render_text(rep))}</pre>"
+            + "".join(charts) + "<p>Dotted lines on the loss chart: committed checkpoints.</p></body></html>\n")
+
+
+def write(rep: Report, out: str | os.PathLike[str] | None = None) -> Path:
+    """Write the page (default ``RUN/report.html``) whole; returns its path."""
+    from scaletrain.fileio import atomic_write
+
+    path = Path(out) if out is not None else rep.run_dir / REPORT_NAME
+    try:
+        return atomic_write(path, render_html(rep))
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}", "give a writable --output FILE") from None

@@ -1,0 +1,121 @@
+"""Submitting a job, for every caller: a run folder, its script, one sbatch call, the job id.
+
+``scaletrain submit``, ``bench scaling --nodes`` and the Python API (``scaletrain.submit``)
+all submit through here, so a run folder always looks the same and the ``after submit`` verbs
+(``status``, ``logs``, ``cancel``, ``report``) can read any of them:
+
+    <run folder>/job.sh      the batch script (written whole, mode 0755)
+    <run folder>/job_id      the id sbatch gave, written once sbatch answered
+    <run folder>/*.out       the job's output (when the plan's log points here)
+
+Every submission gets its own folder: the default name gains ``-2``, ``-3``... when taken
+(two submits in one second), and a named folder that already holds a ``job.sh`` or ``job_id``
+is refused rather than overwritten (its job may still be running). sbatch runs from the run
+folder (through :mod:`scaletrain.slurm.commands`, the only module that runs Slurm).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Mapping
+
+from scaletrain.errors import SlurmError, UsageError
+from scaletrain.fileio import atomic_write, fresh_dir
+
+if TYPE_CHECKING:
+    from scaletrain.plan.request import JobRequest
+
+SCRIPT_NAME = "job.sh"
+JOB_ID_FILE = "job_id"
+RUNS_DIR = "runs"               # where run folders go by default, relative to the caller's folder
+
+
+def default_run_dir(job_name: str, base: Path = Path(RUNS_DIR)) -> Path:
+    """A fresh ``runs/<timestamp>-<name>`` folder, created (never one another submit has)."""
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", job_name).strip("._")[:100] or "job"
+    return fresh_dir(base / f"{stamp}-{safe}")
+
+
+def make_run_dir(wanted: str | os.PathLike[str] | None, job_name: str, *, flag: str = "--run-dir") -> Path:
+    """The run folder, created and absolute: ``wanted`` (new, or empty of a previous job), else
+    a fresh ``runs/<timestamp>-<name>``. ``UsageError`` for a folder that holds a job already
+    or cannot be written; ``flag`` names the option ``wanted`` came from in the messages."""
+    try:
+        if wanted:
+            run_dir = Path(wanted).expanduser()
+            taken = [n for n in (SCRIPT_NAME, JOB_ID_FILE) if (run_dir / n).exists()]
+            if taken:
+                raise UsageError(f"{flag} {wanted} already holds a job ({', '.join(taken)})",
+                                 f"give a new {flag}, or leave it out for a fresh "
+                                 "runs/<timestamp>-<name>/ folder")
+            run_dir.mkdir(parents=True, exist_ok=True)
+            return run_dir.absolute()
+        return default_run_dir(job_name).absolute()
+    except OSError as exc:
+        raise UsageError(f"cannot write the job script into {wanted or RUNS_DIR + '/'}: "
+                         f"{exc.strerror or exc}", f"choose a writable {flag}") from None
+
+
+def in_run_dir(request: JobRequest, run_dir: Path, *, cwd: str | None = None) -> JobRequest:
+    """``request`` as submitted from ``run_dir``: the job runs where the user is (``cwd``, unless
+    it names its own folder), its script's path survives any ``cd``, the files the job writes
+    (framework configs) and its output go to the run folder."""
+    import dataclasses
+
+    script = request.script
+    if script != "-m":
+        script = os.path.abspath(os.path.expanduser(script))
+    return dataclasses.replace(request, script=script, chdir=request.chdir or cwd or os.getcwd(),
+                               files_dir=str(run_dir), log=request.log or str(run_dir / "%x-%j.out"))
+
+
+def write_file(run_dir: Path, name: str, data: str | bytes, mode: int = 0o644) -> Path:
+    """One file of the run folder, whole or not at all (``UsageError`` when it cannot be)."""
+    try:
+        return atomic_write(run_dir / name, data, mode=mode)
+    except OSError as exc:
+        raise UsageError(f"cannot write {name} into {run_dir}: {exc.strerror or exc}",
+                         "choose a writable --run-dir") from None
+
+
+def write_script(run_dir: Path, script: str) -> Path:
+    """``job.sh`` in the run folder (executable); returns its path."""
+    return write_file(run_dir, SCRIPT_NAME, script.encode("utf-8"), mode=0o755)
+
+
+def require_sbatch(hint: str, env: Mapping[str, str] | None = None) -> None:
+    """``SlurmError`` (exit 4) with the caller's way out when sbatch is not on PATH."""
+    from scaletrain.slurm import commands
+
+    try:
+        commands.which("sbatch", env)
+    except SlurmError as exc:
+        raise SlurmError(exc.message, hint) from None
+
+
+def sbatch_run_dir(run_dir: Path, *, env: Mapping[str, str] | None = None) -> str:
+    """Submit the run folder's ``job.sh`` from the run folder; records and returns the job id."""
+    from scaletrain.slurm import commands
+
+    job_id = commands.sbatch_parsable(SCRIPT_NAME, cwd=run_dir, env=env)
+    write_file(run_dir, JOB_ID_FILE, f"{job_id}\n")
+    return job_id
+
+
+def submit_script(script: str, *, run_dir: str | os.PathLike[str] | None = None, job_name: str = "job",
+                  env: Mapping[str, str] | None = None) -> tuple[Path, str]:
+    """Write ``script`` into a new run folder and submit it: ``(run folder, job id)``.
+
+    For callers that rendered the script themselves with the run folder known in advance use
+    :func:`make_run_dir`, :func:`write_script` and :func:`sbatch_run_dir` in turn.
+    """
+    payload = script.encode("utf-8")    # an unencodable script fails before any folder exists
+    require_sbatch("run this where Slurm is (a login node), or write the script with "
+                   "'scaletrain plan'", env)
+    folder = make_run_dir(run_dir, job_name)
+    write_file(folder, SCRIPT_NAME, payload, mode=0o755)
+    return folder, sbatch_run_dir(folder, env=env)
