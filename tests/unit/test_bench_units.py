@@ -108,3 +108,20 @@ def test_bench_subcommand_flags_are_a_decision():
                                               "--time", "--device"])
     assert flags(kinds["comm"]) == sorted(["--help", "--nproc", "--timeout", "--ops", "--sizes", "--iters",
                                            "--warmup", "--out"])
+
+
+def test_strong_scaling_speedup_follows_the_step_time_shown_and_the_model_splits_the_batch():
+    """The contradiction users saw: ms/step 89.7 -> 111.9 while the speed-up read 1.02 (a mean-based
+    rate) and the model claimed 74% (it assumed each device kept the whole batch)."""
+    base = _row(1, 0.0897) | {"mode": "strong", "batch_per_device": 32, "samples_per_s": 356.7}
+    two = _row(2, 0.1119, busbw=0.5) | {"mode": "strong", "batch_per_device": 16, "samples_per_s": 364.0}
+    links, source = local_links([base, two], background_load=0.0)
+    got = {r["nproc"]: r for r in analyse([base, two], links, source)["rows"]}
+    assert got[2]["speedup"] == pytest.approx(0.0897 / 0.1119)           # same global batch: step ratio
+    assert got[2]["efficiency"] == pytest.approx(0.0897 / 0.1119 / 2)    # about 40%, not 51%
+    assert got[2]["samples_per_s"] == pytest.approx(32 / 0.1119)         # from the median step shown
+    assert got[2]["samples_per_s_mean"] == 364.0
+    # model: half the compute per device, plus the all-reduce of 1e6 bytes at 0.5 GB/s on 2 processes
+    comm = 2 * 1 / 2 * 1e6 / 0.5e9
+    assert got[2]["predicted_step_s"] == pytest.approx(0.0897 / 2 + comm)
+    assert got[2]["predicted_efficiency"] == pytest.approx(0.5 * 0.0897 / (0.0897 / 2 + comm))
