@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from scaletrain.extras import install_hint
 from scaletrain.fileio import atomic_write
 
 
@@ -145,7 +146,7 @@ def write_png(doc: dict[str, Any], path: Path) -> str | None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        return "no PNG plot: matplotlib is not installed (pip install 'scaletrain[report]')"
+        return f"no PNG plot: matplotlib is not installed ({install_hint('report')})"
     rows = doc["rows"]
     fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
     ax.plot([r["nproc"] for r in rows], [r["efficiency"] for r in rows], "o-", label="measured")
