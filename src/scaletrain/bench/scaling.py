@@ -185,5 +185,22 @@ def build_document(req: ScalingRequest, rows: list[dict[str, Any]], links: Links
     """The report document (``scaling.json``) of measured ``rows``: one path for local and Slurm runs."""
     doc = analyse(rows, links, source, one_device=one_device)
     doc.update(kind="scaling", workload=req.workload, strategy=req.strategy, mode=req.mode, steps=req.steps,
-               warmup=req.warmup, batch=req.batch, host=platform.node(), **extra)
+               warmup=req.warmup, batch=req.batch, host=platform.node(), **_provenance(rows), **extra)
     return doc
+
+
+def _provenance(rows: list[dict[str, Any]]) -> dict[str, str]:
+    """When and with what the rows were measured (the workers' torch, else the installed one)."""
+    from datetime import datetime, timezone
+    from importlib import metadata
+
+    from scaletrain._version import __version__
+
+    torch_version = next((str(r["torch"]) for r in rows if r.get("torch")), "")
+    if not torch_version:
+        try:
+            torch_version = metadata.version("torch")   # metadata only: torch is not imported here
+        except metadata.PackageNotFoundError:
+            torch_version = "unknown"
+    return {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "scaletrain_version": __version__, "torch_version": torch_version}
