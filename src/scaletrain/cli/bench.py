@@ -143,10 +143,14 @@ def run_scaling_cli(args: argparse.Namespace) -> int:
 
 def _check_out(out: Path, report: str) -> None:
     """Say, before the runs, that an earlier report in ``out`` will be replaced (never silently)."""
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out}: is a file, not a folder", "give a folder, e.g. --out bench/")
-    old = out / report
-    if old.is_file():
+    try:
+        if out.exists() and not out.is_dir():
+            raise UsageError(f"--out {out}: is a file, not a folder", "give a folder, e.g. --out bench/")
+        old = out / report
+        earlier = old.is_file()
+    except OSError as exc:   # a name too long, a folder we may not read
+        raise UsageError(f"--out {out}: {exc.strerror or exc}", "give a folder you can write, e.g. --out bench/") from None
+    if earlier:
         import time
 
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(old.stat().st_mtime))
