@@ -78,7 +78,8 @@ def bigram_corpus(samples: int, seq: int, vocab: int, seed: int) -> TensorDatase
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--strategy", default="ddp", help="ddp, zero1, zero2, zero3, hsdp, offload, none, auto")
+    p.add_argument("--strategy", default="ddp",
+                   help="ddp, zero1, zero2, zero3, hsdp, offload, pipeline, none, auto")
     p.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "bf16", "fp16"])
     p.add_argument("--global-batch", type=int, default=32, help="samples per optimizer step, all ranks")
     p.add_argument("--accum", type=int, default=1, help="micro-steps per optimizer step")
@@ -98,22 +99,47 @@ def main(argv: list[str] | None = None) -> None:
     lr = scaletrain.scale_lr(args.base_lr, 32, args.global_batch, rule="sqrt")
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     # min_params=0: shard every block of this small model (big models use the default threshold)
-    options = {"min_params": 0} if args.strategy in ("zero2", "zero3", "fsdp", "hsdp", "offload") else {}
+    options: dict = {"min_params": 0} if args.strategy in ("zero2", "zero3", "fsdp", "hsdp", "offload") else {}
+    pipeline = args.strategy == "pipeline"
+    if pipeline:  # the last stage computes the loss, so the pipeline gets it; the step runs the schedule
+        if args.accum != 1:
+            p.error("--strategy pipeline splits each batch into micro-batches itself: leave out --accum")
+        stages = env.world_size
+        if args.layers < stages:
+            p.error(f"--strategy pipeline on {stages} ranks needs at least {stages} --layers (one stage each)")
+        # one stage per rank, cut before evenly spaced blocks
+        options = {"loss_fn": lambda out, y: F.cross_entropy(out.flatten(0, 1), y.flatten()),
+                   "split_points": [f"blocks.{i * args.layers // stages}" for i in range(1, stages)],
+                   # the split traces the model with one batch of the shape step() gets (one replica)
+                   "example_input": torch.zeros(args.global_batch, args.seq, dtype=torch.long)}
     model, optimizer = scaletrain.setup(model, optimizer, strategy=args.strategy,
                                         precision=args.precision, verbose=True, **options)
 
     micro_batch = args.global_batch // args.accum
+    # the ranks of one pipeline read the same batches: shard over the replicas, not the ranks
+    shard = {"rank": model.dp_rank, "world_size": model.dp_size} if pipeline else {}
     data = scaletrain.loader(bigram_corpus(args.samples, args.seq, args.vocab, args.seed),
-                             global_batch_size=micro_batch, seed=args.seed)
-    acc = scaletrain.accumulate(model, steps=args.accum)
+                             global_batch_size=micro_batch, seed=args.seed, **shard)
+    acc = None if pipeline else scaletrain.accumulate(model, steps=args.accum)
     scaletrain.print(f"{env.describe()}; strategy {args.strategy}, precision {args.precision}, "
-                     f"global batch {args.global_batch} = {data.batch_size} x {env.world_size} "
-                     f"ranks x {args.accum} micro-steps, lr {lr:.2e}")
+                     f"global batch {args.global_batch} = {data.batch_size} x "
+                     + (f"{model.dp_size} pipeline replica(s)" if pipeline else
+                        f"{env.world_size} ranks x {args.accum} micro-steps") + f", lr {lr:.2e}")
 
     step, first_loss, t0 = 0, None, time.perf_counter()
     while step < args.steps:
         for x, y in data:  # a new pass starts a new epoch: the loader reshuffles by itself
             x, y = x.to(env.device), y.to(env.device)
+            if pipeline:  # every rank calls step(); the loss comes back averaged on all of them
+                mean = model.step(x, y, broadcast_loss=True)
+                step += 1
+                first_loss = float(mean) if first_loss is None else first_loss
+                if step % 10 == 0 or step == args.steps:
+                    rate = step * args.global_batch / (time.perf_counter() - t0)
+                    scaletrain.print(f"step {step} loss {float(mean):.4f} samples/s {rate:.0f}")
+                if step == args.steps:
+                    break
+                continue
             with acc:
                 loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
                 scaletrain.backward(loss)

@@ -14,6 +14,9 @@ args=(-q -e "$spec")
 if ! "$PY" -c "import torch" >/dev/null 2>&1; then
   if ! command -v nvidia-smi >/dev/null 2>&1 && ! command -v rocm-smi >/dev/null 2>&1; then
     args+=(-c constraints/cpu.txt)
+    # the public index's torch==2.13.0 is the CUDA build: add PyTorch's CPU index when reachable
+    mapfile -t extra < <("$PY" scripts/torch_index.py)
+    args+=("${extra[@]}")
   fi
 fi
 "$PY" -m pip install "${args[@]}"

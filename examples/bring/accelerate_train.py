@@ -19,6 +19,9 @@ for x, y in loader:
     accelerator.backward(loss)
     opt.step()
     opt.zero_grad()
+# one line from the main process, so whoever runs it sees that it trained, and with how many
+accelerator.print(f"trained {len(loader)} steps on {accelerator.num_processes} process(es), "
+                  f"last loss {loss.item():.4f}")
 if accelerator.is_main_process:
     with open(sys.argv[2] if len(sys.argv) > 2 else os.devnull, "w") as fh:
         json.dump({"num_processes": accelerator.num_processes}, fh)

@@ -120,3 +120,6 @@ def test_framework_programs(tmp_path, module, prog, setting, key, alone, hint):
     assert (WARNING in proc.stderr) is alone, proc.stderr
     if hint:
         assert hint in proc.stderr
+    if module == "accelerate":  # the example says that it trained, and with how many processes
+        # alone, each process takes all 8 batches itself; together they split them
+        assert f"trained {8 if alone else 4} steps on {1 if alone else 2} process(es)" in proc.stdout, proc.stdout

@@ -124,3 +124,65 @@ def test_bench_subcommand_flags_are_a_decision():
                                               "--time", "--device"])
     assert flags(kinds["comm"]) == sorted(["--help", "--nproc", "--timeout", "--ops", "--sizes", "--iters",
                                            "--warmup", "--out"])
+
+
+def test_strong_scaling_speedup_follows_the_step_time_shown_and_the_model_splits_the_batch():
+    """The contradiction users saw: ms/step 89.7 -> 111.9 while the speed-up read 1.02 (a mean-based
+    rate) and the model claimed 74% (it assumed each device kept the whole batch)."""
+    base = _row(1, 0.0897) | {"mode": "strong", "batch_per_device": 32, "samples_per_s": 356.7}
+    two = _row(2, 0.1119, busbw=0.5) | {"mode": "strong", "batch_per_device": 16, "samples_per_s": 364.0}
+    links, source = local_links([base, two], background_load=0.0)
+    got = {r["nproc"]: r for r in analyse([base, two], links, source)["rows"]}
+    assert got[2]["speedup"] == pytest.approx(0.0897 / 0.1119)           # same global batch: step ratio
+    assert got[2]["efficiency"] == pytest.approx(0.0897 / 0.1119 / 2)    # about 40%, not 51%
+    assert got[2]["samples_per_s"] == pytest.approx(32 / 0.1119)         # from the median step shown
+    assert got[2]["samples_per_s_mean"] == 364.0
+    # model: half the compute per device, plus the all-reduce of 1e6 bytes at 0.5 GB/s on 2 processes
+    comm = 2 * 1 / 2 * 1e6 / 0.5e9
+    assert got[2]["predicted_step_s"] == pytest.approx(0.0897 / 2 + comm)
+    assert got[2]["predicted_efficiency"] == pytest.approx(0.5 * 0.0897 / (0.0897 / 2 + comm))
+
+
+def test_html_report_says_when_with_what_and_how_it_was_measured(tmp_path):
+    from scaletrain.bench.scaling import ScalingRequest, build_document
+
+    rows = [_row(1, 0.1) | {"torch": "2.13.0+cpu"}, _row(2, 0.125, busbw=0.1)]
+    links, source = local_links(rows, background_load=0.0)
+    doc = build_document(ScalingRequest(nproc=(1, 2)), rows, links, source)
+    doc["command"] = "scaletrain bench scaling --nproc 1,2 --out b/"
+    assert doc["torch_version"] == "2.13.0+cpu" and doc["scaletrain_version"]
+    assert len(doc["date"]) == len("2026-11-25 03:04 UTC")
+    page = render_html(doc)
+    assert f"on {doc['date']}" in page and f"scaletrain {doc['scaletrain_version']}" in page
+    assert "torch 2.13.0+cpu" in page and "<code>scaletrain bench scaling --nproc 1,2 --out b/</code>" in page
+    assert 'transform="rotate(-90' in page and ">parallel efficiency</text>" in page   # the y-axis title
+    assert page.count('<td class="limit">') == 2                                       # prose column wraps
+
+
+def test_bench_out_names_the_files_it_wrote_and_warns_before_replacing_a_report(capsys, tmp_path, monkeypatch):
+    import scaletrain.bench.scaling as scaling
+    from scaletrain.cli.main import main
+
+    rows = [_row(1, 0.1), _row(2, 0.125, busbw=0.1)]
+    monkeypatch.setattr(scaling, "run_size", lambda req, n, workdir: rows[n - 1])
+    out = tmp_path / "bench"
+    assert main(["bench", "scaling", "--nproc", "1,2", "--out", f"{out}/"]) == 0
+    err = capsys.readouterr().err
+    assert f"wrote {out / 'scaling.json'}, {out / 'scaling.html'}" in err and "//" not in err
+    assert "will be replaced" not in err
+    assert main(["bench", "scaling", "--nproc", "1,2", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert f"{out / 'scaling.json'} (from " in err and "will be replaced" in err
+    (tmp_path / "file").write_text("x")
+    assert main(["bench", "scaling", "--nproc", "1,2", "--out", str(tmp_path / "file")]) == 2
+    assert "is a file, not a folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["scaling", "comm"])
+def test_each_bench_kind_has_examples_in_its_help(capsys, kind):
+    from scaletrain.cli.main import main
+
+    with pytest.raises(SystemExit):
+        main(["bench", kind, "--help"])
+    out = capsys.readouterr().out
+    assert "examples:" in out and f"scaletrain bench {kind} " in out.split("examples:")[1]

@@ -25,7 +25,11 @@ def test_plan_line_runs_and_lints(words, tmp_path):
     script = tmp_path / "job.sh"
     cmd = [sys.executable, "-m", "scaletrain", *words[1:]]
     cmd[cmd.index("plan") + 1:cmd.index("plan") + 1] = ["--output", str(script)]
-    proc = subprocess.run(cmd, env=worker_env(), capture_output=True, text=True, timeout=60, cwd=REPO)
+    # the user's own config files the line names exist in the folder it runs from (plan checks them)
+    for flag in ("--deepspeed-config", "--accelerate-config"):
+        if flag in words and ("." in words[words.index(flag) + 1] or "/" in words[words.index(flag) + 1]):
+            (tmp_path / words[words.index(flag) + 1]).write_text("{}\n")
+    proc = subprocess.run(cmd, env=worker_env(), capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
     lint = subprocess.run([sys.executable, "-m", "scaletrain", "lint", str(script)], env=worker_env(),

@@ -138,3 +138,18 @@ def test_emulated_host_names_are_recognised():
     _, first, hosts = node_names(3)
     assert first == "emu-node1" and all(is_emulated_host(h) for h in hosts)
     assert not any(is_emulated_host(h) for h in ("localhost", "emu-node", "emu-nodeX", "node1"))
+
+
+def test_the_start_up_line_counts_workers_per_emulated_node(_plan):
+    """--emulate --nnodes 2 -n 2 printed '4 worker(s) per node' for 2 per emulated node."""
+    line = _plan(nproc_per_node=2, nnodes=2, emulate="slurm").describe()
+    assert line.startswith("2 worker(s) per node x 2 emulated node(s) here (slurm), 4 in all,"), line
+
+
+def test_one_of_two_real_nodes_says_what_it_waits_for_and_how_the_other_joins(_plan):
+    plan = _plan(nproc_per_node=2, nnodes=2, node_rank=0, master_addr="host0", master_port=29611)
+    note = plan.waiting_note()
+    assert note.startswith("waiting for the other 1 node(s) (node rank 1) at host0:29611;"), note
+    assert "scaletrain run --nnodes 2 --node-rank R --master-addr host0 --master-port 29611 --nproc-per-node 2" in note
+    assert _plan(nproc_per_node=2).waiting_note() is None
+    assert _plan(nproc_per_node=2, nnodes=2, emulate="slurm").waiting_note() is None

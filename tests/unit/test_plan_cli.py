@@ -199,3 +199,25 @@ def test_rendered_scripts_pass_lint(capsys, tmp_path: Path) -> None:
         out, err = capsys.readouterr()
         assert rc == 0, out + err
         assert " error " not in out
+
+
+@pytest.mark.parametrize("flag,launcher,name", [("--deepspeed-config", "deepspeed", "ds_confg.json"),
+                                                 ("--accelerate-config", "accelerate", "fsdp.yml")])
+def test_a_config_file_that_is_not_there_is_refused_at_plan_time(capsys, tmp_path, monkeypatch, flag, launcher, name):
+    """A typo in a config path surfaced only inside the job, after the queue wait."""
+    monkeypatch.chdir(tmp_path)
+    rc, out, err = run(capsys, "plan", "--cluster", "narval", "--gpus", "4", "--account", "def-x",
+                       "--launcher", launcher, flag, name, "--", "train.py")
+    assert rc == 2 and out == ""
+    assert f"{flag} {name}: no such file ({tmp_path / name})" in err and "Traceback" not in err
+    (tmp_path / name).write_text("{}\n")
+    rc, out, err = run(capsys, "plan", "--cluster", "narval", "--gpus", "4", "--account", "def-x",
+                       "--launcher", launcher, flag, name, "--", "train.py")
+    assert rc == 0 and str(tmp_path / name) in out
+
+
+def test_a_config_path_of_another_machine_is_left_for_the_job(capsys):
+    rc, out, err = run(capsys, "plan", "--cluster", "narval", "--gpus", "4", "--account", "def-x",
+                       "--launcher", "deepspeed", "--deepspeed-config", "/nonexistent-site/proj/ds.json",
+                       "--", "train.py")
+    assert rc == 0 and "/nonexistent-site/proj/ds.json" in out

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from scaletrain.extras import install_hint
 from scaletrain.fileio import atomic_write
 
 
@@ -70,6 +71,8 @@ def _svg(doc: dict[str, Any], width: int = 560, height: int = 320) -> str:
         parts.append(f'<text x="{x(n):.1f}" y="{top + h + 18}" font-size="12" text-anchor="middle">{n}</text>')
     parts.append(f'<text x="{left + w / 2}" y="{height - 8}" font-size="13" text-anchor="middle">'
                  'processes (devices)</text>')
+    parts.append(f'<text x="14" y="{top + h / 2:.1f}" font-size="13" text-anchor="middle" '
+                 f'transform="rotate(-90 14 {top + h / 2:.1f})">parallel efficiency</text>')
     measured = " ".join(f"{x(r['nproc']):.1f},{y(r['efficiency']):.1f}" for r in rows)
     parts.append(f'<polyline points="{measured}" fill="none" stroke="#1f77b4" stroke-width="3"/>')
     for r in rows:
@@ -103,13 +106,20 @@ def render_html(doc: dict[str, Any]) -> str:
             cells += ([f"{r['predicted_step_s'] * 1000:.1f}", f"{r['predicted_efficiency'] * 100:.0f}%",
                        f"{r['prediction_error'] * 100:+.0f}%", esc(r["predicted_limit"])]
                       if "predicted_step_s" in r else ["-"] * 4)
-        body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+        # the model's "limit" is prose: it wraps, so the table fits a laptop screen
+        plain, limit = (cells[:-1], cells[-1]) if pred else (cells, None)
+        body.append("<tr>" + "".join(f"<td>{c}</td>" for c in plain)
+                    + (f'<td class="limit">{limit}</td>' if limit is not None else "") + "</tr>")
     for f in doc.get("failed", []):
         lead = ([str(f["nodes"])] if nodes else []) + [str(f["nproc"])]
         body.append("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in lead)
                     + f'<td colspan="{len(head) - len(lead)}" style="text-align:left">failed: '
                     f"{esc(str(f['reason']))}</td></tr>")
     model = doc.get("model", {})
+    made = ", ".join(f"{k} {esc(str(doc[key]))}" for k, key in
+                     (("on", "date"), ("scaletrain", "scaletrain_version"), ("torch", "torch_version"))
+                     if doc.get(key))
+    command = (f"<br>Command: <code>{esc(str(doc['command']))}</code>" if doc.get("command") else "")
     where = (f"one Slurm job per size on {esc(str(doc.get('cluster', '')))}" if nodes
              else f"host {esc(str(doc.get('host', '')))}")
     return f"""<!DOCTYPE html>
@@ -119,11 +129,14 @@ def render_html(doc: dict[str, Any]) -> str:
 body {{ font-family: sans-serif; margin: 2em; color: #222; background: #fff; }}
 table {{ border-collapse: collapse; margin-top: 1em; }}
 td, th {{ border: 1px solid #999; padding: 4px 8px; text-align: right; white-space: nowrap; }}
-th {{ background: #e8eef7; }}
+th {{ background: #e8eef7; white-space: normal; }}
+td.limit {{ white-space: normal; text-align: left; min-width: 8em; }}
+.made {{ color: #555; font-size: 90%; }}
 .note {{ color: #555; max-width: 50em; }}
 </style></head>
 <body>
 <h1>Scaling report: {esc(doc['workload'])}, {esc(doc['strategy'])}, {esc(doc['mode'])} scaling</h1>
+<p class="made">Measured {made}.{command}</p>
 <p>{doc['steps']} steps per size ({doc['warmup']} warm-up steps left out), batch {doc['batch']}
 {'per device' if doc['mode'] == 'weak' else 'global'}, {where}.</p>
 {_svg(doc)}
@@ -145,7 +158,7 @@ def write_png(doc: dict[str, Any], path: Path) -> str | None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        return "no PNG plot: matplotlib is not installed (pip install 'scaletrain[report]')"
+        return f"no PNG plot: matplotlib is not installed ({install_hint('report')})"
     rows = doc["rows"]
     fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
     ax.plot([r["nproc"] for r in rows], [r["efficiency"] for r in rows], "o-", label="measured")

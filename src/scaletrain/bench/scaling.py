@@ -126,11 +126,19 @@ def analyse(rows: list[dict[str, Any]], links: Links | None, link_source: str, *
         wait = base["step_s"] * base["data_wait_frac"]
         step = StepProfile(compute_s=base["step_s"] - wait, data_wait_s=wait, grad_bytes=base["grad_bytes"],
                            samples_per_step=base["batch_per_device"])
+    base_rate = _median_rate(base)
     for r in rows:
-        speedup = r["samples_per_s"] / base["samples_per_s"]
-        row = dict(r, speedup=speedup, efficiency=speedup / (r["nproc"] / base["nproc"]))
+        # one statistic for every column: throughput from the median step (the ms/step shown), so
+        # speed-up and ms/step cannot disagree; the Monitor's mean-based rate is kept beside it
+        rate = _median_rate(r)
+        speedup = rate / base_rate
+        row = dict(r, samples_per_s=rate, samples_per_s_per_device=rate / r["nproc"],
+                   samples_per_s_mean=r["samples_per_s"], speedup=speedup,
+                   efficiency=speedup / (r["nproc"] / base["nproc"]))
         if step is not None and links is not None:
-            p = predict(step, links, r["nproc"])
+            # weak: the per-device batch stays (share 1); strong: the global batch is split
+            share = r["batch_per_device"] / base["batch_per_device"]
+            p = predict(step, links, r["nproc"], share=share)
             row.update(predicted_step_s=p.step_s, predicted_efficiency=p.efficiency, predicted_limit=p.limit,
                        prediction_error=(p.step_s - r["step_s"]) / r["step_s"])
         out_rows.append(row)
@@ -139,6 +147,11 @@ def analyse(rows: list[dict[str, Any]], links: Links | None, link_source: str, *
         model["note"] = (f"no prediction: it needs a 1-process run ({one_device}) and a bandwidth"
                          if base["nproc"] != 1 or links is None else "")
     return {"rows": out_rows, "model": model}
+
+
+def _median_rate(row: dict[str, Any]) -> float:
+    """Samples per second of all ranks from the median step time."""
+    return row["batch_per_device"] * row["nproc"] / row["step_s"]
 
 
 def run_scaling(req: ScalingRequest, *, log: Any = print) -> dict[str, Any]:
@@ -153,7 +166,7 @@ def run_scaling(req: ScalingRequest, *, log: Any = print) -> dict[str, Any]:
             t0 = time.monotonic()
             row = run_size(req, n, Path(tmp))
             log(f"scaletrain bench scaling: {n} process(es): {row['step_s'] * 1000:.1f} ms/step, "
-                f"{row['samples_per_s']:.1f} samples/s ({time.monotonic() - t0:.0f} s)")
+                f"{_median_rate(row):.1f} samples/s ({time.monotonic() - t0:.0f} s)")
             rows.append(row)
     if req.cluster:
         links, source = profile_links(req.cluster)
@@ -178,5 +191,22 @@ def build_document(req: ScalingRequest, rows: list[dict[str, Any]], links: Links
     """The report document (``scaling.json``) of measured ``rows``: one path for local and Slurm runs."""
     doc = analyse(rows, links, source, one_device=one_device)
     doc.update(kind="scaling", workload=req.workload, strategy=req.strategy, mode=req.mode, steps=req.steps,
-               warmup=req.warmup, batch=req.batch, host=platform.node(), **extra)
+               warmup=req.warmup, batch=req.batch, host=platform.node(), **_provenance(rows), **extra)
     return doc
+
+
+def _provenance(rows: list[dict[str, Any]]) -> dict[str, str]:
+    """When and with what the rows were measured (the workers' torch, else the installed one)."""
+    from datetime import datetime, timezone
+    from importlib import metadata
+
+    from scaletrain._version import __version__
+
+    torch_version = next((str(r["torch"]) for r in rows if r.get("torch")), "")
+    if not torch_version:
+        try:
+            torch_version = metadata.version("torch")   # metadata only: torch is not imported here
+        except metadata.PackageNotFoundError:
+            torch_version = "unknown"
+    return {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "scaletrain_version": __version__, "torch_version": torch_version}

@@ -79,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                "samples_per_s_per_device": summary["samples_per_s"] / env.world_size,
                "data_wait_frac": summary["data_wait_frac"], "grad_bytes": grad_bytes,
                "allreduce_busbw_gbs": busbw, "peak_mem_gb": summary["peak_mem_gb"],
-               "threads": torch.get_num_threads(), "time": time.time()}
+               "threads": torch.get_num_threads(), "time": time.time(), "torch": torch.__version__}
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(out, json.dumps(row, indent=2) + "\n")

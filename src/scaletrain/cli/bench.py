@@ -26,14 +26,18 @@ Measure how training scales on this machine or allocation.
   comm     all_reduce/all_gather/reduce_scatter/broadcast bandwidth per message size
            (nccl-tests' algbw and busbw); writes DIR/comm.json"""
 
-EPILOG = """\
+SCALING_EXAMPLES = """\
 examples:
   scaletrain bench scaling --workload cnn --nproc 1,2,4 --steps 50 --out bench/
   scaletrain bench scaling --workload gpt --nproc 1,2 --mode strong --out bench/
   scaletrain bench scaling --cluster roihu --account project_123 --nodes 1,2,4 --out bench/  # Slurm jobs
+"""
+COMM_EXAMPLES = """\
+examples:
   scaletrain bench comm --nproc 2 --sizes 1K..64M --out bench/
   srun scaletrain bench comm --sizes 1K..1G --out bench/     # every task of an allocation
 """
+EPILOG = SCALING_EXAMPLES + COMM_EXAMPLES.replace("examples:\n", "")
 
 
 def _positive_int(text: str) -> int:
@@ -117,6 +121,8 @@ def run_scaling_cli(args: argparse.Namespace) -> int:
             from scaletrain.clusters.profile import load_profile
 
             load_profile(args.cluster)  # unknown names fail now, not after the runs
+    if args.out:
+        _check_out(Path(args.out).expanduser(), "scaling.json")
     req = ScalingRequest(workload=args.workload, nproc=parse_nproc(args.nproc or "1,2"), strategy=args.strategy,
                          mode=args.mode, steps=args.steps, warmup=args.warmup, batch=args.batch,
                          cluster=args.cluster, timeout_s=args.timeout)
@@ -132,9 +138,9 @@ def run_scaling_cli(args: argparse.Namespace) -> int:
     if args.out:
         for note in write_report(doc, args.out):
             print(f"scaletrain bench: {note}", file=sys.stderr)
-        print(f"scaletrain bench: wrote {args.out}/scaling.json, scaling.html"
-              + ("" if not os.path.exists(os.path.join(args.out, "scaling.png")) else ", scaling.png"),
-              file=sys.stderr)
+        out = Path(args.out).expanduser()
+        written = [out / "scaling.json", out / "scaling.html"] + [p for p in [out / "scaling.png"] if p.exists()]
+        print("scaletrain bench: wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
     failed = doc.get("failed") or []
     if failed:
         first = failed[0]
@@ -142,6 +148,23 @@ def run_scaling_cli(args: argparse.Namespace) -> int:
                               f"{first['nodes']} node(s): {first['reason']}",
                               f"the report has the sizes that ran; {first['hint']}")
     return 0
+
+
+def _check_out(out: Path, report: str) -> None:
+    """Say, before the runs, that an earlier report in ``out`` will be replaced (never silently)."""
+    try:
+        if out.exists() and not out.is_dir():
+            raise UsageError(f"--out {out}: is a file, not a folder", "give a folder, e.g. --out bench/")
+        old = out / report
+        earlier = old.is_file()
+    except OSError as exc:   # a name too long, a folder we may not read
+        raise UsageError(f"--out {out}: {exc.strerror or exc}", "give a folder you can write, e.g. --out bench/") from None
+    if earlier:
+        import time
+
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(old.stat().st_mtime))
+        print(f"scaletrain bench: {old} (from {when}) will be replaced; give another --out to keep it",
+              file=sys.stderr)
 
 
 def run_comm_cli(args: argparse.Namespace) -> int:
@@ -185,7 +208,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="bench", metavar="KIND", parser_class=type(p))
     s = sub.add_parser("scaling", help="a built-in workload at several sizes; efficiency and model",
-                       description="Run a built-in workload at each size and report scaling.")
+                       description="Run a built-in workload at each size and report scaling.",
+                       epilog=SCALING_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     s.add_argument("--workload", default="cnn", help="cnn, resnet or gpt (default cnn)")
     s.add_argument("--nproc", metavar="LIST", help="local process counts, e.g. 1,2,4 (default 1,2)")
     s.add_argument("--strategy", default="ddp", help="parallel strategy (default ddp; see scaletrain.setup)")
@@ -210,7 +234,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--device", choices=("auto", "cpu"), help="cpu: run on the CPU where GPUs were allocated")
     s.set_defaults(func=run_scaling_cli)
     c = sub.add_parser("comm", help="collective bandwidth per message size",
-                       description="all_reduce/all_gather/reduce_scatter/broadcast bandwidth (nccl-tests definitions).")
+                       description="all_reduce/all_gather/reduce_scatter/broadcast bandwidth (nccl-tests definitions).",
+                       epilog=COMM_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     c.add_argument("--nproc", type=_local_procs, default=2, metavar="N",
                    help="local processes when not inside a job (default 2)")
     c.add_argument("--timeout", type=_seconds, default=900.0, metavar="S", help="(default 900)")

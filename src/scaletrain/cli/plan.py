@@ -199,7 +199,8 @@ def request_from_args(args: argparse.Namespace) -> JobRequest:
         stage = os.path.abspath(os.path.expanduser(stage))
     account = account_or_env(args.account)
     venv = os.path.abspath(os.path.expanduser(args.venv)) if args.venv else None
-    accel, ds = _config_arg(args.accelerate_config), _config_arg(args.deepspeed_config)
+    accel = _config_arg(args.accelerate_config, "--accelerate-config")
+    ds = _config_arg(args.deepspeed_config, "--deepspeed-config")
     return JobRequest(
         cluster=args.cluster or Path(args.profile).stem,
         script=args.script,
@@ -240,13 +241,27 @@ def account_or_env(account: str | None) -> str | None:
     return account or os.environ.get("SBATCH_ACCOUNT") or os.environ.get("SLURM_ACCOUNT") or None
 
 
-def _config_arg(value: str | None) -> str | None:
-    """A strategy name as given (the planner checks it), or the user's config file as an absolute path."""
+def _config_arg(value: str | None, flag: str) -> str | None:
+    """A strategy name as given (the planner checks it), or the user's config file as an absolute path.
+
+    A file the job will read is checked now, when its folder is on this machine: a typo found after
+    the queue wait costs the wait. A path whose folder is not here (a plan made on a laptop for the
+    cluster's /scratch) is left for the job.
+    """
     from scaletrain.plan.jobfiles import is_file
 
     if not value:
         return None
-    return os.path.abspath(os.path.expanduser(value)) if is_file(value) else value
+    if not is_file(value):
+        return value
+    path = Path(os.path.abspath(os.path.expanduser(value)))
+    if path.is_dir():
+        raise UsageError(f"{flag} {value}: is a folder, not a config file", "give the config file's path")
+    if not path.exists() and path.parent.is_dir():
+        raise UsageError(f"{flag} {value}: no such file ({path})",
+                         "check the file name; a built-in config is named without a dot or slash "
+                         f"(see 'scaletrain plan --help' for {flag})")
+    return str(path)
 
 
 def _pair(text: str, flag: str, *, required: bool) -> tuple[str, str]:

@@ -119,4 +119,7 @@ def run(args: argparse.Namespace) -> int:
     )
     plan = plan_launch(request, environ=os.environ, gpus=count_visible_gpus())
     print(f"scaletrain: {plan.describe()}", file=sys.stderr, flush=True)
+    note = plan.waiting_note()
+    if note:
+        print(f"scaletrain: {note}", file=sys.stderr, flush=True)
     return launch(plan)

@@ -85,10 +85,27 @@ class LaunchPlan:
         """One line for the launcher's start-up message."""
         where = "standalone" if self.rdzv_backend == "c10d" else f"static {self.rdzv_endpoint}"
         nodes = f", node {self.node_rank}/{self.nnodes}" if self.nnodes > 1 else ""
+        per_node = self.nproc_per_node
         if self.emulate:
-            nodes += (f", {self.emulate} emulated over {self.emulated_nodes} node(s) here")
-        return (f"{self.nproc_per_node} worker(s) per node{nodes}, rendezvous {where}, "
+            # the emulated nodes all run here: this launcher starts every one of their workers
+            per_node = max(1, self.nproc_per_node // max(1, self.emulated_nodes))
+            nodes += (f" x {self.emulated_nodes} emulated node(s) here ({self.emulate}), "
+                      f"{self.nproc_per_node} in all")
+        return (f"{per_node} worker(s) per node{nodes}, rendezvous {where}, "
                 f"{self.threads.per_worker} thread(s) each ({self.threads.source})")
+
+
+    def waiting_note(self) -> str | None:
+        """On several real nodes, what the launcher now waits for and how the others join
+        (the rendezvous blocks until every node's launcher has arrived, without output)."""
+        if self.nnodes <= 1 or self.emulate:
+            return None
+        addr, _, port = self.rdzv_endpoint.rpartition(":")
+        others = ", ".join(str(r) for r in range(self.nnodes) if r != self.node_rank)
+        return (f"waiting for the other {self.nnodes - 1} node(s) (node rank {others}) at {addr}:{port}; "
+                f"start each with the same program and: scaletrain run --nnodes {self.nnodes} "
+                f"--node-rank R --master-addr {addr} --master-port {port} "
+                f"--nproc-per-node {self.nproc_per_node}")
 
 
 def _positive(name: str, value: int, hint: str) -> None:

@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
+from scaletrain.extras import install_hint
+
 
 @dataclass(frozen=True, kw_only=True)
 class Sample:
@@ -164,7 +166,7 @@ def open_backend(vendor: str) -> tuple[Backend | None, str]:
     """
     makers: list[tuple[str, Callable[[], Any]]] = []
     if vendor == "nvidia":
-        makers = [("nvidia-ml-py (pip install 'scaletrain[monitor]')", NvmlBackend)]
+        makers = [(f"nvidia-ml-py ({install_hint('monitor', 'nvidia-ml-py')})", NvmlBackend)]
     elif vendor == "amd":
         makers = [("amdsmi", AmdSmiBackend), ("rocm-smi", RocmSmiBackend)]
     else:

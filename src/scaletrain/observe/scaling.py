@@ -95,7 +95,7 @@ def comm_time(grad_bytes: int, n: int, bandwidth_gbs: float, latency_s: float) -
     return 2 * (n - 1) / n * grad_bytes / (bandwidth_gbs * 1e9) + 2 * (n - 1) * latency_s
 
 
-def _step(step: StepProfile, links: Links, n: int) -> tuple[float, float, float, float, int]:
+def _step(step: StepProfile, links: Links, n: int, share: float = 1.0) -> tuple[float, float, float, float, int]:
     nodes = math.ceil(n / links.devices_per_node)
     per_node = min(n, links.devices_per_node)
     bandwidth = links.intra_gbs if nodes == 1 else (links.inter_gbs or links.intra_gbs)
@@ -104,29 +104,37 @@ def _step(step: StepProfile, links: Links, n: int) -> tuple[float, float, float,
     if links.slots:  # the scheduler shares the cores among ours and everyone else's threads
         slots = links.slots
 
-        def share(k: int) -> float:
+        def crowding(k: int) -> float:
             return max(1.0, (links.background_load + k) / slots)
-        contention = share(per_node) / share(1)
-    compute = step.compute_s * contention
+        contention = crowding(per_node) / crowding(1)
+    compute = step.compute_s * share * contention
     hidden = min(comm, links.overlap * BACKWARD_SHARE * compute)
-    return step.data_wait_s + compute + comm - hidden, compute, comm, comm - hidden, nodes
+    return step.data_wait_s * share + compute + comm - hidden, compute, comm, comm - hidden, nodes
 
 
-def predict(step: StepProfile, links: Links, n: int) -> Prediction:
-    """Step time, efficiency and the limiting cost at ``n`` devices."""
+def predict(step: StepProfile, links: Links, n: int, *, share: float = 1.0) -> Prediction:
+    """Step time, efficiency and the limiting cost at ``n`` devices.
+
+    ``share`` is each device's work at ``n`` relative to the measured step: 1 for weak scaling (the
+    per-device batch stays), ``1/n`` for strong scaling (one global batch split ``n`` ways; the exact
+    per-device batch ratio when it does not divide). Efficiency is throughput against ``n`` times the
+    one-device throughput either way: ``share * step(1) / step(n)``.
+    """
     if n < 1:
         raise ValueError("n must be at least 1")
+    if not 0 < share <= 1:
+        raise ValueError("share must be in (0, 1]")
     base, *_ = _step(step, links, 1)
-    step_s, compute, comm, exposed, nodes = _step(step, links, n)
-    losses = {"communication": exposed, "shared CPU cores": compute - step.compute_s}
+    step_s, compute, comm, exposed, nodes = _step(step, links, n, share)
+    losses = {"communication": exposed, "shared CPU cores": compute - step.compute_s * share}
     worst = max(losses, key=lambda k: losses[k])
     if losses[worst] <= 0.02 * step_s:
         limit = "data loading" if step.data_wait_s > 0.2 * step_s else "none (compute-bound)"
     else:
         limit = worst
     return Prediction(n=n, nodes=nodes, step_s=step_s, compute_s=compute, comm_s=comm,
-                      exposed_comm_s=exposed, data_wait_s=step.data_wait_s,
-                      efficiency=base / step_s, limit=limit)
+                      exposed_comm_s=exposed, data_wait_s=step.data_wait_s * share,
+                      efficiency=share * base / step_s, limit=limit)
 
 
 def time_to_solution(pred: Prediction, step: StepProfile, *, samples: float, startup_s: float = 0.0) -> float:

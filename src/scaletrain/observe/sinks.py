@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Protocol, TextIO
 
 from scaletrain.errors import UsageError
+from scaletrain.extras import install_hint
 from scaletrain.observe.records import Record, StepBatch, encode
 
 
@@ -220,8 +221,7 @@ class TensorBoardSink:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:
             raise UsageError("TensorBoard logging needs the tensorboard package",
-                             "pip install 'scaletrain[monitor]' (or pip install tensorboard), "
-                             "or pass tensorboard=False") from None
+                             f"{install_hint('monitor', 'tensorboard')}, or pass tensorboard=False") from None
         self._writer = SummaryWriter(log_dir=str(log_dir))
 
     def write(self, batch: StepBatch) -> None:
