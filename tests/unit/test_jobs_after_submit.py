@@ -295,7 +295,7 @@ def test_report_names_idle_gpus_and_counts_busy_hours(tmp_path):
 def test_sample_gpus_starts_one_sampler_per_node_in_the_job(capsys):
     import subprocess
 
-    code, out, _ = run_cli(capsys, "plan", "--cluster", "mahti", "--nodes", "2", "--account", "p1",
+    code, out, _ = run_cli(capsys, "plan", "--cluster", "roihu", "--nodes", "2", "--account", "p1",
                            "--sample-gpus", "15", "--", "train.py")
     assert code == 0
     line = next(x for x in out.splitlines() if "nodesampler" in x)
@@ -303,7 +303,7 @@ def test_sample_gpus_starts_one_sampler_per_node_in_the_job(capsys):
                            "--ntasks-per-node=1 --gres=gpu:4 ")
     assert line.endswith("--interval 15 &")
     assert subprocess.run(["bash", "-n"], input=out, text=True).returncode == 0
-    code, plain, _ = run_cli(capsys, "plan", "--cluster", "mahti", "--nodes", "2", "--account", "p1",
+    code, plain, _ = run_cli(capsys, "plan", "--cluster", "roihu", "--nodes", "2", "--account", "p1",
                              "--", "train.py")
     assert "nodesampler" not in plain
 

@@ -159,6 +159,7 @@ def test_flags_are_a_decision() -> None:
         "--deepspeed-config", "--precision", "--micro-batch", "--mail-type", "--mail-user", "--array", "--constraint",
              "--dependency", "--reservation", "--qos", "--log", "--error", "--chdir", "--exclusive", "--sbatch",
              "--module", "--venv", "--conda", "--env", "--setup", "--gpus-per-proc", "--procs-per-gpu", "--cpus",
+        "--sample-gpus",   # issue 18: a GPU sampler per node for the report
         "--mem"])   # --mem only refuses, pointing at --mem-per-gpu
 
 

@@ -14,10 +14,11 @@ from scaletrain.runtime import preempt
 
 def test_runtime_default_handlers_follow_the_contract(clean_env):
     assert contract.DEFAULT_STOP_SIGNALS == {contract.TIME_LIMIT_SIGNAL: "time_limit",
-                                             contract.PREEMPT_SIGNAL: "preempted"}
+                                             contract.PREEMPT_SIGNAL: "preempted",
+                                             contract.SAVE_AND_STOP_SIGNAL: "requested"}
     assert preempt.resolve(None) == {f"SIG{name}": reason for name, reason in contract.DEFAULT_STOP_SIGNALS.items()}
     text = contract.format_stop_signals(contract.DEFAULT_STOP_SIGNALS)
-    assert text == "USR1:time_limit,TERM:preempted"
+    assert text == "USR1:time_limit,TERM:preempted,USR2:requested"
     assert preempt.resolve(text) == preempt.resolve(None)  # the variable's form reads back the same
 
 
@@ -29,7 +30,9 @@ def test_launcher_forwards_the_contracts_signals():
 
 
 def test_batch_script_asks_for_and_relays_the_contracts_signals():
-    script = render_for("puhti", gpus=4, requeue=True, time="04:00:00")
+    script = render_for("roihu", gpus=4, requeue=True, time="04:00:00")
     assert f"#SBATCH --signal=B:{contract.TIME_LIMIT_SIGNAL}@" in script
     for name in (contract.TIME_LIMIT_SIGNAL, contract.PREEMPT_SIGNAL):
         assert f"trap '_scaletrain_stop {name}' {name}" in script
+    save = contract.SAVE_AND_STOP_SIGNAL   # scaletrain cancel --save: stop, and no requeue after it
+    assert f"trap '_scaletrain_keep=1; _scaletrain_stop {save}' {save}" in script

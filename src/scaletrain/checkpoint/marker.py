@@ -54,7 +54,7 @@ def problem(data: Any) -> str | None:
         if why:
             return why
         if not _count(size, 0):
-            return f"'files' gives {rel} the size {size!r}, not a number of bytes"
+            return f"'files' gives {rel!r} the size {size!r}, not a number of bytes"
     objects = data.get("objects", {})
     if not isinstance(objects, dict):
         return f"'objects' is a {_kind(objects)}, not an object of state names"

@@ -49,7 +49,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """CLI body of ``scaletrain port``."""
-    from scaletrain.cli.plan import account_or_env, write_output
+    from scaletrain.cli.plan import account_or_env
+    from scaletrain.fileio import write_output
     from scaletrain.clusters.profile import load_profile
     from scaletrain.errors import UsageError
     from scaletrain.lint.engine import detect_cluster, read_script

@@ -86,6 +86,7 @@ class Plan:
     image: str | None = None        # the container image (also in ``container``), checked in the job
     software: str = ""              # which Python environment the job uses, in words
     warnings: tuple[str, ...] = ()  # what the job would lack (said now, not after the queue)
+    sample_gpus: float | None = None  # --sample-gpus S: a GPU sampler per node every S seconds
 
 
 def job_name_for(request: JobRequest) -> str:
@@ -237,6 +238,7 @@ def make_plan(request: JobRequest, profile: ClusterProfile) -> Plan:
         program_words=words,
         check_scaletrain=spec.needs_scaletrain or profile.scheduler == "none",
         image=software.image(request, profile), software=software.describe(request, profile),
+        sample_gpus=request.sample_gpus,
         warnings=tuple(software.warnings(request, profile, needs_scaletrain=spec.needs_scaletrain)),
         master_addr_suffix=profile.master_addr_suffix, accelerate_config=fw.accelerate_word,
         job_files=fw.files, disk_gb=disk,

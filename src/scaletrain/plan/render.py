@@ -222,7 +222,7 @@ def _sampler(plan: Plan) -> list[str]:
     (srun(1)); it asks for the node's GPUs so that device confinement lets NVML see them. The
     batch script's end ends it. A node where no GPU can be read gets one line saying why.
     """
-    every = plan.request.sample_gpus
+    every = plan.sample_gpus
     if not every or plan.scheduler != "slurm":
         return []
     where = folder_word(slurm=True, folder=plan.files_dir)
