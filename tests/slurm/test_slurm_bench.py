@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import sigint_as_ctrl_c
 
 pytestmark = pytest.mark.slurm
 
@@ -91,7 +92,7 @@ def test_ctrl_c_cancels_every_job(slurm_cluster, probed_profile, tmp_path):
     cmd = [sys.executable, "-m", "scaletrain", "bench", "scaling", "--cluster", str(probed_profile),
            "--out", str(out), *SMALL, "--nodes", "1,2", "--steps", "100000", "--timeout", "600"]
     proc = subprocess.Popen(cmd, env=slurm_cluster.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=sigint_as_ctrl_c)
     ids: list[str] = []
     try:
         ids = _wait_for_jobs(out, 2, proc)

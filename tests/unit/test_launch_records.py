@@ -11,7 +11,7 @@ import pytest
 
 from scaletrain.contract import EXIT_STOPPED, RUN_DIR_VAR
 from scaletrain.errors import UsageError
-from scaletrain.launch import hang, rundir, supervise, worker
+from scaletrain.launch import frames, hang, rundir, supervise, worker
 from scaletrain.launch.failure import (FailedRank, exit_code_for, render_tail, root_cause,
                                        worker_failed_error)
 from scaletrain.launch.spec import RunRequest, plan_launch
@@ -115,12 +115,16 @@ def test_temporary_run_folder_is_kept_only_with_stacks():
     shutil.rmtree(hung)
 
 
-DUMP = '''Thread 0x00007f0000000002 (most recent call first):
+TORCH = frames.package_dir("torch") or "/site-packages/torch"   # found, not imported
+DUMP = f'''Thread 0x00007f0000000002 (most recent call first):
   File "/usr/lib/python3.11/threading.py", line 320 in wait
 
 Current thread 0x00007f0000000001 (most recent call first):
-  File "/site-packages/torch/distributed/distributed_c10d.py", line 3252 in all_reduce
+  File "{TORCH}/distributed/distributed_c10d.py", line 3252 in all_reduce
   File "/work/train.py", line 10 in <module>
+
+Current thread 0x00007f0000000003 (most recent call first):
+  File "/home/u/torch/distributed/my_train.py", line 7 in <module>
 '''
 
 
@@ -130,6 +134,9 @@ def test_main_thread_frame_picks_the_right_thread():
     other = hang.main_thread_frame(DUMP, 0x7F0000000002)
     assert other is not None and not other.waiting and other.line == 320
     assert hang.main_thread_frame(DUMP, 0x1234) is None
+    # a user's own folder named torch/distributed is not torch's: that rank is not "waiting"
+    mine = hang.main_thread_frame(DUMP, 0x7F0000000003)
+    assert mine is not None and mine.line == 7 and not mine.waiting
 
 
 @pytest.mark.parametrize("text,want", [
@@ -174,3 +181,26 @@ def test_worker_keeps_user_tracebacks_without_its_own_frames(entry, capsys):
     assert "Traceback" in err and "ValueError: mine" in err and 'train.py", line 3' in err
     assert "runpy" not in err and "launch/worker.py" not in err
     assert not (entry / "run" / "errors").exists()
+
+
+@pytest.mark.parametrize("folder", ["scaletrain", "torch", "src/scaletrain/launch"])
+def test_worker_names_the_users_line_in_a_folder_named_like_ours(entry, folder):
+    # a clone of this project is a folder named scaletrain; users name folders torch: their
+    # frames are theirs, recognised by where the packages really are, not by a word in a path
+    script = entry / folder / "train.py"
+    script.parent.mkdir(parents=True)
+    script.write_text("from scaletrain.errors import DistEnvError\n\n"
+                      "def main():\n    raise DistEnvError('env is odd', 'unset X')\n\nmain()\n")
+    assert worker.main([str(script)]) == 3
+    record = json.loads((entry / "run" / "errors" / "rank-1.json").read_text())
+    assert record["where"].endswith(f"{folder}/train.py:4 in main"), record
+
+
+def test_frames_are_ours_by_the_packages_real_folders(tmp_path):
+    assert not frames.is_user_frame(worker.__file__) and not frames.is_user_frame(hang.__file__)
+    for name in ("scaletrain/launch/worker.py", "torch/distributed/x.py", "lib/runpy.py"):
+        assert frames.is_user_frame(str(tmp_path / name)), name
+    link = tmp_path / "pkg"
+    link.symlink_to(frames.package_dir("scaletrain"))   # our files reached through a link
+    assert not frames.is_user_frame(str(link / "launch" / "worker.py"))
+    assert frames.is_user_frame("<string>")

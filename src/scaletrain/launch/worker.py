@@ -27,10 +27,13 @@ from types import TracebackType
 
 from scaletrain.contract import AGENT_PID_VAR, RUN_DIR_VAR
 from scaletrain.errors import ScaletrainError
-from scaletrain.launch import hang, rundir
+from scaletrain.launch import frames, hang, rundir
 
 _PR_SET_PDEATHSIG = 1
-_OUR_FILES = (os.path.abspath(__file__), "runpy.py", "<frozen runpy>")
+# The frames above the user's program: this file and runpy's (by their real paths, so a user's
+# own "myrunpy.py" is never taken for one of them)
+_OUR_FILES = frozenset({os.path.realpath(__file__), os.path.realpath(runpy.__file__ or "runpy.py"),
+                        "<frozen runpy>"})
 
 
 def worker_args(args: tuple[str, ...]) -> tuple[str, ...]:
@@ -59,16 +62,19 @@ def die_with_parent(environ: dict[str, str] | os._Environ[str] = os.environ) -> 
 
 def _user_traceback(tb: TracebackType | None) -> TracebackType | None:
     """Drop this wrapper's and runpy's frames from the top of a traceback."""
-    while tb is not None and tb.tb_frame.f_code.co_filename.endswith(_OUR_FILES):
+    while tb is not None and _is_wrapper(tb.tb_frame.f_code.co_filename):
         tb = tb.tb_next
     return tb
 
 
+def _is_wrapper(path: str) -> bool:
+    return path in _OUR_FILES or (not path.startswith("<") and os.path.realpath(path) in _OUR_FILES)
+
+
 def _where(tb: TracebackType | None) -> str:
-    frames = traceback.extract_tb(tb)
-    for frame in reversed(frames):  # the innermost frame outside scaletrain and torch
-        name = frame.filename.replace(os.sep, "/")
-        if "/scaletrain/" not in name and "/torch/" not in name:
+    """The user's line: the innermost frame outside scaletrain's and torch's installed folders."""
+    for frame in reversed(traceback.extract_tb(tb)):
+        if frames.is_user_frame(frame.filename):
             return f"{os.path.relpath(frame.filename)}:{frame.lineno} in {frame.name}"
     return ""
 
