@@ -17,9 +17,9 @@ from scaletrain.launch.failure import (FailedRank, exit_code_for, render_tail, r
 from scaletrain.launch.spec import RunRequest, plan_launch
 
 
-def _f(rank, code, record=None, tail=()):
+def _f(rank, code, record=None, tail=(), finished=False):
     return FailedRank(rank=rank, local_rank=rank, pid=100 + rank, exitcode=code,
-                      stderr_tail=tuple(tail), record=record)
+                      stderr_tail=tuple(tail), record=record, finished=finished)
 
 
 def _rec(rank, kind="error", code=2, **kw):
@@ -58,6 +58,23 @@ def test_records_are_the_root_cause_and_the_message():
 class _PF:
     def __init__(self, code):
         self.exitcode = code
+
+
+@pytest.mark.parametrize("code", [-signal.SIGABRT, 134, 250])
+def test_an_abort_after_the_program_returned_says_so_with_the_workaround(code):
+    err = worker_failed_error([_f(0, -signal.SIGTERM), _f(1, code, finished=True)])
+    assert err.message.startswith("rank 1 (local rank 1, pid 101) finished its program, then "
+                                  "aborted while Python shut down (")
+    assert "'terminate called without an active exception'" in err.message
+    assert "\n" not in err.message and err.hint.startswith("the training itself completed")
+    assert "deepspeed.comm.destroy_process_group()" in err.hint
+    assert err.exit_code == (128 + signal.SIGABRT if code < 0 else 1)
+
+
+@pytest.mark.parametrize("code,finished", [(-signal.SIGABRT, False), (-signal.SIGSEGV, True), (1, True)])
+def test_other_ends_keep_the_plain_message(code, finished):
+    err = worker_failed_error([_f(1, code, finished=finished)])
+    assert "finished its program" not in err.message and "the other workers were stopped" in err.message
 
 
 def test_restart_is_refused_when_it_would_repeat(tmp_path):
@@ -171,6 +188,22 @@ def test_worker_turns_a_scaletrain_error_into_a_record(entry, capsys):
     assert record["where"].endswith("train.py:4 in <module>")
     assert capsys.readouterr().err == ""   # the launcher renders it, once
     assert not list((entry / "run" / "stacks").glob("*"))  # nobody asked: no stack file
+
+
+@pytest.mark.parametrize("ending,code,marked", [("pass", 0, True), ("raise SystemExit(0)", 0, True),
+                                                ("raise SystemExit(3)", 3, False),
+                                                ("raise ValueError('x')", 1, False)])
+def test_worker_marks_a_program_that_returned(entry, capsys, ending, code, marked):
+    script = entry / "train.py"
+    script.write_text(ending + "\n")
+    try:
+        got = worker.main([str(script)])
+    except SystemExit as exc:
+        got = exc.code
+    assert got == code
+    assert rundir.read_finished(entry / "run") == ({1} if marked else set())
+    rundir.clear_errors(entry / "run")   # a restart forgets it
+    assert rundir.read_finished(entry / "run") == set()
 
 
 def test_worker_keeps_user_tracebacks_without_its_own_frames(entry, capsys):

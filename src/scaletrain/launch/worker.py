@@ -1,7 +1,7 @@
 """The entry of every worker `scaletrain run` starts: ``python -m scaletrain.launch.worker [-m] TARGET ARGS``.
 
 It runs the user's script (or module) exactly as ``python SCRIPT ARGS`` would (``__main__``,
-``sys.argv``, ``sys.path[0]``), with four additions that only a process of our own can give:
+``sys.argv``, ``sys.path[0]``), with five additions that only a process of our own can give:
 
 - it dies with its agent: ``PR_SET_PDEATHSIG`` makes the kernel SIGKILL the worker when
   `scaletrain run` dies, even by ``kill -9`` (torch's agent puts workers in their own session,
@@ -10,7 +10,9 @@ It runs the user's script (or module) exactly as ``python SCRIPT ARGS`` would (`
 - a ``ScaletrainError`` (a bad strategy, batch size, environment) becomes a structured record
   in the run folder, rendered by the launcher as one line, a HINT and its exit code; the
   user's own errors keep their full traceback (minus this wrapper's frames);
-- a collective that times out is diagnosed: the record names the ranks that did not arrive.
+- a collective that times out is diagnosed: the record names the ranks that did not arrive;
+- when the program returns it marks the run folder (a crash after that happened while Python
+  shut down) and waits for gloo's worker threads to go idle, so the exit cannot abort under them.
 
 Nothing here imports torch; the script does.
 """
@@ -28,6 +30,7 @@ from types import TracebackType
 from scaletrain.contract import AGENT_PID_VAR, RUN_DIR_VAR
 from scaletrain.errors import ScaletrainError
 from scaletrain.launch import frames, hang, rundir
+from scaletrain.runtime import settle
 
 _PR_SET_PDEATHSIG = 1
 # The frames above the user's program: this file and runpy's (by their real paths, so a user's
@@ -111,6 +114,10 @@ def main(target: list[str]) -> int:
     stack_file = hang.install_stack_dump(run_dir, rank, attempt) if run_dir else None
     try:
         _run(target)
+    except SystemExit as exc:
+        if exc.code is None or exc.code == 0:
+            _finished(run_dir, rank)
+        raise
     except ScaletrainError as exc:
         tb = _user_traceback(exc.__traceback__)
         _report(rundir.ErrorRecord(rank=rank, kind="error", type=type(exc).__name__,
@@ -118,7 +125,7 @@ def main(target: list[str]) -> int:
                                    where=_where(tb), attempt=attempt),
                 run_dir, exc.render())
         return exc.exit_code
-    except (SystemExit, KeyboardInterrupt):
+    except KeyboardInterrupt:
         raise
     except BaseException as exc:
         tb = _user_traceback(exc.__traceback__)
@@ -133,7 +140,20 @@ def main(target: list[str]) -> int:
         return 1
     finally:
         hang.remove_if_empty(stack_file)
+    _finished(run_dir, rank)
     return 0
+
+
+def _finished(run_dir: str | None, rank: int) -> None:
+    """The program returned: say so in the run folder (a crash from now on happened while the
+    interpreter shut down), then let gloo's worker threads go idle before it does (torch
+    aborts the process when one is still releasing work at exit, see runtime/settle.py)."""
+    if run_dir:
+        try:
+            rundir.write_finished(run_dir, rank)
+        except OSError:
+            pass
+    settle.settle_gloo_workers()
 
 
 def _configured_timeout() -> float | None:
