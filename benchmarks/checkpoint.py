@@ -29,6 +29,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -223,7 +224,9 @@ def sharded(args) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--dir", default="/tmp/scaletrain-ckpt-bench")
+    parser.add_argument("--dir", default=None,
+                        help="where the checkpoints go (default: a fresh temporary folder; a fixed "
+                             "shared name let two runs delete each other's)")
     parser.add_argument("--mb", type=float, default=150.0)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--steps", type=int, default=20)
@@ -237,6 +240,8 @@ def main() -> int:
     if args.worker:
         sharded_worker(args)
         return 0
+    if args.dir is None:
+        args.dir = tempfile.mkdtemp(prefix="ckpt-bench-")
     import torch
 
     # one compute thread: the numbers compare I/O paths, and a shared machine's cores are
