@@ -85,6 +85,9 @@ def test_restart_is_refused_when_it_would_repeat(tmp_path):
     rundir.clear_errors(tmp_path)
     rundir.write_error(tmp_path, _rec(1, kind="timeout", code=1))
     assert supervise.no_restart_reason({1: _PF(1)}, str(tmp_path)) is None  # a hang may pass
+    rundir.write_finished(tmp_path, 2)   # rank 2 aborted while Python shut down, training done
+    assert "after its program had finished; not restarting" in \
+        supervise.no_restart_reason({2: _PF(-6)}, str(tmp_path))
 
 
 # -- CPU worker bound ---------------------------------------------------------------------
