@@ -30,7 +30,6 @@ from types import TracebackType
 from scaletrain.contract import AGENT_PID_VAR, RUN_DIR_VAR
 from scaletrain.errors import ScaletrainError
 from scaletrain.launch import frames, hang, rundir
-from scaletrain.runtime import settle
 
 _PR_SET_PDEATHSIG = 1
 # The frames above the user's program: this file and runpy's (by their real paths, so a user's
@@ -153,6 +152,9 @@ def _finished(run_dir: str | None, rank: int) -> None:
             rundir.write_finished(run_dir, rank)
         except OSError:
             pass
+    # imported only now: while the program runs, nothing of scaletrain's runtime is loaded in it
+    from scaletrain.runtime import settle
+
     settle.settle_gloo_workers()
 
 
