@@ -37,6 +37,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -320,7 +321,9 @@ def sharded(args, mb: float) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--dir", default="/tmp/scaletrain-ckpt-bench")
+    parser.add_argument("--dir", default=None,
+                        help="where the checkpoints go (default: a fresh temporary folder; a fixed "
+                             "shared name let two runs delete each other's)")
     parser.add_argument("--mb", default="300,1200",
                         help="state sizes in MB (model + Adam), comma-separated")
     parser.add_argument("--reps", type=int, default=5)
@@ -338,6 +341,8 @@ def main() -> int:
         args.mb = float(args.mb)
         sharded_worker(args)
         return 0
+    if args.dir is None:
+        args.dir = tempfile.mkdtemp(prefix="ckpt-bench-")
     import torch
 
     # one compute thread: the numbers compare I/O paths, and a shared machine's cores are

@@ -31,6 +31,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -341,7 +342,8 @@ def main() -> int:
     if args.worker:
         return worker(args)
 
-    out = Path(args.out or "/tmp/scaletrain-bench-strategies.json")
+    # a fresh folder per run: a fixed shared name let two runs read each other's results
+    out = Path(args.out or Path(tempfile.mkdtemp(prefix="strategies-bench-")) / "result.json")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"),
                                                          os.environ.get("PYTHONPATH", "")])}
     if args.device != "cuda":

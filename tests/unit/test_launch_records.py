@@ -11,15 +11,15 @@ import pytest
 
 from scaletrain.contract import EXIT_STOPPED, RUN_DIR_VAR
 from scaletrain.errors import UsageError
-from scaletrain.launch import hang, rundir, supervise, worker
+from scaletrain.launch import frames, hang, rundir, supervise, worker
 from scaletrain.launch.failure import (FailedRank, exit_code_for, render_tail, root_cause,
                                        worker_failed_error)
 from scaletrain.launch.spec import RunRequest, plan_launch
 
 
-def _f(rank, code, record=None, tail=()):
+def _f(rank, code, record=None, tail=(), finished=False):
     return FailedRank(rank=rank, local_rank=rank, pid=100 + rank, exitcode=code,
-                      stderr_tail=tuple(tail), record=record)
+                      stderr_tail=tuple(tail), record=record, finished=finished)
 
 
 def _rec(rank, kind="error", code=2, **kw):
@@ -60,6 +60,23 @@ class _PF:
         self.exitcode = code
 
 
+@pytest.mark.parametrize("code", [-signal.SIGABRT, 134, 250])
+def test_an_abort_after_the_program_returned_says_so_with_the_workaround(code):
+    err = worker_failed_error([_f(0, -signal.SIGTERM), _f(1, code, finished=True)])
+    assert err.message.startswith("rank 1 (local rank 1, pid 101) finished its program, then "
+                                  "aborted while Python shut down (")
+    assert "'terminate called without an active exception'" in err.message
+    assert "\n" not in err.message and err.hint.startswith("the training itself completed")
+    assert "deepspeed.comm.destroy_process_group()" in err.hint
+    assert err.exit_code == (128 + signal.SIGABRT if code < 0 else 1)
+
+
+@pytest.mark.parametrize("code,finished", [(-signal.SIGABRT, False), (-signal.SIGSEGV, True), (1, True)])
+def test_other_ends_keep_the_plain_message(code, finished):
+    err = worker_failed_error([_f(1, code, finished=finished)])
+    assert "finished its program" not in err.message and "the other workers were stopped" in err.message
+
+
 def test_restart_is_refused_when_it_would_repeat(tmp_path):
     assert supervise.no_restart_reason({1: _PF(1)}, str(tmp_path)) is None
     assert "stopped on purpose" in supervise.no_restart_reason({1: _PF(EXIT_STOPPED)}, str(tmp_path))
@@ -68,6 +85,9 @@ def test_restart_is_refused_when_it_would_repeat(tmp_path):
     rundir.clear_errors(tmp_path)
     rundir.write_error(tmp_path, _rec(1, kind="timeout", code=1))
     assert supervise.no_restart_reason({1: _PF(1)}, str(tmp_path)) is None  # a hang may pass
+    rundir.write_finished(tmp_path, 2)   # rank 2 aborted while Python shut down, training done
+    assert "after its program had finished; not restarting" in \
+        supervise.no_restart_reason({2: _PF(-6)}, str(tmp_path))
 
 
 # -- CPU worker bound ---------------------------------------------------------------------
@@ -115,12 +135,16 @@ def test_temporary_run_folder_is_kept_only_with_stacks():
     shutil.rmtree(hung)
 
 
-DUMP = '''Thread 0x00007f0000000002 (most recent call first):
+TORCH = frames.package_dir("torch") or "/site-packages/torch"   # found, not imported
+DUMP = f'''Thread 0x00007f0000000002 (most recent call first):
   File "/usr/lib/python3.11/threading.py", line 320 in wait
 
 Current thread 0x00007f0000000001 (most recent call first):
-  File "/site-packages/torch/distributed/distributed_c10d.py", line 3252 in all_reduce
+  File "{TORCH}/distributed/distributed_c10d.py", line 3252 in all_reduce
   File "/work/train.py", line 10 in <module>
+
+Current thread 0x00007f0000000003 (most recent call first):
+  File "/home/u/torch/distributed/my_train.py", line 7 in <module>
 '''
 
 
@@ -130,6 +154,9 @@ def test_main_thread_frame_picks_the_right_thread():
     other = hang.main_thread_frame(DUMP, 0x7F0000000002)
     assert other is not None and not other.waiting and other.line == 320
     assert hang.main_thread_frame(DUMP, 0x1234) is None
+    # a user's own folder named torch/distributed is not torch's: that rank is not "waiting"
+    mine = hang.main_thread_frame(DUMP, 0x7F0000000003)
+    assert mine is not None and mine.line == 7 and not mine.waiting
 
 
 @pytest.mark.parametrize("text,want", [
@@ -166,6 +193,22 @@ def test_worker_turns_a_scaletrain_error_into_a_record(entry, capsys):
     assert not list((entry / "run" / "stacks").glob("*"))  # nobody asked: no stack file
 
 
+@pytest.mark.parametrize("ending,code,marked", [("pass", 0, True), ("raise SystemExit(0)", 0, True),
+                                                ("raise SystemExit(3)", 3, False),
+                                                ("raise ValueError('x')", 1, False)])
+def test_worker_marks_a_program_that_returned(entry, capsys, ending, code, marked):
+    script = entry / "train.py"
+    script.write_text(ending + "\n")
+    try:
+        got = worker.main([str(script)])
+    except SystemExit as exc:
+        got = exc.code
+    assert got == code
+    assert rundir.read_finished(entry / "run") == ({1} if marked else set())
+    rundir.clear_errors(entry / "run")   # a restart forgets it
+    assert rundir.read_finished(entry / "run") == set()
+
+
 def test_worker_keeps_user_tracebacks_without_its_own_frames(entry, capsys):
     script = entry / "train.py"
     script.write_text("def f():\n    raise ValueError('mine')\nf()\n")
@@ -174,3 +217,26 @@ def test_worker_keeps_user_tracebacks_without_its_own_frames(entry, capsys):
     assert "Traceback" in err and "ValueError: mine" in err and 'train.py", line 3' in err
     assert "runpy" not in err and "launch/worker.py" not in err
     assert not (entry / "run" / "errors").exists()
+
+
+@pytest.mark.parametrize("folder", ["scaletrain", "torch", "src/scaletrain/launch"])
+def test_worker_names_the_users_line_in_a_folder_named_like_ours(entry, folder):
+    # a clone of this project is a folder named scaletrain; users name folders torch: their
+    # frames are theirs, recognised by where the packages really are, not by a word in a path
+    script = entry / folder / "train.py"
+    script.parent.mkdir(parents=True)
+    script.write_text("from scaletrain.errors import DistEnvError\n\n"
+                      "def main():\n    raise DistEnvError('env is odd', 'unset X')\n\nmain()\n")
+    assert worker.main([str(script)]) == 3
+    record = json.loads((entry / "run" / "errors" / "rank-1.json").read_text())
+    assert record["where"].endswith(f"{folder}/train.py:4 in main"), record
+
+
+def test_frames_are_ours_by_the_packages_real_folders(tmp_path):
+    assert not frames.is_user_frame(worker.__file__) and not frames.is_user_frame(hang.__file__)
+    for name in ("scaletrain/launch/worker.py", "torch/distributed/x.py", "lib/runpy.py"):
+        assert frames.is_user_frame(str(tmp_path / name)), name
+    link = tmp_path / "pkg"
+    link.symlink_to(frames.package_dir("scaletrain"))   # our files reached through a link
+    assert not frames.is_user_frame(str(link / "launch" / "worker.py"))
+    assert frames.is_user_frame("<string>")

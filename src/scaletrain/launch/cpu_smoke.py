@@ -27,7 +27,7 @@ import sys
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
-from scaletrain.launch import cpu_cuda, cpu_map
+from scaletrain.launch import cpu_cuda, cpu_map, frames
 
 BANNER = ("CPU smoke test (--cpu): CUDA calls run on CPU processes and NCCL is gloo; "
           "it checks that the program runs and its ranks agree, not its speed or GPU numbers")
@@ -181,9 +181,8 @@ def _cuda_missing(exc: BaseException, tb: Any, *, mapped: bool = False) -> str |
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     if any(marker.lower() in first.lower() for marker in CUDA_MISSING):
         return first
-    cuda_dir = os.path.join("torch", "cuda", "")
     while tb is not None:  # raised inside torch.cuda (a CPU-only build has no CUDA bindings)
-        if cuda_dir in tb.tb_frame.f_code.co_filename:
+        if frames.in_package(tb.tb_frame.f_code.co_filename, "torch", "cuda"):
             return first
         tb = tb.tb_next
     return None

@@ -16,7 +16,7 @@ purpose after saving keeps 75; a worker killed by signal N gives 128+N; every ot
 from __future__ import annotations
 
 import signal
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from scaletrain.contract import EXIT_STOPPED
@@ -27,6 +27,15 @@ from scaletrain.launch.rundir import ErrorRecord
 # Exits the agent's own shutdown causes (negative = killed by that signal; 128+N = a
 # Python handler that exited with the conventional code).
 _STOPPED_BY_US = {-signal.SIGTERM, -signal.SIGKILL, 128 + signal.SIGTERM, 128 + signal.SIGKILL}
+
+# How a worker that aborts at interpreter exit ends: killed by SIGABRT, 128+SIGABRT through a
+# shell, or a launcher's exit(-SIGABRT) truncated to 250 (DeepSpeed's launcher does that).
+_ABORTED = {-signal.SIGABRT, 128 + signal.SIGABRT, 256 - signal.SIGABRT}
+AT_EXIT_HINT = ("the training itself completed. Destroy every process group before the program "
+                "ends: torch.distributed.destroy_process_group() once nothing holds a group any "
+                "more (DeepSpeed: engine.destroy() and deepspeed.comm.destroy_process_group() "
+                "after the function that trains returns); 'scaletrain run' waits for gloo's "
+                "threads after the program returns, other launchers do not")
 
 # stderr lines of a rank that failed only because another rank went away first.
 _PEER_LOSS_MARKERS = (
@@ -45,6 +54,7 @@ class FailedRank:
     exitcode: int          # negative: killed by signal -exitcode
     stderr_tail: tuple[str, ...] = ()
     record: ErrorRecord | None = None
+    finished: bool = False  # its program had returned (the worker entry marked it)
 
     @property
     def how(self) -> str:
@@ -58,6 +68,12 @@ class FailedRank:
         return f"exited with code {self.exitcode}"
 
     @property
+    def aborted_at_exit(self) -> bool:
+        """True when the program had returned and the process then aborted: the interpreter's
+        exit under a gloo thread still releasing work (pytorch/pytorch#190489)."""
+        return self.finished and self.exitcode in _ABORTED
+
+    @property
     def looks_secondary(self) -> bool:
         """True when this rank most likely died because of another rank or of our shutdown."""
         if self.exitcode in _STOPPED_BY_US:
@@ -67,9 +83,11 @@ class FailedRank:
 
 def collect_failures(failures: Mapping[int, object], stderr_paths: Mapping[int, str],
                      tail: int = 15,
-                     records: Mapping[int, ErrorRecord] | None = None) -> list[FailedRank]:
+                     records: Mapping[int, ErrorRecord] | None = None,
+                     finished: Collection[int] = ()) -> list[FailedRank]:
     """``ChildFailedError.failures`` (global rank -> ProcessFailure), in the agent's order,
-    each with its error record from the run folder when it left one."""
+    each with its error record from the run folder when it left one, and whether its program
+    had returned (``finished``: the ranks the worker entry marked)."""
     out = []
     records = records or {}
     for rank, failure in failures.items():
@@ -78,7 +96,7 @@ def collect_failures(failures: Mapping[int, object], stderr_paths: Mapping[int, 
             rank=int(rank), local_rank=local_rank, pid=int(getattr(failure, "pid")),
             exitcode=int(getattr(failure, "exitcode")),
             stderr_tail=tuple(tail_lines(stderr_paths.get(local_rank), tail)),
-            record=records.get(int(rank)),
+            record=records.get(int(rank)), finished=int(rank) in finished,
         ))
     return out
 
@@ -135,8 +153,14 @@ def worker_failed_error(failed: list[FailedRank], node_rank: int = 0) -> WorkerF
                                  exit_code=exit_code_for(cause), rank=cause.rank)
     rest = "; the other workers were stopped"
     where = f" on node {node_rank}" if node_rank else ""
-    message = (f"rank {cause.rank} (local rank {cause.local_rank}{where}, pid {cause.pid}) "
-               f"{cause.how}{rest}")
+    who = f"rank {cause.rank} (local rank {cause.local_rank}{where}, pid {cause.pid})"
+    if cause.aborted_at_exit:
+        return WorkerFailedError(
+            f"{who} finished its program, then aborted while Python shut down ({cause.how}; "
+            "'terminate called without an active exception': a gloo process group's thread "
+            "was still releasing work at exit)", AT_EXIT_HINT,
+            exit_code=exit_code_for(cause), rank=cause.rank)
+    message = f"{who} {cause.how}{rest}"
     if cause.exitcode < 0 and -cause.exitcode == signal.SIGKILL:
         hint = "SIGKILL often means out of memory (check `dmesg`); use a smaller batch or fewer ranks"
     else:

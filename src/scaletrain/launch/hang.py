@@ -25,10 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from scaletrain.launch import rundir
+from scaletrain.launch import frames, rundir
 
-# Frames of these packages mean "waiting on other ranks" (collectives, DDP/FSDP hooks in backward).
-_TORCH_WAITING = ("/torch/distributed/", "/torch/autograd/", "/torch/nn/parallel/")
+# Frames of these torch subpackages mean "waiting on other ranks" (collectives, DDP/FSDP hooks in
+# backward); recognised by torch's real folder, never by words in a path (see launch/frames.py)
+_TORCH_WAITING = (("distributed",), ("autograd",), ("nn", "parallel"))
 _TIMEOUT_RE = re.compile(r"timed out|timeout", re.IGNORECASE)
 _MS_RE = re.compile(r"Timed out waiting (\d+)\s*ms", re.IGNORECASE)
 _DUMP_WAIT_S = 3.0
@@ -102,7 +103,7 @@ class _Frame:
 
     @property
     def waiting(self) -> bool:
-        return any(part in self.path.replace(os.sep, "/") for part in _TORCH_WAITING)
+        return any(frames.in_package(self.path, "torch", *sub) for sub in _TORCH_WAITING)
 
     def short(self) -> str:
         return f"{_short_path(self.path)}:{self.line} in {self.func}"

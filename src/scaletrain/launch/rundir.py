@@ -9,6 +9,8 @@ something worth reading)::
     errors/rank-N.json   a structured error: a ScaletrainError raised in the worker, or a
                          collective timeout with the ranks that did not arrive
     stacks/rank-N.txt    Python stacks of every thread, written on request after a hang
+    finished/rank-N      written by the worker entry when the user's program has returned (or
+                         exited 0): a crash after it happened while the interpreter shut down
 
 Both sides import this module; it imports neither torch nor anything that does. Every file is
 written whole or not at all (:func:`scaletrain.fileio.atomic_write`), so the launcher never
@@ -28,6 +30,7 @@ from scaletrain.fileio import atomic_write
 RANKS = "ranks"
 ERRORS = "errors"
 STACKS = "stacks"
+FINISHED = "finished"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -111,9 +114,26 @@ def read_errors(run_dir: str | os.PathLike[str] | None) -> dict[int, ErrorRecord
     return out
 
 
+def write_finished(run_dir: str | os.PathLike[str], rank: int) -> Path:
+    """Mark that rank ``rank``'s program has returned: what follows is the interpreter's exit."""
+    path = _rank_file(run_dir, FINISHED, rank, "")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, "")
+    return path
+
+
+def read_finished(run_dir: str | os.PathLike[str] | None) -> set[int]:
+    """The ranks whose program returned (see :func:`write_finished`)."""
+    if not run_dir:
+        return set()
+    names = (p.name.removeprefix("rank-") for p in (Path(run_dir) / FINISHED).glob("rank-*"))
+    return {int(n) for n in names if n.isdigit()}
+
+
 def clear_errors(run_dir: str | os.PathLike[str]) -> None:
-    """Forget the records of a failed attempt before the workers restart."""
-    for path in (Path(run_dir) / ERRORS).glob("rank-*.json"):
+    """Forget the records of a failed attempt (errors, finished marks) before the workers restart."""
+    for path in [*(Path(run_dir) / ERRORS).glob("rank-*.json"),
+                 *(Path(run_dir) / FINISHED).glob("rank-*")]:
         path.unlink(missing_ok=True)
 
 

@@ -66,6 +66,11 @@ def no_restart_reason(failures: Mapping[int, object], run_dir: str) -> str | Non
     for rank, record in sorted(rundir.read_errors(run_dir).items()):
         if record.kind == "error" and record.exit_code in _DETERMINISTIC:
             return f"rank {rank}: {record.message}; a restart would fail the same way"
+    finished = rundir.read_finished(run_dir)
+    for rank in sorted(failures):
+        if int(rank) in finished:  # it crashed while Python shut down: training had completed
+            return (f"rank {rank} failed after its program had finished; not restarting a "
+                    "completed training")
     return None
 
 

@@ -1,7 +1,7 @@
 """The entry of every worker `scaletrain run` starts: ``python -m scaletrain.launch.worker [-m] TARGET ARGS``.
 
 It runs the user's script (or module) exactly as ``python SCRIPT ARGS`` would (``__main__``,
-``sys.argv``, ``sys.path[0]``), with four additions that only a process of our own can give:
+``sys.argv``, ``sys.path[0]``), with five additions that only a process of our own can give:
 
 - it dies with its agent: ``PR_SET_PDEATHSIG`` makes the kernel SIGKILL the worker when
   `scaletrain run` dies, even by ``kill -9`` (torch's agent puts workers in their own session,
@@ -10,7 +10,9 @@ It runs the user's script (or module) exactly as ``python SCRIPT ARGS`` would (`
 - a ``ScaletrainError`` (a bad strategy, batch size, environment) becomes a structured record
   in the run folder, rendered by the launcher as one line, a HINT and its exit code; the
   user's own errors keep their full traceback (minus this wrapper's frames);
-- a collective that times out is diagnosed: the record names the ranks that did not arrive.
+- a collective that times out is diagnosed: the record names the ranks that did not arrive;
+- when the program returns it marks the run folder (a crash after that happened while Python
+  shut down) and waits for gloo's worker threads to go idle, so the exit cannot abort under them.
 
 Nothing here imports torch; the script does.
 """
@@ -27,10 +29,13 @@ from types import TracebackType
 
 from scaletrain.contract import AGENT_PID_VAR, RUN_DIR_VAR
 from scaletrain.errors import ScaletrainError
-from scaletrain.launch import hang, rundir
+from scaletrain.launch import frames, hang, rundir
 
 _PR_SET_PDEATHSIG = 1
-_OUR_FILES = (os.path.abspath(__file__), "runpy.py", "<frozen runpy>")
+# The frames above the user's program: this file and runpy's (by their real paths, so a user's
+# own "myrunpy.py" is never taken for one of them)
+_OUR_FILES = frozenset({os.path.realpath(__file__), os.path.realpath(runpy.__file__ or "runpy.py"),
+                        "<frozen runpy>"})
 
 
 def worker_args(args: tuple[str, ...]) -> tuple[str, ...]:
@@ -59,16 +64,19 @@ def die_with_parent(environ: dict[str, str] | os._Environ[str] = os.environ) -> 
 
 def _user_traceback(tb: TracebackType | None) -> TracebackType | None:
     """Drop this wrapper's and runpy's frames from the top of a traceback."""
-    while tb is not None and tb.tb_frame.f_code.co_filename.endswith(_OUR_FILES):
+    while tb is not None and _is_wrapper(tb.tb_frame.f_code.co_filename):
         tb = tb.tb_next
     return tb
 
 
+def _is_wrapper(path: str) -> bool:
+    return path in _OUR_FILES or (not path.startswith("<") and os.path.realpath(path) in _OUR_FILES)
+
+
 def _where(tb: TracebackType | None) -> str:
-    frames = traceback.extract_tb(tb)
-    for frame in reversed(frames):  # the innermost frame outside scaletrain and torch
-        name = frame.filename.replace(os.sep, "/")
-        if "/scaletrain/" not in name and "/torch/" not in name:
+    """The user's line: the innermost frame outside scaletrain's and torch's installed folders."""
+    for frame in reversed(traceback.extract_tb(tb)):
+        if frames.is_user_frame(frame.filename):
             return f"{os.path.relpath(frame.filename)}:{frame.lineno} in {frame.name}"
     return ""
 
@@ -105,6 +113,10 @@ def main(target: list[str]) -> int:
     stack_file = hang.install_stack_dump(run_dir, rank, attempt) if run_dir else None
     try:
         _run(target)
+    except SystemExit as exc:
+        if exc.code is None or exc.code == 0:
+            _finished(run_dir, rank)
+        raise
     except ScaletrainError as exc:
         tb = _user_traceback(exc.__traceback__)
         _report(rundir.ErrorRecord(rank=rank, kind="error", type=type(exc).__name__,
@@ -112,7 +124,7 @@ def main(target: list[str]) -> int:
                                    where=_where(tb), attempt=attempt),
                 run_dir, exc.render())
         return exc.exit_code
-    except (SystemExit, KeyboardInterrupt):
+    except KeyboardInterrupt:
         raise
     except BaseException as exc:
         tb = _user_traceback(exc.__traceback__)
@@ -127,7 +139,23 @@ def main(target: list[str]) -> int:
         return 1
     finally:
         hang.remove_if_empty(stack_file)
+    _finished(run_dir, rank)
     return 0
+
+
+def _finished(run_dir: str | None, rank: int) -> None:
+    """The program returned: say so in the run folder (a crash from now on happened while the
+    interpreter shut down), then let gloo's worker threads go idle before it does (torch
+    aborts the process when one is still releasing work at exit, see runtime/settle.py)."""
+    if run_dir:
+        try:
+            rundir.write_finished(run_dir, rank)
+        except OSError:
+            pass
+    # imported only now: while the program runs, nothing of scaletrain's runtime is loaded in it
+    from scaletrain.runtime import settle
+
+    settle.settle_gloo_workers()
 
 
 def _configured_timeout() -> float | None:

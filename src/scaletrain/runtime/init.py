@@ -30,7 +30,6 @@ from __future__ import annotations
 import atexit
 import os
 import threading
-import time
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -42,14 +41,17 @@ from scaletrain.runtime.detect import detect_placement
 from scaletrain.runtime.device import gpu_view, normalize_request, torch_gpus
 from scaletrain.runtime.env import Env, Placement
 from scaletrain.runtime.masteraddr import Target, resolve_or_fail, wait_limit
+from scaletrain.runtime.settle import SETTLE_TIMEOUT_S  # noqa: F401 - re-exported
+from scaletrain.runtime.settle import gloo_worker_tids as _gloo_worker_tids  # noqa: F401
+from scaletrain.runtime.settle import settle_gloo_workers as _settle_gloo_workers
+from scaletrain.runtime.settle import thread_activity as _thread_activity  # noqa: F401
+from scaletrain.runtime.settle import wait_idle as _wait_idle  # noqa: F401
 from scaletrain.runtime.resolve import (CpuPlan, Request, choose_backend, choose_device,
                                         normalize_backend, plan_cpus, read_request)
 from scaletrain.runtime import errorhook, timeouts
 from scaletrain.runtime.threads import allowed_cpus, apply_threads
 from scaletrain.runtime.timeouts import STARTUP_TIMEOUT_S
 
-SETTLE_TIMEOUT_S = 5.0
-_GLOO_WORKER = "pt_gloo_runloop"  # the name c10d gives ProcessGroupGloo's worker threads
 
 
 @dataclass(kw_only=True)
@@ -328,68 +330,3 @@ def shutdown() -> None:
     # gloo's worker threads may still be releasing finished work; exiting under them aborts
     _settle_gloo_workers()
     _undo_cpus(state.cpus)
-
-
-def _thread_activity(tid: str) -> tuple[str, str] | None:
-    """(state letter, context-switch counters) of one thread of this process, None if gone."""
-    try:
-        with open(f"/proc/self/task/{tid}/status", encoding="ascii") as fh:
-            fields = dict(line.split(":", 1) for line in fh if ":" in line)
-    except OSError:
-        return None
-    return (fields.get("State", "?").strip()[:1],
-            fields.get("voluntary_ctxt_switches", "").strip() + "/"
-            + fields.get("nonvoluntary_ctxt_switches", "").strip())
-
-
-def _gloo_worker_tids() -> list[str]:
-    try:
-        tids = os.listdir("/proc/self/task")
-    except OSError:  # not Linux: nothing to inspect
-        return []
-    found = []
-    for tid in tids:
-        try:
-            with open(f"/proc/self/task/{tid}/comm", encoding="ascii") as fh:
-                if fh.read().strip() == _GLOO_WORKER:
-                    found.append(tid)
-        except OSError:
-            continue
-    return found
-
-
-def _settle_gloo_workers(timeout_s: float = SETTLE_TIMEOUT_S) -> bool:
-    """Wait, with the GIL released, until ProcessGroupGloo's worker threads are idle.
-
-    Why: a gloo worker thread marks a collective complete *before* it drops its reference
-    to the finished work; that drop frees the work's tensors (and, through a barrier's weak
-    references, earlier works' tensors), which takes the GIL to release their Python
-    objects. destroy_process_group() does not join these threads (only ~ProcessGroupGloo
-    does, and DDP reducers, meshes or torch internals keep it alive until exit), so on a loaded
-    machine the drop can come after Py_FinalizeEx has started: CPython then ends the thread
-    with pthread_exit inside a noexcept destructor and the process dies with "terminate
-    called without an active exception" (SIGABRT). Open in torch: pytorch/pytorch#190489
-    (same AsyncAllgatherWork stack) and #117762; the atexit fix #179291 was abandoned.
-    Returns False on timeout (then exit is no worse than without the wait).
-    """
-    return _wait_idle(_gloo_worker_tids(), timeout_s)
-
-
-def _wait_idle(tids: list[str], timeout_s: float, quiet_s: float = 0.01) -> bool:
-    """True once every thread in ``tids`` sleeps and was not woken during a GIL-free pause.
-
-    Idle gloo workers block on a condition variable with no timeout, so they neither run
-    nor wake; a worker still finishing a work is runnable, or waits for the GIL (which it
-    gets, and so wakes, while we sleep). Linux /proc only; elsewhere there is nothing to read.
-    """
-    if not tids:
-        return True
-    deadline = time.monotonic() + timeout_s
-    before = {tid: _thread_activity(tid) for tid in tids}
-    while time.monotonic() < deadline:
-        time.sleep(quiet_s)  # releases the GIL, so a finishing worker can take it
-        after = {tid: _thread_activity(tid) for tid in tids}
-        if all(a is None or (a == before[tid] and a[0] == "S") for tid, a in after.items()):
-            return True
-        before = after
-    return False

@@ -1,0 +1,54 @@
+"""Whose code a traceback frame runs - ours, torch's or the user's - by where the packages are.
+
+A frame is ours when its file lies inside the folder the imported ``scaletrain`` package was
+loaded from (symlinks resolved), torch's when it lies inside the imported ``torch``'s. Never
+by a word in the path: a clone of this project is a folder named ``scaletrain`` by default,
+and users keep their own programs in folders named ``scaletrain`` or ``torch``; a word match
+would take their frames for ours and drop "the script line that raised it" from messages.
+
+Nothing here imports torch (a package not imported yet is found where an import would load it).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+
+
+# this file is scaletrain/launch/frames.py: our package is two folders up, imported or not
+_OURS = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+
+
+def package_dir(name: str) -> str | None:
+    """The real folder of package ``name``: the imported one, else the one an import would load
+    (found without importing it); None when there is none."""
+    if name == "scaletrain":
+        return _OURS
+    path = getattr(sys.modules.get(name), "__file__", None)
+    if not path:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        path = spec.origin if spec is not None else None
+    return os.path.dirname(os.path.realpath(path)) if path else None
+
+
+def is_within(path: str, folder: str | None) -> bool:
+    """True when file ``path`` (symlinks resolved) lies inside ``folder``."""
+    if not folder or not path or path.startswith("<"):  # "<frozen runpy>", "<string>"
+        return False
+    real = os.path.realpath(path)
+    return real == folder or real.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def in_package(path: str, name: str, *sub: str) -> bool:
+    """True when ``path`` is a file of the imported package ``name`` (or of its ``sub`` folder)."""
+    base = package_dir(name)
+    return base is not None and is_within(path, os.path.join(base, *sub))
+
+
+def is_user_frame(path: str) -> bool:
+    """True when ``path`` belongs neither to scaletrain nor to torch: the user's own code."""
+    return not in_package(path, "scaletrain") and not in_package(path, "torch")
