@@ -195,7 +195,7 @@ def _program_line(tb: Any) -> str:
     for frame in reversed(traceback.extract_tb(tb)):
         name = frame.filename.replace(os.sep, "/")
         if "/torch/" not in name and "/scaletrain/" not in name and not name.startswith("<"):
-            return f"{os.path.relpath(frame.filename)}:{frame.lineno}"
+            return f"{frames.short_path(frame.filename)}:{frame.lineno}"
     return "an unknown place"
 
 

@@ -52,3 +52,16 @@ def in_package(path: str, name: str, *sub: str) -> bool:
 def is_user_frame(path: str) -> bool:
     """True when ``path`` belongs neither to scaletrain nor to torch: the user's own code."""
     return not in_package(path, "scaletrain") and not in_package(path, "torch")
+
+
+def short_path(path: str) -> str:
+    """``path`` relative to the working directory when it lies below it, else as it is.
+
+    A location such as ``../../tmp/x/train.py:12`` is harder to find than the absolute path it
+    stands for, so paths outside the working directory stay absolute.
+    """
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:   # another drive (Windows)
+        return path
+    return path if rel == ".." or rel.startswith(".." + os.sep) else rel

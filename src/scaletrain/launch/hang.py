@@ -110,11 +110,7 @@ class _Frame:
 
 
 def _short_path(path: str) -> str:
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:
-        return path
-    return rel if not rel.startswith("..") else path
+    return frames.short_path(path)
 
 
 _FRAME_RE = re.compile(r'^\s*File "(?P<path>.*)", line (?P<line>\d+) in (?P<func>.*)$')

@@ -77,7 +77,7 @@ def _where(tb: TracebackType | None) -> str:
     """The user's line: the innermost frame outside scaletrain's and torch's installed folders."""
     for frame in reversed(traceback.extract_tb(tb)):
         if frames.is_user_frame(frame.filename):
-            return f"{os.path.relpath(frame.filename)}:{frame.lineno} in {frame.name}"
+            return f"{frames.short_path(frame.filename)}:{frame.lineno} in {frame.name}"
     return ""
 
 
