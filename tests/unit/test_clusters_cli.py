@@ -77,3 +77,13 @@ def test_probe_calls_the_slurm_helper_lazily(capsys, monkeypatch) -> None:
     monkeypatch.setattr(probe, "run_probe", fake_run_probe)
     rc, _, _ = run(capsys, "clusters", "probe", "--output", "p.toml", "--name", "mine", "--partition", "gpu")
     assert rc == 0 and seen == {"output": "p.toml", "name": "mine", "partition": "gpu"}
+
+
+def test_the_cluster_table_never_cuts_a_site_mid_word():
+    from scaletrain.cli.clusters import _short_site
+
+    assert _short_site("CSC - IT Center for Science, Finland") == "CSC - IT Center for Science, Finland"
+    long = "Juelich Supercomputing Centre (JSC), Forschungszentrum Juelich, Germany"
+    short = _short_site(long)
+    assert short == "Juelich Supercomputing Centre (JSC)..." and len(short) <= 38
+    assert _short_site("LUMI consortium / EuroHPC JU (hosted by CSC, Finland)") == "LUMI consortium / EuroHPC JU..."

@@ -31,6 +31,16 @@ examples:
 """
 
 
+def _short_site(site: str, width: int = 38) -> str:
+    """The site for the table: whole words up to ``width`` characters, then "..." (never a cut word)."""
+    if len(site) <= width:
+        return site
+    cut = site[: width - 3]
+    if site[width - 3] not in " ,;":   # the cut falls inside a word: drop that word
+        cut = cut.rsplit(" ", 1)[0]
+    return cut.rstrip(" ,;(-/") + "..."
+
+
 def _list(as_json: bool) -> int:
     from scaletrain.clusters.profile import list_profiles, load_profile
 
@@ -48,7 +58,7 @@ def _list(as_json: bool) -> int:
         model = f"{p.gpu_model} {p.gpu_memory_gb:g}GB" if p.gpus_per_node else "none (CPU)"
         if p.retired:
             parts = f"RETIRED {p.retired}, successor: {p.successor or '-'}"
-        rows.append((p.name, p.site[:38], str(p.gpus_per_node) if p.gpus_per_node else "-", model, parts))
+        rows.append((p.name, _short_site(p.site), str(p.gpus_per_node) if p.gpus_per_node else "-", model, parts))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     for r in rows:
         print("  ".join(r[i].ljust(widths[i]) for i in range(4)) + "  " + r[4])
