@@ -222,3 +222,11 @@ def test_a_config_path_of_another_machine_is_left_for_the_job(capsys):
                        "--launcher", "deepspeed", "--deepspeed-config", "/nonexistent-site/proj/ds.json",
                        "--", "train.py")
     assert rc == 0 and "/nonexistent-site/proj/ds.json" in out
+
+
+def test_the_summary_speaks_of_memory_in_one_unit(capsys):
+    """Narval's summary said '127488M memory' per process beside '--mem=498G'."""
+    rc, out, err = run(capsys, "plan", "--cluster", "narval", "--gpus", "4", "--account", "def-x", "--", "t.py")
+    assert rc == 0
+    line = next(x for x in err.splitlines() if "per process:" in x)
+    assert "124.5G memory" in line and "--mem=498G" in line and "M memory" not in line

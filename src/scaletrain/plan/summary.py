@@ -11,7 +11,6 @@ from dataclasses import asdict
 from typing import Any
 
 from scaletrain.plan.planner import Plan
-from scaletrain.plan.request import format_mem
 
 TABLE_STRATEGIES: tuple[str, ...] = ("ddp", "zero1", "zero2", "zero3", "offload")
 # Activations, buffers and the allocator need room too: a strategy "fits" at 80% of the device.
@@ -106,7 +105,8 @@ def render_summary(plan: Plan) -> str:
         lines.append(f"scaletrain plan: {p.cluster}, partition {part}: {p.nodes} node{'s' if p.nodes != 1 else ''}"
                      f" x {p.gpus_per_node} {p.profile.gpu_model} = {p.gpus} GPU{'s' if p.gpus != 1 else ''}, "
                      f"{p.world_size} process{'es' if p.world_size != 1 else ''} ({p.launcher})")
-        mem = f", {format_mem(p.mem_per_proc_gb)} memory" if p.mem_per_proc_gb else ""
+        # in G like the node figures beside it (the script keeps Slurm's exact MiB form)
+        mem = f", {p.mem_per_proc_gb:.1f}G memory".replace(".0G", "G") if p.mem_per_proc_gb else ""
         per = p.gpus_per_node / p.procs_per_node
         share = f"{per:g} GPU{'s' if per > 1 else ''}" if p.gpus_per_node else "no GPU"
         lines.append(f"  per process: {share}, {p.threads_per_proc} CPU core{'s' if p.threads_per_proc != 1 else ''}"
