@@ -299,3 +299,16 @@ def test_each_run_starts_with_a_start_line_for_status_and_report(tmp_path, monke
         [(0, 0, 9, "4242"), (3, 1, 9, "4242")]
     assert [r["type"] for r in lines] == ["start", "step", "step", "step", "summary"] * 2
     assert all(isinstance(s["time"], float) and s["world_size"] == 1 for s in starts)
+
+
+def test_the_summary_says_where_its_files_went(tmp_path):
+    import io
+
+    stream = io.StringIO()
+    mon = Monitor(tmp_path / "run", console=True, stream=stream, device_sampler=None)
+    for _ in range(3):
+        mon.step(samples=4, loss=1.0)
+    summary = mon.close()
+    assert summary["run_dir"] == str(tmp_path / "run") and summary["files"] == ["metrics.jsonl", "summary.json"]
+    assert f"files in {tmp_path / 'run'}: metrics.jsonl, summary.json" in stream.getvalue()
+    assert (tmp_path / "run" / "summary.json").is_file() and (tmp_path / "run" / "metrics.jsonl").is_file()

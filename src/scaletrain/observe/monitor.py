@@ -431,6 +431,8 @@ class Monitor:
             summary["samples_per_s"] = float(sum(g[0] for g in gathered))
         if self.sampler is not None:
             self.sampler.close()
+        if self.rank == 0 and self.run_dir is not None:   # where to look, said with the summary
+            summary.update(self._files())
         self._close_writer(summary)
         if self.rank == 0 and self.run_dir is not None:
             try:
@@ -438,6 +440,12 @@ class Monitor:
             except OSError as exc:
                 self._write_failed_once(exc)
         return summary
+
+    def _files(self) -> Record:
+        """The run folder and what this Monitor writes there (for the summary's last line)."""
+        names = [name for sink, name in ((JsonlSink, "metrics.jsonl"), (TensorBoardSink, "tensorboard/"))
+                 if any(isinstance(s, sink) for s in self.sinks)]
+        return {"run_dir": str(self.run_dir), "files": [*names, "summary.json"]}
 
     def _close_writer(self, summary: Record) -> None:
         if self._writer is not None:

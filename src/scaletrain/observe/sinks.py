@@ -157,6 +157,8 @@ def format_summary(summary: Record) -> str:
         lines.append(f"  GPU sampling unavailable: {dev.get('reason', 'unknown')}")
     for finding in summary.get("findings", []):
         lines.append(f"  {finding.get('kind', 'note')}: {finding.get('message', '')}")
+    if summary.get("run_dir") and summary.get("files"):
+        lines.append(f"  files in {summary['run_dir']}: {', '.join(summary['files'])}")
     return "\n".join(lines)
 
 
