@@ -506,3 +506,35 @@ def test_in_place_load_is_recognised_only_for_the_live_tensors():
               "param_groups": osd["param_groups"]}
     assert not _aliases_live(as_opt, copied)
     assert not _aliases_live(as_model, {**msd, "extra": 3})
+
+
+def _resumed_run(folder: Path, *, raise_inside: bool = False) -> None:
+    model, opt, sched = _objects()
+    state = _state(model, opt, sched)
+    try:
+        with scaletrain.Checkpointer(folder, every_steps=2) as ckpt:
+            ckpt.load_latest(state)
+            for step in range(6, 11):
+                ckpt.step(step, state)
+                if raise_inside and step == 8:
+                    raise RuntimeError("the program failed")
+    except RuntimeError:
+        pass
+
+
+def test_a_later_run_that_ends_normally_marks_the_old_stop_superseded(tmp_path, clean_env):
+    """stop.json described a stop at step 5 after a later run had trained to step 10 and ended."""
+    from scaletrain.runtime import preempt
+
+    folder = tmp_path / "ck"
+    model, opt, sched = _objects()
+    with scaletrain.Checkpointer(folder) as ckpt:
+        ckpt.save(5, _state(model, opt, sched))
+    preempt.write_stop_record(folder, reason="time_limit", step=5, log=False)
+    _resumed_run(folder, raise_inside=True)          # a failure is not a normal end: untouched
+    assert "superseded" not in json.loads((folder / "stop.json").read_text())
+    _resumed_run(folder)
+    record = json.loads((folder / "stop.json").read_text())
+    assert (record["reason"], record["step"]) == ("time_limit", 5)      # the history is kept
+    assert record["superseded"]["step"] == 10
+    assert preempt.mark_superseded(folder, step=12) is None             # marked once

@@ -88,6 +88,7 @@ class Checkpointer:
         self._stop_reason: str | None = None
         self._closed = False
         self._calls = 0  # step() calls so far
+        self._last_step: int | None = None   # the step of the latest step() call
         self._save_call = -1  # the step() call during which the last save started
 
     # -- saving ----------------------------------------------------------------------
@@ -152,12 +153,21 @@ class Checkpointer:
                                   hint="the previous checkpoint is intact; check free space "
                                        "and quota") from err
 
-    def close(self) -> None:
-        """Finish a save in flight and release the checkpointer's resources (all ranks)."""
+    def close(self, *, ended_normally: bool = True) -> None:
+        """Finish a save in flight and release the checkpointer's resources (all ranks).
+
+        A run that ends without a stop, past the step of an earlier run's ``stop.json``, marks
+        that record superseded (rank 0): the folder then no longer reads as stopped.
+        """
         if self._closed:
             return
         try:
             self.wait()
+            if ended_normally and self._stop_reason is None and self._last_step is not None \
+                    and self._comm is not None and self._comm.rank == 0:
+                from scaletrain.runtime import preempt
+
+                preempt.mark_superseded(self.directory, step=self._last_step)
         finally:
             self._closed = True
             if self._agreement is not None:
@@ -171,7 +181,7 @@ class Checkpointer:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self.close()
+        self.close(ended_normally=exc[0] is None)
 
     # -- loading ---------------------------------------------------------------------
     def load_latest(self, state: MutableMapping[str, Any]) -> int | None:
@@ -221,6 +231,7 @@ class Checkpointer:
         if self._agreement is None:
             self._agreement = agreement.StopAgreement()
         self._calls += 1
+        self._last_step = step
         minutes_due = (self.every_minutes is not None and
                        time.monotonic() - self._last_save_time >= self.every_minutes * 60)
         reason, flags = self._agreement.poll(_MINUTES_DUE if minutes_due else 0)

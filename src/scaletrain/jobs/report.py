@@ -220,7 +220,9 @@ def render_text(rep: Report) -> str:
         lines.append(f"  checkpoints committed: steps {', '.join(map(str, rep.checkpoints))}")
     if rep.stop:
         lines.append(f"  stopped on purpose: {rep.stop.get('reason')} at step {rep.stop.get('step')} "
-                     f"({rep.stop.get('signal')}, restart {rep.stop.get('restart_count')})")
+                     f"({rep.stop.get('signal')}, restart {rep.stop.get('restart_count')})"
+                     + (f"; a later run went on to step {rep.stop['superseded'].get('step')} and ended normally"
+                        if isinstance(rep.stop.get("superseded"), dict) else ""))
     for finding in rep.findings:
         lines.append(f"  finding: {finding.get('message', finding)}"
                      + (f" HINT: {finding['hint']}" if finding.get("hint") else ""))

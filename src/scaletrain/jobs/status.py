@@ -203,7 +203,7 @@ def format_row(s: RunStatus) -> str:
         parts.append(eta)
     if s.checkpoint is not None:
         parts.append(f"checkpoint step {s.checkpoint}")
-    if s.stop:
+    if s.stop and not s.stop.get("superseded"):   # a later run went on past it: not the state now
         parts.append(f"stopped ({s.stop.get('reason')}) at step {s.stop.get('step')}")
     if s.nodes:
         parts.append(f"on {s.nodes}")

@@ -289,6 +289,34 @@ def write_stop_record(directory: str | os.PathLike[str], *, reason: str, step: i
     return path
 
 
+def mark_superseded(directory: str | os.PathLike[str], *, step: int) -> Path | None:
+    """Say in ``stop.json`` that a later run went on past its stop and ended without one.
+
+    The record of the last stop is kept (a report needs it), with ``superseded`` added, so that
+    nobody reads an old stop as the state of a job that has since finished. Returns the path, or
+    None when there is no record, it is already marked, or it is not older than ``step``.
+    """
+    path = Path(directory) / STOP_RECORD
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or "superseded" in record:
+        return None
+    old = record.get("step")
+    if not isinstance(old, int) or isinstance(old, bool) or old >= step:
+        return None
+    record["superseded"] = {
+        "step": int(step),
+        "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "by": "a later run went on past this stop and ended without stopping",
+    }
+    try:
+        return atomic_write(path, json.dumps(record, indent=2) + "\n")
+    except OSError:   # a read-only or full disk: the old record stays, nothing is lost
+        return None
+
+
 def __getattr__(name: str) -> Any:
     # ``preempt.StopAgreement`` (its home before the agreement had its own module) still works
     if name == "StopAgreement":
