@@ -132,23 +132,16 @@ def main(argv: list[str] | None = None) -> None:
             x, y = x.to(env.device), y.to(env.device)
             if pipeline:  # every rank calls step(); the loss comes back averaged on all of them
                 mean = model.step(x, y, broadcast_loss=True)
-                step += 1
-                first_loss = float(mean) if first_loss is None else first_loss
-                if step % 10 == 0 or step == args.steps:
-                    rate = step * args.global_batch / (time.perf_counter() - t0)
-                    scaletrain.print(f"step {step} loss {float(mean):.4f} samples/s {rate:.0f}")
-                if step == args.steps:
-                    break
-                continue
-            with acc:
-                loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
-                scaletrain.backward(loss)
-            if not acc.sync:
-                continue
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            else:
+                with acc:
+                    loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+                    scaletrain.backward(loss)
+                if not acc.sync:
+                    continue
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                mean = scaletrain.all_reduce_mean(loss.detach())
             step += 1
-            mean = scaletrain.all_reduce_mean(loss.detach())
             first_loss = float(mean) if first_loss is None else first_loss
             if step % 10 == 0 or step == args.steps:
                 rate = step * args.global_batch / (time.perf_counter() - t0)
