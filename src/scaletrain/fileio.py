@@ -9,12 +9,13 @@ one; a reader sees the old content or the new, nothing in between.
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from scaletrain.errors import UsageError
 
@@ -78,6 +79,18 @@ def atomic_write(path: str | os.PathLike[str], data: str | bytes, *, mode: int |
     with atomic_file(path, mode=mode) as fh:
         fh.write(payload)
     return Path(path)
+
+
+def read_json_object(path: str | os.PathLike[str], *, errors: str = "strict") -> dict[str, Any] | None:
+    """A small JSON object from ``path``, or None when it is missing, unreadable or not an object.
+
+    ``errors="replace"`` reads a file with stray bytes (a folder edited by hand) instead of refusing it.
+    """
+    try:
+        value = json.loads(Path(path).read_text(encoding="utf-8", errors=errors))
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def writable_dir(path: str | os.PathLike[str], what: str) -> Path:

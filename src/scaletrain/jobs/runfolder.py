@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scaletrain.fileio import read_json_object
 from scaletrain.slurm.submit import JOB_ID_FILE, RUNS_DIR, SCRIPT_NAME
 
 METRICS = "metrics.jsonl"
@@ -146,12 +147,8 @@ def _has_checkpoints(folder: Path) -> bool:
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
-    """A small JSON object, or None when missing, unreadable or not an object."""
-    try:
-        value = json.loads(path.read_text(errors="replace"))
-    except (OSError, ValueError):
-        return None
-    return value if isinstance(value, dict) else None
+    """A small JSON object, or None when missing, unreadable or not an object (stray bytes replaced)."""
+    return read_json_object(path, errors="replace")
 
 
 def latest_checkpoint(folder: Path | None) -> int | None:

@@ -111,13 +111,18 @@ def collect_states(job_ids: Sequence[str], *, env: Mapping[str, str] | None = No
     return out
 
 
+def _limit_seconds(text: str | None) -> int | None:
+    """The job's time limit as squeue or sacct writes it; None when unlimited or unreadable."""
+    try:
+        return parse_time_seconds(text)
+    except ValueError:
+        return None
+
+
 def _from_queue(status: RunStatus, row: Mapping[str, str]) -> None:
     status.state = base_state(row.get("State", ""))
     status.elapsed_s = parse_duration_seconds(row.get("TimeUsed"))
-    try:
-        status.limit_s = parse_time_seconds(row.get("TimeLimit"))
-    except ValueError:
-        status.limit_s = None
+    status.limit_s = _limit_seconds(row.get("TimeLimit"))
     restarts = row.get("RestartCnt", "")
     status.restarts = int(restarts) if restarts.isdigit() else 0
     reason = row.get("Reason", "")
@@ -129,10 +134,7 @@ def _from_acct(status: RunStatus, runs: Sequence[Mapping[str, str]]) -> None:
     last = runs[-1]
     status.state = base_state(last.get("State", ""))
     status.elapsed_s = parse_duration_seconds(last.get("Elapsed"))
-    try:
-        status.limit_s = parse_time_seconds(last.get("Timelimit"))
-    except ValueError:
-        status.limit_s = None
+    status.limit_s = _limit_seconds(last.get("Timelimit"))
     status.restarts = max(0, len(runs) - 1)
 
 

@@ -113,7 +113,8 @@ def run_processes(before: set[int], agent_pid: int | None = None) -> set[int]:
     return found
 
 
-def _signal(pids: Iterable[int], signum: int) -> None:
+def send(pids: Iterable[int], signum: int) -> None:
+    """Send ``signum`` to each of ``pids``, skipping those already gone."""
     for pid in pids:
         try:
             os.kill(pid, signum)
@@ -132,14 +133,14 @@ def _reap(pids: Iterable[int]) -> None:
 
 def stop_processes(pids: set[int], grace_s: float) -> set[int]:
     """SIGTERM ``pids``, wait up to ``grace_s``, SIGKILL the rest; returns those killed."""
-    _signal(pids, signal.SIGTERM)
+    send(pids, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     left = {p for p in pids if _alive(p)}
     while left and time.monotonic() < deadline:
         _reap(left)
         time.sleep(_POLL_S)
         left = {p for p in left if _alive(p)}
-    _signal(left, signal.SIGKILL)
+    send(left, signal.SIGKILL)
     deadline = time.monotonic() + 5.0
     while time.monotonic() < deadline and any(_alive(p) for p in left):
         _reap(left)

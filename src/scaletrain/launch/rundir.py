@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scaletrain.fileio import atomic_write
+from scaletrain.fileio import atomic_write, read_json_object
 
 RANKS = "ranks"
 ERRORS = "errors"
@@ -80,7 +80,7 @@ def read_rank_infos(run_dir: str | os.PathLike[str]) -> dict[int, RankInfo]:
     """Every worker that published itself (on this node, or on all nodes of a shared folder)."""
     out: dict[int, RankInfo] = {}
     for path in sorted((Path(run_dir) / RANKS).glob("rank-*.json")):
-        data = _load(path)
+        data = read_json_object(path)
         try:
             info = RankInfo(**data) if data is not None else None
         except TypeError:
@@ -104,7 +104,7 @@ def read_errors(run_dir: str | os.PathLike[str] | None) -> dict[int, ErrorRecord
         return {}
     out: dict[int, ErrorRecord] = {}
     for path in sorted((Path(run_dir) / ERRORS).glob("rank-*.json")):
-        data = _load(path)
+        data = read_json_object(path)
         try:
             record = ErrorRecord(**data) if data is not None else None
         except TypeError:
@@ -142,9 +142,3 @@ def has_stacks(run_dir: str | os.PathLike[str]) -> bool:
     return any(p.stat().st_size > 0 for p in (Path(run_dir) / STACKS).glob("rank-*.txt"))
 
 
-def _load(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scaletrain.contract import EXIT_STOPPED, FORWARDED_SIGNALS
-from scaletrain.launch.reaper import children
+from scaletrain.launch.reaper import children, send
 
 FORWARDED = tuple(signal.Signals["SIG" + name] for name in FORWARDED_SIGNALS)
 # Seconds the workers get after a forwarded SIGTERM to save and exit on their own, before the
@@ -65,14 +65,6 @@ def worker_pids(parent: int | None = None) -> list[int]:
     return found
 
 
-def _send(pids: Iterable[int], signum: int) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, signum)
-        except OSError:  # already gone
-            pass
-
-
 def _agent_shutdown(signum: int) -> None:
     """What torch's own handler does: make the agent stop its workers now."""
     from torch.distributed.elastic.multiprocessing.api import SignalException
@@ -106,7 +98,7 @@ def forward_stop_signals(stop_timeout_s: float = STOP_TIMEOUT_S) -> Iterator[For
         if not again:
             print(f"scaletrain: received {name}; passing it to the workers so they can save "
                   "and stop", file=sys.stderr, flush=True)
-        _send(pids, signum)
+        send(pids, signum)
 
     def on_alarm(signum: int, frame: Any) -> None:
         print(f"scaletrain: the workers did not stop within {state.stop_timeout_s:g} s of "
