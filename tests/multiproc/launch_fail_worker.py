@@ -5,6 +5,8 @@ Usage: launch_fail_worker.py OUT_DIR MODE
                 (so only the launcher can stop it).
   MODE=flaky  : every rank exits 3 on the first attempt, succeeds on the restart.
   MODE=sleep  : every rank sleeps 300 s (the test signals the launcher).
+  MODE=abort  : rank 1 aborts in native code (os.abort, as heap corruption does) inside
+                die_natively(); rank 0 sleeps 300 s.
 """
 
 import os
@@ -25,6 +27,13 @@ if mode == "raise":
     if rank == 1:
         print("rank 1 is about to fail", file=sys.stderr, flush=True)
         raise ValueError("boom-from-rank-1")
+    time.sleep(300)
+elif mode == "abort":
+    def die_natively():
+        os.abort()
+
+    if rank == 1:
+        die_natively()
     time.sleep(300)
 elif mode == "sleep":
     time.sleep(300)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from helpers import alive as _alive
-from workers import launcher_cmd, worker_env
+from workers import launcher_cmd, run_workers, worker_env
 
 pytestmark = pytest.mark.multiproc
 
@@ -59,6 +59,41 @@ def test_no_worker_survives(crashed):
     for pid in survivors:  # clean up before failing
         os.kill(pid, 9)
     assert not survivors
+
+
+def test_native_crash_shows_the_python_stack(tmp_path):
+    """A rank killed by SIGABRT (heap corruption, a failed C++ check) raises nothing in Python:
+    the launcher shows the stack faulthandler left in the run folder, keeps that file, and
+    exits 128 + 6."""
+    run_dir = tmp_path / "run"
+    proc = subprocess.run([*launcher_cmd(2, ["--run-dir", str(run_dir)]), str(WORKER),
+                           str(tmp_path), "abort"], env=worker_env(), capture_output=True,
+                          text=True, timeout=120)
+    err = proc.stderr
+    assert proc.returncode == 128 + signal.SIGABRT, err
+    assert "rank 1 crashed in native code (Aborted)" in err, err
+    stack = err.split("crashed in native code", 1)[1]
+    assert "line" in stack and "in die_natively" in stack.splitlines()[1], stack
+    assert str(run_dir / "stacks" / "rank-1.txt") in stack
+    assert (run_dir / "stacks" / "rank-1.txt").read_text().count("Fatal Python error") == 1
+    assert "a crash inside native code" in err.split("scaletrain: error:", 1)[1]
+
+
+def test_workers_helper_reruns_a_native_crash_once(tmp_path):
+    """tests/workers.run_workers: a launch whose rank died in native code runs once more (with
+    a warning naming the crash); a Python error does not."""
+    script = tmp_path / "once.py"
+    script.write_text("import os, sys\n"
+                      "mark = sys.argv[1]\n"
+                      "if not os.path.exists(mark):\n"
+                      "    open(mark, 'w').close()\n"
+                      "    os.abort()\n")
+    with pytest.warns(RuntimeWarning, match="crashed in native code"):
+        proc = run_workers(script, nproc=1, args=[tmp_path / "mark"], timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    raising = tmp_path / "raise.py"
+    raising.write_text("raise SystemExit(5)\n")
+    assert run_workers(raising, nproc=1, timeout=120).returncode == 1
 
 
 def test_max_restarts_retries_the_group(tmp_path):

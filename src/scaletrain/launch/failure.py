@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 from scaletrain.contract import EXIT_STOPPED
 from scaletrain.errors import WorkerFailedError
+from scaletrain.launch import crash
+from scaletrain.launch.crash import CrashStack
 from scaletrain.launch.output import tail_lines
 from scaletrain.launch.rundir import ErrorRecord
 
@@ -31,6 +33,9 @@ _STOPPED_BY_US = {-signal.SIGTERM, -signal.SIGKILL, 128 + signal.SIGTERM, 128 + 
 # How a worker that aborts at interpreter exit ends: killed by SIGABRT, 128+SIGABRT through a
 # shell, or a launcher's exit(-SIGABRT) truncated to 250 (DeepSpeed's launcher does that).
 _ABORTED = {-signal.SIGABRT, 128 + signal.SIGABRT, 256 - signal.SIGABRT}
+# The fatal signals faulthandler dumps a stack for (a stack file's dump of an earlier attempt is
+# not shown for a rank the agent stopped)
+_FATAL = {-signal.SIGSEGV, -signal.SIGABRT, -signal.SIGBUS, -signal.SIGFPE, -signal.SIGILL}
 AT_EXIT_HINT = ("the training itself completed. Destroy every process group before the program "
                 "ends: torch.distributed.destroy_process_group() once nothing holds a group any "
                 "more (DeepSpeed: engine.destroy() and deepspeed.comm.destroy_process_group() "
@@ -55,6 +60,7 @@ class FailedRank:
     stderr_tail: tuple[str, ...] = ()
     record: ErrorRecord | None = None
     finished: bool = False  # its program had returned (the worker entry marked it)
+    crash: CrashStack | None = None  # its Python stack when a fatal signal killed it
 
     @property
     def how(self) -> str:
@@ -84,12 +90,15 @@ class FailedRank:
 def collect_failures(failures: Mapping[int, object], stderr_paths: Mapping[int, str],
                      tail: int = 15,
                      records: Mapping[int, ErrorRecord] | None = None,
-                     finished: Collection[int] = ()) -> list[FailedRank]:
+                     finished: Collection[int] = (),
+                     crashes: Mapping[int, CrashStack] | None = None) -> list[FailedRank]:
     """``ChildFailedError.failures`` (global rank -> ProcessFailure), in the agent's order,
-    each with its error record from the run folder when it left one, and whether its program
-    had returned (``finished``: the ranks the worker entry marked)."""
+    each with its error record from the run folder when it left one, whether its program
+    had returned (``finished``: the ranks the worker entry marked) and the Python stack a
+    fatal signal left (``crashes``)."""
     out = []
     records = records or {}
+    crashes = crashes or {}
     for rank, failure in failures.items():
         local_rank = int(getattr(failure, "local_rank"))
         out.append(FailedRank(
@@ -97,6 +106,7 @@ def collect_failures(failures: Mapping[int, object], stderr_paths: Mapping[int, 
             exitcode=int(getattr(failure, "exitcode")),
             stderr_tail=tuple(tail_lines(stderr_paths.get(local_rank), tail)),
             record=records.get(int(rank)), finished=int(rank) in finished,
+            crash=crashes.get(int(rank)),
         ))
     return out
 
@@ -140,9 +150,13 @@ def render_tail(item: FailedRank) -> str:
         what = "timed out" if item.record.kind == "timeout" else f"raised {item.record.type}"
         return f"scaletrain: rank {item.rank} {what}{where}"
     if not item.stderr_tail:
-        return f"scaletrain: rank {item.rank} wrote nothing to stderr"
-    body = "\n".join(f"  | {line}" for line in item.stderr_tail)
-    return f"scaletrain: last lines of rank {item.rank}'s stderr:\n{body}"
+        text = f"scaletrain: rank {item.rank} wrote nothing to stderr"
+    else:
+        body = "\n".join(f"  | {line}" for line in item.stderr_tail)
+        text = f"scaletrain: last lines of rank {item.rank}'s stderr:\n{body}"
+    if item.crash is not None and item.exitcode in _FATAL:
+        text += "\n" + crash.render(item.rank, item.crash)
+    return text
 
 
 def worker_failed_error(failed: list[FailedRank], node_rank: int = 0) -> WorkerFailedError:
@@ -163,6 +177,9 @@ def worker_failed_error(failed: list[FailedRank], node_rank: int = 0) -> WorkerF
     message = f"{who} {cause.how}{rest}"
     if cause.exitcode < 0 and -cause.exitcode == signal.SIGKILL:
         hint = "SIGKILL often means out of memory (check `dmesg`); use a smaller batch or fewer ranks"
+    elif cause.crash is not None and cause.exitcode in _FATAL:
+        hint = ("a crash inside native code (torch, a communication library or a C extension): "
+                "the stack above shows which call of the program was running")
     else:
         hint = "the lines above are that rank's stderr; fix the error and run again"
     return WorkerFailedError(message, hint, exit_code=exit_code_for(cause), rank=cause.rank)

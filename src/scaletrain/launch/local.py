@@ -34,6 +34,7 @@ from scaletrain.launch.agent_speed import cheap_rendezvous_event_names, stop_tai
 from scaletrain.launch.output import make_logs_specs, prefix_template
 from scaletrain.launch.ports import check_port_free
 from scaletrain.launch.reaper import ending_with_run
+from scaletrain.launch.crash import crash_stack
 from scaletrain.launch.rundir import read_errors, read_finished
 from scaletrain.launch.signals import TORCH_SIGNALS, forward_stop_signals, stop_outcome
 from scaletrain.launch.spec import LaunchPlan
@@ -174,8 +175,9 @@ def launch(plan: LaunchPlan) -> int:
         print(f"scaletrain: {BANNER}", file=sys.stderr, flush=True)
 
     def failures(report: Mapping[int, object]) -> list[FailedRank]:
+        crashes = {int(r): c for r in report if (c := crash_stack(run_dir, int(r))) is not None}
         return collect_failures(report, logs_specs.stderr_paths, records=read_errors(run_dir),
-                                finished=read_finished(run_dir))
+                                finished=read_finished(run_dir), crashes=crashes)
 
     try:
         # forward_stop_signals first: it exits last, so its choice of handlers stays
