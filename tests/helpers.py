@@ -113,3 +113,22 @@ def render_for(cluster: str, **kw: Any) -> str:
     from scaletrain.plan.render import render_script
 
     return render_script(plan_for(cluster, **kw))
+
+
+def marker_checksums(marker: Mapping[str, Any]) -> tuple[str, dict[str, str]]:
+    """(algorithm, {file: checksum}) that a checkpoint's commit marker records."""
+    for name in ("crc32c", "crc32"):
+        if isinstance(marker.get(name), dict):
+            return name, dict(marker[name])
+    raise AssertionError(f"the marker records no checksums: {sorted(marker)}")
+
+
+def reference_checksum(algorithm: str, data: bytes) -> str:
+    """The checksum of ``data`` computed without scaletrain (zlib, or the crc32c package)."""
+    import zlib
+
+    if algorithm == "crc32":
+        return f"{zlib.crc32(data):08x}"
+    import crc32c
+
+    return f"{crc32c.crc32c(data):08x}"

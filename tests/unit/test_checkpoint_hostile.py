@@ -13,13 +13,14 @@ import io
 import json
 import os
 import warnings
-import zlib
 from pathlib import Path
 
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from helpers import marker_checksums, reference_checksum
 
 import scaletrain
 from scaletrain.checkpoint.errors import CheckpointError
@@ -75,7 +76,8 @@ def _forge(folder: Path, name: str, obj) -> None:
     (folder / name).write_bytes(data)
     marker = json.loads((folder / "COMMIT.json").read_text())
     marker["files"][name] = len(data)
-    marker["crc32"][name] = f"{zlib.crc32(data):08x}"
+    algorithm, _ = marker_checksums(marker)
+    marker[algorithm][name] = reference_checksum(algorithm, data)
     (folder / "COMMIT.json").write_text(json.dumps(marker))
 
 
@@ -201,7 +203,7 @@ _JSON = st.recursive(st.none() | st.booleans() | st.integers(-3, 2**40) | st.flo
                      st.text(max_size=12),
                      lambda inner: st.lists(inner, max_size=3) |
                      st.dictionaries(st.text(max_size=8), inner, max_size=3), max_leaves=8)
-_FIELDS = ("step", "files", "objects", "crc32", "format", "world_size")
+_FIELDS = ("step", "files", "objects", "crc32c", "crc32", "format", "world_size")
 
 
 @settings(max_examples=60, deadline=None,

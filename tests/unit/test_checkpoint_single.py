@@ -7,7 +7,6 @@ tests/multiproc/test_checkpoint_multiproc.py.
 from __future__ import annotations
 
 import json
-import zlib
 import os
 import pickle
 import random
@@ -17,6 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+
+from helpers import marker_checksums, reference_checksum
 
 import scaletrain
 from scaletrain.checkpoint import safeio
@@ -77,7 +78,8 @@ def _rewrite(folder: Path, name: str, data: bytes) -> None:
     (folder / name).write_bytes(data)
     marker = _marker(folder)
     marker["files"][name] = len(data)
-    marker["crc32"][name] = f"{zlib.crc32(data):08x}"
+    algorithm, _ = marker_checksums(marker)
+    marker[algorithm][name] = reference_checksum(algorithm, data)
     (folder / "COMMIT.json").write_text(json.dumps(marker))
 
 
@@ -209,9 +211,10 @@ def test_checksum_is_taken_while_writing(saved, monkeypatch):
     directory = saved[0]
     folder = directory / "step-00000030"
     marker = _marker(folder)
-    assert set(marker["crc32"]) == set(marker["files"])
-    for name, crc in marker["crc32"].items():
-        assert crc == f"{zlib.crc32((folder / name).read_bytes()):08x}"
+    algorithm, crcs = marker_checksums(marker)
+    assert set(crcs) == set(marker["files"])
+    for name, crc in crcs.items():
+        assert crc == reference_checksum(algorithm, (folder / name).read_bytes())
     from scaletrain.checkpoint import checksum
 
     def no_reading(path):
@@ -444,9 +447,9 @@ def test_checksum_writer_threaded_and_inline_agree(tmp_path, monkeypatch, spare)
     data = {"big": torch.arange(600_000, dtype=torch.float32), "small": torch.ones(3)}
     size, crc = safeio.save_file(data, tmp_path / "f.pt")
     raw = (tmp_path / "f.pt").read_bytes()
-    assert size == len(raw) and crc == f"{zlib.crc32(raw):08x}"
-    assert checksum.mismatch(tmp_path / "f.pt", crc) is None
-    assert "checksum" in checksum.mismatch(tmp_path / "f.pt", "00000000")
+    assert size == len(raw) and crc == reference_checksum(checksum.ALGORITHM, raw)
+    assert checksum.mismatch(tmp_path / "f.pt", crc, checksum.ALGORITHM) is None
+    assert "checksum" in checksum.mismatch(tmp_path / "f.pt", "00000000", checksum.ALGORITHM)
 
 
 def test_crc_thread_only_with_a_spare_core_per_process(monkeypatch):
@@ -538,3 +541,59 @@ def test_a_later_run_that_ends_normally_marks_the_old_stop_superseded(tmp_path, 
     assert (record["reason"], record["step"]) == ("time_limit", 5)      # the history is kept
     assert record["superseded"]["step"] == 10
     assert preempt.mark_superseded(folder, step=12) is None             # marked once
+
+
+def test_checksum_algorithms_are_the_standard_ones():
+    """The check values of the CRC catalogue ("123456789"): CRC-32 cbf43926, CRC-32C e3069283."""
+    from scaletrain.checkpoint import checksum
+
+    assert checksum.hex_crc(checksum._crc(b"123456789", 0, "crc32")) == "cbf43926"
+    assert checksum.hex_crc(checksum._crc(b"123456789", 0, "crc32c")) == "e3069283"
+    # running: two halves give the whole
+    half = checksum._crc(b"1234", 0, "crc32c")
+    assert checksum.hex_crc(checksum._crc(b"56789", half, "crc32c")) == "e3069283"
+
+
+@pytest.mark.parametrize("algorithm", ["crc32", "crc32c"])
+def test_a_checkpoint_of_either_algorithm_loads_and_a_flipped_byte_is_caught(tmp_path, monkeypatch,
+                                                                           algorithm):
+    """A checkpoint saved with zlib's CRC-32 (before CRC-32C, or where the CPU has no CRC-32C
+    instruction) is checked as such on a machine that would save CRC-32C, and the other way."""
+    from scaletrain.checkpoint import checksum
+
+    monkeypatch.setattr(checksum, "ALGORITHM", algorithm)
+    model = torch.nn.Linear(4, 3)
+    ckpt = scaletrain.Checkpointer(tmp_path / "ck")
+    ckpt.save(1, {"model": model})
+    ckpt.close()
+    folder = tmp_path / "ck" / "step-00000001"
+    marker = _marker(folder)
+    assert marker_checksums(marker)[0] == algorithm
+    assert not ({"crc32", "crc32c"} - {algorithm}) & set(marker)  # one algorithm per marker
+    monkeypatch.setattr(checksum, "ALGORITHM", "crc32" if algorithm == "crc32c" else "crc32c")
+    fresh = torch.nn.Linear(4, 3)
+    assert scaletrain.Checkpointer(tmp_path / "ck").load_latest({"model": fresh}) == 1
+    assert torch.equal(fresh.weight, model.weight)
+    data = bytearray((folder / "replicated.pt").read_bytes())
+    data[len(data) // 2] ^= 0x01
+    (folder / "replicated.pt").write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="checksum"):
+        scaletrain.Checkpointer(tmp_path / "ck", strict=True).load_latest(
+            {"model": torch.nn.Linear(4, 3)})
+
+
+def test_crc32c_checkpoint_without_the_package_is_an_error_not_damage(tmp_path, monkeypatch):
+    """Where crc32c is missing, a checkpoint saved with CRC-32C is not taken for damaged (never
+    set aside, no fallback to an older step): one error naming the package."""
+    from scaletrain.checkpoint import checksum
+
+    monkeypatch.setattr(checksum, "ALGORITHM", "crc32c")
+    ckpt = scaletrain.Checkpointer(tmp_path / "ck")
+    for step in (1, 2):
+        ckpt.save(step, {"model": torch.nn.Linear(4, 3)})
+    ckpt.close()
+    monkeypatch.delitem(checksum._FUNCTIONS, "crc32c")
+    with pytest.raises(CheckpointError, match="crc32c package is missing") as info:
+        scaletrain.Checkpointer(tmp_path / "ck").load_latest({"model": torch.nn.Linear(4, 3)})
+    assert "pip install crc32c" in info.value.hint
+    assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["step-00000001", "step-00000002"]

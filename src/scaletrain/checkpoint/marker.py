@@ -13,6 +13,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from scaletrain.checkpoint.checksum import ALGORITHMS
+
 MARKER = "COMMIT.json"
 MISSING, GARBAGE = "missing", "garbage"  # what load() returns instead of JSON
 _HEX8 = re.compile(r"^[0-9a-f]{8}$")
@@ -62,11 +64,12 @@ def problem(data: Any) -> str | None:
         if not isinstance(info, dict) or not isinstance(info.get("sharded", False), bool) \
                 or not isinstance(info.get("kind", ""), str):
             return f"'objects' describes {name!r} as {info!r}, not as {{kind, sharded}}"
-    crcs = data.get("crc32", {})
-    if not isinstance(crcs, dict) or any(
-            not isinstance(v, str) or not _HEX8.match(v) or k not in files
-            for k, v in crcs.items()):
-        return "'crc32' is not an object of listed files and 8-digit hex checksums"
+    for algorithm in ALGORITHMS:
+        crcs = data.get(algorithm, {})
+        if not isinstance(crcs, dict) or any(
+                not isinstance(v, str) or not _HEX8.match(v) or k not in files
+                for k, v in crcs.items()):
+            return f"'{algorithm}' is not an object of listed files and 8-digit hex checksums"
     for key in ("format", "world_size"):
         if not _count(data.get(key, 1), 1):
             return f"'{key}' is {data.get(key)!r}, not a positive integer"

@@ -48,6 +48,13 @@ class _Chooser:
                                  f"{fmt}; this scaletrain reads up to {layout.FORMAT}",
                         "upgrade scaletrain to the version that wrote it "
                         f"({item.marker.get('scaletrain_version', '?')})")
+            algorithm, _ = checksum.recorded(item.marker)
+            if algorithm and not checksum.available(algorithm):  # not damage either
+                return ("error", f"checkpoint step {item.step} ({item.path}) records "
+                                 f"{algorithm.upper()} checksums and this Python cannot compute "
+                                 "them: the crc32c package is missing",
+                        "pip install crc32c (a dependency of scaletrain) into the job's "
+                        "environment")
             problem = layout.verify_files(item.path, item.marker)
             if problem is None:
                 self.offered.append(item)
@@ -86,10 +93,10 @@ def verify_share(folder: Path, marker: dict[str, Any], rank: int, world: int) ->
 
     Checkpoints written before checksums existed have none to check (their sizes are).
     """
-    crcs = marker.get(checksum.ALGORITHM, {})
+    algorithm, crcs = checksum.recorded(marker)
     for rel in _share(marker["files"], rank, world):
         if rel in crcs:
-            why = checksum.mismatch(folder / rel, crcs[rel])
+            why = checksum.mismatch(folder / rel, crcs[rel], algorithm)
             if why:
                 return f"{rel}: {why}"
     return None

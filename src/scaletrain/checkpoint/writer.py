@@ -182,7 +182,7 @@ class SaveJob:
             "torch_version": torch.__version__,
             "objects": {e.name: {"kind": e.kind, "sharded": e.sharded} for e in self.entries},
             "files": dict(sorted(files.items())),
-            # every file's CRC-32, taken while it was written (checked before loading)
+            # every file's checksum, taken while it was written (checked before loading)
             checksum.ALGORITHM: {k: crcs[k] for k in sorted(files) if k in crcs},
         }
 

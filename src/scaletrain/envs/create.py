@@ -95,6 +95,11 @@ def create_script(profile: ClusterProfile, recipe: EnvRecipe, *, scaletrain_dir:
         pip = f"{d}/bin/python -m pip install --quiet"
     if pkg:
         lines.append(f"{pip} {pkg}")
+    # the package copied below takes its one optional dependency from here: without it,
+    # checkpoints are checked with zlib's CRC-32 (slower), and ones saved with CRC-32C elsewhere
+    # cannot be checked
+    lines.append(f"{pip} crc32c || echo \"scaletrain: crc32c could not be installed; checkpoints "
+                 "use zlib's CRC-32\" >&2")
     site = (f"{'' if not recipe.image else run + ' '}{d}/bin/python -c "
             "'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])'")
     lines += [f'site="$({site})"',
