@@ -43,8 +43,8 @@ mkdir "$named"
 tar --exclude=./.git --exclude=.mypy_cache --exclude=__pycache__ --exclude='*.egg-info' -cf - . \
   | tar -xf - -C "$named"
 status=0
-"$PY" -m pytest -q -p no:cacheprovider tests/unit || status=$?
+"$PY" -m pytest -q -p no:cacheprovider --durations=15 tests/unit || status=$?
 echo "scaletrain tests: multi-process and Slurm tiers from $named" >&2
 (cd "$named" && PYTHONPATH="$named/src${PYTHONPATH:+:$PYTHONPATH}" \
-  "$PY" -m pytest -q -p no:cacheprovider tests/multiproc tests/slurm) || status=$?
+  "$PY" -m pytest -q -p no:cacheprovider --durations=25 tests/multiproc tests/slurm) || status=$?
 exit "$status"

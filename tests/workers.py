@@ -47,21 +47,30 @@ def launcher_cmd(nproc: int, launcher_args: Sequence[str] = ()) -> list[str]:
             *launcher_args]
 
 
+def _native_crash(proc: subprocess.CompletedProcess) -> bool:
+    """A rank died of SIGABRT/SIGSEGV during the program (with or without the stack a
+    faulthandler dump gives); an abort after the program had finished is another matter."""
+    if proc.returncode not in _NATIVE_EXITS:
+        return False
+    killed = "was killed by SIGABRT" in proc.stderr or "was killed by SIGSEGV" in proc.stderr
+    return NATIVE_CRASH in proc.stderr or (killed and "finished its program" not in proc.stderr)
+
+
 def run_workers(script: str | Path, nproc: int, args: Sequence[str] = (), *,
                 launcher_args: Sequence[str] = (), env: dict[str, str] | None = None,
                 timeout: float = 180.0, cwd: str | Path | None = None) -> subprocess.CompletedProcess:
     """Run ``script`` on ``nproc`` local processes and wait; output captured as text.
 
     A launch in which a rank died in native code (heap corruption inside torch: CI saw
-    "malloc(): unaligned tcache chunk detected" once, in rank 3 of a 4-process HSDP launch on 2 cores) runs once more, with a
-    warning that carries the crash's stack: such a crash is not the behaviour under test, and a
+    "malloc(): unaligned tcache chunk detected" once, in rank 3 of a 4-process HSDP launch on
+    2 cores) runs once more, with a warning that carries the crash's stack: such a crash is not the behaviour under test, and a
     second one fails the test. Python errors, wrong numbers, exit codes and timeouts never rerun.
     """
     cmd = [*launcher_cmd(nproc, launcher_args), str(script), *map(str, args)]
     proc = subprocess.run(cmd, env=worker_env(env), capture_output=True, text=True,
                           timeout=timeout, cwd=cwd or REPO)
-    if proc.returncode in _NATIVE_EXITS and NATIVE_CRASH in proc.stderr:
-        crash = proc.stderr[proc.stderr.rfind("scaletrain: rank"):]
+    if _native_crash(proc):
+        crash = proc.stderr[-3000:]  # the failed rank's stderr, its stack, the error line
         warnings.warn(f"{Path(script).name}: a worker crashed in native code; launched once "
                       f"more:\n{crash}", RuntimeWarning, stacklevel=2)
         print(f"workers: rerun after a native crash:\n{crash}", file=sys.stderr)
