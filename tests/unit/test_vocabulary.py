@@ -14,6 +14,7 @@ import typing
 import pytest
 
 from scaletrain.cli.plan import add_plan_arguments
+from scaletrain.errors import UsageError
 from scaletrain.frameworks import accelerate, deepspeed
 from scaletrain.parallel import memory, options, setup
 from scaletrain.parallel.options import (
@@ -52,7 +53,7 @@ def test_memory_estimator_takes_every_strategy_with_a_layout_and_no_other() -> N
     for name in laid_out:
         est = memory.estimate_memory(1e6, strategy=name, world_size=1)
         assert est.total + est.host == est.replica == 16e6   # one rank holds it all, Adam fp32
-    with pytest.raises(memory.UsageError, match="unknown strategy 'auto'"):
+    with pytest.raises(UsageError, match="unknown strategy 'auto'"):
         memory.estimate_memory(1e6, strategy="auto")
 
 
