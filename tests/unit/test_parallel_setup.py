@@ -23,9 +23,10 @@ from scaletrain.parallel.options import (
     ParallelDims,
     StrategyOptions,
     dims_for,
+    resolve_precision,
     resolve_strategy,
 )
-from scaletrain.parallel.precision import resolve_precision, state_of
+from scaletrain.parallel.precision import state_of
 from scaletrain.runtime.env import Env
 
 ONE = Env()  # rank 0 of 1 on the CPU

@@ -12,8 +12,12 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
 from scaletrain.errors import UsageError
+
+if TYPE_CHECKING:
+    from scaletrain.clusters.profile import Partition
 
 DESCRIPTION = """\
 List the cluster profiles scaletrain knows (shipped, plus your own in $SCALETRAIN_CLUSTERS_DIR
@@ -93,18 +97,7 @@ def _show(name: str, as_json: bool) -> int:
         f"inter-node {p.inter_node_gbps or '?'} Gbit/s per node",
         "  partitions:",
     ]
-    for part in p.partitions.values():
-        limits = []
-        if part.max_gpus is not None:
-            limits.append(f"max {part.max_gpus} GPUs")
-        if part.max_nodes is not None:
-            limits.append(f"max {part.max_nodes} nodes")
-        if part.max_time:
-            limits.append(f"max {part.max_time}")
-        flags = [f for f, on in (("default", part.default), ("whole nodes", part.whole_node),
-                                 ("test", part.test), ("no --partition line", part.implicit)) if on]
-        lines.append(f"    {part.name:<12} {', '.join(limits + flags)}"
-                     + (f" - {part.description}" if part.description else ""))
+    lines += [_partition_line(part) for part in p.partitions.values()]
     if p.setup_lines:
         lines.append("  set-up:")
         lines += [f"    {s}" for s in p.setup_lines]
@@ -129,6 +122,21 @@ def _show(name: str, as_json: bool) -> int:
     lines.append(f"  file: {p.path}")
     print("\n".join(lines))
     return 0
+
+
+def _partition_line(part: Partition) -> str:
+    """One partition of ``clusters NAME``: its limits, its flags, its description."""
+    limits = []
+    if part.max_gpus is not None:
+        limits.append(f"max {part.max_gpus} GPUs")
+    if part.max_nodes is not None:
+        limits.append(f"max {part.max_nodes} nodes")
+    if part.max_time:
+        limits.append(f"max {part.max_time}")
+    flags = [f for f, on in (("default", part.default), ("whole nodes", part.whole_node),
+                             ("test", part.test), ("no --partition line", part.implicit)) if on]
+    return (f"    {part.name:<12} {', '.join(limits + flags)}"
+            + (f" - {part.description}" if part.description else ""))
 
 
 def run_clusters(args: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from scaletrain.cli import args as A
 from scaletrain.contract import TIME_LIMIT_SIGNAL
 from scaletrain.errors import UsageError
 
@@ -57,10 +58,19 @@ def epilog() -> str:
 
 def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     """Add every flag of ``plan`` (and ``submit``): the job, the cluster and the program."""
-    from scaletrain.cli import args as A
-    from scaletrain.plan.jobfiles import PRECISIONS
-    from scaletrain.plan.launchers import LAUNCHERS
+    _add_cluster_and_size(parser)
+    _add_how_it_runs(parser)
+    _add_sbatch_and_software(parser)
+    o = parser.add_argument_group("output")
+    o.add_argument("--params", type=A.params, metavar="N", help="model size (7e9, 350M): add per-GPU memory per strategy")
+    o.add_argument("--output", "-o", type=A.text(), metavar="FILE", help="write the script to FILE instead of stdout")
+    o.add_argument("--json", action="store_true", help="print the plan as JSON (script included)")
+    parser.add_argument("script", nargs="?", metavar="SCRIPT", help="training script (after '--')")
+    parser.add_argument("script_args", nargs=argparse.REMAINDER, metavar="ARGS",
+                        help="arguments for the script, passed unchanged")
 
+
+def _add_cluster_and_size(parser: argparse.ArgumentParser) -> None:
     c = parser.add_argument_group("cluster")
     c.add_argument("--cluster", type=A.name, metavar="NAME",
                    help="cluster profile name (see 'scaletrain clusters'); required unless --profile")
@@ -86,6 +96,12 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     s.add_argument("--mem", action=A.refuse("plan asks memory per GPU: use --mem-per-gpu M "
                                              "(per node = M x GPUs per node)"),
                    help=argparse.SUPPRESS)
+
+
+def _add_how_it_runs(parser: argparse.ArgumentParser) -> None:
+    from scaletrain.parallel.options import PRECISIONS
+    from scaletrain.plan.launchers import LAUNCHERS
+
     r = parser.add_argument_group("how it runs")
     r.add_argument("--launcher", choices=LAUNCHERS, default="scaletrain",
                    help="launch mode (default scaletrain; see below)")
@@ -110,13 +126,16 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
                    help="zero1, zero2, zero3, offload (to CPU memory) or nvme (to node-local disk): the job "
                         "writes DeepSpeed's config; or your own FILE. The program gets --deepspeed "
                         "--deepspeed_config PATH, as in the centres' guides (see docs/bring-your-script.md)")
-    r.add_argument("--precision", choices=PRECISIONS, default="fp32",
+    r.add_argument("--precision", choices=tuple(PRECISIONS), default="fp32",
                    help="mixed precision in the configs --accelerate-config/--deepspeed-config write (default fp32)")
     r.add_argument("--micro-batch", type=A.count(), metavar="N",
                    help="with --deepspeed-config NAME: the per-GPU micro-batch (train_micro_batch_size_per_gpu)")
     r.add_argument("--expand-args", action="store_true",
                    help="let $NAME / ${NAME} in the program's arguments expand when the job runs (job-wide "
                         "values such as $SLURM_JOB_ID; nothing else is interpreted); default: passed literally")
+
+
+def _add_sbatch_and_software(parser: argparse.ArgumentParser) -> None:
     j = parser.add_argument_group("sbatch options")
     for flag, metavar, text in (
             ("--mail-type", "TYPES", "mail on these events, e.g. END,FAIL"),
@@ -143,13 +162,6 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
                    help="export a variable for the job (repeatable; the value is passed literally)")
     w.add_argument("--setup", action="append", default=[], metavar="CMD",
                    help="a shell line to run after the set-up (repeatable; run as written)")
-    o = parser.add_argument_group("output")
-    o.add_argument("--params", type=A.params, metavar="N", help="model size (7e9, 350M): add per-GPU memory per strategy")
-    o.add_argument("--output", "-o", type=A.text(), metavar="FILE", help="write the script to FILE instead of stdout")
-    o.add_argument("--json", action="store_true", help="print the plan as JSON (script included)")
-    parser.add_argument("script", nargs="?", metavar="SCRIPT", help="training script (after '--')")
-    parser.add_argument("script_args", nargs=argparse.REMAINDER, metavar="ARGS",
-                        help="arguments for the script, passed unchanged")
 
 
 def _data_size_gb(path: str, *, max_entries: int = 200_000) -> float | None:

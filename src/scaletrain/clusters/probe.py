@@ -70,21 +70,9 @@ def _vendor(gpus: int, gpu_type: str | None) -> str:
     return "nvidia"
 
 
-def profile_from_scontrol(nodes_text: str, partitions_text: str, *, name: str,
-                          site: str = "", partitions: list[str] | None = None,
-                          probed_at: str = "") -> dict[str, Any]:
-    """Turn ``scontrol show node -o`` and ``scontrol show partition -o`` texts into profile data.
-
-    Returns a dict with the ``ClusterProfile`` fields (``partitions`` as ``{name: {...}}`` in
-    Slurm's order). The node shape described is the most common one among GPU nodes of the
-    chosen partitions (all partitions unless ``partitions`` names some); other shapes are
-    listed in the description. Raises ``ProfileError`` when there are no nodes or an unknown
-    partition is named.
-    """
-    node_records = [r for r in parse_records(nodes_text) if r.get("NodeName")]
-    part_records = [r for r in parse_records(partitions_text) if r.get("PartitionName")]
-    if not node_records:
-        raise ProfileError("scontrol showed no nodes", "is this a Slurm cluster? try 'sinfo'")
+def _chosen_partitions(part_records: list[dict[str, str]],
+                       partitions: list[str] | None) -> list[dict[str, str]]:
+    """The partitions named (UsageError for one Slurm does not know), else the visible ones."""
     known = [p["PartitionName"] for p in part_records]
     if partitions:
         unknown = [p for p in partitions if p not in known]
@@ -94,19 +82,12 @@ def profile_from_scontrol(nodes_text: str, partitions_text: str, *, name: str,
         part_records = [p for p in part_records if p["PartitionName"] in partitions]
     else:  # hidden partitions are not meant for users
         part_records = [p for p in part_records if p.get("Hidden", "NO") != "YES"]
-    chosen = {p["PartitionName"] for p in part_records}
+    return part_records
 
-    def in_chosen(record: dict[str, str]) -> bool:
-        names = set(filter(None, record.get("Partitions", "").split(",")))
-        return bool(names & chosen) or not part_records
 
-    nodes = [r for r in node_records if in_chosen(r)] or node_records
-    shapes = Counter(_node_shape(r) for r in nodes)
-    gpu_shapes = Counter({s: n for s, n in shapes.items() if s.gpus > 0})
-    pool = gpu_shapes or shapes
-    # most nodes first; on a tie the bigger GPU node (it is what multi-GPU jobs are for)
-    shape = max(pool, key=lambda s: (pool[s], s.gpus, s.cpus))
-
+def _partition_data(part_records: list[dict[str, str]],
+                    nodes: list[dict[str, str]]) -> dict[str, dict[str, Any]]:
+    """Profile data of each chosen partition, in Slurm's order."""
     gpus_by_partition: dict[str, int] = {}
     for record in nodes:
         node_gpus = _node_shape(record).gpus
@@ -132,7 +113,11 @@ def profile_from_scontrol(nodes_text: str, partitions_text: str, *, name: str,
         if max_seconds is not None:
             part["max_time"] = format_time(max_seconds)
         parts[pname] = part
+    return parts
 
+
+def _describe_shapes(shapes: Counter[_NodeShape], shape: _NodeShape) -> str:
+    """The profile's description: the node shape it describes, then the others seen."""
     others = [f"{n} node(s) {s.gpus} GPU(s){' ' + s.gpu_type if s.gpu_type else ''} "
               f"{s.cpus} CPUs {s.mem_mib} MiB" for s, n in shapes.items() if s != shape]
     gpu_label = f"{shape.gpus} x {shape.gpu_type or 'gpu'}" if shape.gpus else "no GPUs"
@@ -140,6 +125,40 @@ def profile_from_scontrol(nodes_text: str, partitions_text: str, *, name: str,
                    f"{shape.cpus} CPUs, {shape.mem_mib} MiB")
     if others:
         description += "; also " + "; ".join(others)
+    return description
+
+
+def profile_from_scontrol(nodes_text: str, partitions_text: str, *, name: str,
+                          site: str = "", partitions: list[str] | None = None,
+                          probed_at: str = "") -> dict[str, Any]:
+    """Turn ``scontrol show node -o`` and ``scontrol show partition -o`` texts into profile data.
+
+    Returns a dict with the ``ClusterProfile`` fields (``partitions`` as ``{name: {...}}`` in
+    Slurm's order). The node shape described is the most common one among GPU nodes of the
+    chosen partitions (all partitions unless ``partitions`` names some); other shapes are
+    listed in the description. Raises ``ProfileError`` when there are no nodes or an unknown
+    partition is named.
+    """
+    node_records = [r for r in parse_records(nodes_text) if r.get("NodeName")]
+    part_records = [r for r in parse_records(partitions_text) if r.get("PartitionName")]
+    if not node_records:
+        raise ProfileError("scontrol showed no nodes", "is this a Slurm cluster? try 'sinfo'")
+    part_records = _chosen_partitions(part_records, partitions)
+    chosen = {p["PartitionName"] for p in part_records}
+
+    def in_chosen(record: dict[str, str]) -> bool:
+        names = set(filter(None, record.get("Partitions", "").split(",")))
+        return bool(names & chosen) or not part_records
+
+    nodes = [r for r in node_records if in_chosen(r)] or node_records
+    shapes = Counter(_node_shape(r) for r in nodes)
+    gpu_shapes = Counter({s: n for s, n in shapes.items() if s.gpus > 0})
+    pool = gpu_shapes or shapes
+    # most nodes first; on a tie the bigger GPU node (it is what multi-GPU jobs are for)
+    shape = max(pool, key=lambda s: (pool[s], s.gpus, s.cpus))
+
+    parts = _partition_data(part_records, nodes)
+    description = _describe_shapes(shapes, shape)
     mem_known = shape.gpu_type is not None and shape.gpu_type.lower() in _GPU_MEMORY_GB
     source = "scontrol show node -o; scontrol show partition -o"
     if probed_at:

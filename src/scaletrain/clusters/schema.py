@@ -78,57 +78,9 @@ def build_profile(data: dict[str, Any], *, path: str = "", default_name: str = "
     if not name:
         raise _bad(path, "missing field 'name'")
 
-    parts_raw = _typed(data, "partitions", dict, path, {})
-    partitions: dict[str, Partition] = {}
-    for pname, pdata in parts_raw.items():
-        if not isinstance(pdata, dict):
-            raise _bad(path, f"partition {pname!r} must be a table")
-        extra = set(pdata) - _PARTITION_KEYS
-        if extra:
-            raise _bad(path, f"partition {pname!r}: unknown field(s) {', '.join(sorted(extra))}")
-        ppath = f"{path} [partitions.{pname}]"
-        max_time = _typed(pdata, "max_time", str, ppath, None, none_ok=True)
-        if max_time:
-            parse_time(max_time)
-        partitions[pname] = Partition(
-            name=pname,
-            gpus=_typed(pdata, "gpus", bool, ppath, True),
-            max_gpus=_typed(pdata, "max_gpus", int, ppath, None, none_ok=True),
-            max_nodes=_typed(pdata, "max_nodes", int, ppath, None, none_ok=True),
-            min_nodes=_typed(pdata, "min_nodes", int, ppath, None, none_ok=True),
-            whole_node=_typed(pdata, "whole_node", bool, ppath, False),
-            max_time=max_time,
-            default=_typed(pdata, "default", bool, ppath, False),
-            test=_typed(pdata, "test", bool, ppath, False),
-            implicit=_typed(pdata, "implicit", bool, ppath, False),
-            description=_typed(pdata, "description", str, ppath, ""),
-        )
-
-    gpu_request = _typed(data, "gpu_request", str, path, "gres")
-    if gpu_request not in GPU_REQUESTS:
-        raise _bad(path, f"gpu_request {gpu_request!r} is not one of {', '.join(GPU_REQUESTS)}")
-    accepts = tuple(_typed(data, "gpu_request_accepts", list, path, [gpu_request]))
-    for a in accepts:
-        if a not in GPU_REQUESTS:
-            raise _bad(path, f"gpu_request_accepts has {a!r}, not one of {', '.join(GPU_REQUESTS)}")
-    gres_type = _typed(data, "gres_type", str, path, None, none_ok=True) or None
-    if gpu_request == "gres_typed" and not gres_type:
-        raise _bad(path, "gpu_request 'gres_typed' needs gres_type (e.g. 'v100')")
-    mem_request = _typed(data, "mem_request", str, path, "proportional")
-    if mem_request not in MEM_REQUESTS:
-        raise _bad(path, f"mem_request {mem_request!r} is not one of {', '.join(MEM_REQUESTS)}")
-    scheduler = _typed(data, "scheduler", str, path, "slurm")
-    if scheduler not in ("slurm", "none"):
-        raise _bad(path, f"scheduler {scheduler!r} must be 'slurm' or 'none'")
-
-    cpu_map_raw = _typed(data, "gpu_cpu_map", dict, path, None, none_ok=True)
-    gpu_cpu_map: dict[int, tuple[int, ...]] | None = None
-    if cpu_map_raw:
-        gpu_cpu_map = {}
-        for key, cores in cpu_map_raw.items():
-            if not str(key).isdigit() or not isinstance(cores, list) or not all(isinstance(c, int) for c in cores):
-                raise _bad(path, f"gpu_cpu_map entry {key!r} must map a GPU index to a list of core numbers")
-            gpu_cpu_map[int(key)] = tuple(cores)
+    partitions = _partitions(data, path)
+    gpu_request, accepts, gres_type, mem_request, scheduler = _requests(data, path)
+    gpu_cpu_map = _gpu_cpu_map(data, path)
 
     cores = _typed(data, "cores_per_node", int, path)
     if cores == 0:  # declared "detect": only meaningful for the local machine
@@ -193,6 +145,71 @@ def build_profile(data: dict[str, Any], *, path: str = "", default_name: str = "
         container_setup_lines=tuple(str(s) for s in _typed(data, "container_setup_lines", list, path, [])),
         python_env_lines=tuple(str(s) for s in _typed(data, "python_env_lines", list, path, [])),
     ))
+
+
+def _partitions(data: dict[str, Any], path: str) -> dict[str, Partition]:
+    """The profile's ``[partitions.NAME]`` tables, each field checked."""
+    parts_raw = _typed(data, "partitions", dict, path, {})
+    partitions: dict[str, Partition] = {}
+    for pname, pdata in parts_raw.items():
+        if not isinstance(pdata, dict):
+            raise _bad(path, f"partition {pname!r} must be a table")
+        extra = set(pdata) - _PARTITION_KEYS
+        if extra:
+            raise _bad(path, f"partition {pname!r}: unknown field(s) {', '.join(sorted(extra))}")
+        ppath = f"{path} [partitions.{pname}]"
+        max_time = _typed(pdata, "max_time", str, ppath, None, none_ok=True)
+        if max_time:
+            parse_time(max_time)
+        partitions[pname] = Partition(
+            name=pname,
+            gpus=_typed(pdata, "gpus", bool, ppath, True),
+            max_gpus=_typed(pdata, "max_gpus", int, ppath, None, none_ok=True),
+            max_nodes=_typed(pdata, "max_nodes", int, ppath, None, none_ok=True),
+            min_nodes=_typed(pdata, "min_nodes", int, ppath, None, none_ok=True),
+            whole_node=_typed(pdata, "whole_node", bool, ppath, False),
+            max_time=max_time,
+            default=_typed(pdata, "default", bool, ppath, False),
+            test=_typed(pdata, "test", bool, ppath, False),
+            implicit=_typed(pdata, "implicit", bool, ppath, False),
+            description=_typed(pdata, "description", str, ppath, ""),
+        )
+    return partitions
+
+
+def _requests(data: dict[str, Any], path: str) -> tuple[str, tuple[str, ...], str | None, str, str]:
+    """How the cluster is asked for GPUs and memory, and its scheduler, checked:
+    ``(gpu_request, gpu_request_accepts, gres_type, mem_request, scheduler)``."""
+    gpu_request = _typed(data, "gpu_request", str, path, "gres")
+    if gpu_request not in GPU_REQUESTS:
+        raise _bad(path, f"gpu_request {gpu_request!r} is not one of {', '.join(GPU_REQUESTS)}")
+    accepts = tuple(_typed(data, "gpu_request_accepts", list, path, [gpu_request]))
+    for a in accepts:
+        if a not in GPU_REQUESTS:
+            raise _bad(path, f"gpu_request_accepts has {a!r}, not one of {', '.join(GPU_REQUESTS)}")
+    gres_type = _typed(data, "gres_type", str, path, None, none_ok=True) or None
+    if gpu_request == "gres_typed" and not gres_type:
+        raise _bad(path, "gpu_request 'gres_typed' needs gres_type (e.g. 'v100')")
+    mem_request = _typed(data, "mem_request", str, path, "proportional")
+    if mem_request not in MEM_REQUESTS:
+        raise _bad(path, f"mem_request {mem_request!r} is not one of {', '.join(MEM_REQUESTS)}")
+    scheduler = _typed(data, "scheduler", str, path, "slurm")
+    if scheduler not in ("slurm", "none"):
+        raise _bad(path, f"scheduler {scheduler!r} must be 'slurm' or 'none'")
+    return gpu_request, accepts, gres_type, mem_request, scheduler
+
+
+def _gpu_cpu_map(data: dict[str, Any], path: str) -> dict[int, tuple[int, ...]] | None:
+    """``gpu_cpu_map``: GPU index -> the cores next to it, or None when not given."""
+    cpu_map_raw = _typed(data, "gpu_cpu_map", dict, path, None, none_ok=True)
+    gpu_cpu_map: dict[int, tuple[int, ...]] | None = None
+    if cpu_map_raw:
+        gpu_cpu_map = {}
+        for key, cores in cpu_map_raw.items():
+            if not str(key).isdigit() or not isinstance(cores, list) or not all(isinstance(c, int) for c in cores):
+                raise _bad(path, f"gpu_cpu_map entry {key!r} must map a GPU index to a list of core numbers")
+            gpu_cpu_map[int(key)] = tuple(cores)
+    return gpu_cpu_map
 
 
 def _date(data: dict[str, Any], key: str, path: str) -> str | None:

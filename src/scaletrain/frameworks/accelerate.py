@@ -10,8 +10,10 @@ from typing import Any
 
 from scaletrain.errors import UsageError
 
-# our name -> (Accelerate distributed_type, FSDP sharding strategy, offload parameters). The names
-# say what Accelerate is told: FSDP's sharding strategies, not DeepSpeed's ZeRO stages.
+# name -> (Accelerate distributed_type, FSDP sharding strategy, offload parameters). The names
+# say what Accelerate is told: FSDP's sharding strategies, not DeepSpeed's ZeRO stages; each one
+# is one of our strategies (parallel/options.py) or what one of ALIASES' names stands for, and a
+# unit test checks that the settings agree with what our strategy of that name shards.
 _STRATEGIES: dict[str, tuple[str, str | None, bool]] = {
     "ddp": ("MULTI_GPU", None, False),
     "fsdp-shard-grad-op": ("FSDP", "SHARD_GRAD_OP", False),
@@ -28,6 +30,9 @@ STRATEGIES: tuple[str, ...] = tuple(_STRATEGIES) + tuple(ALIASES)
 def canonical(strategy: str) -> str:
     """The name for what ``strategy`` writes (``zero3`` -> ``fsdp-full-shard``)."""
     return ALIASES.get(strategy, strategy)
+
+
+# our precision (parallel/options.py PRECISIONS, a unit test checks) -> Accelerate's mixed_precision
 _PRECISION = {"fp32": "no", "tf32": "no", "bf16": "bf16", "fp16": "fp16"}
 
 
@@ -50,7 +55,7 @@ def accelerate_config(strategy: str, *, precision: str = "fp32", num_machines: i
                          f"use one of {', '.join(_STRATEGIES)} with Accelerate "
                          "(ZeRO-1: --launcher deepspeed with --deepspeed-config)")
     if precision not in _PRECISION:
-        raise UsageError(f"unknown precision {precision!r}", "use fp32, tf32, bf16 or fp16")
+        raise UsageError(f"unknown precision {precision!r}", f"use one of {', '.join(_PRECISION)}")
     kind, sharding, offload = _STRATEGIES[strategy]
     if cpu:
         if kind != "MULTI_GPU":

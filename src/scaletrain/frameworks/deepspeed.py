@@ -12,8 +12,12 @@ import json
 from typing import Any
 
 from scaletrain.errors import UsageError
+from scaletrain.parallel.options import PRECISIONS
 
+# our strategy name -> DeepSpeed's ZeRO stage (the names are those of parallel/options.py, which
+# a unit test checks, with the stage matching what each one shards), plus DeepSpeed's own:
 _STAGE = {"zero1": 1, "zero2": 2, "zero3": 3, "fsdp": 3, "offload": 3, "nvme": 3}
+OWN_NAMES: tuple[str, ...] = ("nvme",)   # ZeRO-3 offloaded to node-local disk: no PyTorch engine
 STRATEGIES: tuple[str, ...] = ("zero1", "zero2", "zero3", "offload", "nvme")
 
 
@@ -57,8 +61,8 @@ def deepspeed_config(strategy: str, *, micro_batch_per_gpu: int | None = 1,
         config["bf16"] = {"enabled": True}
     elif precision == "fp16":
         config["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}
-    elif precision not in ("fp32", "tf32"):
-        raise UsageError(f"unknown precision {precision!r}", "use fp32, tf32, bf16 or fp16")
+    elif precision not in PRECISIONS:
+        raise UsageError(f"unknown precision {precision!r}", f"use one of {', '.join(PRECISIONS)}")
     if gradient_clipping is not None:
         config["gradient_clipping"] = gradient_clipping
     return config

@@ -192,6 +192,30 @@ def plan_launch(req: RunRequest, *, environ: Mapping[str, str], gpus: int,
     emulated_nodes = _check_emulation(req)
     if req.emulate is not None:
         req = replace(req, nnodes=1)  # emulated nodes are local workers, not real nodes
+    _check_flags(req, environ)
+
+    args = _resolve_target(req)
+    nproc = _resolve_nproc(req, gpus, cores) * emulated_nodes
+    if emulated_nodes > 1 and not gpus:   # the bound is on every worker started here
+        _check_worker_bound(nproc, "--nnodes x --nproc-per-node", cores)
+    backend, endpoint, local_addr, port = _rendezvous(req, environ)
+    threads = thread_budget(nproc, environ)
+    worker_env = _worker_env(req, environ, threads, backend=backend, nodes=emulated_nodes)
+
+    return LaunchPlan(
+        entrypoint=sys.executable, args=args, nproc_per_node=nproc, nnodes=req.nnodes,
+        node_rank=req.node_rank, rdzv_backend=backend, rdzv_endpoint=endpoint,
+        local_addr=local_addr,
+        master_port_fixed=port if (backend == "static" and req.node_rank == 0) else None,
+        max_restarts=req.max_restarts, ranks=req.ranks, threads=threads, gpus=gpus,
+        procs_per_gpu=req.procs_per_gpu, worker_env=worker_env, emulate=req.emulate,
+        emulated_nodes=emulated_nodes, cpu=req.cpu, strict=req.strict, run_dir=req.run_dir,
+    )
+
+
+def _check_flags(req: RunRequest, environ: Mapping[str, str]) -> None:
+    """UsageError for a node count, node rank, restart count, timeout or ``--ranks`` out of
+    range, or a master address/port that disagrees with the environment's."""
     _positive("--nnodes", req.nnodes, "e.g. --nnodes 2")
     if req.nnodes == 1 and req.node_rank != 0:
         raise UsageError("--node-rank needs --nnodes > 1", "e.g. --nnodes 2 --node-rank 1")
@@ -210,10 +234,11 @@ def plan_launch(req: RunRequest, *, environ: Mapping[str, str], gpus: int,
     _check_agrees("--master-addr", req.master_addr, "MASTER_ADDR", environ)
     _check_agrees("--master-port", req.master_port, "MASTER_PORT", environ)
 
-    args = _resolve_target(req)
-    nproc = _resolve_nproc(req, gpus, cores) * emulated_nodes
-    if emulated_nodes > 1 and not gpus:   # the bound is on every worker started here
-        _check_worker_bound(nproc, "--nnodes x --nproc-per-node", cores)
+
+def _rendezvous(req: RunRequest, environ: Mapping[str, str]
+                ) -> tuple[str, str, str | None, int | None]:
+    """``(backend, endpoint, local_addr, port)``: one node with no port given picks a free port
+    (c10d); otherwise a static rendezvous at node rank 0's address."""
     addr = req.master_addr or environ.get("MASTER_ADDR") or None
     port: int | None = None
     if req.master_port is not None:
@@ -237,8 +262,12 @@ def plan_launch(req: RunRequest, *, environ: Mapping[str, str], gpus: int,
                 "--max-restarts needs the single-node rendezvous with a port scaletrain picks",
                 "on one node unset MASTER_PORT / drop --master-port; on several nodes restart the "
                 "job from its checkpoint instead (torch's static rendezvous cannot restart)")
+    return backend, endpoint, local_addr, port
 
-    threads = thread_budget(nproc, environ)
+
+def _worker_env(req: RunRequest, environ: Mapping[str, str], threads: ThreadBudget, *,
+                backend: str, nodes: int) -> dict[str, str]:
+    """The variables every worker gets on top of the launcher's environment."""
     worker_env: dict[str, str] = {}
     if not threads.user_set:
         worker_env["OMP_NUM_THREADS"] = str(threads.per_worker)
@@ -253,18 +282,9 @@ def plan_launch(req: RunRequest, *, environ: Mapping[str, str], gpus: int,
         worker_env[BACKEND_VAR] = "gloo"
         worker_env[PROCS_PER_GPU_VAR] = str(req.procs_per_gpu)
 
-    worker_env.update(launcher_env(environ=environ, emulate=req.emulate, nodes=emulated_nodes,
+    worker_env.update(launcher_env(environ=environ, emulate=req.emulate, nodes=nodes,
                                    cpu=req.cpu, job_id=str(100000 + os.getpid() % 900000)))
-
-    return LaunchPlan(
-        entrypoint=sys.executable, args=args, nproc_per_node=nproc, nnodes=req.nnodes,
-        node_rank=req.node_rank, rdzv_backend=backend, rdzv_endpoint=endpoint,
-        local_addr=local_addr,
-        master_port_fixed=port if (backend == "static" and req.node_rank == 0) else None,
-        max_restarts=req.max_restarts, ranks=req.ranks, threads=threads, gpus=gpus,
-        procs_per_gpu=req.procs_per_gpu, worker_env=worker_env, emulate=req.emulate,
-        emulated_nodes=emulated_nodes, cpu=req.cpu, strict=req.strict, run_dir=req.run_dir,
-    )
+    return worker_env
 
 
 def _check_emulation(req: RunRequest) -> int:

@@ -244,30 +244,9 @@ def _after_options(words: list[Word], value_opts: set[str]) -> list[Word]:
 def classify(command: Command) -> Invocation:
     """Describe what ``command`` starts (see the module docstring)."""
     inv = Invocation(command=command)
-    words = _skip_prefixes(command.words)
+    words = _unwrap(command, inv)
     if not words:
         return inv
-    first = os.path.basename(words[0].value)
-    if first == "srun":
-        opts, words = _parse_srun(words)
-        inv.srun = SrunCall(options=opts, word=command.words[0])
-        words = _skip_prefixes(words)
-    elif first in _MPI:
-        inv.mpi = first
-        words = _skip_prefixes(_skip_mpi(words))
-    if words and os.path.basename(words[0].value) in _CONTAINER | _CONTAINER_WRAPPERS:
-        inv.container = os.path.basename(words[0].value)
-        words = _skip_prefixes(_skip_container(words))
-    words = _skip_prefixes(_skip_profiler(words))
-    if not words:
-        return inv
-    if inv.srun is not None and ("/" in words[0].value or words[0].value.endswith(".sh")):
-        # a site wrapper script in front of the program (LUMI's ./select_gpu python ...)
-        for j in range(1, min(len(words), 4)):
-            base = os.path.basename(words[j].value)
-            if base.startswith("python") or base in ("torchrun", "deepspeed", "accelerate"):
-                words = words[j:]
-                break
     prog = os.path.basename(words[0].value)
     inv.program = prog
     inv.program_word = words[0]
@@ -278,38 +257,10 @@ def classify(command: Command) -> Invocation:
             inv.kind, inv.script, inv.args = "python", rest[0], rest[1:]
         return inv
     if prog.startswith("python"):
-        if rest and rest[0].value == "-m" and len(rest) > 1:
-            module = rest[1].value
-            if module in ("torch.distributed.run", "torch.distributed.launch"):
-                inv.kind = "torchrun"
-                rest = rest[2:]
-            elif module == "scaletrain" and len(rest) > 2 and rest[2].value == "run":
-                inv.kind = "scaletrain"      # torchrun-compatible per-node launcher
-                rest = rest[3:]
-            elif module.split(".")[0] in _NOT_PROGRAM_MODULES:
-                return inv
-            elif module in _PROFILE_MODULES:
-                prog_words = _after_options(rest[2:], _PROFILE_MODULE_VALUE_OPTS)
-                if prog_words:
-                    inv.kind, inv.script, inv.args = "python", prog_words[0], prog_words[1:]
-                return inv
-            else:
-                inv.kind = "python"
-                inv.script = rest[1]
-                inv.args = rest[2:]
-                return inv
-        else:
-            # skip interpreter flags such as -u, -O, -X dev
-            j = 0
-            while j < len(rest) and rest[j].value.startswith("-"):
-                if rest[j].value == "-c":
-                    return inv
-                j += 2 if rest[j].value in ("-X", "-W") else 1
-            if j < len(rest):
-                inv.kind = "python"
-                inv.script = rest[j]
-                inv.args = rest[j + 1:]
+        launched = _classify_python(inv, rest)
+        if launched is None:
             return inv
+        rest = launched
     elif prog == "torchrun":
         inv.kind = "torchrun"
     elif prog == "scaletrain" and rest and rest[0].value == "run":
@@ -335,3 +286,65 @@ def classify(command: Command) -> Invocation:
     if positional:
         inv.script, inv.args = positional[0], positional[1:]
     return inv
+
+
+def _unwrap(command: Command, inv: Invocation) -> list[Word]:
+    """The words from the program on: srun, an MPI launcher, a container, a profiler and a
+    site wrapper script in front of it are skipped and recorded on ``inv``."""
+    words = _skip_prefixes(command.words)
+    if not words:
+        return words
+    first = os.path.basename(words[0].value)
+    if first == "srun":
+        opts, words = _parse_srun(words)
+        inv.srun = SrunCall(options=opts, word=command.words[0])
+        words = _skip_prefixes(words)
+    elif first in _MPI:
+        inv.mpi = first
+        words = _skip_prefixes(_skip_mpi(words))
+    if words and os.path.basename(words[0].value) in _CONTAINER | _CONTAINER_WRAPPERS:
+        inv.container = os.path.basename(words[0].value)
+        words = _skip_prefixes(_skip_container(words))
+    words = _skip_prefixes(_skip_profiler(words))
+    if words and inv.srun is not None and ("/" in words[0].value or words[0].value.endswith(".sh")):
+        # a site wrapper script in front of the program (LUMI's ./select_gpu python ...)
+        for j in range(1, min(len(words), 4)):
+            base = os.path.basename(words[j].value)
+            if base.startswith("python") or base in ("torchrun", "deepspeed", "accelerate"):
+                return words[j:]
+    return words
+
+
+def _classify_python(inv: Invocation, rest: list[Word]) -> list[Word] | None:
+    """Fill ``inv`` for ``python ...``; the launcher's words for ``python -m torch.distributed.run``
+    or ``-m scaletrain run`` (parsed like torchrun's), else None (``inv`` is complete)."""
+    if rest and rest[0].value == "-m" and len(rest) > 1:
+        module = rest[1].value
+        if module in ("torch.distributed.run", "torch.distributed.launch"):
+            inv.kind = "torchrun"
+            return rest[2:]
+        if module == "scaletrain" and len(rest) > 2 and rest[2].value == "run":
+            inv.kind = "scaletrain"      # torchrun-compatible per-node launcher
+            return rest[3:]
+        if module.split(".")[0] in _NOT_PROGRAM_MODULES:
+            return None
+        if module in _PROFILE_MODULES:
+            prog_words = _after_options(rest[2:], _PROFILE_MODULE_VALUE_OPTS)
+            if prog_words:
+                inv.kind, inv.script, inv.args = "python", prog_words[0], prog_words[1:]
+            return None
+        inv.kind = "python"
+        inv.script = rest[1]
+        inv.args = rest[2:]
+        return None
+    # skip interpreter flags such as -u, -O, -X dev
+    j = 0
+    while j < len(rest) and rest[j].value.startswith("-"):
+        if rest[j].value == "-c":
+            return None
+        j += 2 if rest[j].value in ("-X", "-W") else 1
+    if j < len(rest):
+        inv.kind = "python"
+        inv.script = rest[j]
+        inv.args = rest[j + 1:]
+    return None

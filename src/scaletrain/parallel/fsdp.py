@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from scaletrain.errors import StrategyError
 from scaletrain.parallel import optim
-from scaletrain.parallel.options import StrategyOptions, StrategySpec
-from scaletrain.parallel.precision import PrecisionSpec, fsdp_mp_policy
+from scaletrain.parallel.options import PrecisionSpec, StrategyOptions, StrategySpec
+from scaletrain.parallel.precision import fsdp_mp_policy
 from scaletrain.parallel.strategy import Context, Sharding
 
 if TYPE_CHECKING:

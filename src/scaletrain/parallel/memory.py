@@ -40,9 +40,12 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from collections.abc import Collection
 from typing import Any
 
 from scaletrain.errors import UsageError
+from scaletrain.parallel import options
+from scaletrain.parallel.options import PRECISION_ALIASES, PRECISIONS, StrategySpec
 
 __all__ = [
     "MemoryEstimate",
@@ -53,13 +56,6 @@ __all__ = [
     "parse_param_count",
 ]
 
-# bytes per element of the parameters and gradients the model computes with
-_PRECISION_BYTES: dict[str, int] = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
-_PRECISION_ALIASES: dict[str, str] = {
-    "32": "fp32", "float32": "fp32", "bf16-mixed": "bf16", "bfloat16": "bf16",
-    "16": "fp16", "16-mixed": "fp16", "float16": "fp16", "half": "fp16",
-}
-
 # optimizer state in bytes per parameter, not counting a master copy of the weights
 _OPTIMIZER_STATE: dict[str, int] = {
     "adam": 8, "adamw": 8,           # exp_avg + exp_avg_sq, fp32
@@ -69,8 +65,11 @@ _OPTIMIZER_STATE: dict[str, int] = {
 }
 _MASTER_WEIGHT_BYTES = 4  # fp32 copy kept by mixed-precision optimizers
 
-STRATEGIES: tuple[str, ...] = ("none", "ddp", "zero1", "zero2", "zero3", "fsdp", "hsdp",
-                               "offload", "pipeline")
+# every name of the strategy vocabulary that lays model state out (``auto`` only picks one)
+STRATEGIES: tuple[str, ...] = (
+    *(name for name, spec in options.STRATEGIES.items() if spec.engine != "auto"),
+    *(alias for alias, name in options.ALIASES.items() if options.STRATEGIES[name].engine != "auto"),
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -199,7 +198,7 @@ def _optimizer_name(optimizer: Any) -> str:
     return name
 
 
-def _norm_choice(value: str, known: dict[str, int] | tuple[str, ...], what: str,
+def _norm_choice(value: str, known: Collection[str], what: str,
                  aliases: dict[str, str] | None = None) -> str:
     key = str(value).strip().lower()
     key = (aliases or {}).get(key, key.replace("-", "_"))
@@ -238,70 +237,71 @@ def estimate_memory(model_or_n_params: Any, optimizer: str = "adam", precision: 
     Raises:
         UsageError: an unknown name or a world/shard/stage size that does not fit.
     """
-    if hasattr(model_or_n_params, "parameters"):
-        n_params, counted_trainable = _count_parameters(model_or_n_params)
-        trainable = counted_trainable if n_trainable is None else int(n_trainable)
-    else:
-        n_params = parse_param_count(model_or_n_params)
-        trainable = n_params if n_trainable is None else int(n_trainable)
+    n_params, trainable = _counts(model_or_n_params, n_trainable)
     opt = _norm_choice(_optimizer_name(optimizer), _OPTIMIZER_STATE, "optimizer")
-    prec = _norm_choice(precision, _PRECISION_BYTES, "precision", _PRECISION_ALIASES)
+    prec = _norm_choice(precision, PRECISIONS, "precision", PRECISION_ALIASES)
     strat = _norm_choice(strategy, STRATEGIES, "strategy")
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise UsageError(f"world_size must be a positive integer, got {world_size!r}",
                          hint="pass the number of ranks (GPUs) in the job")
 
-    width = _PRECISION_BYTES[prec]
+    width = PRECISIONS[prec].value_bytes
     mixed = width < 4
     grad_width = width
     if grad_accum_dtype is not None:
-        grad_width = _PRECISION_BYTES[_norm_choice(grad_accum_dtype, _PRECISION_BYTES,
-                                                   "gradient dtype", _PRECISION_ALIASES)]
+        grad_width = PRECISIONS[_norm_choice(grad_accum_dtype, PRECISIONS, "gradient dtype",
+                                             PRECISION_ALIASES)].value_bytes
     opt_per_param = _OPTIMIZER_STATE[opt] + (_MASTER_WEIGHT_BYTES if mixed else 0)
+    replica = (n_params * width, trainable * grad_width, trainable * opt_per_param)
+    (params, grads, state), host, shard = _per_rank(
+        options.resolve_strategy(strat), replica, world_size, shard_size=shard_size,
+        pipeline_stages=pipeline_stages)
+    return MemoryEstimate(n_params=n_params, n_trainable=trainable, strategy=strat,
+                          optimizer=opt, precision=prec, world_size=world_size, params=params,
+                          grads=grads, optimizer_state=state, total=params + grads + state,
+                          host=host, shard_factor=shard, replica=sum(replica))
 
-    params = n_params * width
-    grads = trainable * grad_width
-    state = trainable * opt_per_param
 
-    replica = params + grads + state
-    w = world_size
-    host = 0
-    shard = 1
-    if strat in ("none", "ddp"):
-        if strat == "none" and w != 1:
+def _counts(model_or_n_params: Any, n_trainable: int | None) -> tuple[int, int]:
+    """(all, trainable) parameters of a model or of a count (``7e9``, ``"7B"``)."""
+    if hasattr(model_or_n_params, "parameters"):
+        n_params, counted_trainable = _count_parameters(model_or_n_params)
+        return n_params, counted_trainable if n_trainable is None else int(n_trainable)
+    n_params = parse_param_count(model_or_n_params)
+    return n_params, n_params if n_trainable is None else int(n_trainable)
+
+
+Rows = tuple[int, int, int]  # bytes of parameters, gradients, optimizer state
+
+
+def _per_rank(spec: StrategySpec, replica: Rows, w: int, *, shard_size: int | None,
+              pipeline_stages: int | None) -> tuple[Rows, int, int]:
+    """(device rows, host bytes, shard factor) of one rank: the spec's flags say what is split."""
+    params, grads, state = replica
+    if spec.engine == "pipeline" or spec.hybrid:  # every row over the stages / a node's shards
+        parts = _parts(spec, w, pipeline_stages if spec.engine == "pipeline" else shard_size)
+        return (_split(params, parts), _split(grads, parts), _split(state, parts)), 0, parts
+    if spec.offload:
+        return (0, 0, 0), _split(params, w) + _split(grads, w) + _split(state, w), w
+    if not spec.shard_optimizer:  # none, ddp: a full replica on every rank
+        if spec.engine == "none" and w != 1:
             raise UsageError(f"strategy 'none' runs one process, not {w}",
                              hint="use world_size=1, or strategy 'ddp' for several ranks")
-    elif strat == "zero1":
-        shard = w
-        state = _split(state, w)
-    elif strat == "zero2":
-        shard = w
-        grads, state = _split(grads, w), _split(state, w)
-    elif strat in ("zero3", "fsdp"):
-        shard = w
-        params, grads, state = _split(params, w), _split(grads, w), _split(state, w)
-    elif strat == "hsdp":
-        shard = w if shard_size is None else shard_size
-        if shard < 1 or w % shard:
-            raise UsageError(f"hsdp shard group size {shard} does not divide world size {w}",
-                             hint="use the number of GPUs per node as shard_size")
-        params, grads, state = _split(params, shard), _split(grads, shard), _split(state, shard)
-    elif strat == "offload":
-        shard = w
-        host = _split(params, w) + _split(grads, w) + _split(state, w)
-        params = grads = state = 0
-    elif strat == "pipeline":
-        stages = w if pipeline_stages is None else pipeline_stages
-        if stages < 1 or w % stages:
-            raise UsageError(f"{stages} pipeline stages do not divide world size {w}",
-                             hint="make the world size a multiple of the number of stages")
-        shard = stages
-        params, grads, state = _split(params, stages), _split(grads, stages), \
-            _split(state, stages)
-    return MemoryEstimate(n_params=n_params, n_trainable=trainable, strategy=strat,
-                          optimizer=opt, precision=prec, world_size=w, params=params,
-                          grads=grads, optimizer_state=state, total=params + grads + state,
-                          host=host, shard_factor=shard, replica=replica)
+        return replica, 0, 1
+    return ((_split(params, w) if spec.shard_params else params),
+            (_split(grads, w) if spec.shard_grads else grads), _split(state, w)), 0, w
+
+
+def _parts(spec: StrategySpec, w: int, asked: int | None) -> int:
+    """The ranks one copy is split over (default W); UsageError when they do not divide W."""
+    parts = w if asked is None else asked
+    if parts >= 1 and w % parts == 0:
+        return parts
+    if spec.engine == "pipeline":
+        raise UsageError(f"{parts} pipeline stages do not divide world size {w}",
+                         hint="make the world size a multiple of the number of stages")
+    raise UsageError(f"hsdp shard group size {parts} does not divide world size {w}",
+                     hint="use the number of GPUs per node as shard_size")
 
 
 def _split(n_bytes: int, parts: int) -> int:
@@ -321,7 +321,9 @@ def min_world_size(model_or_n_params: Any, device_bytes: float, *, strategy: str
     """
     budget = device_bytes * (1.0 - reserve_fraction)
     strat = _norm_choice(strategy, STRATEGIES, "strategy")
-    sizes = [1] if strat in ("none", "ddp") else range(1, max_world_size + 1)
+    spec = options.resolve_strategy(strat)
+    replicated = spec.engine in ("none", "ddp") and not spec.shard_optimizer
+    sizes = [1] if replicated else range(1, max_world_size + 1)
     for w in sizes:
         try:
             est = estimate_memory(model_or_n_params, optimizer=optimizer, precision=precision,
@@ -330,8 +332,9 @@ def min_world_size(model_or_n_params: Any, device_bytes: float, *, strategy: str
             continue  # e.g. an hsdp shard size that does not divide this w
         if est.total <= budget:
             return w
-        if strat == "zero1" and est.params + est.grads > budget:
-            return None  # only the optimizer state shrinks
-        if strat == "zero2" and est.params > budget:
-            return None
+        if spec.engine != "pipeline":  # a pipeline's stages split every row
+            if not spec.shard_grads and est.params + est.grads > budget:
+                return None  # zero1: only the optimizer state shrinks
+            if not spec.shard_params and est.params > budget:
+                return None  # zero2: the parameters never shrink
     return None

@@ -1,4 +1,9 @@
-"""Strategies as data: the table of strategies, their options, and the validated degrees.
+"""Strategies and precisions as data: THE vocabulary of both, the options, the validated degrees.
+
+Every table elsewhere that names a strategy or a precision (the memory estimator, ``plan``'s
+memory table and ``--precision`` choices, the DeepSpeed and Accelerate config generators) is
+derived from :data:`STRATEGIES`/:data:`ALIASES` and :data:`PRECISIONS`/:data:`PRECISION_ALIASES`
+here, or checked against them by the unit tests, so a name added here reaches them all.
 
 A strategy name resolves to a :class:`StrategySpec` (what the engine does: replicate,
 shard, reshard after forward, offload) and, once the world size is known, to a
@@ -89,6 +94,45 @@ def resolve_strategy(name: str) -> StrategySpec:
     if spec is None:
         known = ", ".join([*STRATEGIES, *(f"{a} (= {t})" for a, t in ALIASES.items())])
         raise StrategyError(f"unknown strategy {name!r}", hint=f"use one of: {known}")
+    return spec
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrecisionSpec:
+    """One precision: its compute dtype, whether it scales the loss, whether it sets TF32."""
+
+    name: str
+    compute_dtype: str | None = None  # "bfloat16" / "float16"; None = fp32
+    scaler: bool = False
+    tf32: bool = False
+
+    @property
+    def value_bytes(self) -> int:
+        """Bytes of one parameter or gradient the model computes with (2 when mixed, else 4)."""
+        return 2 if self.compute_dtype else 4
+
+
+PRECISIONS: dict[str, PrecisionSpec] = {
+    "fp32": PrecisionSpec(name="fp32"),
+    "tf32": PrecisionSpec(name="tf32", tf32=True),
+    "bf16": PrecisionSpec(name="bf16", compute_dtype="bfloat16"),
+    "fp16": PrecisionSpec(name="fp16", compute_dtype="float16", scaler=True),
+}
+# the spellings of Lightning and of torch dtypes, so a user's habit works
+PRECISION_ALIASES: dict[str, str] = {
+    "32": "fp32", "float32": "fp32", "bf16-mixed": "bf16", "bfloat16": "bf16",
+    "16": "fp16", "16-mixed": "fp16", "float16": "fp16", "half": "fp16",
+}
+
+
+def resolve_precision(name: str) -> PrecisionSpec:
+    """The spec for ``name`` (case-insensitive, aliases allowed); StrategyError lists the names."""
+    key = str(name).strip().lower()
+    key = PRECISION_ALIASES.get(key, key)
+    spec = PRECISIONS.get(key)
+    if spec is None:
+        raise StrategyError(f"unknown precision {name!r}",
+                            hint=f"use one of: {', '.join(PRECISIONS)}")
     return spec
 
 

@@ -39,10 +39,17 @@ from torch import nn
 
 from scaletrain.errors import DistEnvError, StrategyError
 from scaletrain.parallel import ddp, fsdp, optim
-from scaletrain.parallel.options import STRATEGIES, ParallelDims, StrategyOptions, dims_for
+from scaletrain.parallel.options import (
+    STRATEGIES,
+    ParallelDims,
+    PrecisionSpec,
+    StrategyOptions,
+    dims_for,
+    resolve_precision,
+)
 from scaletrain.parallel.pipeline_model import PipelineModel, batch_size, check_divisible
 from scaletrain.parallel.pipeline_split import microbatch_of, split_model
-from scaletrain.parallel.precision import PrecisionSpec, resolve_precision, wrap_forward_autocast
+from scaletrain.parallel.precision import wrap_forward_autocast
 from scaletrain.parallel.strategy import Context, Layout, Sharding, build_mesh
 
 if TYPE_CHECKING:
@@ -137,6 +144,54 @@ def _build(model: nn.Module | None, optimizer: torch.optim.Optimizer | None, *,
            example_input: Any = None, data_parallel: str = "ddp",
            broadcast_loss: bool = False) -> tuple[PipelineModel, torch.optim.Optimizer | None]:
     """The pipeline strategy; ``mesh``/``dims`` come from ``setup()`` or are built here."""
+    schedule_cls = _check_request(precision, loss_fn, n_microbatches, data_parallel, schedule,
+                                  split_points, stages)
+    world, rank = dist.get_world_size(), dist.get_rank()
+    split = split_model(model, split_points=split_points, stages=stages,
+                        example_microbatch=_example_microbatch(model, example_input,
+                                                               n_microbatches))
+    n_stages = split.n_stages
+    stage_index, dp_rank = rank % n_stages, rank // n_stages
+    if dims is None or mesh is None or dims.pipeline != n_stages:  # called directly
+        dims = dims_for(STRATEGIES["pipeline"], world_size=world, local_world_size=world,
+                        num_nodes=1, pipeline_stages=n_stages,
+                        pipeline_sharded=data_parallel == "fsdp")
+        mesh = build_mesh(dims, device.type, primary="pipeline")
+
+    # the user's optimizer holds the model's parameters, shared with the stage modules until
+    # .to(device)/FSDP replace them: name every stage's parameters to map old onto new
+    names = {id(p): f"{i}.{n}" for i, m in enumerate(split.modules)
+             for n, p in m.named_parameters(remove_duplicate=False)}
+    groups = optim.hyper_groups(optimizer, names) if optimizer is not None else []
+    module = split.modules[stage_index].to(device)
+    wrapped = _wrap_stage(module, dims, mesh, device, options, precision)
+    new_optimizer = None
+    if optimizer is not None:
+        here = {f"{stage_index}.{n}": p
+                for n, p in module.named_parameters(remove_duplicate=False)}
+        new_optimizer = optim.rebuild(optimizer, groups, here)
+
+    from torch.distributed.pipelining import PipelineStage
+
+    stage = PipelineStage(wrapped, stage_index, n_stages, device,
+                          group=mesh.get_group("pipeline"))
+    sched = schedule_cls(stage, n_microbatches=n_microbatches, loss_fn=loss_fn,
+                         scale_grads=True)
+    pipe = PipelineModel(split=split, stage_index=stage_index, dp_size=dims.data_parallel,
+                         dp_rank=dp_rank, module=module, wrapped=wrapped, stage=stage,
+                         schedule=sched, optimizer=new_optimizer,
+                         n_microbatches=n_microbatches, mesh=mesh,
+                         broadcast_loss=broadcast_loss,
+                         traced_batch=batch_size(example_input)
+                         if split.method == "traced" else None)
+    return pipe, new_optimizer
+
+
+def _check_request(precision: PrecisionSpec, loss_fn: Callable[..., torch.Tensor] | None,
+                   n_microbatches: int, data_parallel: str, schedule: str,
+                   split_points: Sequence[str] | None,
+                   stages: Sequence[nn.Module] | None) -> type:
+    """StrategyError/DistEnvError for a pipeline that cannot run; else the schedule's class."""
     if not (dist.is_available() and dist.is_initialized()):
         raise DistEnvError("pipeline parallelism needs the process group",
                            hint="call scaletrain.init() first and start with "
@@ -157,7 +212,7 @@ def _build(model: nn.Module | None, optimizer: torch.optim.Optimizer | None, *,
         raise StrategyError(f"unknown data_parallel {data_parallel!r} for the pipeline",
                             hint=f"use one of: {', '.join(_DATA_PARALLEL)}")
     schedule_cls = _schedule_class(schedule)
-    world, rank = dist.get_world_size(), dist.get_rank()
+    world = dist.get_world_size()
     n_stages = stage_count(split_points, stages)
     if n_stages >= 2 and world % n_stages:
         raise DistEnvError(
@@ -168,69 +223,40 @@ def _build(model: nn.Module | None, optimizer: torch.optim.Optimizer | None, *,
         raise StrategyError(f"1F1B needs at least as many micro-batches as stages "
                             f"({n_microbatches} < {n_stages})",
                             hint=f"use n_microbatches={n_stages} or more, or schedule='gpipe'")
-    example_mb = None
-    if example_input is not None:
-        check_divisible(example_input, n_microbatches, "example_input")
-        first = next(iter(model.parameters()), None) if model is not None else None
-        example_mb = tuple(a.to(first.device) if first is not None and
-                           isinstance(a, torch.Tensor) else a
-                           for a in microbatch_of(example_input, n_microbatches))
-    split = split_model(model, split_points=split_points, stages=stages,
-                        example_microbatch=example_mb)
-    n_stages = split.n_stages
-    stage_index, dp_rank = rank % n_stages, rank // n_stages
-    if dims is None or mesh is None or dims.pipeline != n_stages:  # called directly
-        dims = dims_for(STRATEGIES["pipeline"], world_size=world, local_world_size=world,
-                        num_nodes=1, pipeline_stages=n_stages,
-                        pipeline_sharded=data_parallel == "fsdp")
-        mesh = build_mesh(dims, device.type, primary="pipeline")
-    dp_dim = "shard" if dims.shard > 1 else "replicate"
-    dp_size = dims.data_parallel
+    return schedule_cls
 
-    # the user's optimizer holds the model's parameters, shared with the stage modules until
-    # .to(device)/FSDP replace them: name every stage's parameters to map old onto new
-    names = {id(p): f"{i}.{n}" for i, m in enumerate(split.modules)
-             for n, p in m.named_parameters(remove_duplicate=False)}
-    groups = optim.hyper_groups(optimizer, names) if optimizer is not None else []
-    module = split.modules[stage_index].to(device)
-    wrapped: nn.Module = module
+
+def _example_microbatch(model: nn.Module | None, example_input: Any,
+                        n_microbatches: int) -> tuple[Any, ...] | None:
+    """One micro-batch of ``example_input`` on the model's device, for tracing; None without."""
+    if example_input is None:
+        return None
+    check_divisible(example_input, n_microbatches, "example_input")
+    first = next(iter(model.parameters()), None) if model is not None else None
+    return tuple(a.to(first.device) if first is not None and isinstance(a, torch.Tensor) else a
+                 for a in microbatch_of(example_input, n_microbatches))
+
+
+def _wrap_stage(module: nn.Module, dims: ParallelDims, mesh: DeviceMesh, device: torch.device,
+                options: StrategyOptions, precision: PrecisionSpec) -> nn.Module:
+    """This rank's stage wrapped for data parallelism across the pipeline replicas."""
+    dp_dim = "shard" if dims.shard > 1 else "replicate"
     if dims.shard > 1:
         # ZeRO-2 style: parameters stay gathered across the micro-batches of one step
         # (re-gathering them for every micro-batch would multiply the traffic); the
         # precision's MixedPrecisionPolicy casts the compute
-        wrapped = fsdp.shard(module, mesh[dp_dim], spec=STRATEGIES["zero2"], options=options,
-                             precision=precision)
-    else:
-        wrap_forward_autocast(module, precision, device.type)
-        if dp_size > 1:
-            # find_unused_parameters=True: the stage runs its micro-batches' forwards under
-            # no_sync and prepares DDP's reducer itself before the last backward. Without the
-            # flag, DDP's bucket rebuild at the second step fails an internal check (torch
-            # 2.13: "rebuilt parameter indices size is not same as original model parameters
-            # size", 8 vs 4); with it DDP skips that rebuild, at the cost of one graph walk.
-            wrapped = ddp.wrap(module, str(device),
-                               replace(options, find_unused_parameters=True),
-                               process_group=mesh.get_group(dp_dim))
-    new_optimizer = None
-    if optimizer is not None:
-        here = {f"{stage_index}.{n}": p
-                for n, p in module.named_parameters(remove_duplicate=False)}
-        new_optimizer = optim.rebuild(optimizer, groups, here)
-
-    from torch.distributed.pipelining import PipelineStage
-
-    stage = PipelineStage(wrapped, stage_index, n_stages, device,
-                          group=mesh.get_group("pipeline"))
-    sched = schedule_cls(stage, n_microbatches=n_microbatches, loss_fn=loss_fn,
-                         scale_grads=True)
-    pipe = PipelineModel(split=split, stage_index=stage_index, dp_size=dp_size,
-                         dp_rank=dp_rank, module=module, wrapped=wrapped, stage=stage,
-                         schedule=sched, optimizer=new_optimizer,
-                         n_microbatches=n_microbatches, mesh=mesh,
-                         broadcast_loss=broadcast_loss,
-                         traced_batch=batch_size(example_input)
-                         if split.method == "traced" else None)
-    return pipe, new_optimizer
+        return fsdp.shard(module, mesh[dp_dim], spec=STRATEGIES["zero2"], options=options,
+                          precision=precision)
+    wrap_forward_autocast(module, precision, device.type)
+    if dims.data_parallel > 1:
+        # find_unused_parameters=True: the stage runs its micro-batches' forwards under
+        # no_sync and prepares DDP's reducer itself before the last backward. Without the
+        # flag, DDP's bucket rebuild at the second step fails an internal check (torch
+        # 2.13: "rebuilt parameter indices size is not same as original model parameters
+        # size", 8 vs 4); with it DDP skips that rebuild, at the cost of one graph walk.
+        return ddp.wrap(module, str(device), replace(options, find_unused_parameters=True),
+                        process_group=mesh.get_group(dp_dim))
+    return module
 
 
 def stage_count(split_points: Sequence[str] | str | None,

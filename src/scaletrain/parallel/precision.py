@@ -3,7 +3,7 @@
 Precisions:
 
 - ``fp32``: nothing changes.
-- ``tf32``: sets the two flags the seeds describe, ``torch.backends.cuda.matmul.allow_tf32``
+- ``tf32``: sets the two TF32 flags, ``torch.backends.cuda.matmul.allow_tf32``
   (matrix products) and ``torch.backends.cudnn.allow_tf32`` (convolutions). Numbers still
   fp32 in memory; only Ampere+ GPUs compute differently. Harmless elsewhere.
 - ``bf16``: under DDP/none/zero1 the model's ``forward`` runs in ``torch.autocast`` and its
@@ -31,6 +31,10 @@ Gradient accumulation::
 
 It uses DDP's ``no_sync()`` or FSDP2's ``set_requires_gradient_sync(False)`` on the
 non-final micro-steps, so it works on every strategy.
+
+The names themselves (:class:`~scaletrain.parallel.options.PrecisionSpec`, ``PRECISIONS``,
+``resolve_precision``) live with the strategies' in :mod:`scaletrain.parallel.options`, which
+``plan`` reads on a login node.
 """
 
 from __future__ import annotations
@@ -46,40 +50,9 @@ from scaletrain.errors import StrategyError
 if TYPE_CHECKING:
     import torch
 
-    from scaletrain.parallel.options import ParallelDims, StrategySpec
+    from scaletrain.parallel.options import ParallelDims, PrecisionSpec, StrategySpec
     from scaletrain.parallel.strategy import Sharding
     from scaletrain.runtime.env import Env
-
-
-@dataclass(frozen=True, kw_only=True)
-class PrecisionSpec:
-    """One precision: its compute dtype, whether it scales the loss, whether it sets TF32."""
-
-    name: str
-    compute_dtype: str | None = None  # "bfloat16" / "float16"; None = fp32
-    scaler: bool = False
-    tf32: bool = False
-
-
-PRECISIONS: dict[str, PrecisionSpec] = {
-    "fp32": PrecisionSpec(name="fp32"),
-    "tf32": PrecisionSpec(name="tf32", tf32=True),
-    "bf16": PrecisionSpec(name="bf16", compute_dtype="bfloat16"),
-    "fp16": PrecisionSpec(name="fp16", compute_dtype="float16", scaler=True),
-}
-_PRECISION_ALIASES = {"32": "fp32", "float32": "fp32", "bf16-mixed": "bf16", "bfloat16": "bf16",
-                      "16": "fp16", "16-mixed": "fp16", "float16": "fp16", "half": "fp16"}
-
-
-def resolve_precision(name: str) -> PrecisionSpec:
-    """The spec for ``name``; StrategyError lists the known precisions."""
-    key = str(name).strip().lower()
-    key = _PRECISION_ALIASES.get(key, key)
-    spec = PRECISIONS.get(key)
-    if spec is None:
-        raise StrategyError(f"unknown precision {name!r}",
-                            hint=f"use one of: {', '.join(PRECISIONS)}")
-    return spec
 
 
 def apply_flags(spec: PrecisionSpec) -> None:

@@ -36,9 +36,11 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 from scaletrain.errors import StrategyError, UsageError
 from scaletrain.parallel.options import (
     ParallelDims,
+    PrecisionSpec,
     StrategyOptions,
     StrategySpec,
     dims_for,
+    resolve_precision,
     resolve_strategy,
 )
 from scaletrain.parallel.precision import (
@@ -47,13 +49,13 @@ from scaletrain.parallel.precision import (
     attach_state,
     install_scaled_step,
     make_scaler,
-    resolve_precision,
     wrap_forward_autocast,
 )
-from scaletrain.parallel.strategy import Context, build_mesh, strategy_for
+from scaletrain.parallel.strategy import Context, NoneStrategy, Strategy, build_mesh
 
 if TYPE_CHECKING:
     import torch
+    from torch.distributed.device_mesh import DeviceMesh
     from typing_extensions import TypeVar
 
     from scaletrain.parallel.pipeline import PipelineModel
@@ -120,44 +122,15 @@ def setup(model: Any, optimizer: Any = None, *, strategy: str = "ddp", precision
     _check_inputs(model, optimizer, spec, opts)
     env = _current_env(env)
     messages: list[str] = []
-
-    if spec.engine == "auto":
-        from scaletrain.parallel import auto
-
-        choice = auto.choose(model, optimizer, env, prec.name)
-        messages.append(choice.reason())
-        _print_main(env, "scaletrain: " + choice.reason())
-        spec = resolve_strategy(choice.strategy)
-    spec, note = _fit_world(spec, env)
-    if note:
-        messages.append(note)
-        if _asked(strategy) not in ("ddp", "auto"):
-            _print_main(env, "scaletrain: " + note)
+    spec = _choose(spec, strategy, model, optimizer, env, prec, messages)
     dims = dims_for(spec, world_size=env.world_size, local_world_size=env.local_world_size,
                     num_nodes=env.num_nodes, mesh_shape=opts.mesh_shape,
                     pipeline_stages=_pipeline_stages(opts),
                     pipeline_sharded=opts.extra.get("data_parallel") == "fsdp")
     _check_device_sharing(spec, env)
-
-    import torch
-
-    apply_flags(prec)
-    if spec.engine not in ("fsdp", "pipeline"):
-        model = model.to(torch.device(env.device))
-    # else fully_shard moves each module to the mesh's device as it shards it, and the pipeline
-    # moves only this rank's stage, so the whole model never has to fit on one GPU (and
-    # offload keeps the shards on the host).
-    device_type = torch.device(env.device).type
-    if spec.engine in ("none", "ddp") and prec.compute_dtype:
-        wrap_forward_autocast(model, prec, device_type)
-
-    import torch.distributed as dist
-
-    mesh = None  # the one mesh; without a process group the strategy says what it needs
-    if spec.engine != "none" and dist.is_available() and dist.is_initialized():
-        mesh = build_mesh(dims, device_type,
-                          primary="shard" if spec.engine == "fsdp" else "replicate")
-    ctx = Context(env=env, spec=spec, dims=dims, mesh=mesh, options=opts, precision=prec)
+    model, device_type = _place(model, spec, prec, env)
+    ctx = Context(env=env, spec=spec, dims=dims, mesh=_mesh(spec, dims, device_type),
+                  options=opts, precision=prec)
     engine = strategy_for(spec)
     model, optimizer = engine.apply(model, optimizer, ctx)
 
@@ -172,6 +145,76 @@ def setup(model: Any, optimizer: Any = None, *, strategy: str = "ddp", precision
         _print_main(env, f"scaletrain: strategy {spec.name} ({spec.summary}), precision "
                          f"{prec.name}, {_describe_dims(dims)}")
     return model, optimizer
+
+
+def _choose(spec: StrategySpec, asked: str, model: Any, optimizer: Any, env: Env,
+            prec: PrecisionSpec, messages: list[str]) -> StrategySpec:
+    """The strategy that runs: ``auto``'s choice, then fitted to the world (notes to messages)."""
+    if spec.engine == "auto":
+        from scaletrain.parallel import auto
+
+        choice = auto.choose(model, optimizer, env, prec.name)
+        messages.append(choice.reason())
+        _print_main(env, "scaletrain: " + choice.reason())
+        spec = resolve_strategy(choice.strategy)
+    spec, note = _fit_world(spec, env)
+    if note:
+        messages.append(note)
+        if _asked(asked) not in ("ddp", "auto"):
+            _print_main(env, "scaletrain: " + note)
+    return spec
+
+
+def _place(model: Any, spec: StrategySpec, prec: PrecisionSpec, env: Env) -> tuple[Any, str]:
+    """Precision flags, the model on this rank's device (where the strategy does not place it)
+    and autocast for the unsharded engines; returns the model and the device type."""
+    import torch
+
+    apply_flags(prec)
+    if spec.engine not in ("fsdp", "pipeline"):
+        model = model.to(torch.device(env.device))
+    # else fully_shard moves each module to the mesh's device as it shards it, and the pipeline
+    # moves only this rank's stage, so the whole model never has to fit on one GPU (and
+    # offload keeps the shards on the host).
+    device_type = torch.device(env.device).type
+    if spec.engine in ("none", "ddp") and prec.compute_dtype:
+        wrap_forward_autocast(model, prec, device_type)
+    return model, device_type
+
+
+def _mesh(spec: StrategySpec, dims: ParallelDims, device_type: str) -> DeviceMesh | None:
+    """The one mesh; None without a process group (the strategy then says what it needs)."""
+    import torch.distributed as dist
+
+    if spec.engine != "none" and dist.is_available() and dist.is_initialized():
+        return build_mesh(dims, device_type,
+                          primary="shard" if spec.engine == "fsdp" else "replicate")
+    return None
+
+
+def strategy_for(spec: StrategySpec) -> Strategy:
+    """The strategy object that implements ``spec.engine``.
+
+    The strategies import :mod:`scaletrain.parallel.strategy` for their interface; choosing
+    one here, not there, keeps that module free of an import circle. Each is imported on
+    demand (the pipeline imports torch at import).
+    """
+    if spec.engine == "none":
+        return NoneStrategy()
+    if spec.engine == "ddp":
+        from scaletrain.parallel import ddp, zero
+
+        return zero.Zero1Strategy() if spec.shard_optimizer else ddp.DDPStrategy()
+    if spec.engine == "fsdp":
+        from scaletrain.parallel import fsdp
+
+        return fsdp.FSDPStrategy()
+    if spec.engine == "pipeline":
+        from scaletrain.parallel import pipeline
+
+        return pipeline.PipelineStrategy()
+    raise StrategyError(f"strategy {spec.name!r} has no engine {spec.engine!r}",
+                        hint="this is a bug in scaletrain; please report it")
 
 
 def _check_inputs(model: Any, optimizer: Any, spec: StrategySpec,

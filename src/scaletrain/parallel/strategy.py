@@ -18,7 +18,8 @@ Mesh. Dimensions in a fixed order, outermost first, each present only when large
 under DDP), ``shard`` (FSDP2 shards, also pipeline replicas under FSDP), ``pipeline``
 (stages, innermost so one pipeline's stages are neighbouring ranks, usually one node).
 Rank ``r`` is stage ``r % P`` and data rank ``r // P``. Nothing here imports torch at
-import time.
+import time, nor any strategy: they import this module, and ``setup`` picks one
+(:func:`scaletrain.parallel.setup.strategy_for`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
 from scaletrain.parallel.options import ParallelDims, StrategyOptions, StrategySpec
-from scaletrain.parallel.precision import PrecisionSpec, state_of
+from scaletrain.parallel.options import PrecisionSpec
+from scaletrain.parallel.precision import state_of
 
 if TYPE_CHECKING:
     from torch import nn
@@ -35,7 +37,7 @@ if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
     from torch.optim import Optimizer
 
-    from scaletrain.parallel.pipeline import PipelineModel
+    from scaletrain.parallel.pipeline_model import PipelineModel
     from scaletrain.runtime.env import Env
 
     # what a strategy returns to train with: a module, or one rank's pipeline stage
@@ -159,28 +161,6 @@ class NoneStrategy:
         layout: Layout = "replicated" if ctx.env.world_size == 1 else "per_rank"
         return Sharding(strategy=ctx.spec.name, params=layout, optimizer=layout,
                         dims=ctx.dims, mesh=ctx.mesh, data_rank=ctx.env.rank)
-
-
-def strategy_for(spec: StrategySpec) -> Strategy:
-    """The strategy object that implements ``spec.engine`` (imported on demand)."""
-    if spec.engine == "none":
-        return NoneStrategy()
-    if spec.engine == "ddp":
-        from scaletrain.parallel import ddp, zero
-
-        return zero.Zero1Strategy() if spec.shard_optimizer else ddp.DDPStrategy()
-    if spec.engine == "fsdp":
-        from scaletrain.parallel import fsdp
-
-        return fsdp.FSDPStrategy()
-    if spec.engine == "pipeline":
-        from scaletrain.parallel import pipeline
-
-        return pipeline.PipelineStrategy()
-    from scaletrain.errors import StrategyError
-
-    raise StrategyError(f"strategy {spec.name!r} has no engine {spec.engine!r}",
-                        hint="this is a bug in scaletrain; please report it")
 
 
 def describe(obj: Any = None) -> Sharding | None:

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from scaletrain.clusters.profile import ClusterProfile
 from scaletrain.errors import PlanError, UsageError
 from scaletrain.frameworks.accelerate import ALIASES, accelerate_config, to_yaml
-from scaletrain.frameworks.deepspeed import deepspeed_config, to_json
+from scaletrain.frameworks.deepspeed import STRATEGIES as DEEPSPEED_STRATEGIES, deepspeed_config, to_json
+from scaletrain.parallel.options import PRECISIONS
 from scaletrain.plan.request import JobRequest
 
 q = shlex.quote
@@ -33,7 +34,6 @@ ACCELERATE_VAR = "SCALETRAIN_ACCELERATE_CONFIG"
 DEEPSPEED_VAR = "SCALETRAIN_DEEPSPEED_CONFIG"
 LIGHTNING_DEEPSPEED_VAR = "PL_DEEPSPEED_CONFIG_PATH"   # read by Lightning's DeepSpeedStrategy
 FILES_VAR = "SCALETRAIN_JOB_FILES"
-PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 _SCRATCH = "@SCALETRAIN_SCRATCH@"      # where the node-local disk goes in a config's text
 _EOF = "SCALETRAIN_EOF"
 # ZeRO-3 offload to NVMe keeps fp32 master weights and Adam's two moments (12 bytes a parameter)
@@ -83,7 +83,7 @@ def framework_files(request: JobRequest, profile: ClusterProfile, *, nodes: int,
         raise UsageError(f"unknown --precision {request.precision!r}", f"use one of {', '.join(PRECISIONS)}")
     if request.micro_batch is not None and not request.deepspeed_config:
         raise UsageError("--micro-batch sets DeepSpeed's micro-batch: it goes with --deepspeed-config",
-                         "add --deepspeed-config zero1|zero2|zero3|offload|nvme, or leave it out")
+                         f"add --deepspeed-config {'|'.join(DEEPSPEED_STRATEGIES)}, or leave it out")
     # at most one survives: the Accelerate config needs --launcher accelerate, which refuses the
     # DeepSpeed one (Accelerate takes DeepSpeed settings from its own config)
     found = []
