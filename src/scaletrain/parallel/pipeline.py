@@ -34,7 +34,6 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from scaletrain.errors import DistEnvError, StrategyError
@@ -44,6 +43,7 @@ from scaletrain.parallel.pipeline_model import PipelineModel, batch_size, check_
 from scaletrain.parallel.pipeline_split import microbatch_of, split_model
 from scaletrain.parallel.precision import PrecisionSpec, resolve_precision, wrap_forward_autocast
 from scaletrain.parallel.strategy import Context, Layout, Sharding, build_mesh
+from scaletrain.runtime.current import group_rank_world, live_dist
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
@@ -137,7 +137,7 @@ def _build(model: nn.Module | None, optimizer: torch.optim.Optimizer | None, *,
            example_input: Any = None, data_parallel: str = "ddp",
            broadcast_loss: bool = False) -> tuple[PipelineModel, torch.optim.Optimizer | None]:
     """The pipeline strategy; ``mesh``/``dims`` come from ``setup()`` or are built here."""
-    if not (dist.is_available() and dist.is_initialized()):
+    if live_dist() is None:
         raise DistEnvError("pipeline parallelism needs the process group",
                            hint="call scaletrain.init() first and start with "
                                 "'scaletrain run --nproc-per-node N script.py'")
@@ -157,7 +157,7 @@ def _build(model: nn.Module | None, optimizer: torch.optim.Optimizer | None, *,
         raise StrategyError(f"unknown data_parallel {data_parallel!r} for the pipeline",
                             hint=f"use one of: {', '.join(_DATA_PARALLEL)}")
     schedule_cls = _schedule_class(schedule)
-    world, rank = dist.get_world_size(), dist.get_rank()
+    rank, world = group_rank_world()
     n_stages = stage_count(split_points, stages)
     if n_stages >= 2 and world % n_stages:
         raise DistEnvError(
