@@ -40,6 +40,7 @@ def test_ranks_are_the_groups(launched):
         assert rec["launcher_rank"] == expected_launcher
         assert rec["env"] == [rank, NPROC, "cpu", "gloo"]
         assert rec["collective_device"] == "cpu"
+        assert rec["error_rank"] == str(rank)
 
 
 def test_loader_shards_by_group_rank(launched):

@@ -22,7 +22,7 @@ from scaletrain.checkpoint.comm import Comm
 from scaletrain.fileio import atomic_write
 from scaletrain.runtime import preempt
 from scaletrain.runtime.agreement import StopAgreement
-from scaletrain.runtime.current import collective_device, current_env
+from scaletrain.runtime.current import collective_device, current_env, error_rank
 
 p = argparse.ArgumentParser()
 p.add_argument("out")
@@ -45,6 +45,7 @@ rec: dict = {"launcher_rank": launcher_rank, "group_rank": rank}
 env = current_env()
 rec["env"] = [env.rank, env.world_size, env.device, env.backend]
 rec["collective_device"] = collective_device()
+rec["error_rank"] = error_rank()  # what an error escaping this rank would be labelled with
 
 ld = scaletrain.loader(TensorDataset(torch.arange(8)), batch_size=1, shuffle=False, num_workers=0,
                        base_world_size=None)
