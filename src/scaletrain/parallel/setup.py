@@ -51,6 +51,7 @@ from scaletrain.parallel.precision import (
     wrap_forward_autocast,
 )
 from scaletrain.parallel.strategy import Context, build_mesh, strategy_for
+from scaletrain.runtime.current import live_dist
 
 if TYPE_CHECKING:
     import torch
@@ -151,10 +152,8 @@ def setup(model: Any, optimizer: Any = None, *, strategy: str = "ddp", precision
     if spec.engine in ("none", "ddp") and prec.compute_dtype:
         wrap_forward_autocast(model, prec, device_type)
 
-    import torch.distributed as dist
-
     mesh = None  # the one mesh; without a process group the strategy says what it needs
-    if spec.engine != "none" and dist.is_available() and dist.is_initialized():
+    if spec.engine != "none" and live_dist() is not None:
         mesh = build_mesh(dims, device_type,
                           primary="shard" if spec.engine == "fsdp" else "replicate")
     ctx = Context(env=env, spec=spec, dims=dims, mesh=mesh, options=opts, precision=prec)
