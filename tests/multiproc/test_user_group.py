@@ -1,4 +1,4 @@
-"""Every consumer of "who am I" follows a process group the program made itself (issue 20).
+"""Every consumer of "who am I" follows a process group the program made itself.
 
 Two launches of tests/multiproc/user_group_worker.py under ``scaletrain run --nproc-per-node 2``:
 ``plain`` (``dist.init_process_group("gloo")``, the Monitor bug's repro: both ranks believed
@@ -40,6 +40,7 @@ def test_ranks_are_the_groups(launched):
         assert rec["launcher_rank"] == expected_launcher
         assert rec["env"] == [rank, NPROC, "cpu", "gloo"]
         assert rec["collective_device"] == "cpu"
+        assert rec["error_rank"] == str(rank)
 
 
 def test_loader_shards_by_group_rank(launched):
@@ -54,6 +55,7 @@ def test_helpers_and_metrics(launched):
     for rec in records:
         assert rec["mean"] == pytest.approx(0.5)
         assert rec["gathered"] == [0, 1]
+    assert [rec["main_first_saw_flag"] for rec in records] == [False, True]
 
 
 def test_checkpoint_comm_stop_agreement_and_record(launched):
@@ -62,6 +64,15 @@ def test_checkpoint_comm_stop_agreement_and_record(launched):
     assert records[1]["comm"] == [1, NPROC, None]
     assert [r["agreed"] for r in records] == ["requested"] * NPROC
     assert records[0]["stop_rank_count"] == NPROC
+
+
+def test_checkpointer_and_export_follow_the_group(launched):
+    _, out, _, records = launched
+    # only the group's rank 0 writes (in "swapped" it is the launcher's rank 1)
+    assert [r["checkpoint"] for r in records] == [[7, True, True], [7, True, False]]
+    assert sorted(p.name for p in (out / "ckpt").iterdir() if p.name.startswith("step-")) == \
+        ["step-00000007"]
+    assert (out / "model.pt").is_file()
 
 
 def test_monitor_writes_once_for_the_whole_group(launched):

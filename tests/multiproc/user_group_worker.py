@@ -22,7 +22,7 @@ from scaletrain.checkpoint.comm import Comm
 from scaletrain.fileio import atomic_write
 from scaletrain.runtime import preempt
 from scaletrain.runtime.agreement import StopAgreement
-from scaletrain.runtime.current import collective_device, current_env
+from scaletrain.runtime.current import collective_device, current_env, error_rank
 
 p = argparse.ArgumentParser()
 p.add_argument("out")
@@ -45,6 +45,7 @@ rec: dict = {"launcher_rank": launcher_rank, "group_rank": rank}
 env = current_env()
 rec["env"] = [env.rank, env.world_size, env.device, env.backend]
 rec["collective_device"] = collective_device()
+rec["error_rank"] = error_rank()  # what an error escaping this rank would be labelled with
 
 ld = scaletrain.loader(TensorDataset(torch.arange(8)), batch_size=1, shuffle=False, num_workers=0,
                        base_world_size=None)
@@ -52,12 +53,27 @@ rec["loader"] = [int(b[0]) for b in ld]
 
 scaletrain.print(f"PRINT-DEFAULT from group rank {rank}")
 scaletrain.barrier()
+with scaletrain.main_first():  # the group's rank 0 first: only it writes the flag
+    rec["main_first_saw_flag"] = (out / "first.flag").exists()
+    if rank == 0:
+        (out / "first.flag").write_text("rank 0 went first\n")
 rec["mean"] = scaletrain.all_reduce_mean(float(rank))
 rec["gathered"] = scaletrain.gather_objects(rank)
 
 comm = Comm()
 rec["comm"] = [comm.rank, comm.world_size, comm.gather(rank)]
 comm.close()
+
+# the Checkpointer and export: the group's rank 0 writes, every rank loads the same step
+torch.manual_seed(0)
+model = torch.nn.Linear(3, 2)
+ckpt = scaletrain.Checkpointer(out / "ckpt")
+ckpt.save(7, {"model": model})
+fresh = torch.nn.Linear(3, 2)
+loaded = ckpt.load_latest({"model": fresh})
+exported = ckpt.export(out / "model.pt", model)
+ckpt.close()
+rec["checkpoint"] = [loaded, torch.equal(fresh.weight, model.weight), exported is not None]
 
 agreement = StopAgreement(period_s=0)
 if rank == 1:

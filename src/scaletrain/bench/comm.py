@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from scaletrain.errors import UsageError
+from scaletrain.runtime.current import collective_device, group_rank_world
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 _UNITS = {"": 1, "B": 1, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}
@@ -141,7 +142,7 @@ def measure(op: str, nbytes: int, *, iters: int, warmup: int, device: Any) -> Co
     import torch
     import torch.distributed as dist
 
-    world, rank = dist.get_world_size(), dist.get_rank()
+    rank, world = group_rank_world()
     call = make_call(op, nbytes, device=device, world=world, rank=rank)
     sync = (lambda: torch.cuda.synchronize(device)) if torch.device(device).type == "cuda" else (lambda: None)
     for _ in range(warmup):
@@ -152,8 +153,9 @@ def measure(op: str, nbytes: int, *, iters: int, warmup: int, device: Any) -> Co
     for _ in range(iters):
         call()
     sync()
-    elapsed = torch.tensor([(time.perf_counter() - t0) / iters], dtype=torch.float64)
-    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # the slowest rank's time (on CPU: gloo)
+    elapsed = torch.tensor([(time.perf_counter() - t0) / iters], dtype=torch.float64,
+                           device=collective_device())  # NCCL reduces only device tensors
+    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # the slowest rank's time
     numel = max(world, nbytes // 4 // world * world)
     return result(op, numel * 4, float(elapsed.item()), world)
 

@@ -16,9 +16,9 @@ class Comm:
     def __init__(self) -> None:
         import torch.distributed as dist
 
-        from scaletrain.runtime.current import live_dist, rank_world
+        from scaletrain.runtime.current import group_rank_world
 
-        rank, world = rank_world() if live_dist() is not None else (0, 1)
+        rank, world = group_rank_world()
         self.distributed = world > 1
         self.rank = rank if self.distributed else 0
         self.world_size = world
@@ -48,9 +48,10 @@ class Comm:
     def close(self) -> None:
         """Destroy the group (at the Checkpointer's close; all ranks call it)."""
         if self.group is not None:
-            import torch.distributed as dist
+            from scaletrain.runtime.current import live_dist
 
-            if dist.is_initialized():
+            dist = live_dist()
+            if dist is not None:  # not when the program destroyed its group first
                 try:
                     dist.destroy_process_group(self.group)
                 except (RuntimeError, ValueError):

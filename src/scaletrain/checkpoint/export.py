@@ -18,12 +18,12 @@ from typing import Any
 from scaletrain.checkpoint.collect import is_pipeline
 from scaletrain.errors import UsageError
 from scaletrain.fileio import atomic_file
+from scaletrain.runtime.current import group_rank_world
 
 
 def export(path: str | Path, model: Any) -> Path | None:
     """Write ``model``'s full weights to ``path`` on rank 0 (a collective); see the module doc."""
     import torch
-    import torch.distributed as dist
 
     if not (is_pipeline(model) or isinstance(model, torch.nn.Module)):
         raise UsageError(f"export() takes the model, got {type(model).__name__}",
@@ -38,7 +38,7 @@ def export(path: str | Path, model: Any) -> Path | None:
         full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True,
                                                                     cpu_offload=True))
         full = {k: v.detach().cpu() for k, v in full.items() if isinstance(v, torch.Tensor)}
-    rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    rank, world = group_rank_world()
     result: Path | None = None
     error: str | None = None
     if rank == 0:
@@ -49,7 +49,9 @@ def export(path: str | Path, model: Any) -> Path | None:
             result = target
         except OSError as err:
             error = f"cannot write {target}: {err.strerror or err}"
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+    if world > 1:
+        import torch.distributed as dist
+
         box = [error]
         dist.broadcast_object_list(box, src=0)
         error = box[0]

@@ -21,6 +21,7 @@ from typing import Any
 
 from scaletrain.checkpoint.collect import Entry, is_zero
 from scaletrain.checkpoint.safeio import read_dcp_metadata, safe_planner, safe_reader
+from scaletrain.runtime.current import live_dist
 
 SUBDIR = "sharded"
 
@@ -86,31 +87,28 @@ def _writer(folder: Path, crcs: dict[str, str]) -> Any:
 def save(state: dict[str, Any], folder: Path, group: Any) -> dict[str, str]:
     """Write ``state`` with DCP into ``folder/sharded`` (a collective over ``group``);
     returns the CRC-32 of each file this rank wrote, by name."""
-    import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
 
     crcs: dict[str, str] = {}
     dcp.save(state, storage_writer=_writer(folder, crcs), process_group=group,
-             no_dist=not dist.is_initialized())
+             no_dist=live_dist() is None)
     return crcs
 
 
 def async_save(state: dict[str, Any], folder: Path, group: Any) -> tuple[Any, dict[str, str]]:
     """Start :func:`save` in DCP's background thread; returns its future (staging is done)
     and the dict of CRCs, complete once the future is."""
-    import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
 
     crcs: dict[str, str] = {}
     future = dcp.async_save(state, storage_writer=_writer(folder, crcs), process_group=group,
-                            no_dist=not dist.is_initialized())
+                            no_dist=live_dist() is None)
     return future, crcs
 
 
 def load(entries: list[Entry], folder: Path, stored: dict[str, dict[str, Any]], *, step: int,
          group: Any, groups: dict[str, Any], fallback: int | None) -> None:
     """Read every entry stored sharded into the live objects (a collective over ``group``)."""
-    import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, \
         get_optimizer_state_dict, set_model_state_dict, set_optimizer_state_dict
@@ -144,7 +142,7 @@ def load(entries: list[Entry], folder: Path, stored: dict[str, dict[str, Any]], 
                 and _aliases_live(e, target[e.name])}
     dcp.load(target, storage_reader=safe_reader(path, step=step, fallback=fallback),
              planner=safe_planner(step=step, path=path), process_group=group,
-             no_dist=not dist.is_initialized())
+             no_dist=live_dist() is None)
     for e in wanted:
         if e.kind == "model" and e.name not in in_place:
             set_model_state_dict(e.obj, target[e.name])

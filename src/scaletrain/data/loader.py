@@ -37,7 +37,7 @@ from scaletrain.data.lr import check_global_batch
 from scaletrain.data.sampler import ResumableDistributedSampler, ShardedIterable
 from scaletrain.errors import ScaletrainError, UsageError
 from scaletrain.runtime import timeouts
-from scaletrain.runtime.current import current_env
+from scaletrain.runtime.current import current_env, group_rank_world
 from scaletrain.runtime.env import Env
 
 AUTO_WORKERS_CAP = 8  # past ~8 workers per process, input pipelines rarely get faster
@@ -322,9 +322,7 @@ def loader(dataset: Dataset, batch_size: int | None = None, global_batch_size: i
         raise UsageError(f"seed must be a non-negative integer, got {seed!r}",
                          hint="use the same seed on every rank, e.g. seed=0")
     if group is not None:
-        import torch.distributed as dist
-
-        rank, world_size = dist.get_rank(group), dist.get_world_size(group)
+        rank, world_size = group_rank_world(group)
         if rank < 0:
             raise UsageError("this process is not a member of the group passed to loader()",
                              hint="pass the data-parallel group this rank belongs to")

@@ -15,13 +15,11 @@ import torch
 import torch.distributed as dist
 
 from scaletrain.errors import UsageError
-from scaletrain.runtime.current import collective_device
+from scaletrain.runtime.current import collective_device, group_rank_world
 
 
 def _world(group: Any = None) -> int:
-    if not (dist.is_available() and dist.is_initialized()):
-        return 1
-    return dist.get_world_size(group)
+    return group_rank_world(group)[1]
 
 
 def _comm_device(group: Any = None) -> torch.device:

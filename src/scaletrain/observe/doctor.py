@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable, Mapping
 
 from scaletrain.errors import ScaletrainError
+from scaletrain.runtime.current import collective_device
 
 
 class DoctorError(ScaletrainError):
@@ -134,7 +135,8 @@ def _agree(ok: bool, message: str, hint: str) -> None:
     import torch.distributed as dist
 
     flag = torch.tensor([0.0 if ok else 1.0])
-    group = dist.new_group(backend="gloo") if dist.get_backend() != "gloo" else None
+    # a CPU flag: over a gloo group of its own unless the world's backend takes CPU tensors
+    group = None if collective_device() == "cpu" else dist.new_group(backend="gloo")
     dist.all_reduce(flag, group=group)
     if flag.item() > 0:
         raise DoctorError(message or "another rank failed a check (see its output)", hint)

@@ -16,10 +16,11 @@ read, a tuple append and two comparisons. Every ``flush_s`` seconds (default 1) 
 the buffered tuples to a writer thread (:mod:`scaletrain.observe.writer`), which converts the
 losses (so the monitor adds no per-step device synchronisation), formats and writes the sinks;
 what a crash can lose is bounded by that interval (see :meth:`Monitor.step`). Every ``every``
-steps (default 100, or about a second's worth of steps when that is more) the ranks exchange one
-small record each (an ``all_gather_object``, on the
-training thread), from which rank 0 names stragglers and idle devices; the node's device
-sampler (one thread per node, on its lowest local rank) sends its figures in that exchange.
+steps (default 100, or about a second's worth of steps when that is more: the rule of
+:mod:`scaletrain.runtime.cadence`, which the stop agreement follows too) the ranks exchange one
+small record each (an ``all_gather_object``, on the training thread), from which rank 0 names
+stragglers and idle devices; the node's device sampler (one thread per node, on its lowest
+local rank) sends its figures in that exchange.
 
 ``step()`` and ``close()`` must be called the same number of times on every rank (as the
 training loop does), because of that exchange. ``samples`` is this process's batch: the
@@ -49,12 +50,11 @@ from scaletrain.observe.records import DENSE_STEPS, NEVER, Record, StepBatch, lo
 from scaletrain.observe.sinks import ConsoleSink, JsonlSink, Sink, TensorBoardSink
 from scaletrain.observe.stepstats import StepStats
 from scaletrain.observe.writer import SinkWriter
+from scaletrain.runtime.cadence import MONITOR_EVERY, monitor_interval
 from scaletrain.runtime.current import current_env, live_dist
 
 
 BUFFER_STEPS = 10_000  # steps buffered at most, however long flush_s: checked at each exchange
-DEFAULT_EVERY = 100    # steps between exchanges by default...
-EXCHANGE_S = 1.0       # ...or about this long, when that is more steps (see _exchange)
 
 
 class Monitor:
@@ -101,7 +101,7 @@ class Monitor:
                  device_sampler: Any = "auto", device_id: str | None = None, num_workers: int | None = None,
                  env: Any = None, stream: Any = None, start_step: int = 0) -> None:
         self._spaced = every is None  # exchanges spaced by time unless a step count was asked for
-        every = DEFAULT_EVERY if every is None else every
+        every = MONITOR_EVERY if every is None else every
         if (every < 1 or log_every < 1 or (jsonl_every is not None and jsonl_every < 1) or warmup < 0
                 or not flush_s > 0):
             raise UsageError("Monitor: every, log_every and jsonl_every must be >= 1, flush_s > 0 and "
@@ -364,15 +364,9 @@ class Monitor:
             windows = attach_samples([RankWindow(**g) for g in gathered])
         else:
             windows = attach_samples([mine])
-        # the next exchange: every `every` steps or, by default, about EXCHANGE_S apart when
-        # steps are short (a tiny model's exchange costs as much as a hundred of its steps'
-        # monitoring). Every rank computes it from the same gathered windows: all agree on the
-        # step without a message.
-        interval = self.every
-        if self._spaced:
-            slowest = max(w.step_s for w in windows)
-            interval = max(interval, min(100 * interval, int(EXCHANGE_S / max(slowest, 1e-9))))
-        self._next_exchange = self._step + interval
+        # every rank computes it from the same gathered windows: all agree on the step
+        slowest = max(w.step_s for w in windows)
+        self._next_exchange = self._step + monitor_interval(slowest, self.every, spaced=self._spaced)
         me = windows[self.rank] if len(windows) > self.rank else windows[0]
         if self._device_mode != "off":
             samplers = {(w.host, w.node): w.node_samples for w in windows if w.node_samples is not None}

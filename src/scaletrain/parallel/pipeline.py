@@ -34,7 +34,6 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from scaletrain.errors import DistEnvError, StrategyError
@@ -51,6 +50,7 @@ from scaletrain.parallel.pipeline_model import PipelineModel, batch_size, check_
 from scaletrain.parallel.pipeline_split import microbatch_of, split_model
 from scaletrain.parallel.precision import wrap_forward_autocast
 from scaletrain.parallel.strategy import Context, Layout, Sharding, build_mesh
+from scaletrain.runtime.current import group_rank_world, live_dist
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
@@ -146,7 +146,7 @@ def _build(model: nn.Module | None, optimizer: torch.optim.Optimizer | None, *,
     """The pipeline strategy; ``mesh``/``dims`` come from ``setup()`` or are built here."""
     schedule_cls = _check_request(precision, loss_fn, n_microbatches, data_parallel, schedule,
                                   split_points, stages)
-    world, rank = dist.get_world_size(), dist.get_rank()
+    rank, world = group_rank_world()
     split = split_model(model, split_points=split_points, stages=stages,
                         example_microbatch=_example_microbatch(model, example_input,
                                                                n_microbatches))
@@ -192,7 +192,7 @@ def _check_request(precision: PrecisionSpec, loss_fn: Callable[..., torch.Tensor
                    split_points: Sequence[str] | None,
                    stages: Sequence[nn.Module] | None) -> type:
     """StrategyError/DistEnvError for a pipeline that cannot run; else the schedule's class."""
-    if not (dist.is_available() and dist.is_initialized()):
+    if live_dist() is None:
         raise DistEnvError("pipeline parallelism needs the process group",
                            hint="call scaletrain.init() first and start with "
                                 "'scaletrain run --nproc-per-node N script.py'")
@@ -212,7 +212,7 @@ def _check_request(precision: PrecisionSpec, loss_fn: Callable[..., torch.Tensor
         raise StrategyError(f"unknown data_parallel {data_parallel!r} for the pipeline",
                             hint=f"use one of: {', '.join(_DATA_PARALLEL)}")
     schedule_cls = _schedule_class(schedule)
-    world = dist.get_world_size()
+    world = group_rank_world()[1]
     n_stages = stage_count(split_points, stages)
     if n_stages >= 2 and world % n_stages:
         raise DistEnvError(

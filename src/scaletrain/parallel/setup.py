@@ -52,6 +52,7 @@ from scaletrain.parallel.precision import (
     wrap_forward_autocast,
 )
 from scaletrain.parallel.strategy import Context, NoneStrategy, Strategy, build_mesh
+from scaletrain.runtime.current import live_dist
 
 if TYPE_CHECKING:
     import torch
@@ -184,9 +185,7 @@ def _place(model: Any, spec: StrategySpec, prec: PrecisionSpec, env: Env) -> tup
 
 def _mesh(spec: StrategySpec, dims: ParallelDims, device_type: str) -> DeviceMesh | None:
     """The one mesh; None without a process group (the strategy then says what it needs)."""
-    import torch.distributed as dist
-
-    if spec.engine != "none" and dist.is_available() and dist.is_initialized():
+    if spec.engine != "none" and live_dist() is not None:
         return build_mesh(dims, device_type,
                           primary="shard" if spec.engine == "fsdp" else "replicate")
     return None

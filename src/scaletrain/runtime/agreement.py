@@ -8,27 +8,26 @@ code from :mod:`scaletrain.runtime.preempt`, its mean step time, the caller's fl
 the result of the *previous* sync's reduction, which finished long ago. Because every rank
 reads the reduction of the same call index, all ranks see the same answer at the same call,
 whichever rank was signalled and whenever. Syncs are spaced about half a second apart (a whole
-number of steps, derived on every rank from the same reduced step time), so the cost stays
+number of steps, derived on every rank from the same reduced step time by the rule of
+:mod:`scaletrain.runtime.cadence`, which the Monitor's exchange follows too), so the cost stays
 invisible even when a step takes a fraction of a millisecond.
 """
 
 from __future__ import annotations
 
-import sys
 import time
 from typing import Any
 
 from scaletrain.errors import UsageError
 from scaletrain.runtime import preempt, timeouts
-from scaletrain.runtime.current import collective_device, live_dist
+from scaletrain.runtime.cadence import STOP_PERIOD_S, stop_interval
+from scaletrain.runtime.current import collective_device, group_rank_world
 
 FLAG_BITS = 8  # poll(flags) carries bits 0..7; each travels as its own MAX, i.e. an OR
 _SLOTS = 2 + FLAG_BITS  # [stop code, mean step time in us, flag bits...]
 _MAX_STEP_US = 2**31 - 1
-# The agreement's all-reduce runs about this often (an interval of whole steps): rare enough
-# that its cost is invisible even on a tiny model, often enough to stop within a second or two.
-SYNC_PERIOD_S = 0.5
-MAX_INTERVAL = 10_000
+# Read by every new StopAgreement: set to 0 before creating one, it agrees at every step.
+SYNC_PERIOD_S = STOP_PERIOD_S
 
 
 class StopAgreement:
@@ -90,13 +89,11 @@ class StopAgreement:
             pass
 
     def _setup(self) -> None:
-        dist = live_dist()
-        self._distributed = bool(dist is not None and dist.get_world_size(self._group) > 1)
+        self._distributed = group_rank_world(self._group)[1] > 1
         if not self._distributed:
             return
         import torch
 
-        assert dist is not None  # poll() runs only with a process group
         where = collective_device(self._group)
         if where != "cpu":
             device = torch.device(where)
@@ -142,7 +139,7 @@ class StopAgreement:
             self._start(mine)
         if previous is None:
             return None, 0
-        self._interval = _interval(previous[1], self._period)
+        self._interval = stop_interval(previous[1], self._period)
         return _agreed(_decode(previous))
 
     def _collect(self) -> list[int] | None:
@@ -176,13 +173,6 @@ class StopAgreement:
             self._work.wait()  # makes the side stream wait for NCCL's; the host does not
             self._host.copy_(self._buffer, non_blocking=True)
             self._event.record(self._stream)
-
-
-def _interval(step_us: int, period_s: float) -> int:
-    """Calls between syncs for a (reduced, slowest-rank) mean step of ``step_us``."""
-    if step_us <= 0 or period_s <= 0:
-        return 1
-    return max(1, min(MAX_INTERVAL, int(period_s * 1e6 // step_us)))
 
 
 def _agreed(result: tuple[str | None, int]) -> tuple[str | None, int]:

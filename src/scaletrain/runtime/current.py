@@ -9,6 +9,15 @@ checkpoint collectives, the stop agreement, the stop record) must read them the 
    single process that made a group of one);
 3. no group at all: the launcher's variables (:func:`scaletrain.detect`).
 
+The answers: :func:`rank_world`, :func:`current_placement` (with the local rank) and
+:func:`current_env` (with the device) for "who am I"; :func:`group_rank_world` for "who do I
+reach in a collective" (nobody without a group, whatever the launcher says);
+:func:`collective_device` for "where must a collective's tensor live"; :func:`error_rank` for
+"which rank does an error message name". The checkpoint collectives, the export, the metrics,
+the helpers, the stop agreement and record, the pipeline, the doctor and the benchmarks ask
+these instead of torch or the environment. (``init()`` itself still compares an existing group
+with the launcher's variables: that check is its own.)
+
 Nothing here imports torch unless a process group already exists (``sys.modules``), so asking
 "who am I" costs nothing in a script that never trains.
 """
@@ -16,6 +25,7 @@ Nothing here imports torch unless a process group already exists (``sys.modules`
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 from typing import Any
 
@@ -45,6 +55,39 @@ def rank_world() -> tuple[int, int]:
     return placement.rank, placement.world_size
 
 
+def group_rank_world(group: Any = None) -> tuple[int, int]:
+    """(rank, size) of this process in ``group`` (default: the world), as a collective sees it.
+
+    ``(0, 1)`` without a process group: no collective can reach another process, whatever the
+    launcher's variables say. In a group this process is not a member of, torch's answer
+    (rank -1).
+    """
+    dist = live_dist()
+    if dist is None:
+        return 0, 1
+    if group is None:
+        return rank_world()
+    return int(dist.get_rank(group)), int(dist.get_world_size(group))
+
+
+def error_rank() -> str | None:
+    """The rank an error message names, or None; never raises (it runs in an excepthook).
+
+    After ``init()`` or under a live group of several processes: this process's rank. Otherwise
+    the error may be that the launcher's variables contradict each other, so they are not
+    parsed: the launcher's raw ``RANK`` (torchrun) or ``SLURM_PROCID`` (srun), when a number.
+    """
+    if _init.current() is not None or live_dist() is not None:
+        try:
+            rank, world = rank_world()
+        except Exception:  # noqa: BLE001 - a group torn down under us: the launcher's word
+            world = 1
+        if world > 1:
+            return str(rank)
+    raw = os.environ.get("RANK") or os.environ.get("SLURM_PROCID")
+    return raw if raw and raw.isascii() and raw.isdigit() else None
+
+
 def _uses_cuda(backend: str) -> bool:
     # NCCL reduces only CUDA tensors; gloo (and the CPU part of "cpu:gloo,cuda:nccl") takes CPU ones
     backend = backend.lower()
@@ -69,8 +112,8 @@ def collective_device(group: Any = None) -> str:
     return f"cuda:{torch.cuda.current_device()}"
 
 
-def _group_env(dist: Any) -> Env:
-    """The Env of a group the script started itself: its rank and size, the rest from the launcher."""
+def _group_placement(dist: Any) -> Placement:
+    """The place of a group the script started itself: its rank and size, the rest from the launcher."""
     rank, world = int(dist.get_rank()), int(dist.get_world_size())
     try:
         placement: Placement = detect_placement()
@@ -84,8 +127,19 @@ def _group_env(dist: Any) -> Env:
         # only what the group itself knows
         placement = Placement(rank=rank, world_size=world, launcher=placement.launcher,
                               job_id=placement.job_id)
-    backend = str(dist.get_backend())
-    return placement.with_device(device=collective_device(), backend=backend)
+    return placement
+
+
+def current_placement() -> Placement:
+    """Who this process is, without a device decision: ``init()``'s Env, else the live default
+    group's place (see :func:`current_env`), else the launcher's (``detect_placement()``)."""
+    env = _init.current()  # looked up on the module: init() may come later
+    if env is not None:
+        return env
+    dist = live_dist()
+    if dist is not None:
+        return _group_placement(dist)
+    return detect_placement()
 
 
 def current_env() -> Env:
@@ -95,10 +149,10 @@ def current_env() -> Env:
     backend (``cuda:N`` for NCCL, ``cpu`` otherwise). Raises :class:`DistEnvError` only when
     there is no group and the launcher's variables contradict each other.
     """
-    env = _init.current()  # looked up on the module: init() may come later
-    if env is not None:
-        return env
+    place = current_placement()
+    if isinstance(place, Env):  # init()'s
+        return place
     dist = live_dist()
     if dist is not None:
-        return _group_env(dist)
-    return detect()
+        return place.with_device(device=collective_device(), backend=str(dist.get_backend()))
+    return detect()  # the launcher's place, with the device init() would choose

@@ -40,9 +40,11 @@ def hook(kind: type[BaseException], exc: BaseException, tb: TracebackType | None
     if not isinstance(exc, ScaletrainError):
         previous(kind, exc, tb)
         return
-    rank = os.environ.get("RANK") or os.environ.get("SLURM_PROCID")
+    from scaletrain.runtime.current import error_rank  # current imports init, which imports us
+
+    rank = error_rank()
     text = exc.render()
-    if rank and rank.isascii() and rank.isdigit():
+    if rank is not None:
         text = text.replace("scaletrain: error:", f"scaletrain: error: rank {rank}:", 1)
     try:
         print(text, file=sys.stderr)

@@ -9,15 +9,13 @@ already exists, so ``scaletrain.print`` costs nothing in a script that never tra
 from __future__ import annotations
 
 import builtins
-import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, Literal
 
 from scaletrain.errors import DistEnvError
-from scaletrain.runtime.current import collective_device, live_dist, rank_world
-from scaletrain.runtime.detect import detect_placement
-from scaletrain.runtime.init import current
+from scaletrain.runtime.current import (collective_device, current_placement, group_rank_world,
+                                        live_dist, rank_world)
 
 
 def rank_print(*args: Any, ranks: Iterable[int] | Literal["all"] = (0,), **kwargs: Any) -> None:
@@ -58,7 +56,7 @@ def barrier() -> None:
     """
     dist = live_dist()
     if dist is not None:
-        if dist.get_world_size() > 1:
+        if group_rank_world()[1] > 1:
             device = collective_device()
             if device.startswith("cuda:"):
                 # name the GPU: NCCL would otherwise guess it from the rank
@@ -85,12 +83,8 @@ def main_first(*, local: bool = False) -> Iterator[None]:
     first rank's block raises, the others are still released (and will likely fail the same
     way) instead of hanging in the barrier.
     """
-    env = current()
-    if env is not None:
-        first = env.is_local_main if local else env.is_main
-    else:
-        rank, _ = rank_world()
-        first = (detect_placement().local_rank == 0) if local else rank == 0
+    place = current_placement()
+    first = place.is_local_main if local else place.is_main
     if not first:
         barrier()
         yield

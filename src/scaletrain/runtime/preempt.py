@@ -38,7 +38,7 @@ from typing import Any
 from scaletrain.contract import DEFAULT_STOP_SIGNALS, EXIT_STOPPED, STOP_SIGNALS_VAR, format_stop_signals
 from scaletrain.errors import UsageError
 from scaletrain.fileio import atomic_write
-from scaletrain.runtime.current import live_dist, rank_world
+from scaletrain.runtime.current import group_rank_world
 
 # The reasons a stop can have, in increasing urgency: when ranks disagree (one got USR1, another
 # TERM), the reduction's MAX picks the most urgent. Code 0 means "no stop".
@@ -272,8 +272,7 @@ def write_stop_record(directory: str | os.PathLike[str], *, reason: str, step: i
     """
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
-    dist = live_dist()
-    ranks = rank_world()[1] if dist is not None else 1
+    ranks = group_rank_world()[1]   # the processes that agreed on this stop
     restart = os.environ.get("SLURM_RESTART_COUNT", "0").strip()
     record = {
         "reason": reason,

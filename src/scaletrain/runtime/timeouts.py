@@ -18,7 +18,6 @@ collective) and costs one flag test after the first call.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Mapping
 from datetime import timedelta
 
@@ -89,8 +88,9 @@ def training_started() -> bool:
     if _started or _step_s is None:
         return False
     _started = True
-    dist = sys.modules.get("torch.distributed")
-    if dist is None or not dist.is_available() or not dist.is_initialized():
+    from scaletrain.runtime.current import live_dist  # current imports init, which imports us
+
+    if live_dist() is None:
         return False
     set_group_timeouts(_step_s)
     return True
