@@ -237,14 +237,14 @@ def test_pin_memory_follows_the_device(monkeypatch):
 
 
 def test_env_from_init_then_detect(clean_env, monkeypatch):
-    import scaletrain.runtime.init as rt
+    from scaletrain.runtime import session as rt  # where init() leaves its Env
 
-    monkeypatch.setattr(rt, "current", lambda: Env(rank=1, world_size=3))
+    monkeypatch.setattr(rt, "_ENV", Env(rank=1, world_size=3))
     ld = scaletrain.loader(dataset(9), batch_size=1, shuffle=False, num_workers=0,
                            base_world_size=None)
     assert (ld.env.rank, ld.env.world_size) == (1, 3)
     assert [ids(b)[0] for b in ld] == [1, 4, 7]
-    monkeypatch.setattr(rt, "current", lambda: None)  # not initialised: the launcher's variables
+    monkeypatch.setattr(rt, "_ENV", None)  # not initialised: the launcher's variables
     for key, value in {"RANK": "2", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29999"}.items():
         clean_env.setenv(key, value)

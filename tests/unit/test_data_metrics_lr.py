@@ -74,10 +74,11 @@ def test_all_reduce_mean_rejects_bad_input(bad):
 def test_a_users_own_process_group_gives_the_env(tmp_path, monkeypatch):
     import torch.distributed as dist
 
-    import scaletrain.runtime.init as rt
     from torch.utils.data import TensorDataset
 
-    monkeypatch.setattr(rt, "current", lambda: None)
+    from scaletrain.runtime import session as rt  # where init() leaves its Env
+
+    monkeypatch.setattr(rt, "_ENV", None)
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0,
                             world_size=1)
     try:

@@ -13,7 +13,7 @@ import os
 import re
 from typing import Any
 
-from scaletrain.clusters.profile import GPU_REQUESTS, MEM_REQUESTS, ClusterProfile, Partition, parse_time
+from scaletrain.clusters.model import GPU_REQUESTS, MEM_REQUESTS, ClusterProfile, Partition, parse_time
 from scaletrain.clusters.validate import check_profile
 from scaletrain.errors import ProfileError
 

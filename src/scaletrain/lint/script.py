@@ -1,22 +1,28 @@
 """A Slurm batch script as data: ``#SBATCH`` options with line numbers, and its commands.
 
-The shell text is split into commands by ``scaletrain.lint.shell``; this module holds the data
-types both share and reads the ``#SBATCH`` header the way sbatch does (it stops at the first
+The shell text is split into commands by ``scaletrain.lint.shell`` (into the word types of
+``scaletrain.lint.words``); this module reads the ``#SBATCH`` header the way sbatch does (it stops at the first
 line that is neither blank nor a comment; text after an unquoted ``#`` is a comment).
 """
 
 from __future__ import annotations
 
-import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-# How a ``$NAME`` appears: "bare" and "double" expand in the shell that reads the line,
-# "single" and "escaped" reach the program as the literal text ``$NAME``.
-EXPANDS = ("bare", "double")
-
-NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-ASSIGN_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\+?=")
+from scaletrain.lint.shell import split_commands
+# the word types, importable from here as before (they live in lint/words.py, which the shell
+# splitter imports too)
+from scaletrain.lint.words import (  # noqa: F401 - re-exported
+    ASSIGN_RE,
+    EXPANDS,
+    NAME_RE,
+    Command,
+    Expansion,
+    Heredoc,
+    Word,
+    assignment_value,
+)
 
 # Short #SBATCH options and the long name they stand for; aliases folded into one name.
 _SHORT = {"N": "nodes", "n": "ntasks", "c": "cpus-per-task", "t": "time", "p": "partition",
@@ -39,56 +45,6 @@ class SbatchOption:
     value: str | None
     line: int
     text: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class Expansion:
-    """A ``$NAME``/``${NAME}`` in the text, and how it is quoted (see ``EXPANDS``)."""
-
-    name: str
-    quote: str          # "bare" | "double" | "single" | "escaped" | "heredoc"
-    line: int
-
-    @property
-    def expands(self) -> bool:
-        """True when the shell reading this text substitutes the value."""
-        return self.quote in EXPANDS or self.quote == "heredoc"
-
-
-@dataclass(kw_only=True)
-class Word:
-    """One shell word: its raw text, its value after quote removal, and its expansions."""
-
-    raw: str = ""
-    value: str = ""
-    line: int = 0
-    expansions: list[Expansion] = field(default_factory=list)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Heredoc:
-    """A here-document attached to a command; ``quoted`` (``<<'EOF'``) means no expansion."""
-
-    body: str
-    quoted: bool
-    line: int
-    expansions: tuple[Expansion, ...]
-
-
-@dataclass(kw_only=True)
-class Command:
-    """A simple command: leading ``VAR=value`` assignments, then its words."""
-
-    words: list[Word]
-    line: int
-    end_line: int
-    assignments: list[tuple[str, Word]] = field(default_factory=list)
-    heredocs: list[Heredoc] = field(default_factory=list)
-
-    @property
-    def argv(self) -> list[str]:
-        """The words' values (quotes removed, ``$NAME`` left as text)."""
-        return [w.value for w in self.words]
 
 
 @dataclass(kw_only=True)
@@ -126,13 +82,6 @@ class BatchScript:
                         value_word = assignment_value(w)
                         out.setdefault(m.group(1), []).append((value_word, cmd))
         return out
-
-
-def assignment_value(word: Word) -> Word:
-    """The value part of a ``NAME=value`` word, keeping the expansions."""
-    _, _, value = word.value.partition("=")
-    return Word(raw=word.raw.partition("=")[2], value=value, line=word.line,
-                expansions=list(word.expansions))
 
 
 def parse_sbatch_line(text: str, line: int) -> list[SbatchOption]:
@@ -208,7 +157,6 @@ def parse_script(text: str, path: str = "<script>") -> BatchScript:
             continue
         header_end = number
         break
-    from scaletrain.lint.shell import split_commands   # shell imports this module's types
     commands = split_commands(text)
     return BatchScript(path=path, text=text, lines=lines, shebang=shebang, options=options,
                        header_end=header_end, commands=commands, crlf_line=crlf_line)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from scaletrain.lint.script import ASSIGN_RE, NAME_RE, Command, Expansion, Heredoc, Word, assignment_value
+from scaletrain.lint.words import ASSIGN_RE, NAME_RE, Command, Expansion, Heredoc, Word, assignment_value
 
 
 class _Scanner:

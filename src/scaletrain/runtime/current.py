@@ -32,7 +32,7 @@ from typing import Any
 from scaletrain.errors import DistEnvError
 from scaletrain.runtime.detect import detect, detect_placement
 from scaletrain.runtime.env import Env, Placement
-from scaletrain.runtime import init as _init
+from scaletrain.runtime import session
 
 
 def live_dist() -> Any | None:
@@ -45,7 +45,7 @@ def live_dist() -> Any | None:
 
 def rank_world() -> tuple[int, int]:
     """(rank, world size) of this process: ``init()``'s, else the live group's, else the launcher's."""
-    env = _init.current()  # looked up on the module: init() may come later
+    env = session.get()
     if env is not None:
         return env.rank, env.world_size
     dist = live_dist()
@@ -77,7 +77,7 @@ def error_rank() -> str | None:
     the error may be that the launcher's variables contradict each other, so they are not
     parsed: the launcher's raw ``RANK`` (torchrun) or ``SLURM_PROCID`` (srun), when a number.
     """
-    if _init.current() is not None or live_dist() is not None:
+    if session.get() is not None or live_dist() is not None:
         try:
             rank, world = rank_world()
         except Exception:  # noqa: BLE001 - a group torn down under us: the launcher's word
@@ -104,7 +104,7 @@ def collective_device(group: Any = None) -> str:
     dist = live_dist()
     if dist is None or not _uses_cuda(str(dist.get_backend(group))):
         return "cpu"
-    env = _init.current()  # looked up on the module: init() may come later
+    env = session.get()
     if env is not None and env.device.startswith("cuda:"):
         return env.device
     import torch
@@ -133,7 +133,7 @@ def _group_placement(dist: Any) -> Placement:
 def current_placement() -> Placement:
     """Who this process is, without a device decision: ``init()``'s Env, else the live default
     group's place (see :func:`current_env`), else the launcher's (``detect_placement()``)."""
-    env = _init.current()  # looked up on the module: init() may come later
+    env = session.get()
     if env is not None:
         return env
     dist = live_dist()

@@ -40,7 +40,7 @@ def hook(kind: type[BaseException], exc: BaseException, tb: TracebackType | None
     if not isinstance(exc, ScaletrainError):
         previous(kind, exc, tb)
         return
-    from scaletrain.runtime.current import error_rank  # current imports init, which imports us
+    from scaletrain.runtime.current import error_rank
 
     rank = error_rank()
     text = exc.render()

@@ -48,7 +48,7 @@ from scaletrain.runtime.settle import thread_activity as _thread_activity  # noq
 from scaletrain.runtime.settle import wait_idle as _wait_idle  # noqa: F401
 from scaletrain.runtime.resolve import (CpuPlan, Request, choose_backend, choose_device,
                                         normalize_backend, plan_cpus, read_request)
-from scaletrain.runtime import errorhook, timeouts
+from scaletrain.runtime import errorhook, session, timeouts
 from scaletrain.runtime.threads import allowed_cpus, apply_threads
 from scaletrain.runtime.timeouts import STARTUP_TIMEOUT_S
 
@@ -81,7 +81,7 @@ _ATEXIT_REGISTERED = False
 
 def current() -> Env | None:
     """The Env of the last successful :func:`init`, or None before it (and after shutdown)."""
-    return _STATE.env if _STATE is not None else None
+    return session.get()
 
 
 def _check_same(state: _Runtime, device: str | None, backend: str | None,
@@ -293,6 +293,7 @@ def init(*, device: str | None = None, backend: str | None = None,
         _STATE = _Runtime(env=env, requested_device=request.device,
                           requested_backend=request.backend, timeout_s=seconds,
                           owns_group=owns, cpus=undo)
+        session.record(env)
         _register_atexit()
         preempt.install(stop_signals)
         return env
@@ -315,6 +316,7 @@ def shutdown() -> None:
     global _STATE
     with _LOCK:
         state, _STATE = _STATE, None
+        session.record(None)
     if state is None:
         return
     import sys

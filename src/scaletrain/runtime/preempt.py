@@ -314,12 +314,3 @@ def mark_superseded(directory: str | os.PathLike[str], *, step: int) -> Path | N
         return atomic_write(path, json.dumps(record, indent=2) + "\n")
     except OSError:   # a read-only or full disk: the old record stays, nothing is lost
         return None
-
-
-def __getattr__(name: str) -> Any:
-    # ``preempt.StopAgreement`` (its home before the agreement had its own module) still works
-    if name == "StopAgreement":
-        from scaletrain.runtime.agreement import StopAgreement
-
-        return StopAgreement
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

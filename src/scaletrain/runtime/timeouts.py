@@ -88,7 +88,7 @@ def training_started() -> bool:
     if _started or _step_s is None:
         return False
     _started = True
-    from scaletrain.runtime.current import live_dist  # current imports init, which imports us
+    from scaletrain.runtime.current import live_dist
 
     if live_dist() is None:
         return False
