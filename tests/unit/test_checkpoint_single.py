@@ -597,3 +597,35 @@ def test_crc32c_checkpoint_without_the_package_is_an_error_not_damage(tmp_path, 
         scaletrain.Checkpointer(tmp_path / "ck").load_latest({"model": torch.nn.Linear(4, 3)})
     assert "pip install crc32c" in info.value.hint
     assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["step-00000001", "step-00000002"]
+
+
+def test_a_load_pauses_the_garbage_collector_and_restores_it(saved, monkeypatch):
+    """The collector is off during a load (full collections in a big process cost more than
+    the checksum) and back as it was afterwards, also after a failed load."""
+    import gc
+
+    from scaletrain.checkpoint import safeio
+
+    seen = []
+    real = safeio.load_file
+
+    def spy(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr("scaletrain.checkpoint.reader.load_file", spy)
+    directory = saved[0]
+    model, opt, sched = _objects()
+    state = _state(model, opt, sched, epoch=0, history=[], table={})
+    assert gc.isenabled()
+    assert scaletrain.Checkpointer(directory).load_latest(state) == 30
+    assert seen and not any(seen) and gc.isenabled()
+    gc.disable()
+    try:
+        scaletrain.Checkpointer(directory).load_latest(state)
+        assert not gc.isenabled()  # a program that had it off keeps it off
+    finally:
+        gc.enable()
+    with pytest.raises(CheckpointError):
+        scaletrain.Checkpointer(directory).load_latest({"unknown": torch.nn.Linear(2, 2)})
+    assert gc.isenabled()

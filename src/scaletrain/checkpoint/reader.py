@@ -22,7 +22,7 @@ from scaletrain.checkpoint import checksum, layout, replicated, sharded
 from scaletrain.checkpoint.collect import Entry
 from scaletrain.checkpoint.comm import Comm
 from scaletrain.checkpoint.errors import CheckpointError, unreadable
-from scaletrain.checkpoint.safeio import load_file
+from scaletrain.checkpoint.safeio import gc_paused, load_file
 from scaletrain.checkpoint.writer import REPLICATED, rank_file
 from scaletrain.errors import ScaletrainError
 
@@ -159,6 +159,12 @@ def load(directory: Path, entries: list[Entry], state: MutableMapping[str, Any],
     checkpoint left after a damaged one: an error (a fresh start would silently throw the
     training away).
     """
+    with gc_paused():  # the training thread waits for the load anyway
+        return _load(directory, entries, state, comm, device, strict=strict)
+
+
+def _load(directory: Path, entries: list[Entry], state: MutableMapping[str, Any], comm: Comm,
+          device: Any, *, strict: bool) -> int | None:
     chooser = _Chooser(directory) if comm.rank == 0 else None
     while True:
         offer = chooser.next() if chooser is not None else None

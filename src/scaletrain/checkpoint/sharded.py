@@ -109,14 +109,19 @@ def async_save(state: dict[str, Any], folder: Path, group: Any) -> tuple[Any, di
 def load(entries: list[Entry], folder: Path, stored: dict[str, dict[str, Any]], *, step: int,
          group: Any, groups: dict[str, Any], fallback: int | None) -> None:
     """Read every entry stored sharded into the live objects (a collective over ``group``)."""
+    wanted = [e for e in entries if stored.get(e.name, {}).get("sharded")]
+    if not wanted:
+        return
+    _load(wanted, folder / SUBDIR, step=step, group=group, groups=groups, fallback=fallback)
+
+
+def _load(wanted: list[Entry], path: Path, *, step: int, group: Any, groups: dict[str, Any],
+          fallback: int | None) -> None:
+    """:func:`load`'s work: the metadata (read once, for us and for DCP), the targets, DCP."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, \
         get_optimizer_state_dict, set_model_state_dict, set_optimizer_state_dict
 
-    wanted = [e for e in entries if stored.get(e.name, {}).get("sharded")]
-    if not wanted:
-        return
-    path = folder / SUBDIR
     metadata = read_dcp_metadata(path, step=step, fallback=fallback)
     keys = list(metadata.state_dict_metadata)
     target: dict[str, Any] = {}
@@ -140,7 +145,8 @@ def load(entries: list[Entry], folder: Path, stored: dict[str, dict[str, Any]], 
     # again onto itself. Decided before the load, from the objects' own storages.
     in_place = {e.name for e in wanted if e.kind in ("model", "optimizer") and not e.named
                 and _aliases_live(e, target[e.name])}
-    dcp.load(target, storage_reader=safe_reader(path, step=step, fallback=fallback),
+    dcp.load(target, storage_reader=safe_reader(path, step=step, fallback=fallback,
+                                                metadata=metadata),
              planner=safe_planner(step=step, path=path), process_group=group,
              no_dist=live_dist() is None)
     for e in wanted:
