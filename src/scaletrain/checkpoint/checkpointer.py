@@ -25,6 +25,7 @@ from scaletrain.checkpoint import layout
 from scaletrain.checkpoint.collect import classify
 from scaletrain.checkpoint.comm import Comm
 from scaletrain.checkpoint.errors import CheckpointError
+from scaletrain.checkpoint.safeio import gc_paused
 from scaletrain.errors import UsageError
 
 _MINUTES_DUE = 1  # StopAgreement flag bit 0: "every_minutes is due" on some rank
@@ -108,12 +109,16 @@ class Checkpointer:
         entries = classify(state)
         job = SaveJob(self.directory, step, entries, self._get_comm(), keep=self.keep,
                       staged=self.async_save)
-        job.prepare()
-        self._save_call = self._calls
-        self._last_saved = step
-        self._last_save_time = time.monotonic()
+        # the training thread waits for these parts: no full collection of its objects meanwhile
+        # (the background half of an async save runs with the collector as the program has it)
+        with gc_paused():
+            job.prepare()
+            self._save_call = self._calls
+            self._last_saved = step
+            self._last_save_time = time.monotonic()
+            if not self.async_save:
+                job.run()
         if not self.async_save:
-            job.run()
             self._retire(step)
             return
         self._thread = threading.Thread(target=self._background, args=(job,),
