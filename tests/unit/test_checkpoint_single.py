@@ -629,3 +629,32 @@ def test_a_load_pauses_the_garbage_collector_and_restores_it(saved, monkeypatch)
     with pytest.raises(CheckpointError):
         scaletrain.Checkpointer(directory).load_latest({"unknown": torch.nn.Linear(2, 2)})
     assert gc.isenabled()
+
+
+@pytest.mark.parametrize("async_save", [False, True])
+def test_a_save_pauses_the_collector_only_while_the_training_thread_waits(tmp_path, monkeypatch,
+                                                                         async_save):
+    import gc
+
+    from scaletrain.checkpoint import writer
+
+    seen: dict[str, bool] = {}
+    prepare, run = writer.SaveJob.prepare, writer.SaveJob.run
+
+    def spy_prepare(self):
+        seen["prepare"] = gc.isenabled()
+        return prepare(self)
+
+    def spy_run(self):
+        seen["run"] = gc.isenabled()
+        return run(self)
+
+    monkeypatch.setattr(writer.SaveJob, "prepare", spy_prepare)
+    monkeypatch.setattr(writer.SaveJob, "run", spy_run)
+    ckpt = scaletrain.Checkpointer(tmp_path / "ck", async_save=async_save)
+    ckpt.save(1, {"model": torch.nn.Linear(3, 2)})
+    ckpt.wait()
+    ckpt.close()
+    assert seen["prepare"] is False
+    assert seen["run"] is async_save  # a background write leaves the program's collector on
+    assert gc.isenabled()
