@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from scaletrain.launch import crash, rundir
-from scaletrain.launch.failure import FailedRank, collect_failures, render_tail, worker_failed_error
+from scaletrain.launch.failure import collect_failures, render_tail, worker_failed_error
 
 MAIN = 0x00007F0000000001
 DUMP = f"""Fatal Python error: Aborted
@@ -83,6 +83,11 @@ def test_read_from_the_run_folder_and_rendered_under_the_stderr(tmp_path):
 
 def test_a_dump_is_not_shown_for_a_rank_the_agent_stopped(tmp_path):
     found = crash.CrashStack("Aborted", "the thread that crashed", ("File \"a.py\", line 1 in f",), "p")
-    stopped = FailedRank(rank=0, local_rank=0, pid=1, exitcode=-15, crash=found)
+
+    class Stopped:
+        local_rank, pid, exitcode = 0, 1, -15  # SIGTERM from the agent; the dump is older
+
+    [stopped] = collect_failures({0: Stopped()}, {}, crashes={0: found})
+    assert stopped.crash is None
     assert "crashed in native code" not in render_tail(stopped)
     assert "native code" not in worker_failed_error([stopped]).hint

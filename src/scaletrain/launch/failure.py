@@ -33,8 +33,7 @@ _STOPPED_BY_US = {-signal.SIGTERM, -signal.SIGKILL, 128 + signal.SIGTERM, 128 + 
 # How a worker that aborts at interpreter exit ends: killed by SIGABRT, 128+SIGABRT through a
 # shell, or a launcher's exit(-SIGABRT) truncated to 250 (DeepSpeed's launcher does that).
 _ABORTED = {-signal.SIGABRT, 128 + signal.SIGABRT, 256 - signal.SIGABRT}
-# The fatal signals faulthandler dumps a stack for (a stack file's dump of an earlier attempt is
-# not shown for a rank the agent stopped)
+# The fatal signals faulthandler dumps a stack for
 _FATAL = {-signal.SIGSEGV, -signal.SIGABRT, -signal.SIGBUS, -signal.SIGFPE, -signal.SIGILL}
 AT_EXIT_HINT = ("the training itself completed. Destroy every process group before the program "
                 "ends: torch.distributed.destroy_process_group() once nothing holds a group any "
@@ -60,7 +59,7 @@ class FailedRank:
     stderr_tail: tuple[str, ...] = ()
     record: ErrorRecord | None = None
     finished: bool = False  # its program had returned (the worker entry marked it)
-    crash: CrashStack | None = None  # its Python stack when a fatal signal killed it
+    crash: CrashStack | None = None  # its Python stack, when a fatal signal killed it
 
     @property
     def how(self) -> str:
@@ -106,7 +105,9 @@ def collect_failures(failures: Mapping[int, object], stderr_paths: Mapping[int, 
             exitcode=int(getattr(failure, "exitcode")),
             stderr_tail=tuple(tail_lines(stderr_paths.get(local_rank), tail)),
             record=records.get(int(rank)), finished=int(rank) in finished,
-            crash=crashes.get(int(rank)),
+            # only for a rank a fatal signal ended: the dump of an earlier attempt stays in the
+            # file and says nothing about a rank the agent stopped
+            crash=crashes.get(int(rank)) if int(getattr(failure, "exitcode")) in _FATAL else None,
         ))
     return out
 
@@ -154,7 +155,7 @@ def render_tail(item: FailedRank) -> str:
     else:
         body = "\n".join(f"  | {line}" for line in item.stderr_tail)
         text = f"scaletrain: last lines of rank {item.rank}'s stderr:\n{body}"
-    if item.crash is not None and item.exitcode in _FATAL:
+    if item.crash is not None:
         text += "\n" + crash.render(item.rank, item.crash)
     return text
 
@@ -177,7 +178,7 @@ def worker_failed_error(failed: list[FailedRank], node_rank: int = 0) -> WorkerF
     message = f"{who} {cause.how}{rest}"
     if cause.exitcode < 0 and -cause.exitcode == signal.SIGKILL:
         hint = "SIGKILL often means out of memory (check `dmesg`); use a smaller batch or fewer ranks"
-    elif cause.crash is not None and cause.exitcode in _FATAL:
+    elif cause.crash is not None:
         hint = ("a crash inside native code (torch, a communication library or a C extension): "
                 "the stack above shows which call of the program was running")
     else:
