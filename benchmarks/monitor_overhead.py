@@ -18,9 +18,10 @@ second, cross-rank exchange every 100 steps, device sampler "auto"). Three figur
   counter), against the CPU time of a step without the monitor. CPU time does not count other
   processes' turns, so this figure moves least with machine load.
 
-Three more rows of the tiny MLP show what the JSONL lines cost: ``jsonl_every=1`` (a line per
+Four more rows of the tiny MLP show what the JSONL lines cost: ``jsonl_every=1`` (a line per
 step, the default before lines were spaced by time), ``jsonl_every=10`` (every tenth step) and
-``jsonl=False`` (console and summary only).
+``jsonl=False`` (console and summary only), and what the paired differences read for a monitor
+whose ``step`` does nothing (the benchmark's own bias: a Python call and the block order).
 
 ``--repeats N`` runs the whole measurement N times in fresh processes and prints every run.
 Prints a markdown table per run.
@@ -46,9 +47,16 @@ _JSONL_EVERY = {"1": 1, "10": 10}
 
 
 class _Null:
-    """A monitor that does nothing: the cost of the call and of timing it."""
+    """A monitor that does nothing: the cost of the call and of timing it (its row is the
+    benchmark's own bias: the paired differences a call into Python shows without any work)."""
+
+    _step = 0
+    _writer = None
 
     def step(self, **_: Any) -> None:
+        pass
+
+    def close(self) -> None:
         pass
 
 
@@ -73,6 +81,7 @@ def measure(rounds: int, steps: int) -> None:
         "tiny MLP, jsonl_every=1": (tiny, lambda i: tiny(x).pow(2).mean(), 16, steps),
         "tiny MLP, jsonl_every=10": (tiny, lambda i: tiny(x).pow(2).mean(), 16, steps),
         "tiny MLP, jsonl=False": (tiny, lambda i: tiny(x).pow(2).mean(), 16, steps),
+        "tiny MLP, a monitor that does nothing": (tiny, lambda i: tiny(x).pow(2).mean(), 16, steps),
         "CNN (bench 'cnn', batch 32)": (cnn.model, lambda i: cnn.loss(cnn.model, cnn.make_batch(32, i)), 32,
                                         max(5, steps // 40)),
     }
@@ -102,8 +111,9 @@ def measure(rounds: int, steps: int) -> None:
 
         with tempfile.TemporaryDirectory() as tmp:
             # the defaults; console off (a benchmark's output), and the JSONL file where asked
-            monitor = Monitor(tmp, console=False, device_sampler="auto", jsonl="jsonl=False" not in name,
-                              jsonl_every=_JSONL_EVERY.get(name.rpartition("jsonl_every=")[2]))
+            monitor: Any = _Null() if "does nothing" in name else \
+                Monitor(tmp, console=False, device_sampler="auto", jsonl="jsonl=False" not in name,
+                        jsonl_every=_JSONL_EVERY.get(name.rpartition("jsonl_every=")[2]))
             block(None), block(monitor)  # warm-up
             wall, cpu, base_wall, base_cpu = [], [], [], []
             for r in range(rounds):

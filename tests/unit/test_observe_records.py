@@ -10,13 +10,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scaletrain.observe.records import StepBatch
+from scaletrain.observe.steplog import StepColumns
 
 finite = st.floats(min_value=1e-9, max_value=1e6, allow_nan=False)
 losses = st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True), st.integers(-10, 10))
 
 
-def _raw(step, t, step_s, samples, loss, wait, tokens=None, extra=None):
-    return (step, t, step_s, samples, tokens, loss, wait, None, extra)  # as Monitor.step buffers it
+def _cols(rows, t0=0.0):
+    """Columns from (step_s, samples, loss, wait[, tokens, extra]) rows, as Monitor.step buffers them."""
+    rows = [(*r, None, None)[:6] for r in rows]
+    return StepColumns.build([r[0] for r in rows], [r[1] for r in rows], start=t0 + 0.25, t0=t0,
+                             losses=[r[2] for r in rows], waits=[r[3] for r in rows],
+                             tokens=[r[4] for r in rows], extras=[r[5] for r in rows])
 
 
 def _same(fast: dict, slow: dict) -> None:
@@ -29,13 +34,12 @@ def _same(fast: dict, slow: dict) -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(finite, finite, st.integers(0, 4096), losses, st.floats(0, 10)), min_size=1, max_size=5),
+@given(st.lists(st.tuples(finite, st.integers(0, 4096), losses, st.floats(0, 10)), min_size=1, max_size=5),
        st.integers(1, 64), st.floats(0.0, 100.0))
 def test_fast_lines_equal_json_records(rows, world, mem):
-    steps = [_raw(i + 1, t, step_s, samples, loss, wait) for i, (t, step_s, samples, loss, wait) in enumerate(rows)]
-    batch = StepBatch(steps, mem_gb=mem, world_size=world)
+    batch = StepBatch(_cols(rows), mem_gb=mem, world_size=world)
     lines = batch.lines().splitlines()
-    assert len(lines) == len(steps)
+    assert len(lines) == len(rows)
     for i, line in enumerate(lines):
         fast = json.loads(line)  # valid JSON: no NaN/Infinity tokens
         slow = {"type": "step", **batch.record(i)}
@@ -47,10 +51,11 @@ def test_fast_lines_equal_json_records(rows, world, mem):
 def test_tensor_losses_tokens_mfu_and_extras():
     import torch
 
-    steps = [_raw(1, 0.5, 0.25, 8, torch.tensor(2.5), 0.05, tokens=1000, extra={"lr": 0.1, "g": torch.tensor(3.0)}),
-             _raw(2, 0.75, 0.25, 8, torch.tensor([1.5]), 0.0)]
-    batch = StepBatch(steps, mem_gb=1.5, world_size=2, mfu_scale=1e-3)
+    cols = _cols([(0.25, 8, torch.tensor(2.5), 0.05, 1000, {"lr": 0.1, "g": torch.tensor(3.0)}),
+                  (0.25, 8, torch.tensor([1.5]), 0.0)])
+    batch = StepBatch(cols, mem_gb=1.5, world_size=2, mfu_scale=1e-3)
     first, second = (json.loads(line) for line in batch.lines().splitlines())
+    assert first["t"] == pytest.approx(0.5) and second["t"] == pytest.approx(0.75)
     assert first["loss"] == 2.5 and first["tokens_per_s"] == 2 * 1000 / 0.25 and first["lr"] == 0.1
     assert first["g"] == 3.0 and first["mfu"] == pytest.approx(1e-3 * 8 / 0.25)
     assert first["data_wait_frac"] == pytest.approx(0.2) and first["samples_per_s"] == 64.0
@@ -70,7 +75,7 @@ def test_jsonl_every_writes_each_nth_step_and_converts_only_their_losses():
             Loss.calls += 1
             return self.v
 
-    steps = [(i, 0.1 * i, 0.01, 8, None, Loss(float(i)), 0.002, 0.0, None) for i in range(1, 21)]
+    steps = _cols([(0.01, 8, Loss(float(i)), 0.002) for i in range(1, 21)])
     every = StepBatch(steps, mem_gb=0.5, world_size=2).lines()
     Loss.calls = 0
     tenth = StepBatch(steps, mem_gb=0.5, world_size=2).lines(10)
@@ -92,8 +97,8 @@ def test_monitor_jsonl_every(tmp_path):
     assert summary["steps"] == 10          # the summary still counts every step
 
 
-def _steps(n: int, step_s: float) -> list[tuple]:
-    return [(i, step_s * i, step_s, 8, None, 1.0, 0.0, None, None) for i in range(1, n + 1)]
+def _steps(n: int, step_s: float) -> StepColumns:
+    return _cols([(step_s, 8, 1.0, 0.0)] * n)
 
 
 @pytest.mark.parametrize("step_s, stride", [(0.00025, 20), (0.001, 10), (0.004, 2), (0.005, 2),
@@ -132,7 +137,7 @@ def test_monitor_keeps_only_the_losses_its_lines_show(tmp_path, monkeypatch):
         mon.step(samples=1, loss=float(i))
     assert mon._line_every == 20 and mon._loss_every == 20
     mon.close()
-    kept = {s[0]: s[5] is not None for batch in handed for s in batch.steps}
+    kept = {batch.cols.first + i: batch.cols.row(i)[5] is not None for batch in handed for i in range(len(batch))}
     assert [n for n in range(401, 1001) if kept[n]] == list(range(420, 1001, 20))
     assert all(kept[n] for n in range(1, 101))
     steps = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()

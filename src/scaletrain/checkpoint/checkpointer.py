@@ -26,6 +26,7 @@ from scaletrain.checkpoint.collect import classify
 from scaletrain.checkpoint.comm import Comm
 from scaletrain.checkpoint.errors import CheckpointError
 from scaletrain.checkpoint.safeio import gc_paused
+from scaletrain.checkpoint.staging import Stager
 from scaletrain.errors import UsageError
 
 _MINUTES_DUE = 1  # StopAgreement flag bit 0: "every_minutes is due" on some rank
@@ -56,6 +57,9 @@ class Checkpointer:
         async_save: ``save()`` returns once the state is copied to CPU memory; the files are
             written in the background while training goes on. At most one save is in flight
             (the next waits); an error of the background write is raised by the next call.
+            State on a GPU is copied into pinned host memory that is kept for the next save
+            (:mod:`scaletrain.checkpoint.staging`): host memory the size of this rank's state,
+            until ``close()``.
         exit_on_stop: on an agreed stop (time limit, preemption), ``step()`` saves and raises
             ``SystemExit(75)`` (``contract.EXIT_STOPPED``); with False it returns True and
             ``should_stop()`` is True from then on.
@@ -76,6 +80,7 @@ class Checkpointer:
         self.every_steps = _positive("every_steps", every_steps, int)
         self.every_minutes = _positive("every_minutes", every_minutes, float)
         self.async_save = bool(async_save)
+        self._stager: Stager | None = Stager() if self.async_save else None
         self.exit_on_stop = bool(exit_on_stop)
         self.strict = bool(strict)
         layout.check_directory(self.directory)
@@ -108,7 +113,7 @@ class Checkpointer:
 
         entries = classify(state)
         job = SaveJob(self.directory, step, entries, self._get_comm(), keep=self.keep,
-                      staged=self.async_save)
+                      stager=self._stager)
         # the training thread waits for these parts: no full collection of its objects meanwhile
         # (the background half of an async save runs with the collector as the program has it)
         with gc_paused():
@@ -178,6 +183,8 @@ class Checkpointer:
             if self._agreement is not None:
                 self._agreement.close()
                 self._agreement = None
+            if self._stager is not None:
+                self._stager.close()
             if self._comm is not None:
                 self._comm.close()
                 self._comm = None

@@ -56,26 +56,6 @@ def collect_local(entries: list[Entry]) -> dict[str, Any]:
             "local": {e.name: e.obj.state_dict() for e in entries if e.kind == "local"}}
 
 
-def stage(obj: Any) -> Any:
-    """A copy of ``obj`` with every tensor copied to CPU memory, so training may go on
-    changing the originals while a background thread writes the copy."""
-    import torch
-
-    if isinstance(obj, torch.Tensor):
-        t = obj.detach()
-        if hasattr(t, "full_tensor") and type(t).__name__ == "DTensor":
-            t = getattr(t, "to_local")()
-        return t.to("cpu", copy=True)
-    if isinstance(obj, dict):
-        return type(obj)((k, stage(v)) for k, v in obj.items()) if type(obj) is not dict \
-            else {k: stage(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [stage(v) for v in obj]
-    if isinstance(obj, tuple):
-        return tuple(stage(v) for v in obj)
-    return obj
-
-
 def apply(entries: list[Entry], payload: dict[str, Any], state: MutableMapping[str, Any],
           stored: dict[str, dict[str, Any]]) -> None:
     """Load the replicated payload into the live objects (and values into ``state``)."""

@@ -95,14 +95,17 @@ def save(state: dict[str, Any], folder: Path, group: Any) -> dict[str, str]:
     return crcs
 
 
-def async_save(state: dict[str, Any], folder: Path, group: Any) -> tuple[Any, dict[str, str]]:
+def async_save(state: dict[str, Any], folder: Path, group: Any, *,
+               stager: Any = None) -> tuple[Any, dict[str, str]]:
     """Start :func:`save` in DCP's background thread; returns its future (staging is done)
-    and the dict of CRCs, complete once the future is."""
+    and the dict of CRCs, complete once the future is. ``stager``: DCP's ``async_stager``
+    (pinned staging on a GPU, :meth:`scaletrain.checkpoint.staging.Stager.for_dcp`), None for
+    DCP's default."""
     import torch.distributed.checkpoint as dcp
 
     crcs: dict[str, str] = {}
     future = dcp.async_save(state, storage_writer=_writer(folder, crcs), process_group=group,
-                            no_dist=live_dist() is None)
+                            async_stager=stager, no_dist=live_dist() is None)
     return future, crcs
 
 

@@ -24,6 +24,7 @@ from scaletrain.checkpoint.collect import Entry, strategy_name
 from scaletrain.checkpoint.comm import Comm
 from scaletrain.checkpoint.errors import CheckpointError
 from scaletrain.checkpoint.safeio import save_file
+from scaletrain.checkpoint.staging import Stager
 from scaletrain.fileio import fsync_dir
 
 REPLICATED = "replicated.pt"
@@ -40,13 +41,13 @@ class SaveJob:
     """The state of one save between its two halves."""
 
     def __init__(self, directory: Path, step: int, entries: list[Entry], comm: Comm, *,
-                 keep: int, staged: bool) -> None:
+                 keep: int, stager: Stager | None) -> None:
         self.directory = directory
         self.step = step
         self.entries = entries
         self.comm = comm
         self.keep = keep
-        self.staged = staged  # async: copy to CPU now, write later
+        self.stager = stager  # async: copy to CPU now (with this), write later
         self.folder: layout.PartialFolder | None = None
         self.path: Path | None = None
         self.payload: dict[str, Any] | None = None
@@ -79,13 +80,14 @@ class SaveJob:
             self.payload = replicated.collect(self.entries) if self.comm.rank == 0 else None
             self.local = replicated.collect_local(self.entries)
             self.sharded_state = sharded.collect(self.entries)
-            if self.staged:
-                self.payload = replicated.stage(self.payload)
-                self.local = replicated.stage(self.local)
+            if self.stager is not None:
+                self.payload = self.stager.stage(self.payload)
+                self.local = self.stager.stage(self.local)
                 if self.sharded_state:
                     # DCP stages to CPU before returning, then writes in its own thread
                     self.sharded_future, self.sharded_crcs = sharded.async_save(
-                        self.sharded_state, self.path, self.comm.group)
+                        self.sharded_state, self.path, self.comm.group,
+                        stager=self.stager.for_dcp(self.sharded_state))
                     self.sharded_state = None
         except BaseException:
             self.abandon()

@@ -12,7 +12,7 @@ Typical use::
 Per step it records step time, throughput (samples/s and tokens/s, global and per device),
 the data-wait fraction, peak memory (device memory on a GPU, the process's peak RSS on the
 CPU) and model FLOP utilisation when FLOPs per sample are given. The step path is a clock
-read, a tuple append and two comparisons. Every ``flush_s`` seconds (default 1) rank 0 hands
+read, two list appends and a few comparisons (:mod:`scaletrain.observe.steplog`). Every ``flush_s`` seconds (default 1) rank 0 hands
 the buffered tuples to a writer thread (:mod:`scaletrain.observe.writer`), which converts the
 losses (so the monitor adds no per-step device synchronisation), formats and writes the sinks;
 what a crash can lose is bounded by that interval (see :meth:`Monitor.step`). Every ``every``
@@ -48,6 +48,7 @@ from scaletrain.observe.inputs import check_loss, check_run_dir, check_samples, 
 from scaletrain.observe.health import Finding, HealthTracker, RankWindow, attach_samples
 from scaletrain.observe.records import DENSE_STEPS, NEVER, Record, StepBatch, loss_stride, spaced_every
 from scaletrain.observe.sinks import ConsoleSink, JsonlSink, Sink, TensorBoardSink
+from scaletrain.observe.steplog import StepColumns
 from scaletrain.observe.stepstats import StepStats
 from scaletrain.observe.writer import SinkWriter
 from scaletrain.runtime.cadence import MONITOR_EVERY, monitor_interval
@@ -148,17 +149,19 @@ class Monitor:
         self._cuda = self.device.startswith("cuda")
 
         self._t0 = time.perf_counter()
-        self._last: float | None = None
-        self._wait = 0.0
+        self._started = False        # the first step's start was set (start(), or data()'s first fetch)
         self._step = 0
-        # raw step tuples (records.STEP_FIELDS); records are built off this thread. Without a
-        # writer (ranks other than 0) nothing waits for a hand-over: the time check never fires
-        self._buffer: list[tuple[Any, ...]] = []
+        # the steps since the last hand-over, as columns; records are built off this thread
+        self._cols = StepColumns(1, self._t0, self._t0)
+        self._put_end, self._put_samples = self._cols.ends.append, self._cols.samples.append
+        self._kept = self._cols.losses
         self._accounted = 0          # buffered steps already in the statistics below
-        self._handed = self._t0
+        # Without a writer (ranks other than 0) nothing waits for a hand-over: the time check never fires
         self._flush_after = flush_s if self._writer is not None else math.inf
+        self._hand_at = self._t0 + self._flush_after
         # losses kept for every N-th step only (records.loss_stride), retuned at each hand-over
-        self._loss_every = 1 if self._writer is not None else NEVER
+        # (every rank keeps, and so checks, the losses up to its first exchange; then only rank 0)
+        self._loss_every = 1
         self._line_every = 1          # the spaced JSONL stride in force (records.spaced_every)
         self._strides = (any(isinstance(s, JsonlSink) for s in self.sinks), jsonl_every,
                          log_every if console else None, tensorboard)
@@ -233,25 +236,33 @@ class Monitor:
 
     # ------------------------------------------------------------------ the step path
     def start(self) -> None:
-        """Start the clock of the first step now (default: the first batch fetch or step)."""
-        self._last = time.perf_counter()
+        """Start the clock of the next step now (default: the end of the step before it; for
+        the first step, the first batch fetch or the Monitor's creation)."""
+        now = time.perf_counter()
+        self._started = True
+        if self._step == 0:
+            self._cols.start = now
+        else:
+            self._cols.starts[self._step + 1] = now
 
     def data(self, iterable: Iterable[Any]) -> Iterator[Any]:
         """Iterate ``iterable``, adding the time blocked in each ``next()`` to the data wait."""
         it = iter(iterable)
         while True:
             t0 = time.perf_counter()
-            if self._last is None:
-                self._last = t0
+            if not self._started:
+                self._started = True
+                if self._step == 0:
+                    self._cols.start = t0
             try:
                 item = next(it)
             except StopIteration:
                 return
-            self._wait += time.perf_counter() - t0
+            waits, coming = self._cols.waits, self._step + 1   # the step this batch is for
+            waits[coming] = waits.get(coming, 0.0) + (time.perf_counter() - t0)
             yield item
 
-    def step(self, *, samples: int, tokens: int | None = None, loss: Any = None,
-             data_wait_s: float | None = None, **extra: Any) -> None:
+    def step(self, *, samples: int | float, loss: Any = None, **more: Any) -> None:
         """Record one finished training step of this process.
 
         The step is buffered; rank 0 hands the buffer to the writer thread every ``flush_s``
@@ -261,36 +272,56 @@ class Monitor:
 
         Args:
             samples: samples this process trained on in the step.
-            tokens: tokens in the step, for tokens/s (language models).
             loss: the loss, a number or a tensor (converted only in the writer thread, a batch
-                at a time, so the monitor adds no per-step device synchronisation).
+                at a time, so the monitor adds no per-step device synchronisation). Only the
+                losses a sink shows are kept (and checked), from the first step on.
+            tokens: tokens in the step, for tokens/s (language models).
             data_wait_s: time blocked on data, when not measured by :meth:`data`.
-            extra: more numbers to log (TensorBoard ``extra/<name>``).
+            **extra: more numbers to log (TensorBoard ``extra/<name>``).
         """
+        # The common call (an int sample count and a loss) costs one clock read, two list
+        # appends and five comparisons: tokens, data waits and extra fields arrive in ``more``,
+        # one test when absent (docs/benchmarks.md, "Monitor overhead", has the figures)
         now = time.perf_counter()
-        step_s = now - (self._last if self._last is not None else self._t0)
-        self._last = now
-        if data_wait_s is None:
-            wait, self._wait = self._wait, 0.0
-        else:
-            wait, self._wait = float(data_wait_s), 0.0
-        count: int | float = samples
         if samples.__class__ is not int or samples < 0:  # the usual int costs one test
-            count = check_samples(samples)
-        if loss is not None and loss.__class__ is not self._loss_class:
-            check_loss(loss)  # once per loss type, not per step
-            self._loss_class = loss.__class__
-        self._step = n = self._step + 1
-        # the loss as given: converting a tensor here (.item(), 3-4 us in a real loop) would cost
-        # more than the rest of the step path; the writer converts a batch in one call
-        self._buffer.append((n, now - self._t0, step_s if step_s > 1e-9 else 1e-9, count, tokens,
-                             loss if n % self._loss_every == 0 else None, wait,
-                             self._comm.take() if self._comm is not None else None,
-                             extra or None))  # the usual empty dict freed now: fewer GC-tracked objects held
+            samples = check_samples(samples)  # raises before anything is recorded
+        n = self._step + 1
+        if n % self._loss_every == 0 and loss is not None:
+            if loss.__class__ is not self._loss_class:
+                check_loss(loss)  # once per loss type, not per step; raises before anything is recorded
+                self._loss_class = loss.__class__
+            # kept as given: converting a tensor here (.item(), 3-4 us in a real loop) would cost
+            # more than the rest of the step path; the writer converts a batch in one call
+            self._kept[n] = loss
+        self._put_end(now)
+        self._put_samples(samples)
+        self._step = n
+        if more or self._comm is not None:
+            self._record_more(n, more)
         if n == self._next_exchange:
             self._exchange()
-        if now - self._handed >= self._flush_after:
+        if now >= self._hand_at:
             self._hand_over(now)
+
+    def _record_more(self, n: int, more: dict[str, Any]) -> None:
+        """The less common parts of a step: tokens, a given data wait, extra fields, the comm wait."""
+        cols = self._cols
+        if more:
+            tokens = more.pop("tokens", None)
+            if tokens is not None:
+                cols.tokens[n] = tokens
+            if "data_wait_s" in more:
+                wait = more.pop("data_wait_s")
+                if wait is not None:  # given: it replaces what data() measured
+                    cols.waits.pop(n, None)
+                    if wait:
+                        cols.waits[n] = float(wait)
+            if more:
+                cols.extras[n] = more
+        if self._comm is not None:
+            comm = self._comm.take()
+            if comm is not None:
+                cols.comms[n] = comm
 
     def _memory_gb(self) -> float:
         if self._cuda:
@@ -307,26 +338,31 @@ class Monitor:
 
     def _account(self) -> None:
         """Fold the steps buffered since the last call into the window and run statistics."""
-        if self._accounted < len(self._buffer):
-            self._stats.add(self._buffer[self._accounted:])
-            self._accounted = len(self._buffer)
+        if self._accounted < len(self._cols):
+            self._stats.add(self._cols, self._accounted)
+            self._accounted = len(self._cols)
+
+    def _restart_buffer(self) -> None:
+        """Start new columns after the buffered steps (handed over or folded in)."""
+        self._cols = cols = self._cols.following()
+        self._put_end, self._put_samples, self._kept = cols.ends.append, cols.samples.append, cols.losses
+        self._accounted = 0
 
     def _hand_over(self, now: float | None = None) -> None:
         """Give the buffered steps to the writer thread (rank 0), with the peak memory so far."""
-        self._handed = time.perf_counter() if now is None else now
+        self._hand_at = (time.perf_counter() if now is None else now) + self._flush_after
         self._account()
         if self._writer is not None and self._writer.error is not None:
             self._write_failed_once(self._writer.error)
-        if self._buffer and self._writer is not None:
+        if len(self._cols) and self._writer is not None:
             mem = self._memory_gb()  # read once per batch rather than once per step
             self._peak_mem = max(self._peak_mem, mem)
-            self._writer.write(StepBatch(self._buffer, mem_gb=mem, world_size=self.world_size,
+            self._writer.write(StepBatch(self._cols, mem_gb=mem, world_size=self.world_size,
                                          mfu_scale=self._mfu_scale(),
                                          # 1: every loss was kept, the sink may space the lines itself
                                          line_every=self._line_every if self._line_every > 1 else None))
             self._retune_losses()
-        self._buffer = []
-        self._accounted = 0
+        self._restart_buffer()
 
     def _retune_losses(self) -> None:
         """From the batch just handed over: the JSONL stride and which losses to keep next."""
@@ -336,7 +372,7 @@ class Monitor:
         line: int | None = None
         if has_jsonl:
             if fixed is None:
-                self._line_every = spaced_every(self._buffer) if self._step >= DENSE_STEPS else 1
+                self._line_every = spaced_every(self._cols) if self._step >= DENSE_STEPS else 1
             line = fixed or self._line_every
         self._loss_every = loss_stride(line, console_every)
 
@@ -353,8 +389,9 @@ class Monitor:
         self._account()
         self._exchanged_at = self._step
         if self._writer is None:  # nothing to write here: the statistics are all that is kept
-            self._buffer, self._accounted = [], 0
-        elif len(self._buffer) >= BUFFER_STEPS:  # a long flush_s with very short steps: bounded memory
+            self._loss_every = NEVER
+            self._restart_buffer()
+        elif len(self._cols) >= BUFFER_STEPS:  # a long flush_s with very short steps: bounded memory
             self._hand_over()
         mine = self._my_window()
         dist = live_dist()

@@ -1,12 +1,13 @@
 """The Monitor's buffered steps, turned into records and JSON lines only when a sink asks.
 
-The training thread keeps one tuple per step (:data:`STEP_FIELDS`); the writer thread wraps a
-batch of them in a :class:`StepBatch`. Each sink takes what it needs: the console a record for
-the few steps it prints, TensorBoard every record, the JSONL file its lines. The lines come
-from one format string per step rather than a dict and ``json`` (three times cheaper: on the
-smallest models this formatting is most of what monitoring costs); any step the template
-does not cover (extra fields, tokens, MFU, a non-finite loss, a non-integer sample count) goes
-through ``json`` instead: the same fields either way (the template's rates to 7 significant digits).
+The training thread keeps its steps as columns (:class:`~scaletrain.observe.steplog.StepColumns`);
+the writer thread wraps a batch of them in a :class:`StepBatch`. Each sink takes what it needs:
+the console a record for the few steps it prints, TensorBoard every record, the JSONL file its
+lines. The lines come from one format string per step rather than a dict and ``json`` (three
+times cheaper: on the smallest models this formatting is most of what monitoring costs); any
+step the template does not cover (extra fields, tokens, MFU, a non-finite loss, a non-integer
+sample count) goes through ``json`` instead: the same fields either way (the template's rates to
+7 significant digits).
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ import json
 import math
 from typing import Any
 
+from scaletrain.observe.steplog import StepColumns
+
 Record = dict[str, Any]
 
-# the per-step tuple the Monitor buffers: (step, t, step_s, samples, tokens, loss, wait_s, comm_s, extra);
+# a step as a tuple (StepColumns.row): (step, t, step_s, samples, tokens, loss, wait_s, comm_s, extra);
 # extra is a dict of the step's extra fields, or None
 STEP_FIELDS = ("step", "t", "step_s", "samples", "tokens", "loss", "data_wait_s", "comm_s", "extra")
 
@@ -30,11 +33,11 @@ LINE_SPACING_S = 0.01
 _ROUND_STRIDES = tuple(m * 10 ** k for k in range(7) for m in (1, 2, 5))
 
 
-def spaced_every(steps: list[tuple[Any, ...]], spacing_s: float = LINE_SPACING_S) -> int:
+def spaced_every(cols: StepColumns, spacing_s: float = LINE_SPACING_S) -> int:
     """The stride (1, 2, 5, 10, 20, 50, ...) that spaces a batch's lines about ``spacing_s`` apart."""
-    n = len(steps)
-    mean_s = (steps[-1][1] - steps[0][1]) / (n - 1) if n > 1 else (steps[0][2] if steps else spacing_s)
-    raw = spacing_s / mean_s if mean_s > 0 else 1.0
+    n = len(cols)
+    mean_s = (cols.ends[-1] - cols.ends[0]) / (n - 1) if n > 1 else (cols.step_time(0) if n else spacing_s)
+    raw = spacing_s / mean_s * (1 + 1e-9) if mean_s > 0 else 1.0  # a clock's rounding never lowers a stride
     every = 1
     for stride in _ROUND_STRIDES:  # the largest round stride not above raw: regular step numbers
         if stride > raw:
@@ -118,19 +121,20 @@ _ENCODE = json.JSONEncoder(default=str, allow_nan=False).encode
 
 
 class StepBatch:
-    """Buffered step tuples with what is needed to turn them into records.
+    """A hand-over of buffered steps with what is needed to turn them into records.
 
     Args:
-        steps: tuples laid out as :data:`STEP_FIELDS`.
+        cols: the steps, as the Monitor buffered them.
         mem_gb: peak memory read when the batch was handed over (one reading per batch).
         world_size: processes in the job, for the global rates.
         mfu_scale: FLOPs per sample / peak FLOP/s, or None when MFU is not computed.
+        line_every: the JSONL stride the Monitor kept losses for, when it chose one.
     """
 
-    def __init__(self, steps: list[tuple[Any, ...]], *, mem_gb: float, world_size: int,
+    def __init__(self, cols: StepColumns, *, mem_gb: float, world_size: int,
                  mfu_scale: float | None = None, line_every: int | None = None) -> None:
-        self.steps = steps
-        self.line_every = line_every  # the stride the Monitor kept losses for, when it chose one
+        self.cols = cols
+        self.line_every = line_every
         self.mem_gb = mem_gb
         self.world_size = world_size
         self.mfu_scale = mfu_scale
@@ -139,19 +143,25 @@ class StepBatch:
         self._records: list[Record] | None = None
 
     def __len__(self) -> int:
-        return len(self.steps)
+        return len(self.cols)
 
     def losses(self) -> list[float | None]:
-        """The losses as floats: tensors converted here, off the training thread, once."""
+        """Every step's loss as a float or None: tensors converted here, off the training thread, once."""
         if self._losses is None:
-            self._losses = _floats([s[5] for s in self.steps])
+            kept, first = self.cols.losses, self.cols.first
+            self._losses = _floats([kept.get(first + i) for i in range(len(self.cols))])
         return self._losses
+
+    def newest_loss(self) -> int | None:
+        """The index of the last step whose loss was kept, None when none was."""
+        kept = self.cols.losses
+        return max(kept) - self.cols.first if kept else None
 
     def record(self, i: int) -> Record:
         """Step ``i`` of the batch as a record (the JSONL step line's fields, without ``type``)."""
         if self._records is not None:
             return self._records[i]
-        step, t, step_s, samples, tokens, _, wait, _, extra = self.steps[i]
+        step, t, step_s, samples, tokens, _, wait, _, extra = self.cols.row(i)
         loss = self._losses_of[i] if i in self._losses_of else self.losses()[i]
         rec: Record = {"step": step, "t": t, "step_s": step_s, "samples": samples, "loss": loss,
                        "data_wait_s": wait, "peak_mem_gb": self.mem_gb,
@@ -170,46 +180,58 @@ class StepBatch:
     def records(self) -> list[Record]:
         """Every step as a record (built once)."""
         if self._records is None:
-            self._records = [self.record(i) for i in range(len(self.steps))]
+            self._records = [self.record(i) for i in range(len(self.cols))]
         return self._records
+
+    def chosen(self, every: int, dense: int = 0) -> list[int] | range:
+        """The indices of the steps whose number is a multiple of ``every`` or at most ``dense``."""
+        first, n = self.cols.first, len(self.cols)
+        if every <= 1:
+            return range(n)
+        head = range(0, min(n, max(0, dense - first + 1)))   # the dense steps of this batch
+        lo = len(head) + (-(first + len(head))) % every      # the first multiple past them
+        return [*head, *range(lo, n, every)]
 
     def lines(self, every: int | None = 1) -> str:
         """The batch as JSONL text: one ``{"type": "step", ...}`` line per step, or per
         ``every``-th step (step numbers divisible by it), or with ``every=None`` spaced by time
         (:func:`spaced_every`, every step up to DENSE_STEPS); the losses of the other steps are
         never converted."""
-        losses: dict[int, float | None] | list[float | None]
-        dense = 0
+        cols = self.cols
         if every is None:
-            every, dense = self.line_every or spaced_every(self.steps), DENSE_STEPS
-        if every > 1:
-            chosen: range | list[int] = [i for i, s in enumerate(self.steps)
-                                         if s[0] % every == 0 or s[0] <= dense]
-            if self._losses is None:
-                self._losses_of = dict(zip(chosen, _floats([self.steps[i][5] for i in chosen])))
-            losses = self._losses_of if self._losses is None else self._losses
+            chosen = self.chosen(self.line_every or spaced_every(cols), DENSE_STEPS)
         else:
-            chosen, losses = range(len(self.steps)), self.losses()
+            chosen = self.chosen(every)
+        losses: dict[int, float | None] | list[float | None]
+        if isinstance(chosen, list) and self._losses is None:
+            first, kept = cols.first, cols.losses
+            self._losses_of = dict(zip(chosen, _floats([kept.get(first + i) for i in chosen])))
+            losses = self._losses_of
+        else:
+            losses = self.losses()
         world = self.world_size
         simple = self.mfu_scale is None and isinstance(self.mem_gb, float) and math.isfinite(self.mem_gb)
         mem = repr(self.mem_gb)
         line, line_no_wait = _LINE.replace("MEM", mem), _LINE_NO_WAIT.replace("MEM", mem)
         isfinite = math.isfinite
+        first, t0, ends, all_samples = cols.first, cols.t0, cols.ends, cols.samples
+        waits, odd = cols.waits, cols.tokens or cols.extras
         out = []
         for i in chosen:
-            step, t, step_s, samples, tokens, _, wait, _, extra = self.steps[i]
-            loss = losses[i]
-            if (simple and not tokens and not extra and type(samples) is int and type(step_s) is float
+            step, samples, loss = first + i, all_samples[i], losses[i]
+            if (simple and not (odd and (step in cols.tokens or step in cols.extras)) and type(samples) is int
                     and (loss is None or isfinite(loss))):
+                step_s = cols.step_time(i)
                 per_device = samples / step_s
                 rate = "%.7g" % per_device
                 text = "null" if loss is None else "%.9g" % loss
                 total = rate if world == 1 else "%.7g" % (per_device * world)
+                wait = waits.get(step, 0.0)
                 if wait == 0.0:
-                    out.append(line_no_wait % (step, t, step_s, samples, text, total, rate))
+                    out.append(line_no_wait % (step, ends[i] - t0, step_s, samples, text, total, rate))
                 else:
                     frac = wait / step_s
-                    out.append(line % (step, t, step_s, samples, text, float(wait), total, rate,
+                    out.append(line % (step, ends[i] - t0, step_s, samples, text, float(wait), total, rate,
                                        frac if frac < 1.0 else 1.0))
             else:
                 out.append(encode({"type": "step", **self.record(i)}))

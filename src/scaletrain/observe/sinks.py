@@ -92,7 +92,7 @@ class ConsoleSink:
         if self.bar:
             last = batch.record(len(batch) - 1)
             if last.get("loss") is None:  # the Monitor keeps only the losses a sink shows: the newest
-                kept = next((i for i in range(len(batch) - 1, -1, -1) if batch.steps[i][5] is not None), None)
+                kept = batch.newest_loss()
                 if kept is not None:
                     last = {**last, "loss": batch.record(kept)["loss"]}
             now = time.monotonic()
@@ -108,13 +108,13 @@ class ConsoleSink:
             self.stream.flush()
             self._drawn = True
             return
-        printed = False
-        for i, raw in enumerate(batch.steps):  # records only for the lines printed
-            step = raw[0]
-            if step % self.every == 0 or step == self.total:
-                self.stream.write(format_step_line(batch.record(i), self.total, self._eta(step)) + "\n")
-                printed = True
-        if printed:
+        chosen = list(batch.chosen(self.every))   # records only for the lines printed
+        end = len(batch) - 1
+        if self.total is not None and batch.cols.first + end == self.total and end not in chosen:
+            chosen.append(end)
+        for i in chosen:
+            self.stream.write(format_step_line(batch.record(i), self.total, self._eta(batch.cols.first + i)) + "\n")
+        if chosen:
             self.stream.flush()
 
     def event(self, record: Record) -> None:

@@ -1,8 +1,9 @@
 """The Monitor's running statistics: the current exchange window and the run after warm-up.
 
-The Monitor buffers one tuple per step (:data:`scaletrain.observe.records.STEP_FIELDS`) and folds
-each slice of new tuples in here, on the training thread, at an exchange or a hand-over (never
-per step). Columns are taken with ``zip`` and summed with ``sum``, in C.
+The Monitor buffers its steps as columns (:class:`scaletrain.observe.steplog.StepColumns`) and
+folds the steps added since the last fold in here, on the training thread, at an exchange or a
+hand-over (never per step). Columns are sliced and summed with ``sum``, in C; the window's
+median is taken over at most :data:`MEDIAN_SAMPLE` evenly spaced steps.
 """
 
 from __future__ import annotations
@@ -11,8 +12,13 @@ from collections import deque
 from typing import Any
 
 from scaletrain.observe.records import Record
+from scaletrain.observe.steplog import StepColumns
 
 RECENT_STEPS = 10_000  # step times kept for the summary's median (the last ones)
+# a window's median step time from at most this many evenly spaced steps: sorting every step of
+# a second's window of 0.25 ms steps would cost more than recording them; the straggler and
+# idle checks compare ranks by 10% and more, far above what the sample moves the median
+MEDIAN_SAMPLE = 1024
 
 
 def median(values: list[float]) -> float:
@@ -35,35 +41,45 @@ class StepStats:
         self.window_steps: list[float] = []
         self.window_wait = 0.0
         self.window_comm: list[float] = []
-        self.samples = 0                  # every step's samples, warm-up included
+        self.samples: int | float = 0     # every step's samples, warm-up included
         # after warm-up: time, wait, samples, tokens, steps
         self._sums: list[float] = [0.0, 0.0, 0, 0, 0]
         self._recent: deque[float] = deque(maxlen=RECENT_STEPS)
 
-    def add(self, new: list[tuple[Any, ...]]) -> None:
-        """Fold a slice of step tuples (in step order) into the window and the run."""
-        if not new:
+    def add(self, cols: StepColumns, lo: int = 0) -> None:
+        """Fold the steps of ``cols`` from index ``lo`` on into the window and the run."""
+        n = len(cols)
+        if lo >= n:
             return
-        steps, _, times, samples, tokens, _, waits, comms, _ = zip(*new)
+        times = cols.step_times(lo)
+        samples = cols.samples[lo:] if lo else cols.samples
         self.window_steps += times
+        waits = cols.in_range(cols.waits, lo) if cols.waits else ()
         self.window_wait += sum(waits)
-        if comms.count(None) != len(comms):  # watch() was called: some steps have a comm wait
-            self.window_comm += [c for c in comms if c is not None]
+        if cols.comms:  # watch() was called: steps have a comm wait
+            self.window_comm += cols.in_range(cols.comms, lo)
         self.samples += sum(samples)
-        skip = max(0, self.warmup - (steps[0] - 1))  # steps of this slice still in warm-up
-        if skip < len(new):
+        first = cols.first + lo                       # the step number of times[0]
+        skip = max(0, self.warmup - (first - 1))      # steps of this slice still in warm-up
+        if skip < len(times):
             sums = self._sums
-            sums[0] += sum(times[skip:])
-            sums[1] += sum(waits[skip:])
-            sums[2] += sum(samples[skip:])
-            sums[3] += sum(filter(None, tokens[skip:]))
-            sums[4] += len(new) - skip
-            self._recent.extend(times[skip:])
+            if skip:
+                times, samples = times[skip:], samples[skip:]
+                waits = [v for k, v in cols.waits.items() if k >= first + skip]
+            sums[0] += sum(times)
+            sums[1] += sum(waits)
+            sums[2] += sum(samples)
+            if cols.tokens:
+                sums[3] += sum(v for k, v in cols.tokens.items() if k >= first + skip and v)
+            sums[4] += len(times)
+            self._recent.extend(times)
 
     def take_window(self) -> tuple[float, float | None, float]:
         """(median step time, median comm wait or None, data-wait fraction) of the window; resets it."""
         steps = self.window_steps or [0.0]
         total = sum(steps) or 1e-9
+        if len(steps) > MEDIAN_SAMPLE:
+            steps = steps[::-(-len(steps) // MEDIAN_SAMPLE)]
         out = (median(steps), median(self.window_comm) if self.window_comm else None,
                self.window_wait / total)
         self.window_steps, self.window_wait, self.window_comm = [], 0.0, []
