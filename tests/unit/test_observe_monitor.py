@@ -127,6 +127,17 @@ def test_console_plain_lines_when_not_a_terminal(tmp_path):
     assert any("20 steps in" in ln for ln in lines)
 
 
+def test_console_prints_the_total_step_wherever_it_falls_in_a_batch():
+    from scaletrain.observe.records import StepBatch
+    from scaletrain.observe.sinks import ConsoleSink
+    from scaletrain.observe.steplog import StepColumns
+
+    out = io.StringIO()
+    sink = ConsoleSink(total=13, every=5, stream=out, bar=False)
+    sink.write(StepBatch(StepColumns.build([0.01] * 16, [4] * 16, first=1), mem_gb=0.1, world_size=1))
+    assert [ln.split()[1] for ln in out.getvalue().splitlines()] == ["5/13", "10/13", "13/13", "15/13"]
+
+
 def test_idle_device_with_data_wait_flagged_with_hint(tmp_path):
     out = io.StringIO()
     fake = FakeBackend(12.0)

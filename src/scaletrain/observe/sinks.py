@@ -109,9 +109,8 @@ class ConsoleSink:
             self._drawn = True
             return
         chosen = list(batch.chosen(self.every))   # records only for the lines printed
-        end = len(batch) - 1
-        if self.total is not None and batch.cols.first + end == self.total and end not in chosen:
-            chosen.append(end)
+        if self.total is not None and 0 <= self.total - batch.cols.first < len(batch):
+            chosen = sorted({*chosen, self.total - batch.cols.first})   # the last step's line too
         for i in chosen:
             self.stream.write(format_step_line(batch.record(i), self.total, self._eta(batch.cols.first + i)) + "\n")
         if chosen:
