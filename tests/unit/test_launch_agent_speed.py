@@ -1,9 +1,11 @@
-"""`scaletrain run`'s two speed fixes to torch's agent (issue 23): the log tailers are told the
-workers are finished before any is waited for, and every line written still reaches the console;
-the rendezvous names its events without inspect.stack(), with the same names."""
+"""`scaletrain run`'s speed fixes to torch's agent (issue 23): the log tailers are told the
+workers are finished before any is waited for, are woken by it instead of sleeping, and every
+line written still reaches the console; the rendezvous names its events without
+inspect.stack(), with the same names; one node's first join skips its random pause."""
 
 from __future__ import annotations
 
+import inspect
 import io
 import threading
 
@@ -12,7 +14,12 @@ import pytest
 api = pytest.importorskip("torch.distributed.elastic.multiprocessing.api")
 from torch.distributed.elastic.multiprocessing.tail_log import TailLog  # noqa: E402
 
-from scaletrain.launch.agent_speed import cheap_rendezvous_event_names, stop_tailers_together  # noqa: E402
+from torch.distributed.elastic.multiprocessing import tail_log  # noqa: E402
+from torch.distributed.elastic.rendezvous import dynamic_rendezvous as rdzv  # noqa: E402
+
+from scaletrain.launch import agent_speed  # noqa: E402
+from scaletrain.launch.agent_speed import (cheap_rendezvous_event_names, no_first_join_skew,  # noqa: E402
+                                           prompt_tailers, stop_tailers_together)
 
 
 def _context(tails: list) -> object:
@@ -60,10 +67,6 @@ def test_no_line_is_lost(tmp_path):
 
 
 def test_rendezvous_event_names_are_the_same_without_inspect_stack(monkeypatch):
-    import inspect
-
-    from torch.distributed.elastic.rendezvous import dynamic_rendezvous as rdzv
-
     def torchs(depth=2):  # torch 2.13's get_method_name, as a baseline
         if len(inspect.stack()) > depth:
             return inspect.stack()[depth].function
@@ -84,3 +87,81 @@ def test_rendezvous_event_names_are_the_same_without_inspect_stack(monkeypatch):
     assert outer() == before == "outer"
     assert calls == []
     cheap_rendezvous_event_names()  # idempotent
+
+
+class _NoSleep(threading.Event):
+    """A "finished" event that counts its waits; the tailer must wait here, never in sleep."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waits = 0
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits += 1
+        if self.waits > 10_000:
+            pytest.fail("the tailer never left")
+        return super().wait(0.001)
+
+
+def test_the_tailer_waits_on_finished_and_reads_to_the_end(tmp_path, monkeypatch):
+    monkeypatch.setattr(tail_log.time, "sleep", lambda s: pytest.fail("slept instead of waiting"))
+    log = tmp_path / "0.log"
+    finished = _NoSleep()
+    lines: list[str] = []
+
+    class _Growing(io.StringIO):
+        """After the first line, more arrives and the worker is done: the rest is still read."""
+
+        def write(self, text: str) -> int:
+            lines.append(text)
+            if len(lines) == 1:
+                with log.open("a") as fh:
+                    fh.write("c\nd\n")
+                finished.set()
+            return len(text)
+
+    log.write_text("a\nb\n")
+    agent_speed.tail_logfile("[rank 0] ", str(log), _Growing(), finished, 0.1,
+                             log_line_filter=lambda line: line != "b\n")
+    assert lines == ["[rank 0] a\n", "[rank 0] c\n", "[rank 0] d\n"]
+
+
+def test_the_tailer_waits_for_its_file_and_leaves_if_it_never_comes(tmp_path):
+    finished = _NoSleep()
+    threading.Timer(0, finished.set).start()
+    agent_speed.tail_logfile("[rank 0] ", str(tmp_path / "never.log"), io.StringIO(), finished, 0.1)
+    assert finished.is_set()
+
+
+def test_torchs_tailers_use_ours_and_lose_no_line(tmp_path, monkeypatch):
+    monkeypatch.setattr(tail_log, "tail_logfile", tail_log.tail_logfile)  # restored after the test
+    prompt_tailers()
+    prompt_tailers()  # idempotent
+    assert tail_log.tail_logfile is agent_speed.tail_logfile  # torch's arguments are ours
+    files = {r: tmp_path / f"{r}.log" for r in range(2)}
+    for r, path in files.items():
+        path.write_text("".join(f"line {i} of rank {r}\n" for i in range(50)))
+    out = io.StringIO()
+    tail = TailLog("t", {r: str(p) for r, p in files.items()}, out, {0: "[rank 0] ", 1: "[rank 1] "}).start()
+    tail.stop()
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 100 and "[rank 1] line 49 of rank 1" in lines
+
+
+def test_torch_still_skews_the_first_join_with_a_range():
+    source = inspect.getsource(rdzv.DynamicRendezvousHandler.next_rendezvous)
+    assert "_delay(seconds=(0, 0.3))" in source  # what no_first_join_skew recognises
+
+
+def test_one_node_joins_without_the_random_pause_and_keeps_the_other_delays(monkeypatch):
+    calls: list[object] = []
+    monkeypatch.setattr(rdzv, "_delay", lambda seconds: calls.append(seconds))
+    recorder = rdzv._delay
+    with no_first_join_skew(True):
+        rdzv._delay(seconds=(0, 0.3))
+        rdzv._delay(seconds=1)
+    assert calls == [1]
+    assert rdzv._delay is recorder
+    with no_first_join_skew(False):  # several nodes: the skew spreads them out
+        rdzv._delay(seconds=(0, 0.3))
+    assert calls == [1, (0, 0.3)]

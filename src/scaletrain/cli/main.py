@@ -133,4 +133,6 @@ def _silence_stdout() -> None:
 
 def entry() -> None:
     """Console-script entry point."""
-    sys.exit(main())
+    from scaletrain.launch import lean
+
+    lean.leave(main())  # sys.exit, minus the interpreter's teardown after `scaletrain run`

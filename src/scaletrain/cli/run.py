@@ -105,6 +105,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Resolve the request, launch, and return the exit code."""
+    from scaletrain.launch import lean
+
+    # this process only supervises: torch's import and teardown are overhead (launch/lean.py)
+    with lean.cli_launch():
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from scaletrain.launch.gpus import count_visible_gpus
     from scaletrain.launch.local import launch
     from scaletrain.launch.spec import RunRequest, plan_launch

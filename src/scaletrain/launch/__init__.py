@@ -7,5 +7,6 @@ worker), ``mps`` (CUDA MPS daemon for ``--procs-per-gpu``), ``local`` (runs a pl
 ``elastic_launch``). Failures: ``worker`` (the entry every worker runs: dies with its agent,
 ScaletrainErrors as records, timeout diagnosis), ``hang`` (stacks on request, who did not
 arrive), ``rundir`` (the run folder both sides share), ``supervise`` (restart policy and the
-agent/process-context hooks). Nothing here imports torch at import time.
+agent/process-context hooks). Speed: ``agent_speed`` (slow spots of torch's agent) and ``lean``
+(the launcher process's collector and exit). Nothing here imports torch at import time.
 """

@@ -1,12 +1,16 @@
-"""Two slow spots of torch's elastic agent that `scaletrain run` works around in its own process.
+"""Slow spots of torch's elastic agent that `scaletrain run` works around in its own process.
 
-Both are worth a few hundred milliseconds of every local launch (issue 23: the launcher at or
-under torchrun's wall time), and both change only how long the agent takes, never what it does:
+Each is worth tens to hundreds of milliseconds of every local launch (issue 23: the launcher at
+or under torchrun's wall time), and each changes only how long the agent takes, never what it
+does:
 
 - the rendezvous names its log events with ``inspect.stack()``, twice per event, which builds
   every frame's source context (reading source files) to get one function name;
-- ``PContext.close`` stops the stdout and stderr log tailers one after the other, each waiting
-  out its 0.1 s poll.
+- ``PContext.close`` stops the stdout and stderr log tailers one after the other, and each
+  tailer thread finishes its 0.1 s ``time.sleep`` before it sees "finished": up to 0.1 s of
+  every exit, after the last worker has ended;
+- the first join of a c10d rendezvous waits a random 0-0.3 s so that many nodes do not reach
+  the store at once; with one node there is no one to spread out.
 
 Each patch is idempotent and checks that torch still has what it replaces; where it does not,
 it leaves torch as it is.
@@ -14,8 +18,13 @@ it leaves torch as it is.
 
 from __future__ import annotations
 
+import inspect
+import os
 import sys
-from typing import Any
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from threading import Event
+from typing import Any, TextIO
 
 
 def cheap_rendezvous_event_names() -> None:
@@ -72,3 +81,71 @@ def stop_tailers_together() -> None:
     api.PContext.close = close_together  # type: ignore[method-assign]
 
 
+
+
+def prompt_tailers() -> None:
+    """Make torch's log tailers wait for "finished" on its event, not in ``time.sleep``.
+
+    A tailer (``tail_log.tail_logfile``, one thread per worker and stream) reads its file to
+    the end, then sleeps 0.1 s and looks again; only then does it see that the workers are
+    done. Here it waits on the "finished" event for the same 0.1 s, so ``TailLog.stop`` wakes
+    it at once; it still reads to the end of the file before it leaves (no line is lost), and
+    prints the same lines with the same prefixes.
+    """
+    from torch.distributed.elastic.multiprocessing import tail_log
+
+    original = getattr(tail_log, "tail_logfile", None)
+    if not callable(original) or getattr(original, "_scaletrain", False):
+        return
+    if list(inspect.signature(original).parameters) != list(inspect.signature(tail_logfile).parameters):
+        return  # torch's tailer changed: ours would not be a drop-in
+    tail_log.tail_logfile = tail_logfile  # TailLog.start looks the name up in the module
+
+
+def tail_logfile(header: str, file: str, dst: TextIO, finished: Event, interval_sec: float,
+                 log_line_filter: Callable[[str], bool] | None = None) -> None:
+    """torch's ``tail_logfile`` (same arguments, same output), woken by ``finished``."""
+    while not os.path.exists(file):
+        if finished.is_set():
+            return
+        finished.wait(interval_sec)
+    with open(file, errors="replace") as fp:
+        while True:
+            line = fp.readline()
+            if line:
+                if log_line_filter is None or log_line_filter(line):
+                    dst.write(f"{header}{line}")
+            elif finished.is_set():  # at the end of the file, and the worker is done
+                break
+            else:
+                finished.wait(interval_sec)
+
+
+tail_logfile._scaletrain = True  # type: ignore[attr-defined]
+
+
+@contextmanager
+def no_first_join_skew(one_node: bool) -> Iterator[None]:
+    """Within the block, a c10d rendezvous of ``one_node`` joins without its random pause.
+
+    torch's ``DynamicRendezvousHandler.next_rendezvous`` calls ``_delay(seconds=(0, 0.3))``
+    before its first join "to slightly skew the rendezvous attempts across the nodes"; a run
+    of one node has a single agent, and the pause (0.15 s on average) is all wait. Its other
+    delays (a fixed second between polls of a rendezvous still forming) are kept.
+    """
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous as rdzv
+
+    delay = getattr(rdzv, "_delay", None)
+    if not one_node or not callable(delay):
+        yield
+        return
+
+    def no_random_delay(seconds: float | tuple[float, float]) -> None:
+        if not isinstance(seconds, tuple):  # a (low, high) range is the first join's skew
+            delay(seconds)
+
+    rdzv._delay = no_random_delay
+    try:
+        yield
+    finally:
+        rdzv._delay = delay

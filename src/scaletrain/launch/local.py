@@ -30,7 +30,9 @@ from scaletrain.launch.failure import (FailedRank, collect_failures, render_tail
                                        worker_failed_error)
 from scaletrain.launch.group_check import read_records, verdict
 from scaletrain.launch.mps import mps_daemon
-from scaletrain.launch.agent_speed import cheap_rendezvous_event_names, stop_tailers_together
+from scaletrain.launch import lean
+from scaletrain.launch.agent_speed import (cheap_rendezvous_event_names, no_first_join_skew,
+                                           prompt_tailers, stop_tailers_together)
 from scaletrain.launch.output import make_logs_specs, prefix_template
 from scaletrain.launch.ports import check_port_free
 from scaletrain.launch.reaper import ending_with_run
@@ -163,11 +165,13 @@ def launch(plan: LaunchPlan) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import elastic_launch
 
+    lean.imports_done()
     _quiet_agent_logs()
 
     log_dir = tempfile.mkdtemp(prefix="scaletrain_run_")
     logs_specs = make_logs_specs(log_dir, ranks=plan.ranks, node_rank=plan.node_rank)
     stop_tailers_together()
+    prompt_tailers()
     cheap_rendezvous_event_names()
     records = os.path.join(log_dir, "groups")
     os.mkdir(records)
@@ -187,6 +191,7 @@ def launch(plan: LaunchPlan) -> int:
                 _scoped_environ({**plan.worker_env, **mps_env, **worker_environ(run_dir),
                                  GROUP_RECORD_VAR: records}), \
                 _scoped_signal_handlers(), \
+                no_first_join_skew(plan.rdzv_backend == "c10d" and plan.nnodes == 1), \
                 supervised_agent(run_dir, failures, plan.nproc_per_node * plan.nnodes):
             config = _config(plan, logs_specs)
             try:
