@@ -18,10 +18,11 @@ second, cross-rank exchange every 100 steps, device sampler "auto"). Three figur
   counter), against the CPU time of a step without the monitor. CPU time does not count other
   processes' turns, so this figure moves least with machine load.
 
-Four more rows of the tiny MLP show what the JSONL lines cost: ``jsonl_every=1`` (a line per
+Five more rows of the tiny MLP show what the JSONL lines cost: ``jsonl_every=1`` (a line per
 step, the default before lines were spaced by time), ``jsonl_every=10`` (every tenth step) and
 ``jsonl=False`` (console and summary only), and what the paired differences read for a monitor
-whose ``step`` does nothing (the benchmark's own bias: a Python call and the block order).
+whose ``step`` does nothing (the benchmark's own bias: a Python call and the block order) and
+for one that only reads the clock and keeps the reading (the least any step monitor does).
 
 ``--repeats N`` runs the whole measurement N times in fresh processes and prints every run.
 Prints a markdown table per run.
@@ -60,6 +61,18 @@ class _Null:
         pass
 
 
+class _ClockOnly(_Null):
+    """The least a step monitor can do: read the clock and keep the reading (bounded)."""
+
+    def __init__(self) -> None:
+        self._ends: list[float] = []
+
+    def step(self, **_: Any) -> None:
+        self._ends.append(time.perf_counter())
+        if len(self._ends) > 100_000:
+            self._ends = []
+
+
 def _iqr(values: list[float]) -> tuple[float, float]:
     q = statistics.quantiles(values, n=4)
     return q[0], q[2]
@@ -82,6 +95,7 @@ def measure(rounds: int, steps: int) -> None:
         "tiny MLP, jsonl_every=10": (tiny, lambda i: tiny(x).pow(2).mean(), 16, steps),
         "tiny MLP, jsonl=False": (tiny, lambda i: tiny(x).pow(2).mean(), 16, steps),
         "tiny MLP, a monitor that does nothing": (tiny, lambda i: tiny(x).pow(2).mean(), 16, steps),
+        "tiny MLP, a monitor that only keeps the clock": (tiny, lambda i: tiny(x).pow(2).mean(), 16, steps),
         "CNN (bench 'cnn', batch 32)": (cnn.model, lambda i: cnn.loss(cnn.model, cnn.make_batch(32, i)), 32,
                                         max(5, steps // 40)),
     }
@@ -111,7 +125,7 @@ def measure(rounds: int, steps: int) -> None:
 
         with tempfile.TemporaryDirectory() as tmp:
             # the defaults; console off (a benchmark's output), and the JSONL file where asked
-            monitor: Any = _Null() if "does nothing" in name else \
+            monitor: Any = _Null() if "does nothing" in name else _ClockOnly() if "only keeps" in name else \
                 Monitor(tmp, console=False, device_sampler="auto", jsonl="jsonl=False" not in name,
                         jsonl_every=_JSONL_EVERY.get(name.rpartition("jsonl_every=")[2]))
             block(None), block(monitor)  # warm-up
