@@ -161,6 +161,19 @@ def test_ellipsis_left_as_an_sbatch_value_is_a_placeholder(value: str) -> None:
     assert "placeholder" not in _found(job("--partition=gpu", "--comment=see...docs", "--time=1:00:00"))
 
 
+@pytest.mark.parametrize("body, flagged", [
+    ("srun python train.py <options>", True),                       # the guide's blank
+    ("srun apptainer exec --nv -B /project '<A' python -c 'import x' 2>/dev/null", False),
+    ("srun python train.py --tag '<run>' --out '<A'\"'\"'b>'", False),  # quoted values are literal
+    ("srun python train.py --tag \"<run>\"", True),                    # double quotes: still a blank
+])
+def test_single_quoted_values_are_not_placeholders(body: str, flagged: bool) -> None:
+    """scaletrain quotes every user value in single quotes: '<A' or '<run>' is the value the
+    user gave (a property test found '<A' ... 2> read as one placeholder), not a blank."""
+    found = _found(job("--partition=gpu", "--account=project_1", "--time=1:00:00", body=body))
+    assert ("placeholder" in found) == flagged
+
+
 @pytest.mark.parametrize("line", [
     "\u2014account=project_1",          # em dash, pasted from a web page
     "\u2013-gres=gpu:v100:4",           # en dash

@@ -192,6 +192,30 @@ def merge_conflict(ctx: LintContext) -> Iterable[Finding]:
 _PLACEHOLDER = re.compile(r"(?<![<\w$])<([A-Za-z][^<>\n$|&;()`]*[A-Za-z0-9_.-])>(?!>)")
 
 
+def _mask_single_quoted(line: str) -> str:
+    """``line`` with what single quotes enclose blanked out (same length): a quoted word is a
+    literal value (scaletrain quotes every user value so), not a blank the guide left."""
+    out, state, escaped = [], "", False
+    for ch in line:
+        if state == "'":
+            if ch == "'":
+                state = ""
+                out.append(ch)
+            else:
+                out.append(" ")
+            continue
+        out.append(ch)
+        if escaped:
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        elif ch == '"':
+            state = "" if state == '"' else '"'
+        elif ch == "'" and state == "":
+            state = "'"
+    return "".join(out)
+
+
 def _placeholder_lines(ctx: LintContext) -> list[tuple[int, str]]:
     from scaletrain.lint.rules_sbatch import heredoc_lines
 
@@ -203,9 +227,9 @@ def _placeholder_lines(ctx: LintContext) -> list[tuple[int, str]]:
             continue   # text for people, not a command
         if stripped.startswith("#") and not line.startswith("#SBATCH"):
             continue   # a comment may show <options> as documentation
-        m = _PLACEHOLDER.search(line)
+        m = _PLACEHOLDER.search(_mask_single_quoted(line) if "'" in line else line)
         if m:
-            out.append((number, m.group(0)))
+            out.append((number, line[m.start():m.end()]))
         elif line.startswith("#SBATCH"):
             dots = _DOTS_VALUE.search(line)
             if dots:

@@ -160,7 +160,7 @@ class Monitor:
         self._flush_after = flush_s if self._writer is not None else math.inf
         self._hand_at = self._t0 + self._flush_after
         # losses kept for every N-th step only (records.loss_stride), retuned at each hand-over
-        # (every rank keeps, and so checks, the losses up to its first exchange; then only rank 0)
+        # (1 at first: every rank checks its first loss; ranks without a writer then keep none)
         self._loss_every = 1
         self._line_every = 1          # the spaced JSONL stride in force (records.spaced_every)
         self._strides = (any(isinstance(s, JsonlSink) for s in self.sinks), jsonl_every,
@@ -290,6 +290,8 @@ class Monitor:
             if loss.__class__ is not self._loss_class:
                 check_loss(loss)  # once per loss type, not per step; raises before anything is recorded
                 self._loss_class = loss.__class__
+                if self._writer is None:  # no sink here: the first loss is checked, none is kept
+                    self._loss_every = NEVER
             # kept as given: converting a tensor here (.item(), 3-4 us in a real loop) would cost
             # more than the rest of the step path; the writer converts a batch in one call
             self._kept[n] = loss
@@ -389,7 +391,6 @@ class Monitor:
         self._account()
         self._exchanged_at = self._step
         if self._writer is None:  # nothing to write here: the statistics are all that is kept
-            self._loss_every = NEVER
             self._restart_buffer()
         elif len(self._cols) >= BUFFER_STEPS:  # a long flush_s with very short steps: bounded memory
             self._hand_over()
