@@ -44,10 +44,10 @@ from scaletrain.errors import UsageError
 from scaletrain.fileio import atomic_write
 from scaletrain.observe.commwait import CommWait
 from scaletrain.observe.devices import DeviceSampler, device_key, lookup, node_sampler, samples_here
-from scaletrain.observe.inputs import check_loss, check_run_dir, check_samples, warn_write_failure
+from scaletrain.observe.inputs import check_loss, check_samples, warn_write_failure
 from scaletrain.observe.health import Finding, HealthTracker, RankWindow, attach_samples
 from scaletrain.observe.records import DENSE_STEPS, NEVER, Record, StepBatch, loss_stride, spaced_every
-from scaletrain.observe.sinks import ConsoleSink, JsonlSink, Sink, TensorBoardSink
+from scaletrain.observe.sinks import JsonlSink, Sink, build_sinks, run_files, start_record
 from scaletrain.observe.steplog import StepColumns
 from scaletrain.observe.stepstats import StepStats
 from scaletrain.observe.writer import SinkWriter
@@ -125,22 +125,12 @@ class Monitor:
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.peak_flops = peak_flops if peak_flops is not None else self._peak_flops()
 
-        self.sinks: list[Sink] = []
-        if self.rank == 0:
-            if console:
-                self.sinks.append(ConsoleSink(total=total_steps, every=log_every, stream=stream))
-            if self.run_dir is not None:
-                check_run_dir(self.run_dir)
-                if jsonl:
-                    self.sinks.append(JsonlSink(self.run_dir / "metrics.jsonl", every=jsonl_every,
-                                                start=self._start_record(start_step)))
-                if tensorboard:
-                    self.sinks.append(TensorBoardSink(self.run_dir / "tensorboard"))
-        elif tensorboard:  # same error on every rank when the extra is missing
-            try:
-                import tensorboard as _tb  # noqa: F401
-            except ImportError:
-                TensorBoardSink("/nonexistent")  # raises the UsageError with the hint
+        start = start_record(total_steps=total_steps, start_step=start_step, world_size=self.world_size,
+                             device=self.device, host=self.host)
+        self.sinks: list[Sink] = build_sinks(self.run_dir, rank=self.rank, console=console, jsonl=jsonl,
+                                             jsonl_every=jsonl_every, tensorboard=tensorboard,
+                                             total_steps=total_steps, log_every=log_every, stream=stream,
+                                             start=start)
 
         self._writer = SinkWriter(self.sinks) if self.sinks else None
         self._setup_sampler(device_sampler, device_id)
@@ -176,13 +166,6 @@ class Monitor:
         self.grad_bytes: int | None = None
         if self._writer is not None:  # an exit without close() still writes what was measured
             atexit.register(self._at_exit)
-
-    def _start_record(self, start_step: int) -> Record:
-        """The run's first JSONL line: what ``status`` and ``report`` need to place its steps."""
-        restart = os.environ.get("SLURM_RESTART_COUNT", "0").strip()
-        return {"time": time.time(), "total_steps": self.total_steps, "start_step": int(start_step),
-                "world_size": self.world_size, "device": self.device, "host": self.host,
-                "job_id": os.environ.get("SLURM_JOB_ID"), "restart": int(restart) if restart.isdigit() else 0}
 
     def _setup_sampler(self, device_sampler: Any, device_id: str | None) -> None:
         """One device sampler per node, on its lowest local rank; the others only name their device."""
@@ -464,7 +447,7 @@ class Monitor:
         if self.sampler is not None:
             self.sampler.close()
         if self.rank == 0 and self.run_dir is not None:   # where to look, said with the summary
-            summary.update(self._files())
+            summary.update(run_files(self.run_dir, self.sinks))
         self._close_writer(summary)
         if self.rank == 0 and self.run_dir is not None:
             try:
@@ -472,12 +455,6 @@ class Monitor:
             except OSError as exc:
                 self._write_failed_once(exc)
         return summary
-
-    def _files(self) -> Record:
-        """The run folder and what this Monitor writes there (for the summary's last line)."""
-        names = [name for sink, name in ((JsonlSink, "metrics.jsonl"), (TensorBoardSink, "tensorboard/"))
-                 if any(isinstance(s, sink) for s in self.sinks)]
-        return {"run_dir": str(self.run_dir), "files": [*names, "summary.json"]}
 
     def _close_writer(self, summary: Record) -> None:
         if self._writer is not None:

@@ -17,6 +17,7 @@ from typing import Protocol, TextIO
 
 from scaletrain.errors import UsageError
 from scaletrain.extras import install_hint
+from scaletrain.observe.inputs import check_run_dir
 from scaletrain.observe.records import Record, StepBatch, encode
 
 
@@ -245,3 +246,42 @@ class TensorBoardSink:
         self._writer.add_text("monitor/summary", format_summary(summary).replace("\n", "  \n"))
         self._writer.flush()
         self._writer.close()
+
+
+def start_record(*, total_steps: int | None, start_step: int, world_size: int, device: str,
+                 host: str) -> Record:
+    """A run's first JSONL line: what ``status`` and ``report`` need to place its steps."""
+    restart = os.environ.get("SLURM_RESTART_COUNT", "0").strip()
+    return {"time": time.time(), "total_steps": total_steps, "start_step": int(start_step),
+            "world_size": world_size, "device": device, "host": host,
+            "job_id": os.environ.get("SLURM_JOB_ID"), "restart": int(restart) if restart.isdigit() else 0}
+
+
+def build_sinks(run_dir: Path | None, *, rank: int, console: bool, jsonl: bool, jsonl_every: int | None,
+                tensorboard: bool, total_steps: int | None, log_every: int, stream: TextIO | None,
+                start: Record) -> list[Sink]:
+    """The sinks a Monitor writes to: rank 0's console, and in ``run_dir`` its JSONL file and
+    TensorBoard events; none on the other ranks (which still fail alike without tensorboard)."""
+    sinks: list[Sink] = []
+    if rank == 0:
+        if console:
+            sinks.append(ConsoleSink(total=total_steps, every=log_every, stream=stream))
+        if run_dir is not None:
+            check_run_dir(run_dir)
+            if jsonl:
+                sinks.append(JsonlSink(run_dir / "metrics.jsonl", every=jsonl_every, start=start))
+            if tensorboard:
+                sinks.append(TensorBoardSink(run_dir / "tensorboard"))
+    elif tensorboard:  # same error on every rank when the extra is missing
+        try:
+            import tensorboard as _tb  # noqa: F401
+        except ImportError:
+            TensorBoardSink("/nonexistent")  # raises the UsageError with the hint
+    return sinks
+
+
+def run_files(run_dir: Path | None, sinks: list[Sink]) -> Record:
+    """The run folder and what the sinks write there (for the summary's last line)."""
+    names = [name for sink, name in ((JsonlSink, "metrics.jsonl"), (TensorBoardSink, "tensorboard/"))
+             if any(isinstance(s, sink) for s in sinks)]
+    return {"run_dir": str(run_dir), "files": [*names, "summary.json"]}
