@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
+import warnings
+from typing import Any, Callable
 
 import pytest
 
@@ -12,6 +15,27 @@ from conftest import REPO
 
 pytestmark = pytest.mark.slurm
 EXAMPLES = REPO / "examples" / "bring"
+
+# A rank that already trained, passed the framework's final barrier and destroyed its group can
+# still abort at exit in gloo's C++ with this line (seen in about one submit in four here; gloo's
+# worker threads outliving the interpreter's finalization is the mechanism pytorch/pytorch#179291
+# describes). It is torch's, in the user's own program, not scaletrain's.
+GLOO_TEARDOWN_ABORT = "terminate called without an active exception"
+
+
+def submit_once_more_after_teardown_abort(submit: Callable[[], Any], trained_line: str) -> Any:
+    """Run ``submit``; rerun it once, warning, only when the job failed with gloo's teardown abort
+    after the program printed ``trained_line`` (its training was done). Any other failure, or the
+    same abort twice, is returned as it came."""
+    proc = submit()
+    output = proc.stdout + proc.stderr
+    if proc.returncode != 0 and GLOO_TEARDOWN_ABORT in output and trained_line in output:
+        message = ("a rank aborted in gloo's teardown after training (see GLOO_TEARDOWN_ABORT); "
+                   "submitted once more")
+        warnings.warn(message, RuntimeWarning, stacklevel=2)
+        print(f"WARNING: {message}", file=sys.stderr)
+        proc = submit()
+    return proc
 
 
 @pytest.mark.parametrize("launcher,program,setting,key", [
@@ -23,11 +47,16 @@ def test_framework_forms_one_world_under_slurm(slurm_cluster, probed_profile, tm
     if importlib.util.find_spec(launcher) is None:
         pytest.skip(f"{launcher} is not installed (pip install -e '.[test]')")
     out = tmp_path / "world.json"
-    proc = slurm_cluster.scaletrain(
-        "submit", "--profile", str(probed_profile), "--run-dir", str(tmp_path / "run"), "--wait",
-        "--nodes", "2", "--gpus-per-node", "2", "--cpus-per-gpu", "1", "--device", "cpu",
-        "--time", "00:05:00", "--launcher", launcher, "--", str(EXAMPLES / program), setting,
-        str(out), timeout=240)
+    attempts = iter(("run", "run-again"))
+
+    def submit() -> Any:
+        return slurm_cluster.scaletrain(
+            "submit", "--profile", str(probed_profile), "--run-dir", str(tmp_path / next(attempts)), "--wait",
+            "--nodes", "2", "--gpus-per-node", "2", "--cpus-per-gpu", "1", "--device", "cpu",
+            "--time", "00:05:00", "--launcher", launcher, "--", str(EXAMPLES / program), setting,
+            str(out), timeout=240)
+
+    proc = submit_once_more_after_teardown_abort(submit, "on 4 process(es)")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert json.loads(out.read_text())[key] == 4
 
@@ -37,15 +66,20 @@ def test_accelerate_config_written_by_the_job_forms_one_world(slurm_cluster, pro
     the program (Accelerator() with no CPU setting) still forms one world of 4."""
     if importlib.util.find_spec("accelerate") is None:
         pytest.skip("accelerate is not installed (pip install -e '.[test]')")
-    out, run = tmp_path / "world.json", tmp_path / "run"
-    proc = slurm_cluster.scaletrain(
-        "submit", "--profile", str(probed_profile), "--run-dir", str(run), "--wait",
-        "--nodes", "2", "--gpus-per-node", "2", "--cpus-per-gpu", "1", "--device", "cpu",
-        "--time", "00:05:00", "--launcher", "accelerate", "--accelerate-config", "ddp",
-        "--", str(EXAMPLES / "accelerate_train.py"), "plain", str(out), timeout=240)
+    out, runs, used = tmp_path / "world.json", iter((tmp_path / "run", tmp_path / "run-again")), []
+
+    def submit() -> Any:
+        used.append(next(runs))
+        return slurm_cluster.scaletrain(
+            "submit", "--profile", str(probed_profile), "--run-dir", str(used[-1]), "--wait",
+            "--nodes", "2", "--gpus-per-node", "2", "--cpus-per-gpu", "1", "--device", "cpu",
+            "--time", "00:05:00", "--launcher", "accelerate", "--accelerate-config", "ddp",
+            "--", str(EXAMPLES / "accelerate_train.py"), "plain", str(out), timeout=240)
+
+    proc = submit_once_more_after_teardown_abort(submit, "on 4 process(es)")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert json.loads(out.read_text())["num_processes"] == 4
-    text = (run / "accelerate.yaml").read_text()   # submit's run folder holds what the job wrote
+    text = (used[-1] / "accelerate.yaml").read_text()   # submit's run folder holds what the job wrote
     assert "distributed_type: 'MULTI_GPU'" in text and "num_processes: 4" in text
 
 
