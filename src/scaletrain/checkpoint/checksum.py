@@ -9,10 +9,11 @@ trusting the file.
 
 The algorithm: CRC-32C (Castagnoli) through the ``crc32c`` package where it runs on the CPU's
 own instruction (SSE 4.2 on x86, the CRC extension on Arm: 13.4 GB/s here, 4.0x zlib's CRC-32
-measured side by side on a quiet machine, docs/benchmarks.md), else CRC-32 from zlib (about 4 GB/s on one quiet core, against 1.9 GB/s for
-SHA-1 and 0.9 GB/s for BLAKE2b). Both catch every error of up to 32 consecutive bits, so any
-single flipped byte; neither defends against someone forging a file (the safe loader is that,
-see ``safeio``). Markers written with either are checked, whichever this machine would choose.
+measured side by side on a quiet machine, docs/benchmarks.md), else CRC-32 from zlib (about
+4 GB/s on one quiet core, against 1.9 GB/s for SHA-1 and 0.9 GB/s for BLAKE2b). Both catch every
+error of up to 32 consecutive bits, so any single flipped byte; neither defends against someone
+forging a file (the safe loader is that, see ``safeio``). Markers written with either are
+checked, whichever this machine would choose.
 For large buffers the checksum runs in a helper thread while the same buffer is written (both
 release the GIL) when the process has a spare core (two per process of the node), so it hides
 behind the write; otherwise inline.

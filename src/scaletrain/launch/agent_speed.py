@@ -81,8 +81,6 @@ def stop_tailers_together() -> None:
     api.PContext.close = close_together  # type: ignore[method-assign]
 
 
-
-
 def prompt_tailers() -> None:
     """Make torch's log tailers wait for "finished" on its event, not in ``time.sleep``.
 

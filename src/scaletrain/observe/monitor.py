@@ -9,18 +9,18 @@ Typical use::
         monitor.step(samples=len(batch), loss=loss)
     monitor.close()                             # summary on rank 0, summary.json in run_dir
 
-Per step it records step time, throughput (samples/s and tokens/s, global and per device),
-the data-wait fraction, peak memory (device memory on a GPU, the process's peak RSS on the
-CPU) and model FLOP utilisation when FLOPs per sample are given. The step path is a clock
-read, two list appends and a few comparisons (:mod:`scaletrain.observe.steplog`). Every ``flush_s`` seconds (default 1) rank 0 hands
-the buffered tuples to a writer thread (:mod:`scaletrain.observe.writer`), which converts the
-losses (so the monitor adds no per-step device synchronisation), formats and writes the sinks;
-what a crash can lose is bounded by that interval (see :meth:`Monitor.step`). Every ``every``
-steps (default 100, or about a second's worth of steps when that is more: the rule of
-:mod:`scaletrain.runtime.cadence`, which the stop agreement follows too) the ranks exchange one
-small record each (an ``all_gather_object``, on the training thread), from which rank 0 names
-stragglers and idle devices; the node's device sampler (one thread per node, on its lowest
-local rank) sends its figures in that exchange.
+Per step it records step time, throughput (samples/s and tokens/s, global and per device), the
+data-wait fraction, peak memory (device memory on a GPU, the process's peak RSS on the CPU) and
+model FLOP utilisation when FLOPs per sample are given. The step path is a clock read, two list
+appends and a few comparisons (:mod:`scaletrain.observe.steplog`). Every ``flush_s`` seconds
+(default 1) rank 0 hands the buffered columns to a writer thread
+(:mod:`scaletrain.observe.writer`), which converts the losses (so the monitor adds no per-step
+device synchronisation), formats and writes the sinks; what a crash can lose is bounded by that
+interval (see :meth:`Monitor.step`). Every ``every`` steps (default 100, or about a second's
+worth of steps when that is more: the rule of :mod:`scaletrain.runtime.cadence`, which the stop
+agreement follows too) the ranks exchange one small record each (an ``all_gather_object``, on
+the training thread), from which rank 0 names stragglers and idle devices; the node's device
+sampler (one thread per node, on its lowest local rank) sends its figures in that exchange.
 
 ``step()`` and ``close()`` must be called the same number of times on every rank (as the
 training loop does), because of that exchange. ``samples`` is this process's batch: the

@@ -65,12 +65,12 @@ class StepStats:
             sums = self._sums
             if skip:
                 times, samples = times[skip:], samples[skip:]
-                waits = [v for k, v in cols.waits.items() if k >= first + skip]
+                waits = cols.in_range(cols.waits, lo + skip)
             sums[0] += sum(times)
             sums[1] += sum(waits)
             sums[2] += sum(samples)
             if cols.tokens:
-                sums[3] += sum(v for k, v in cols.tokens.items() if k >= first + skip and v)
+                sums[3] += sum(filter(None, cols.in_range(cols.tokens, lo + skip)))
             sums[4] += len(times)
             self._recent.extend(times)
 
