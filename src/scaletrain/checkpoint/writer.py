@@ -81,8 +81,9 @@ class SaveJob:
             self.local = replicated.collect_local(self.entries)
             self.sharded_state = sharded.collect(self.entries)
             if self.stager is not None:
-                self.payload = self.stager.stage(self.payload)
-                self.local = self.stager.stage(self.local)
+                # one walk for both trees: the stager's buffers are matched by position within
+                # a call, so a second call would refill the first tree's buffers
+                self.payload, self.local = self.stager.stage((self.payload, self.local))
                 if self.sharded_state:
                     # DCP stages to CPU before returning, then writes in its own thread
                     self.sharded_future, self.sharded_crcs = sharded.async_save(
