@@ -187,7 +187,8 @@ def launch(plan: LaunchPlan) -> int:
         # forward_stop_signals first: it exits last, so its choice of handlers stays
         with forward_stop_signals() as forwarding, ending_with_run(_shutdown_timeout()), \
                 run_folder(plan.run_dir) as run_dir, \
-                mps_daemon(plan.procs_per_gpu is not None and plan.gpus > 0) as mps_env, \
+                mps_daemon(plan.procs_per_gpu is not None and plan.gpus > 0,
+                           grace_s=_shutdown_timeout()) as mps_env, \
                 _scoped_environ({**plan.worker_env, **mps_env, **worker_environ(run_dir),
                                  GROUP_RECORD_VAR: records}), \
                 _scoped_signal_handlers(), \
