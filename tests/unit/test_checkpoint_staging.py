@@ -48,6 +48,7 @@ def test_accelerator_state_reuses_its_buffers_from_save_to_save(monkeypatch):
     assert stager._buffers == []
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 def test_gpu_state_is_staged_into_pinned_memory():
     stager = Stager()
