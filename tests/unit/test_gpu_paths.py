@@ -79,8 +79,8 @@ def _train(model, opt, steps: int) -> None:
 
 
 def _flat(model, opt) -> list:
-    return [p.detach().cpu() for p in model.parameters()] + \
-        [v.detach().cpu() for s in opt.state.values() for v in s.values() if torch.is_tensor(v)]
+    return [p.detach().cpu().clone() for p in model.parameters()] + \
+        [v.detach().cpu().clone() for s in opt.state.values() for v in s.values() if torch.is_tensor(v)]
 
 
 def _bitwise(a: list, b: list) -> bool:
