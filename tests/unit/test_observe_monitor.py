@@ -387,3 +387,15 @@ def test_settings_are_one_config_object_checked_when_made():
     assert "log_every" in err.value.hint
     with pytest.raises(UsageError, match="log_interval_s must be >= 0"):
         MonitorConfig(log_interval_s=-1)
+
+
+def test_a_run_shorter_than_the_sampling_interval_claims_no_utilisation():
+    """The reading taken when the Monitor is made is a probe (the card idle before training):
+    a run that ends before the next reading says so instead of quoting it."""
+    out = io.StringIO()
+    mon = Monitor(None, every=4, device_sampler=FakeBackend(0.0), device_id="0", stream=out,
+                  sample_interval_s=3600)
+    _loop(mon, 8, fetch_s=0.0, work_s=0.001)
+    summary = mon.close()
+    assert summary["device_util"]["samples"] == 0 and summary["findings"] == []
+    assert "GPU 0: no reading taken while training" in out.getvalue()

@@ -168,7 +168,10 @@ def format_summary(summary: Record, *, shown: Collection[str] = ()) -> str:
     if summary.get("mfu") is not None:
         lines.append(f"  model FLOP utilisation {summary['mfu'] * 100:.1f}%")
     dev = summary.get("device_util")
-    if isinstance(dev, dict) and dev.get("available"):
+    if isinstance(dev, dict) and dev.get("available") and dev.get("samples") == 0:
+        lines.append(f"  GPU {dev.get('device', '')}: no reading taken while training (a run shorter than "
+                     "the sampling interval)")
+    elif isinstance(dev, dict) and dev.get("available"):
         parts = [f"{label} {dev[key]:{fmt}}{unit}" for key, label, fmt, unit in (
             ("util_pct", "utilisation", ".0f", "%"), ("mem_gb", "memory", ".1f", " GB"), ("power_w", "power", ".0f", " W"))
             if dev.get(key) is not None]
