@@ -161,6 +161,12 @@ class SaveJob:
                 for entry in os.scandir(shard_dir):
                     files[f"{sharded.SUBDIR}/{entry.name}"] = entry.stat().st_size
             fsync_dir(self.path)  # the files' names, before the rename publishes them
+            unchecked = sorted(set(files) - set(crcs))
+            if unchecked:  # a marker without it would be refused when loading: never commit one
+                raise CheckpointError(
+                    f"checkpoint step {self.step}: {unchecked[0]} was written without its checksum; "
+                    "the save is not committed", hint="report this to the scaletrain developers with "
+                    "the folder's file list; the previous checkpoint is intact")
             self.folder.commit(self._marker(files, crcs))
         except CheckpointError as err:
             self.abandon()
@@ -186,7 +192,7 @@ class SaveJob:
             "objects": {e.name: {"kind": e.kind, "sharded": e.sharded} for e in self.entries},
             "files": dict(sorted(files.items())),
             # every file's checksum, taken while it was written (checked before loading)
-            checksum.ALGORITHM: {k: crcs[k] for k in sorted(files) if k in crcs},
+            checksum.ALGORITHM: {k: crcs[k] for k in sorted(files)},
         }
 
     def abandon(self) -> None:
