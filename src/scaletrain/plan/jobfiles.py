@@ -25,7 +25,7 @@ from scaletrain.clusters.profile import ClusterProfile
 from scaletrain.errors import PlanError, UsageError
 from scaletrain.frameworks.accelerate import ALIASES, accelerate_config, to_yaml
 from scaletrain.frameworks.deepspeed import STRATEGIES as DEEPSPEED_STRATEGIES, deepspeed_config, to_json
-from scaletrain.parallel.options import PRECISIONS
+from scaletrain.parallel.options import PRECISIONS, STRATEGIES
 from scaletrain.plan.request import JobRequest
 
 q = shlex.quote
@@ -117,7 +117,7 @@ def _accelerate(request: JobRequest, profile: ClusterProfile, *, nodes: int, wor
             + (f", {config['fsdp_config']['fsdp_sharding_strategy']}" if "fsdp_config" in config else "")
             + f", mixed_precision {config['mixed_precision']}) and passes it with --config_file")
     notes: tuple[str, ...] = (note,)
-    if value in ALIASES and value != "fsdp":   # the ZeRO-looking names: say what they really are
+    if value in ALIASES and value in STRATEGIES:   # our ZeRO-looking names: say what they really are
         notes += (f"--accelerate-config {value} is the older name of {ALIASES[value]}: PyTorch FSDP through "
                   f"Accelerate, not DeepSpeed ZeRO (for that: --launcher deepspeed --deepspeed-config {value})",)
     return FrameworkFiles(
@@ -157,10 +157,11 @@ def _deepspeed(request: JobRequest, profile: ClusterProfile, *, nodes: int) -> F
         notes.append("deepspeed: train_micro_batch_size_per_gpu is 1 in the written config; give your per-GPU "
                      "batch with --micro-batch N")
     zero = config["zero_optimization"]
-    where = {"offload": "optimizer state and parameters offloaded to CPU memory",
+    where = {"cpu": "optimizer state and parameters offloaded to CPU memory",
              "nvme": f"optimizer state and parameters offloaded to node-local NVMe ({scratch}/deepspeed-nvme)"}
+    offload = zero.get("offload_param", {}).get("device")
     notes.append(f"deepspeed: the job writes a ZeRO stage {zero['stage']} config"
-                 + (f" ({where[value]})" if value in where else "")
+                 + (f" ({where[offload]})" if offload in where else "")
                  + ("" if own_args else "; the program gets --deepspeed --deepspeed_config FILE, as in the "
                     "centres' DeepSpeed examples"))
     extra = () if own_args else ("--deepspeed", "--deepspeed_config", f'"${DEEPSPEED_VAR}"')

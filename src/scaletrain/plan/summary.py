@@ -10,14 +10,11 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from scaletrain.parallel.options import STRATEGIES
+from scaletrain.parallel.options import STRATEGIES, world_sized
 from scaletrain.plan.planner import Plan
 
-# The strategies whose layout the world size alone decides: DDP and the ZeRO/FSDP family on one
-# mesh dimension. hsdp also needs the node size, pipeline the stage count; none is one process
-# and auto a choice among these.
-TABLE_STRATEGIES: tuple[str, ...] = tuple(
-    name for name, spec in STRATEGIES.items() if spec.engine in ("ddp", "fsdp") and not spec.hybrid)
+# The strategies whose layout the world size alone decides (the plan knows no more).
+TABLE_STRATEGIES: tuple[str, ...] = tuple(name for name, spec in STRATEGIES.items() if world_sized(spec))
 # Activations, buffers and the allocator need room too: a strategy "fits" at 80% of the device.
 FIT_FRACTION = 0.8
 
