@@ -26,7 +26,6 @@ from pathlib import Path
 from scaletrain.errors import UsageError
 from scaletrain.slurm.submit import (
     SCRIPT_NAME,
-    in_run_dir,
     make_run_dir,
     require_sbatch,
     sbatch_run_dir,
@@ -96,6 +95,7 @@ def run_submit(args: argparse.Namespace) -> int:
     from scaletrain.cli.plan import plan_from_args, request_from_args
     from scaletrain.plan.planner import job_name_for
     from scaletrain.plan.render import render_script
+    from scaletrain.plan.request import in_run_dir
     from scaletrain.plan.summary import render_summary
 
     for flag, value in (("--output", getattr(args, "output", None)), ("--json", getattr(args, "json", False))):

@@ -110,8 +110,8 @@ def submit(*, cluster: str, program: Sequence[str], gpus: int | None = None, nod
     from scaletrain.clusters.profile import load_profile
     from scaletrain.plan.planner import job_name_for, make_plan
     from scaletrain.plan.render import render_script
-    from scaletrain.plan.request import JobRequest
-    from scaletrain.slurm.submit import in_run_dir, make_run_dir, require_sbatch, sbatch_run_dir, write_script
+    from scaletrain.plan.request import JobRequest, in_run_dir
+    from scaletrain.slurm.submit import make_run_dir, require_sbatch, sbatch_run_dir, write_script
 
     if isinstance(program, str) or not program:
         raise UsageError("program must be a list: the script and its arguments",

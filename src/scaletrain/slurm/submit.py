@@ -20,13 +20,10 @@ import datetime as _dt
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping
+from typing import Mapping
 
 from scaletrain.errors import SlurmError, UsageError
 from scaletrain.fileio import atomic_write, fresh_dir
-
-if TYPE_CHECKING:
-    from scaletrain.plan.request import JobRequest
 
 SCRIPT_NAME = "job.sh"
 JOB_ID_FILE = "job_id"
@@ -58,19 +55,6 @@ def make_run_dir(wanted: str | os.PathLike[str] | None, job_name: str, *, flag: 
     except OSError as exc:
         raise UsageError(f"cannot write the job script into {wanted or RUNS_DIR + '/'}: "
                          f"{exc.strerror or exc}", f"choose a writable {flag}") from None
-
-
-def in_run_dir(request: JobRequest, run_dir: Path, *, cwd: str | None = None) -> JobRequest:
-    """``request`` as submitted from ``run_dir``: the job runs where the user is (``cwd``, unless
-    it names its own folder), its script's path survives any ``cd``, the files the job writes
-    (framework configs) and its output go to the run folder."""
-    import dataclasses
-
-    script = request.script
-    if script != "-m":
-        script = os.path.abspath(os.path.expanduser(script))
-    return dataclasses.replace(request, script=script, chdir=request.chdir or cwd or os.getcwd(),
-                               files_dir=str(run_dir), log=request.log or str(run_dir / "%x-%j.out"))
 
 
 def write_file(run_dir: Path, name: str, data: str | bytes, mode: int = 0o644) -> Path:
