@@ -33,11 +33,6 @@ class GpuSeries:
         values = [u for _, u, _ in self.points if u is not None]
         return sum(values) / len(values) if values else None
 
-    def max_mem(self) -> float | None:
-        """Highest memory in use."""
-        values = [m for _, _, m in self.points if m is not None]
-        return max(values) if values else None
-
     def busy_hours(self) -> float:
         """GPU-hours busy: each reading's utilisation over its sampling interval."""
         return sum((u or 0.0) / 100 * self.interval_s for _, u, _ in self.points) / 3600

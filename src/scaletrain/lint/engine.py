@@ -124,10 +124,7 @@ def detect_cluster(script: BatchScript) -> tuple[str | None, str]:
     job = read_request(script)
     if not job.partition:
         return None, ""
-    try:
-        profiles = _all_profiles()
-    except ImportError:
-        return None, ""
+    profiles = _all_profiles()
     by_partition = [p for p in profiles if job.partition in p.partitions]
     if len(by_partition) == 1:
         return by_partition[0].name, f"detected from partition '{job.partition}'"

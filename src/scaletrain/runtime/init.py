@@ -41,11 +41,7 @@ from scaletrain.runtime.detect import detect_placement
 from scaletrain.runtime.device import gpu_view, normalize_request, torch_gpus
 from scaletrain.runtime.env import Env, Placement
 from scaletrain.runtime.masteraddr import Target, resolve_or_fail, wait_limit
-from scaletrain.runtime.settle import SETTLE_TIMEOUT_S  # noqa: F401 - re-exported
-from scaletrain.runtime.settle import gloo_worker_tids as _gloo_worker_tids  # noqa: F401
 from scaletrain.runtime.settle import settle_gloo_workers as _settle_gloo_workers
-from scaletrain.runtime.settle import thread_activity as _thread_activity  # noqa: F401
-from scaletrain.runtime.settle import wait_idle as _wait_idle  # noqa: F401
 from scaletrain.runtime.resolve import (CpuPlan, Request, choose_backend, choose_device,
                                         normalize_backend, plan_cpus, read_request)
 from scaletrain.runtime import errorhook, session, timeouts

@@ -88,18 +88,3 @@ def sbatch_run_dir(run_dir: Path, *, env: Mapping[str, str] | None = None) -> st
     job_id = commands.sbatch_parsable(SCRIPT_NAME, cwd=run_dir, env=env)
     write_file(run_dir, JOB_ID_FILE, f"{job_id}\n")
     return job_id
-
-
-def submit_script(script: str, *, run_dir: str | os.PathLike[str] | None = None, job_name: str = "job",
-                  env: Mapping[str, str] | None = None) -> tuple[Path, str]:
-    """Write ``script`` into a new run folder and submit it: ``(run folder, job id)``.
-
-    For callers that rendered the script themselves with the run folder known in advance use
-    :func:`make_run_dir`, :func:`write_script` and :func:`sbatch_run_dir` in turn.
-    """
-    payload = script.encode("utf-8")    # an unencodable script fails before any folder exists
-    require_sbatch("run this where Slurm is (a login node), or write the script with "
-                   "'scaletrain plan'", env)
-    folder = make_run_dir(run_dir, job_name)
-    write_file(folder, SCRIPT_NAME, payload, mode=0o755)
-    return folder, sbatch_run_dir(folder, env=env)
