@@ -23,14 +23,9 @@ import sys
 import time
 from pathlib import Path
 
+from scaletrain.contract import JOB_SCRIPT
 from scaletrain.errors import UsageError
-from scaletrain.slurm.submit import (
-    SCRIPT_NAME,
-    make_run_dir,
-    require_sbatch,
-    sbatch_run_dir,
-    write_script,
-)
+from scaletrain.slurm.submit import make_run_dir, require_sbatch, sbatch_run_dir, write_script
 
 EXAMPLES = """\
 examples:
@@ -130,7 +125,7 @@ def run_submit(args: argparse.Namespace) -> int:
     print(summary.rstrip("\n"), file=sys.stderr)
     if args.dry_run:
         print(f"scaletrain: dry run: wrote {script}; not submitted "
-              f"(submit it with: cd {run_dir} && sbatch {SCRIPT_NAME})", file=sys.stderr)
+              f"(submit it with: cd {run_dir} && sbatch {JOB_SCRIPT})", file=sys.stderr)
         print(script)
         return 0
     require_sbatch(f"the script is written to {script}; submit it where "

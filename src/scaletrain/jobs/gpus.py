@@ -7,6 +7,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from scaletrain.contract import GPU_SAMPLES_PREFIX
 from scaletrain.jobs.runfolder import SEARCH_DEPTH, walk
 
 IDLE_PCT = 30.0          # a GPU busier than this on average is not called idle
@@ -42,7 +43,7 @@ def sampler_files(run_dir: Path) -> list[Path]:
     """Every ``gpus-*.jsonl`` in the run folder and two levels below."""
     found: list[Path] = []
     for folder in walk(run_dir, SEARCH_DEPTH):
-        found += sorted(folder.glob("gpus-*.jsonl"))
+        found += sorted(folder.glob(f"{GPU_SAMPLES_PREFIX}*.jsonl"))
     return found
 
 
@@ -51,7 +52,7 @@ def read_samplers(files: list[Path]) -> tuple[list[GpuSeries], list[str]]:
     series: dict[tuple[str, str], GpuSeries] = {}
     notes: list[str] = []
     for path in files:
-        host, interval = path.stem[len("gpus-"):], 10.0
+        host, interval = path.stem[len(GPU_SAMPLES_PREFIX):], 10.0
         try:
             lines = path.read_text(errors="replace").splitlines()
         except OSError:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from scaletrain.contract import COMMIT_MARKER
 from scaletrain.errors import SlurmError, UsageError
 from scaletrain.jobs import gpus as gpu_files
 from scaletrain.jobs import runfolder
@@ -123,7 +124,7 @@ def _committed(folder: Path | None) -> list[int]:
     if folder is None:
         return []
     steps = []
-    for marker in sorted(folder.glob(f"step-*/{runfolder.COMMIT}")):
+    for marker in sorted(folder.glob(f"step-*/{COMMIT_MARKER}")):
         digits = marker.parent.name[len("step-"):]
         record = runfolder.read_json(marker)
         if digits.isdigit() and record is not None and record.get("step") == int(digits):

@@ -21,13 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scaletrain.checkpoint.stoprecord import has_stop_record, read_stop_record
+from scaletrain.contract import COMMIT_MARKER, JOB_ID_FILE, JOB_SCRIPT, METRICS_FILE, RUNS_DIR, TENSORBOARD_DIR
 from scaletrain.fileio import read_json_object
-from scaletrain.slurm.submit import JOB_ID_FILE, RUNS_DIR, SCRIPT_NAME
 
-METRICS = "metrics.jsonl"
-SUMMARY = "summary.json"
-STOP_RECORD = "stop.json"        # runtime.preempt.STOP_RECORD (not imported: that module is runtime)
-COMMIT = "COMMIT.json"           # checkpoint.layout.MARKER
 SEARCH_DEPTH = 2                 # sub-folder levels searched for the Monitor's and Checkpointer's files
 TAIL_BYTES = 256 * 1024          # what status reads of metrics.jsonl: the last steps and the run's start
 MAX_LOG_FILES = 64
@@ -67,7 +64,7 @@ def default_runs(base: Path = Path(RUNS_DIR)) -> list[Path]:
         return []
 
     def when(p: Path) -> float:
-        for name in (JOB_ID_FILE, SCRIPT_NAME):
+        for name in (JOB_ID_FILE, JOB_SCRIPT):
             try:
                 return (p / name).stat().st_mtime
             except OSError:
@@ -89,7 +86,7 @@ def walk(root: Path, depth: int) -> list[Path]:
             try:
                 with os.scandir(folder) as it:
                     nxt += [Path(e.path) for e in it if e.is_dir(follow_symlinks=False)
-                            and not e.name.startswith((".", "step-", "tensorboard"))]
+                            and not e.name.startswith((".", "step-", TENSORBOARD_DIR))]
             except OSError:
                 continue
         out += sorted(nxt)
@@ -114,8 +111,8 @@ def open_run(path: str | Path) -> RunFolder:
     except OSError as exc:
         run.notes.append(f"cannot read {JOB_ID_FILE}: {exc.strerror}")
     try:
-        if (run.path / SCRIPT_NAME).is_file():
-            run.script = run.path / SCRIPT_NAME
+        if (run.path / JOB_SCRIPT).is_file():
+            run.script = run.path / JOB_SCRIPT
     except OSError:
         pass
     try:
@@ -123,8 +120,8 @@ def open_run(path: str | Path) -> RunFolder:
     except OSError:
         pass
     for folder in walk(run.path, SEARCH_DEPTH):
-        if run.metrics is None and (folder / METRICS).is_file():
-            run.metrics = folder / METRICS
+        if run.metrics is None and (folder / METRICS_FILE).is_file():
+            run.metrics = folder / METRICS_FILE
         if run.checkpoints is None and _has_checkpoints(folder):
             run.checkpoints = folder
     return run
@@ -138,10 +135,10 @@ def _mtime(p: Path) -> float:
 
 
 def _has_checkpoints(folder: Path) -> bool:
-    if (folder / STOP_RECORD).is_file():
+    if has_stop_record(folder):
         return True
     try:
-        return any(folder.glob(f"step-*/{COMMIT}"))
+        return any(folder.glob(f"step-*/{COMMIT_MARKER}"))
     except OSError:
         return False
 
@@ -164,7 +161,7 @@ def latest_checkpoint(folder: Path | None) -> int | None:
         digits = name[len("step-"):]
         if not digits.isdigit() or (best is not None and int(digits) <= best):
             continue
-        marker = read_json(folder / name / COMMIT)
+        marker = read_json(folder / name / COMMIT_MARKER)
         if marker is not None and int(marker.get("step", -1)) == int(digits):
             best = int(digits)
     return best
@@ -172,7 +169,7 @@ def latest_checkpoint(folder: Path | None) -> int | None:
 
 def stop_record(folder: Path | None) -> dict[str, Any] | None:
     """The Checkpointer's ``stop.json`` (why the job stopped on purpose, at which step)."""
-    return read_json(folder / STOP_RECORD) if folder is not None else None
+    return read_stop_record(folder)
 
 
 def _lines(data: bytes) -> list[dict[str, Any]]:

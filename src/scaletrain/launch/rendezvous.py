@@ -26,9 +26,9 @@ import threading
 from types import ModuleType
 from typing import Any
 
+from scaletrain.contract import NESTED_VAR, RENDEZVOUS_WAIT_VAR
+
 RENDEZVOUS_WAIT_S = 300.0
-RENDEZVOUS_WAIT_VAR = "SCALETRAIN_RENDEZVOUS_TIMEOUT"
-NESTED_VAR = "SCALETRAIN_NESTED_SPAWN"  # set in the workers a worker spawns itself
 EXIT_RENDEZVOUS = 3  # a DistEnvError's exit code: the environment, not the program
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Mapping
 
+from scaletrain.contract import CLUSTER_VAR
 from scaletrain.errors import UsageError
 from scaletrain.lint import rules_cluster, rules_launch, rules_program, rules_sbatch, rules_shell  # noqa: F401  (registers rules)
 from scaletrain.lint.findings import ERROR, RULES, Finding, LintContext
@@ -146,8 +147,8 @@ def choose_profile(script: BatchScript, *, cluster: str | None = None, profile_p
             return load_profile(profile_path), "--profile"
         return load_profile(cluster), "--cluster"  # type: ignore[arg-type]
     name, how = detect_cluster(script)
-    if name is None and env.get("SCALETRAIN_CLUSTER"):
-        name, how = env["SCALETRAIN_CLUSTER"], "$SCALETRAIN_CLUSTER"
+    if name is None and env.get(CLUSTER_VAR):
+        name, how = env[CLUSTER_VAR], f"${CLUSTER_VAR}"
     if name is None:
         return None, ""
     from scaletrain.clusters.profile import load_profile

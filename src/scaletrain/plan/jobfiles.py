@@ -22,6 +22,9 @@ import shlex
 from dataclasses import dataclass
 
 from scaletrain.clusters.profile import ClusterProfile
+from scaletrain.contract import (ACCELERATE_CONFIG_VAR as ACCELERATE_VAR, DEEPSPEED_CONFIG_VAR as DEEPSPEED_VAR,
+                                 HEREDOC_END as _EOF, JOB_FILES_VAR as FILES_VAR,
+                                 SCRATCH_PLACEHOLDER as _SCRATCH)
 from scaletrain.errors import PlanError, UsageError
 from scaletrain.frameworks.accelerate import ALIASES, accelerate_config, to_yaml
 from scaletrain.frameworks.deepspeed import STRATEGIES as DEEPSPEED_STRATEGIES, deepspeed_config, to_json
@@ -30,12 +33,7 @@ from scaletrain.plan.request import JobRequest
 
 q = shlex.quote
 
-ACCELERATE_VAR = "SCALETRAIN_ACCELERATE_CONFIG"
-DEEPSPEED_VAR = "SCALETRAIN_DEEPSPEED_CONFIG"
 LIGHTNING_DEEPSPEED_VAR = "PL_DEEPSPEED_CONFIG_PATH"   # read by Lightning's DeepSpeedStrategy
-FILES_VAR = "SCALETRAIN_JOB_FILES"
-_SCRATCH = "@SCALETRAIN_SCRATCH@"      # where the node-local disk goes in a config's text
-_EOF = "SCALETRAIN_EOF"
 # ZeRO-3 offload to NVMe keeps fp32 master weights and Adam's two moments (12 bytes a parameter)
 # and the 16-bit parameters (2) on the disk, sharded over the nodes; a quarter more for DeepSpeed's
 # swap buffers, and never less than the guides' usual request

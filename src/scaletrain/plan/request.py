@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from scaletrain.contract import JOB_LOG
 from scaletrain.errors import UsageError
 from scaletrain.slurm.parse import parse_mem_mib
 
@@ -100,12 +101,13 @@ class JobRequest:
 def in_run_dir(request: JobRequest, run_dir: Path, *, cwd: str | None = None) -> JobRequest:
     """``request`` as submitted from ``run_dir``: the job runs where the user is (``cwd``, unless
     it names its own folder), its script's path survives any ``cd``, the files the job writes
-    (framework configs) and its output go to the run folder."""
+    (framework configs) and its output go to the run folder. Reads the current folder when
+    ``cwd`` is not given."""
     script = request.script
     if script != "-m":
         script = os.path.abspath(os.path.expanduser(script))
     return dataclasses.replace(request, script=script, chdir=request.chdir or cwd or os.getcwd(),
-                               files_dir=str(run_dir), log=request.log or str(run_dir / "%x-%j.out"))
+                               files_dir=str(run_dir), log=request.log or str(run_dir / JOB_LOG))
 
 
 def parse_mem_gb(text: str) -> float:

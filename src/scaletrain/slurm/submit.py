@@ -22,12 +22,9 @@ import re
 from pathlib import Path
 from typing import Mapping
 
+from scaletrain.contract import JOB_ID_FILE, JOB_SCRIPT, RUNS_DIR
 from scaletrain.errors import SlurmError, UsageError
 from scaletrain.fileio import atomic_write, fresh_dir
-
-SCRIPT_NAME = "job.sh"
-JOB_ID_FILE = "job_id"
-RUNS_DIR = "runs"               # where run folders go by default, relative to the caller's folder
 
 
 def default_run_dir(job_name: str, base: Path = Path(RUNS_DIR)) -> Path:
@@ -44,7 +41,7 @@ def make_run_dir(wanted: str | os.PathLike[str] | None, job_name: str, *, flag: 
     try:
         if wanted:
             run_dir = Path(wanted).expanduser()
-            taken = [n for n in (SCRIPT_NAME, JOB_ID_FILE) if (run_dir / n).exists()]
+            taken = [n for n in (JOB_SCRIPT, JOB_ID_FILE) if (run_dir / n).exists()]
             if taken:
                 raise UsageError(f"{flag} {wanted} already holds a job ({', '.join(taken)})",
                                  f"give a new {flag}, or leave it out for a fresh "
@@ -68,7 +65,7 @@ def write_file(run_dir: Path, name: str, data: str | bytes, mode: int = 0o644) -
 
 def write_script(run_dir: Path, script: str) -> Path:
     """``job.sh`` in the run folder (executable); returns its path."""
-    return write_file(run_dir, SCRIPT_NAME, script.encode("utf-8"), mode=0o755)
+    return write_file(run_dir, JOB_SCRIPT, script.encode("utf-8"), mode=0o755)
 
 
 def require_sbatch(hint: str, env: Mapping[str, str] | None = None) -> None:
@@ -85,6 +82,6 @@ def sbatch_run_dir(run_dir: Path, *, env: Mapping[str, str] | None = None) -> st
     """Submit the run folder's ``job.sh`` from the run folder; records and returns the job id."""
     from scaletrain.slurm import commands
 
-    job_id = commands.sbatch_parsable(SCRIPT_NAME, cwd=run_dir, env=env)
+    job_id = commands.sbatch_parsable(JOB_SCRIPT, cwd=run_dir, env=env)
     write_file(run_dir, JOB_ID_FILE, f"{job_id}\n")
     return job_id
