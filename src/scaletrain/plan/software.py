@@ -147,9 +147,11 @@ def warnings(request: JobRequest, profile: ClusterProfile, *, needs_scaletrain: 
     fix = (f"on a {profile.name} login node run 'scaletrain env create --cluster {profile.name} "
            "{extra}DIR' and pass --venv DIR (or plan there, from that environment)")
     if needs_scaletrain:
+        # the framework comes from the wheelhouse into the same venv (the Alliance's tensorflow)
+        wheel = profile.wheels.get(request.launcher) if profile.python_env_lines else None
         return [f"the job will not find scaletrain: {describe(request, profile)} has none, and no environment "
                 "of yours is known here (the job would stop at its import check, after its wait in the "
-                "queue); fix: " + fix.format(extra="")]
+                "queue); fix: " + fix.format(extra=f"--with {wheel} " if wheel else "")]
     pkg = LAUNCHER_PACKAGES.get(request.launcher)
     if pkg and profile.python_env_lines:
         return [f"--launcher {request.launcher}: the job's venv gets only torch from the centre's wheels, "
