@@ -22,21 +22,28 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from scaletrain import __version__
 from scaletrain.clusters.check import compare
-from scaletrain.clusters.profile import load_profile
+from scaletrain.clusters.profile import _shipped_dir, load_profile
 from scaletrain.clusters.resources import ERROR, WARNING, Resources
+from scaletrain.clusters.schema import build_profile
 from scaletrain.envs.create import parse_with
-from scaletrain.errors import PlanError, UsageError
+from scaletrain.errors import PlanError, ProfileError, UsageError
 from scaletrain.lint.engine import lint_text
 from scaletrain.plan.planner import make_plan
 from scaletrain.plan.render import render_script
 from scaletrain.plan.request import JobRequest
 from scaletrain.plan.summary import render_summary
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 GOLDEN = Path(__file__).parent / "golden_plans"
 
@@ -258,3 +265,19 @@ def test_clusters_check_compares_the_minimum_nodes() -> None:
                                           ("gputest", 2, "00:15:00", 0), ("gpuinteractive", 1, "12:00:00", 0)))
     diffs = [d.line() for d in compare(roihu, nodes, parts)]
     assert diffs == ["partition gpularge minimum nodes: profile says 1, Slurm says 2"]
+
+
+@pytest.mark.parametrize("changes, needle", [
+    ({"wheels": {"tensorflow": "tensorflow; rm -rf /"}}, "field 'wheels'"),
+    ({"no_allocation_accounts": ["def- x"]}, "field 'no_allocation_accounts'"),
+    ({"cpu_jobs": "line one\nline two"}, "field 'cpu_jobs'"),
+    ({"partitions": {"p": {"min_gpus": -1}}}, "partitions.p.min_gpus"),
+    ({"partitions": {"p": {"cores_per_node": 0}}}, "partitions.p.cores_per_node"),
+    ({"partitions": {"p": {"access": "a\nb"}}}, "partitions.p.access"),
+    ({"partitions": {"p": {"max_nodes_no_allocation": "five"}}}, "max_nodes_no_allocation"),
+])
+def test_the_new_profile_fields_are_checked(changes: dict, needle: str) -> None:
+    data = tomllib.loads((_shipped_dir() / "trillium.toml").read_text())
+    data.update(changes)
+    with pytest.raises(ProfileError, match=re.escape(needle)):
+        build_profile(data, path="trillium.toml")
