@@ -147,19 +147,25 @@ def _rotated(items: list[str], k: int) -> list[str]:
     return items[k:] + items[:k]
 
 
-def measure(args: argparse.Namespace) -> dict[str, Any]:
-    """Every combination's interleaved rounds; the rows of the table."""
+def measure(args: argparse.Namespace, publish: Any = None) -> dict[str, Any]:
+    """Every combination's interleaved rounds; the rows of the table. ``publish(doc)`` is
+    called after each combination (a run cut short by a time limit keeps what it measured)."""
     import torch
+
+    from scaletrain.observe.flops import peak_flops
 
     cfg = llama_model.SIZES[args.size]
     name = torch.cuda.get_device_name(0) if args.device.startswith("cuda") else "cpu"
-    from scaletrain.observe.flops import peak_flops
-
     peak = peak_flops(name) if args.device.startswith("cuda") else None
     world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
     total, body = cfg.parameters()
-    start = time.perf_counter()
     rows: list[dict[str, Any]] = []
+    doc = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "device": name, "torch": torch.__version__, "world": world, "size": args.size,
+           "config": vars(cfg) | {"parameters": total, "non_embedding": body},
+           "precision": args.precision, "peak_tflops": peak / 1e12 if peak else None,
+           "steps": args.steps, "warmup": args.warmup, "repeats": args.repeats, "rows": rows}
+    start = time.perf_counter()
     for seq in args.seqs:
         for ac in args.acs:
             batch = args.batch or probe_batch(cfg, seq, ac=ac, args=args)
@@ -172,11 +178,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                         runs[variant].append(_one(variant, cfg, seq, batch, compiled, ac, args))
                 rows.extend(_rows(runs, seq=seq, ac=ac, compiled=compiled,
                                   fpt=llama_model.flops_per_token(cfg, seq), peak=peak, world=world))
-    return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "device": name, "torch": torch.__version__, "world": world, "size": args.size,
-            "config": vars(cfg) | {"parameters": total, "non_embedding": body},
-            "precision": args.precision, "peak_tflops": peak / 1e12 if peak else None,
-            "steps": args.steps, "warmup": args.warmup, "repeats": args.repeats, "rows": rows}
+                if publish is not None:
+                    publish(doc)
+    return doc
 
 
 def _one(variant: str, cfg: Any, seq: int, batch: int, compiled: bool, ac: bool,
@@ -290,14 +294,21 @@ def main(argv: list[str] | None = None) -> int:
     import torch.distributed as dist
 
     import scaletrain
+    from scaletrain.fileio import atomic_write
 
     scaletrain.init(device=args.device)
-    doc = measure(args)
-    if not dist.is_initialized() or dist.get_rank() == 0:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "llama.json").write_text(json.dumps(doc, indent=2) + "\n")
-        (out / "llama.md").write_text(markdown(doc))
+    first = not dist.is_initialized() or dist.get_rank() == 0
+    out = Path(args.out)
+
+    def publish(doc: dict[str, Any]) -> None:
+        if first:
+            out.mkdir(parents=True, exist_ok=True)
+            atomic_write(out / "llama.json", json.dumps(doc, indent=2) + "\n")
+            atomic_write(out / "llama.md", markdown(doc))
+
+    doc = measure(args, publish)
+    publish(doc)
+    if first:
         print(markdown(doc))
     scaletrain.shutdown()
     return 0
