@@ -23,7 +23,7 @@ retried at half the batch (its row says the batch it ran).
 
     python benchmarks/llama.py --out llama-bench                       # a GPU: 1b, probe
     python benchmarks/llama.py --size toy --device cpu --out /tmp/l    # CPU, end to end
-    python -m scaletrain run --nproc 2 benchmarks/llama.py ...         # several ranks
+    python -m scaletrain run --nproc-per-node 2 benchmarks/llama.py ...   # several ranks
 
 Writes ``OUT/llama.json`` and ``OUT/llama.md``; figures go to docs/benchmarks.md.
 """
@@ -190,11 +190,15 @@ def _one(variant: str, cfg: Any, seq: int, batch: int, compiled: bool, ac: bool,
                                warmup=args.warmup, device=args.device)
     if batch < 1:
         return {"oom": True, "batch": batch}
-    out = trial(variant, cfg, seq, batch, compiled=compiled, ac=ac, steps=args.steps,
-                warmup=args.warmup, args=args)
-    if out.get("oom") and batch > 1:  # this variant needs more memory than the probe's
-        out = trial(variant, cfg, seq, batch // 2, compiled=compiled, ac=ac, steps=args.steps,
+    try:
+        out = trial(variant, cfg, seq, batch, compiled=compiled, ac=ac, steps=args.steps,
                     warmup=args.warmup, args=args)
+        if out.get("oom") and batch > 1:  # this variant needs more memory than the probe's
+            out = trial(variant, cfg, seq, batch // 2, compiled=compiled, ac=ac, steps=args.steps,
+                        warmup=args.warmup, args=args)
+    except Exception as exc:  # noqa: BLE001 - one variant's failure must not hide the others' rows
+        lines = str(exc).strip().splitlines()
+        out = {"error": f"{type(exc).__name__}: {(lines[0] if lines else '')[:160]}"}
     return out
 
 
