@@ -74,8 +74,10 @@ def dd_floor(folder: Path, nbytes: int) -> float:
     return seconds * nbytes / (count * 16 * 2**20)
 
 
-def _cases(model: Any, sharded: Any, folder: Path, device: str) -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
-    """(save, load) per case, each save into its own folder under ``folder``."""
+def _cases(model: Any, sharded: Any, folder: Path, device: str,
+           opened: list[Any]) -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
+    """(save, load) per case, each save into its own folder under ``folder``; the
+    Checkpointers made go into ``opened`` (closed by the caller: they hold pinned buffers)."""
     import torch
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
@@ -84,6 +86,7 @@ def _cases(model: Any, sharded: Any, folder: Path, device: str) -> dict[str, tup
 
     ours = scaletrain.Checkpointer(folder / "ours", keep=1, exit_on_stop=False)
     ours_sh = scaletrain.Checkpointer(folder / "ours-sharded", keep=1, exit_on_stop=False)
+    opened += [ours, ours_sh]
     step = {"n": 0}
 
     def raw_save() -> None:
@@ -141,8 +144,9 @@ def measure_size(gib: float, *, device: str, reps: int, root: Path) -> dict[str,
     fully_shard(sharded)
     nbytes = sum(p.numel() * p.element_size() for p in model.parameters())
     folder = Path(tempfile.mkdtemp(prefix="ckdcp-", dir=root))
+    opened: list[Any] = []
     try:
-        cases = _cases(model, sharded, folder, device)
+        cases = _cases(model, sharded, folder, device, opened)
         names = list(cases)
         times: dict[str, dict[str, list[float]]] = {n: {"save": [], "load": []} for n in names}
         floors = []
@@ -162,6 +166,8 @@ def measure_size(gib: float, *, device: str, reps: int, root: Path) -> dict[str,
                 _sync(device)
                 times[name]["load"].append(time.perf_counter() - t0)
     finally:
+        for ck in opened:
+            ck.close()
         shutil.rmtree(folder, ignore_errors=True)
     return _summary(gib, nbytes, floors, times)
 
