@@ -18,7 +18,8 @@ seq_len, steps``, ``[compile] enable``, ``[activation_checkpoint] mode = "full"`
 FSDP over the ranks (``data_parallel_shard_degree = -1``), bf16 parameters and fp32 reduction
 (its defaults). The model shape is registered as a flavor named ``scaletrain_bench`` in
 torchtitan's llama3 flavor table before its trainer starts, so the layers, heads and widths are
-those of benchmarks/llama_model.py. Its log lines (``tps: ...  mfu: ...%  memory: ...GiB``) give
+those of benchmarks/llama_model.py (the vocabulary is its tokenizer's: 128256 for Llama 3's, the
+benchmark's). Its log lines (``tps: ...  mfu: ...%  memory: ...GiB``) give
 the tokens/s: the median over the steps after ``warmup``, per GPU (torchtitan's tps is per rank).
 """
 
@@ -132,8 +133,13 @@ def _worker(argv: list[str]) -> None:
               and all(isinstance(x, args_cls) for x in v.values())]
     if not tables:
         raise SystemExit("torchtitan: no llama3 flavor table found to add the benchmark's shape to")
+    import dataclasses
+
+    # a field this torchtitan does not have (a rename) is left to its default, not an error
+    known = {f.name for f in dataclasses.fields(args_cls)} if dataclasses.is_dataclass(args_cls) \
+        else set(fields)
     for table in tables:
-        table[FLAVOR] = args_cls(**fields)
+        table[FLAVOR] = args_cls(**{k: v for k, v in fields.items() if k in known})
     sys.argv = ["torchtitan.train", *argv[1:]]
     runpy.run_module("torchtitan.train", run_name="__main__")
 

@@ -88,3 +88,30 @@ def test_toy_run_end_to_end_on_the_cpu(tmp_path):
     assert "GPU" in rows["titan", False]["status"] or "not installed" in rows["titan", False]["status"]
     table = (tmp_path / "llama.md").read_text()
     assert table.count("\n| hand | 64 |") == 2 and "torchtitan" in table
+
+
+def test_torchtitan_worker_registers_the_shape_and_runs_its_trainer(tmp_path):
+    """The worker against a stand-in torchtitan (the real one is not installed here): the flavor
+    table gains the benchmark's shape (fields it lacks dropped), the trainer gets the arguments."""
+    pkg = tmp_path / "torchtitan" / "models" / "llama3"
+    pkg.mkdir(parents=True)
+    (tmp_path / "torchtitan" / "__init__.py").write_text("")
+    (tmp_path / "torchtitan" / "models" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text(
+        "import dataclasses\n"
+        "@dataclasses.dataclass\n"
+        "class TransformerModelArgs:\n"
+        "    dim: int = 1\n    n_layers: int = 1\n    n_heads: int = 1\n    n_kv_heads: int = 1\n"
+        "    vocab_size: int = 1\n    rope_theta: float = 1.0\n    ffn_dim_multiplier: float = 1.0\n"
+        "    multiple_of: int = 1\n"
+        "llama3_args = {'8B': TransformerModelArgs()}\n")
+    (tmp_path / "torchtitan" / "train.py").write_text(
+        "import sys\nfrom torchtitan.models.llama3 import llama3_args\n"
+        "a = llama3_args['scaletrain_bench']\n"
+        "print(f'argv={sys.argv[1:]} dim={a.dim} layers={a.n_layers} kv={a.n_kv_heads}')\n")
+    args = repr(llama_titan.model_args(llama_model.SIZES["1b"]))
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "llama_titan.py"), "--worker", args,
+                           "--job.config_file", "x.toml"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "argv=['--job.config_file', 'x.toml'] dim=2048 layers=16 kv=8"
