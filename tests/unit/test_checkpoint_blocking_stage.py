@@ -49,6 +49,18 @@ def test_cpu_state_is_written_as_it_is():
     assert replicated.staged(None, stager) is None
 
 
+def test_a_host_that_cannot_pin_saves_unstaged(monkeypatch):
+    monkeypatch.setattr(replicated, "on_accelerator", lambda obj: True)
+    stager = Stager(pin=False)
+
+    def refuse(obj):
+        raise RuntimeError("CUDA error: out of memory (pinned host allocation)")
+
+    monkeypatch.setattr(stager, "stage", refuse)
+    payload = {"models": {"m": {"w": torch.ones(3)}}}
+    assert replicated.staged(payload, stager) is payload
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 def test_gpu_payload_is_staged_pinned():
