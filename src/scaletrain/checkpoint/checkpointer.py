@@ -92,7 +92,11 @@ class Checkpointer:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._retention: threading.Thread | None = None
-        self._agreement: Any = None
+        # Listening from now on: a stop signal between here and the first step() is recorded and
+        # acted on there (saved, exit 75), not left to the default action that would kill the program
+        from scaletrain.runtime import agreement
+
+        self._agreement: Any = agreement.StopAgreement()
         self._last_saved: int | None = None
         self._last_save_time = time.monotonic()
         self._stop_reason: str | None = None
