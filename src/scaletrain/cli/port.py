@@ -49,7 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """CLI body of ``scaletrain port``."""
-    from scaletrain.cli.plan import account_or_env
+    from scaletrain.slurm.submit import account_or_env
     from scaletrain.fileio import write_output
     from scaletrain.clusters.profile import load_profile
     from scaletrain.errors import UsageError
