@@ -133,6 +133,26 @@ def test_a_container_runtime_missing_here_is_a_warning(capsys, cluster, tmp_path
     assert "not checked whether the image" in err and "runtime is not on PATH" in err
 
 
+def _fake_apptainer(bin_dir: Path, python: str) -> None:
+    """'apptainer exec [--nv] [-B DIR]... IMAGE python3 ARGS': runs ``python`` ARGS (the image's Python)."""
+    (bin_dir / "apptainer").write_text(
+        "#!/bin/bash\nshift\nwhile [ \"${1#-}\" != \"$1\" ]; do [ \"$1\" = -B ] && shift; shift; done\n"
+        f'shift 2\nexec {python} "$@"\n')
+    (bin_dir / "apptainer").chmod(0o755)
+
+
+def test_a_container_is_checked_inside_the_image(capsys, cluster, tmp_path) -> None:
+    bare = _bare_venv(tmp_path / "bare")
+    _fake_apptainer(cluster["bin"], str(bare / "bin" / "python3"))
+    args = ["submit", "--profile", str(cluster["profile"]), "--gpus", "2", "--container", str(tmp_path / "img.sif")]
+    code, _, err = run_cli(capsys, *args, "--run-dir", str(tmp_path / "run"), "--", "train.py")
+    assert code == DistEnvError.exit_code and f"inside {tmp_path / 'img.sif'} cannot import scaletrain" in err
+    assert not cluster["called"].exists()
+    _fake_apptainer(cluster["bin"], sys.executable)   # an image that has scaletrain and torch
+    code, out, err = run_cli(capsys, *args, "--run-dir", str(tmp_path / "run2"), "--", "train.py")
+    assert code == 0 and out == "4242\n" and "warning" not in err, err
+
+
 def test_job_id_is_reported_when_it_cannot_be_written(capsys, cluster, tmp_path, monkeypatch) -> None:
     from scaletrain.slurm import submit as slurm_submit
 

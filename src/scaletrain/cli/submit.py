@@ -8,7 +8,10 @@ already holds a ``job.sh`` or ``job_id`` is refused rather than overwritten (its
 running). Files are written whole or not at all. The job itself runs in the folder the user
 submitted from (``#SBATCH --chdir``), with the training script's path made absolute, so the
 program and the relative paths it is given resolve as they did on the command line. ``--dry-run`` stops before
-sbatch. ``--wait`` follows the job with ``scontrol show job`` until it ends, prints its output
+sbatch. Before sbatch, the job's set-up lines run on this login node and its Python must import
+scaletrain and the launcher's package (``scaletrain.envs.check``): a job that would stop at its
+first line is refused with the fix. The verb is a thin layer over the library's submit path
+(``scaletrain.jobs.submit``), which ``scaletrain.submit()`` uses too. ``--wait`` follows the job with ``scontrol show job`` until it ends, prints its output
 file and exits with the job's exit code.
 
 Ctrl-C during ``--wait`` stops *following* the job, not the job: it keeps its place in the queue
