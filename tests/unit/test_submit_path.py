@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -242,3 +243,62 @@ def test_venv_names_the_shell_would_read_are_refused(capsys, tmp_path, name, mon
                            "--venv", str(tmp_path / name), "--", "train.py")
     assert code == 2 and "activate script would hand to the shell" in err
     assert not (tmp_path / "pwned").exists() and not list(tmp_path.iterdir())
+
+
+def test_the_check_is_bounded_and_ends_what_the_set_up_started(tmp_path) -> None:
+    """A set-up that never ends (a module that hangs, with a child holding the output open) is a
+    warning after the bound, not a wait for ever."""
+    from scaletrain.clusters.profile import profile_from_dict
+    from scaletrain.envs.check import check_job_python
+    from scaletrain.plan.planner import make_plan
+    from scaletrain.plan.request import JobRequest
+
+    marker = tmp_path / "still-running"
+    profile = profile_from_dict({"name": "standin", "gpus_per_node": 1, "cores_per_node": 2, "mem_per_node_gb": 4,
+                                 "setup_lines": [f"(sleep 2; touch {marker}) & sleep 60"],
+                                 "partitions": {"p": {"default": True}}})
+    plan = make_plan(JobRequest(cluster="standin", script="t.py", gpus=1), profile)
+    note = check_job_python(plan, environ=dict(os.environ), timeout=0.5)
+    assert note is not None and "not checked" in note and "no answer within" in note
+    time.sleep(3)     # the background child was killed with its group: it never touched the marker
+    assert not marker.exists()
+
+
+def test_values_reach_the_check_quoted(capsys, cluster, tmp_path) -> None:
+    code, _, err = run_cli(capsys, "submit", "--profile", str(cluster["profile"]), "--gpus", "2",
+                           "--module", f"$(touch {tmp_path}/pwned)", "--run-dir", str(tmp_path / "run"), "--",
+                           "train.py")
+    assert code == DistEnvError.exit_code and not (tmp_path / "pwned").exists()
+
+
+@pytest.mark.parametrize("launcher, names", [
+    ("scaletrain", ("scaletrain", "torch")), ("torchrun", ("torch",)), ("accelerate", ("accelerate",)),
+    ("deepspeed", ("deepspeed",)), ("tensorflow", ("scaletrain",)), ("srun", ()),
+])
+def test_what_each_launch_needs_from_the_jobs_python(launcher, names) -> None:
+    from scaletrain.clusters.profile import load_profile
+    from scaletrain.envs.check import needed_imports
+    from scaletrain.plan.planner import make_plan
+    from scaletrain.plan.request import JobRequest
+
+    plan = make_plan(JobRequest(cluster="narval", script="t.py", gpus=4, launcher=launcher, account="def-x"),
+                     load_profile("narval"))
+    assert needed_imports(plan) == names
+
+
+@pytest.mark.parametrize("launcher, lacking", [("scaletrain", "scaletrain"), ("accelerate", "accelerate")])
+def test_the_alliance_job_venv_is_judged_without_running_anything(launcher, lacking) -> None:
+    """The job venv built from the centre's wheels holds torch and numpy: known before sbatch."""
+    from scaletrain.clusters.profile import load_profile
+    from scaletrain.envs.check import check_job_python
+    from scaletrain.plan.planner import make_plan
+    from scaletrain.plan.request import JobRequest
+
+    plan = make_plan(JobRequest(cluster="narval", script="t.py", gpus=4, launcher=launcher, account="def-x"),
+                     load_profile("narval"))
+    with pytest.raises(DistEnvError, match=f"wheels has no {lacking}") as info:
+        check_job_python(plan, environ={"PATH": "/nonexistent"})
+    assert "scaletrain env create --cluster narval" in info.value.hint
+    torchrun = make_plan(JobRequest(cluster="narval", script="t.py", gpus=4, launcher="torchrun", account="def-x"),
+                         load_profile("narval"))
+    assert check_job_python(torchrun, environ={"PATH": "/nonexistent"}) is None

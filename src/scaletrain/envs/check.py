@@ -35,9 +35,10 @@ CHECK_TIMEOUT_S = 120.0       # module loads on a busy login node take seconds, 
 _MISSING_EXIT = 96            # the probe's "these are missing" (any other failure is the set-up's)
 _NO_RUNTIME_EXIT = 97         # the container runtime is not on this node
 _OUTPUT_LIMIT = 64 * 1024     # what is kept of the probe's output for the message
-# importable names the launch itself needs, besides scaletrain (scaletrain.plan.launchers)
-_LAUNCH_IMPORTS = {"scaletrain": ("torch",), "scaletrain-run": ("torch",), "torchrun": ("torch",),
-                   "tensorflow": ("tensorflow",)}
+# importable names the launch itself needs, besides scaletrain (scaletrain.plan.launchers): torchrun
+# and scaletrain run are torch's agent, scaletrain.init() imports torch. TensorFlow's launch line
+# needs scaletrain alone (the program's own imports are the program's).
+_LAUNCH_IMPORTS = {"scaletrain": ("torch",), "scaletrain-run": ("torch",), "torchrun": ("torch",)}
 # The probe: import scaletrain for real (cheap: no torch), only look the others up (importing
 # torch or deepspeed on a login node takes seconds and starts threads).
 _PROBE = ("import importlib.util, sys\n"
