@@ -13,7 +13,8 @@ from helpers import run_cli
 from port_examples import ALLIANCE_DDP
 
 from scaletrain.clusters.profile import load_profile
-from scaletrain.port.recover import heredoc_line, recover
+from scaletrain.port.heredoc import heredoc_line
+from scaletrain.port.recover import recover
 from scaletrain.port.translate import check_ported, port
 from scaletrain.plan.render import render_script
 

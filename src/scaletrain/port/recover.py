@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 from dataclasses import dataclass, field
 
 from scaletrain.errors import UsageError
@@ -22,6 +21,7 @@ from scaletrain.lint.invocation import Invocation, classify
 from scaletrain.lint.job import read_request
 from scaletrain.lint.script import BatchScript, Command, Word, parse_script
 from scaletrain.lint.shell import split_commands
+from scaletrain.port.heredoc import heredoc_line
 from scaletrain.plan.software import PER_TASK_VARS
 
 HINT = "give a Slurm batch script whose srun/mpirun line starts a Python program or launcher"
@@ -284,7 +284,6 @@ def _carry_or_lose(old: OldJob, line: Line, *, after: bool) -> None:
 # a here-document that builds a Python environment (the Alliance's 'srun ... bash << EOF' making
 # a venv on every node): the new script sets up its own
 _ENV_BUILD = re.compile(r"\b(virtualenv|venv|conda|pip3?\s+install)\b")
-_HEREDOC_OP = re.compile(r"<<(-?)[ \t]*(['\"]?)([^\s;&|<>()'\"]+)\2")
 
 
 def _heredoc(old: OldJob, script: BatchScript, cmd: Command, *, after: bool) -> None:
@@ -307,53 +306,6 @@ def _heredoc(old: OldJob, script: BatchScript, cmd: Command, *, after: bool) -> 
                              "yourself (plan --setup, one line)"))
         return
     old.setup.append(Line(cmd.line, joined, "here-document"))
-
-
-def heredoc_line(first: str, body: str, *, quoted: bool) -> str | None:
-    """``cmd << EOF`` + its body as one shell line with the same meaning: the body's lines as
-    ``printf`` arguments piped into ``cmd`` (single-quoted for ``<<'EOF'``; double-quoted, so
-    ``$NAME`` and ``$(...)`` still expand in the batch shell, for ``<< EOF``). None when that
-    cannot be done exactly (a line continued with a backslash)."""
-    ops = list(_HEREDOC_OP.finditer(first))
-    if len(ops) != 1:
-        return None
-    strip = bool(ops[0].group(1))
-    command = (first[:ops[0].start()] + first[ops[0].end():]).strip()
-    lines = body.split("\n") if body else []
-    if strip:   # <<- drops the leading tabs of every body line
-        lines = [ln.lstrip("\t") for ln in lines]
-    words = []
-    for ln in lines:
-        if quoted:
-            words.append(shlex.quote(ln))
-            continue
-        dq = _heredoc_to_dq(ln)
-        if dq is None:
-            return None
-        words.append(dq)
-    return f"printf '%s\\n' {' '.join(words)} | {command}" if words else f": | {command}"
-
-
-def _heredoc_to_dq(line: str) -> str | None:
-    # inside an unquoted here-document a backslash escapes only $ ` \ and the newline; inside
-    # double quotes also ": a lone " becomes \", and a \" keeps both characters as \\\"
-    out, i = [], 0
-    while i < len(line):
-        c = line[i]
-        nxt = line[i + 1] if i + 1 < len(line) else ""
-        if c == "\\" and not nxt:
-            return None           # a continued line
-        if c == "\\" and nxt in "$`\\":
-            out.append(c + nxt)
-            i += 2
-            continue
-        if c == "\\" and nxt == '"':
-            out.append('\\\\\\"')
-            i += 2
-            continue
-        out.append('\\"' if c == '"' else c)
-        i += 1
-    return '"' + "".join(out) + '"'
 
 
 _OPENS = re.compile(r"(\bthen|\bdo|\belse|\{|\||&&|;)$")
