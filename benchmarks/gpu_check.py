@@ -11,8 +11,12 @@ whole run fits a 10-minute command:
 
 - ``environment``: torch, CUDA or ROCm (HIP), the card and its datasheet bf16 peak;
 - ``gpu tests``: ``pytest -m gpu`` (the GPU-marked tests);
+- ``gpu paths``: the GPU-marked tests of tests/unit/test_gpu_paths.py, each with its outcome
+  (``scaletrain run`` with NCCL, the Checkpointer on CUDA state, ``--procs-per-gpu`` with MPS,
+  the Monitor with NVML);
 - ``setup vs loop``: one bf16 training step of the small GPT through ``scaletrain.setup``
-  (ddp, zero3) against the same step written by hand (goal <= 1.01x);
+  (ddp, zero3) against the same step written by hand, interleaved: the median ratio of 7
+  rounds and its spread (goal <= 1.01x; at world 1 it should read 1.00 +- the spread);
 - ``mfu``: the small GPT of examples/strategies_gpt.py, bf16, eager and ``torch.compile``d,
   model FLOP utilisation against the card's peak (6 x parameters x tokens per step);
 - ``bench comm``: ``scaletrain bench comm --nproc 1`` on the card. At world 1 a collective
@@ -41,6 +45,9 @@ from typing import Any, Callable
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from interleave import interleaved  # noqa: E402 - after the paths it needs
 
 Result = dict[str, Any]
 NO_GPU = "no GPU"
@@ -115,11 +122,44 @@ def environment() -> Result:
             "peak_bf16_tflops": (peak_flops(name) or 0) / 1e12 or None}
 
 
+GPU_PATHS = "tests/unit/test_gpu_paths.py"
+
+
 def gpu_tests() -> Result:
     if not _gpu():
         return {"status": "skipped", "reason": NO_GPU}
-    proc = _run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", "tests/unit"], 240)
+    proc = _run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", "tests/unit",
+                 f"--ignore={GPU_PATHS}"], 240)
     return {"status": "ok" if proc.returncode == 0 else "failed", "summary": _last_line(proc.stdout)}
+
+
+def gpu_paths() -> Result:
+    if not _gpu():
+        return {"status": "skipped", "reason": NO_GPU}
+    with tempfile.TemporaryDirectory() as tmp:
+        xml = Path(tmp) / "paths.xml"
+        proc = _run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", GPU_PATHS,
+                     f"--junitxml={xml}"], 360)
+        outcomes = junit_outcomes(xml.read_text()) if xml.exists() else {}
+    if not outcomes:
+        return {"status": "failed", "error": _last_line(proc.stdout + proc.stderr)}
+    return {"status": "ok" if proc.returncode == 0 else "failed", **outcomes}
+
+
+def junit_outcomes(xml: str) -> dict[str, str]:
+    """Each test of a pytest JUnit XML report: "passed", "failed: <message>" or "skipped: <reason>"."""
+    import xml.etree.ElementTree as ET
+
+    out: dict[str, str] = {}
+    for case in ET.fromstring(xml).iter("testcase"):
+        outcome = "passed"
+        for child in case:
+            if child.tag in ("failure", "error", "skipped"):
+                word = "skipped" if child.tag == "skipped" else "failed"
+                outcome = f"{word}: {(child.get('message') or '').splitlines()[0][:120]}" if child.get("message") \
+                    else word
+        out[case.get("name", "?")] = outcome
+    return out
 
 
 def setup_vs_loop() -> Result:
@@ -130,7 +170,6 @@ def setup_vs_loop() -> Result:
     import scaletrain
 
     scaletrain.init(device="cuda")
-    out: Result = {"status": "ok"}
     model, batch = _gpt()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
@@ -141,23 +180,22 @@ def setup_vs_loop() -> Result:
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    hand = _step_time(by_hand)
-    out["hand_ms"] = round(hand * 1e3, 3)
+    steps: dict[str, Callable[[], None]] = {"hand": by_hand}
     for strategy in ("ddp", "zero3"):
         m, b = _gpt()
         wrapped, o = scaletrain.setup(m, torch.optim.AdamW(m.parameters(), lr=1e-4), strategy=strategy,
                                       precision="bf16")
 
-        def ours() -> None:
+        def ours(wrapped: Any = wrapped, o: Any = o, b: Any = b) -> None:
             loss = _loss(wrapped, b)
             scaletrain.backward(loss)
             o.step()
             o.zero_grad(set_to_none=True)
 
-        t = _step_time(ours)
-        out[f"{strategy}_ms"] = round(t * 1e3, 3)
-        out[f"{strategy}_vs_hand"] = round(t / hand, 3)
-    return out
+        steps[strategy] = ours
+    # a block: the median of 10 synchronised steps, after 2 unmeasured ones
+    blocks = {name: (lambda step=step: _step_time(step, steps=10, warmup=2)) for name, step in steps.items()}
+    return {"status": "ok", **interleaved(blocks, "hand")}
 
 
 def mfu() -> Result:
@@ -289,7 +327,8 @@ def doctor() -> Result:
 
 
 STEPS: dict[str, Callable[[], Result]] = {
-    "environment": environment, "gpu tests": gpu_tests, "setup vs loop": setup_vs_loop, "mfu": mfu,
+    "environment": environment, "gpu tests": gpu_tests, "gpu paths": gpu_paths, "setup vs loop": setup_vs_loop,
+    "mfu": mfu,
     "bench comm": bench_comm, "checkpoint": checkpoint, "device sampler": device_sampler, "doctor": doctor,
 }
 

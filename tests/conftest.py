@@ -81,9 +81,71 @@ def _torchs_own(handler: object) -> bool:
     return str(getattr(handler, "__module__", "") or "").startswith("torch.")
 
 
+# Module-level state of scaletrain, as (module, attribute, leak): after every test each is put
+# back as it was. With leak=True a change is also a failure: the test left the runtime set up
+# (an init() without shutdown(), stop handlers still counted). The others are caches a test may
+# fill on purpose (the last set-up model, warnings given once, a decision taken at first use):
+# reset only, so the next test starts from the same state whatever ran before it.
+_MODULE_STATE: tuple[tuple[str, str, bool], ...] = (
+    ("scaletrain.runtime.session", "_ENV", True),
+    ("scaletrain.runtime.init", "_STATE", True),
+    ("scaletrain.runtime.preempt", "_installed", True),
+    ("scaletrain.runtime.preempt", "_reasons", True),
+    ("scaletrain.runtime.preempt", "_request", True),
+    ("scaletrain.runtime.preempt", "_listeners", True),
+    ("scaletrain.runtime.timeouts", "_step_s", True),
+    ("scaletrain.runtime.timeouts", "_started", True),
+    ("scaletrain.checkpoint.checksum", "_zip_users", True),
+    ("scaletrain.parallel.precision", "_ACTIVE", False),
+    ("scaletrain.data.lr", "_warned", False),
+    ("scaletrain.launch.hang", "_ENABLED_BY_US", False),
+    ("scaletrain.launch.group_check", "_STATE", False),
+    ("scaletrain.launch.cpu_cuda", "_DEFAULT_STREAMS", False),
+)
+
+
+def _module_state() -> dict[tuple[str, str], tuple[object, object]]:
+    """(module, attribute) -> (the object, a shallow copy of its contents) for loaded modules."""
+    found: dict[tuple[str, str], tuple[object, object]] = {}
+    for module, attr, _ in _MODULE_STATE:
+        mod = sys.modules.get(module)
+        if mod is not None and hasattr(mod, attr):
+            value = getattr(mod, attr)
+            contents = value.copy() if isinstance(value, (dict, set, list)) else None
+            found[(module, attr)] = (value, contents)
+    return found
+
+
+def _restore_module_state(before: dict[tuple[str, str], tuple[object, object]]) -> list[str]:
+    """Put every module attribute back as ``before`` had it; the leaks among the changes."""
+    leaks = []
+    after = _module_state()
+    for module, attr, leak in _MODULE_STATE:
+        key = (module, attr)
+        if key not in after:
+            continue
+        value, _ = after[key]
+        if key not in before:  # the test imported the module: its state must be fresh
+            old_value, old_contents = value, None
+            changed = False
+        else:
+            old_value, old_contents = before[key]
+            changed = value is not old_value or (old_contents is not None and value != old_contents)
+        if not changed:
+            continue
+        if isinstance(old_value, (dict, set, list)) and old_contents is not None:
+            old_value.clear()
+            old_value.update(old_contents) if not isinstance(old_value, list) else old_value.extend(old_contents)
+        setattr(sys.modules[module], attr, old_value)
+        if leak:
+            leaks.append(f"{module.removeprefix('scaletrain.')}.{attr}")
+    return leaks
+
+
 @pytest.fixture(autouse=True)
 def _hygiene():
     env_before = {k: v for k, v in os.environ.items() if k not in _ENV_IGNORE}
+    modules_before = _module_state()
     handlers_before = _handlers()
     threads_before = {t.ident for t in threading.enumerate()}
     kids_before = _descendants(os.getpid())
@@ -134,6 +196,10 @@ def _hygiene():
             except OSError:
                 pass
         problems.append(f"child processes leaked: {leaked_kids}")
+
+    leaked_state = _restore_module_state(modules_before)
+    if leaked_state:
+        problems.append(f"module state left set: {leaked_state}")
 
     if problems:
         pytest.fail("hygiene: " + "; ".join(problems), pytrace=False)

@@ -54,6 +54,7 @@ opt = torch.optim.SGD(model.parameters(), lr=0.01)
 model, opt = scaletrain.setup(model, opt, strategy="ddp")
 backend = FakeBackend()
 monitor = Monitor(args.run_dir, total_steps=args.steps, every=5, console=False, device_sampler=backend,
+                  sample_interval_s=0.005,
                   device_id=str(env.local_rank), num_workers=1)
 threads = sum(t.name == THREAD_NAME for t in threading.enumerate())
 assert monitor.watch(model), "the model should be DDP-wrapped"

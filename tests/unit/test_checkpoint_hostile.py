@@ -249,3 +249,56 @@ def test_fuzzed_marker_bytes_never_escape_as_a_traceback(pristine, tmp_path_fact
         assert not (ck / "step-00000030").exists()
     finally:
         shutil.rmtree(ck.parent, ignore_errors=True)
+
+
+def _flip(path: Path, offset: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def _drop_entry(marker: dict) -> None:
+    algorithm, crcs = marker_checksums(marker)
+    del marker[algorithm]["replicated.pt"]
+
+
+def _empty_table(marker: dict) -> None:
+    algorithm, _ = marker_checksums(marker)
+    marker[algorithm] = {}
+
+
+def _rename_table(marker: dict) -> None:
+    algorithm, _ = marker_checksums(marker)
+    marker["crc64"] = marker.pop(algorithm)
+
+
+def _remove_table(marker: dict) -> None:
+    algorithm, _ = marker_checksums(marker)
+    del marker[algorithm]
+
+
+# Issue 29 item 5: a file whose checksum entry was removed, emptied or renamed loaded without
+# verification, so a flipped byte in it loaded silently. Every listed file needs its checksum.
+@pytest.mark.parametrize("edit", [_drop_entry, _empty_table, _rename_table, _remove_table],
+                         ids=["entry-removed", "table-emptied", "table-renamed", "table-removed"])
+def test_a_file_without_its_checksum_is_never_loaded_unverified(ck, edit):
+    folder = ck / "step-00000030"
+    marker = json.loads((folder / "COMMIT.json").read_text())
+    assert marker["format"] >= 2
+    edit(marker)
+    (folder / "COMMIT.json").write_text(json.dumps(marker))
+    _flip(folder / "replicated.pt", (folder / "replicated.pt").stat().st_size // 2)
+    with pytest.raises(CheckpointError, match="checksum") as info:
+        _load(ck, strict=True)
+    assert "step-00000030" in info.value.message and len(info.value.message.splitlines()) == 1
+    assert _load(ck, strict=False) == 20   # not strict: the previous intact checkpoint
+
+
+def test_a_format_1_marker_without_checksums_still_loads_by_its_sizes(ck):
+    """Checkpoints written before checksums existed keep loading (their sizes are checked)."""
+    folder = ck / "step-00000030"
+    marker = json.loads((folder / "COMMIT.json").read_text())
+    _remove_table(marker)
+    marker["format"] = 1
+    (folder / "COMMIT.json").write_text(json.dumps(marker))
+    assert _load(ck, strict=True) == 30

@@ -48,6 +48,7 @@ def test_accelerator_state_reuses_its_buffers_from_save_to_save(monkeypatch):
     assert stager._buffers == []
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 def test_gpu_state_is_staged_into_pinned_memory():
     stager = Stager()
@@ -56,3 +57,36 @@ def test_gpu_state_is_staged_into_pinned_memory():
     assert staged["w"].is_pinned() and torch.equal(staged["w"], state["w"].cpu())
     assert stager.for_dcp(state) is stager.for_dcp(state)   # DCP's stager kept between saves
     stager.close()
+
+
+def test_an_async_save_whose_payload_and_local_state_line_up_keeps_both(tmp_path, monkeypatch):
+    """A save stages two trees (the replicated payload, then this rank's RNG and local state).
+    Buffers are matched by position, so when the payload's first tensor has the shape and dtype
+    of the local tree's first one (Python's RNG state: 625 int64), staging the second tree must
+    not refill the first tree's buffer. Staged like a GPU save, on the CPU."""
+    import functools
+
+    import scaletrain
+    from scaletrain.checkpoint import checkpointer
+
+    monkeypatch.setattr(staging, "on_accelerator", lambda obj: True)
+    monkeypatch.setattr(checkpointer, "Stager", functools.partial(Stager, pin=False))
+    ckpt = scaletrain.Checkpointer(tmp_path / "ck", async_save=True, keep=5)
+    for step in (1, 2, 3):
+        # the same shape and dtype as the Python RNG state, values it never holds
+        value = torch.full((625,), step * 1_000_003, dtype=torch.int64)
+        weights = torch.randn(8, dtype=torch.float64)
+        expected = (value.clone(), weights.clone())
+        ckpt.save(step, {"lined_up": value, "weights": weights})
+        value.fill_(7)                       # training goes on changing the originals
+        weights.fill_(7.0)
+        ckpt.wait()
+        state = {"lined_up": torch.zeros(625, dtype=torch.int64), "weights": torch.zeros(8)}
+        assert ckpt.load_latest(state) == step
+        assert torch.equal(state["lined_up"], expected[0])
+        assert torch.equal(state["weights"].view(torch.int64), expected[1].view(torch.int64))
+    stager = ckpt._stager
+    assert stager is not None
+    # the payload's 2 tensors and the local tree's 3 (Python, torch and NumPy RNG), made once
+    assert stager.allocated == 5
+    ckpt.close()

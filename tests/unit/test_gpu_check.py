@@ -14,7 +14,7 @@ import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[2]
-GPU_STEPS = ["gpu tests", "setup vs loop", "mfu", "bench comm", "checkpoint", "device sampler", "doctor"]
+GPU_STEPS = ["gpu tests", "gpu paths", "setup vs loop", "mfu", "bench comm", "checkpoint", "device sampler", "doctor"]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is here: run scripts/gpu-check.sh itself")
@@ -35,3 +35,57 @@ def test_cpu_form_runs_end_to_end_and_skips_every_gpu_step(tmp_path):
     rows = [line for line in table if line.startswith("| ") and not line.startswith("| step")]
     assert len(rows) == 1 + len(GPU_STEPS)
     assert sum("| skipped: no GPU |" in row for row in rows) == len(GPU_STEPS)
+
+
+def _module(name: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        spec.loader.exec_module(mod)
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    return mod
+
+
+class _Card:
+    """A fake clock where the block that runs first in a round takes 20% longer (a card whose
+    clocks ramp up), and a variant may be slower by a factor of its own."""
+
+    def __init__(self, names, factors):
+        self.factors = factors
+        self.since_round = 0
+        self.n = len(names)
+
+    def block(self, name):
+        def run():
+            first = self.since_round % self.n == 0
+            self.since_round += 1
+            return 0.010 * self.factors.get(name, 1.0) * (1.2 if first else 1.0)
+        return run
+
+
+def test_setup_vs_loop_ratio_is_interleaved_and_cancels_the_order():
+    """The old step timed hand, ddp, zero3 once each in a fixed order: with a card that is slow
+    for whatever runs first, ddp read 0.83x of the hand loop. Interleaved, ddp at the same speed
+    reads 1.00 with the spread the order effect leaves, and a real 10% difference reads 1.10."""
+    interleaved = _module("interleave").interleaved
+    names = ["hand", "ddp", "zero3"]
+    card = _Card(names, {"zero3": 1.1})
+    out = interleaved({n: card.block(n) for n in names}, "hand")
+    assert out["rounds"] == 7
+    assert out["ddp_vs_hand"] == 1.0 and out["ddp_vs_hand_spread"] == 0.2
+    assert out["zero3_vs_hand"] == 1.1
+    assert out["hand_ms"] == 10.0
+
+
+def test_gpu_paths_lists_each_test_with_its_outcome():
+    junit = _module("gpu_check").junit_outcomes
+    xml = ('<testsuites><testsuite><testcase classname="t" name="test_run"/>'
+           '<testcase name="test_mps"><skipped message="needs nvidia-cuda-mps-control (CUDA MPS)"/></testcase>'
+           '<testcase name="test_ckpt[True]"><failure message="assert False&#10;more">tb</failure></testcase>'
+           '</testsuite></testsuites>')
+    assert junit(xml) == {"test_run": "passed", "test_mps": "skipped: needs nvidia-cuda-mps-control (CUDA MPS)",
+                          "test_ckpt[True]": "failed: assert False"}

@@ -165,3 +165,39 @@ def test_one_node_joins_without_the_random_pause_and_keeps_the_other_delays(monk
     with no_first_join_skew(False):  # several nodes: the skew spreads them out
         rdzv._delay(seconds=(0, 0.3))
     assert calls == [1, (0, 0.3)]
+
+
+class _Bytes(io.TextIOWrapper):
+    """A text stream over a BytesIO, like sys.stdout over its buffer."""
+
+    def __init__(self) -> None:
+        super().__init__(io.BytesIO(), encoding="utf-8")
+
+
+def test_the_tailer_copies_bytes_exactly_with_one_prefix_per_line(tmp_path):
+    """torch's tailer read the file as text: a lone \\r began a new prefixed line and bytes that
+    are not UTF-8 became U+FFFD (issue 29 item 9: `run` altered a program's binary stdout)."""
+    data = bytes(range(256)) * 3 + b"\r\nno newline at the end\xff"
+    log = tmp_path / "0.log"
+    log.write_bytes(data)
+    finished = _NoSleep()
+    finished.set()
+    out = _Bytes()
+    agent_speed.tail_logfile("[rank 0] ", str(log), out, finished, 0.1)
+    out.flush()
+    got = out.buffer.getvalue()
+    lines = data.split(b"\n")
+    assert got == b"".join(b"[rank 0] " + line + b"\n" for line in lines[:-1]) + b"[rank 0] " + lines[-1]
+
+
+def test_a_line_in_pieces_gets_one_prefix_and_a_filtered_line_stays_out_whole(tmp_path, monkeypatch):
+    monkeypatch.setattr(agent_speed, "_PIECE", 4)   # every line arrives in pieces of 4 bytes
+    log = tmp_path / "0.log"
+    log.write_bytes(b"keep this line\nhide this line\nkeep\n")
+    finished = _NoSleep()
+    finished.set()
+    out = _Bytes()
+    agent_speed.tail_logfile("[r0] ", str(log), out, finished, 0.1,
+                             log_line_filter=lambda line: not line.startswith("hide"))
+    out.flush()
+    assert out.buffer.getvalue() == b"[r0] keep this line\n[r0] keep\n"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from scaletrain.observe.devices import lookup
-from scaletrain.observe.health import HealthTracker, RankWindow, attach_samples, stragglers
+from scaletrain.observe.health import HealthTracker, RankWindow, attach_samples, idle_cause, stragglers
 
 
 def _w(rank, step, comm=None, wait=0.0, util=None, host=None):
@@ -68,3 +68,33 @@ def test_lookup_explains_missing_figures():
     assert "not among the 1 sampled" in lookup(snap, "3")["reason"]
     assert lookup(None, "0") == {"available": False, "reason": "no sampler on this node"}
     assert lookup(snap, None)["reason"].startswith("no GPU")
+
+
+def test_idle_cause_agrees_with_the_data_wait_it_quotes():
+    """On an H200: NVML 8%, data wait 25%, 3.5 ms steps. The old text said "not the data loader
+    (little data wait)"; the wait explains a quarter of the idle time, the step the rest."""
+    window = RankWindow(rank=0, host="h", device="cuda:0", step_s=0.0035, data_wait_frac=0.25,
+                        util_pct=8.0, num_workers=2)
+    [found] = HealthTracker().update([window], step=200)
+    assert "busy only 8%" in found.message and "little data wait" not in found.message
+    assert "mostly the step itself (3.5 ms a step)" in found.message
+    assert "data loader, waited for 25% of the time" in found.message
+    assert "batch size" in found.hint and "num_workers (now 2)" in found.hint
+    # a wait that is most of the idle time is the loader's, whatever its size
+    mostly = RankWindow(rank=0, host="h", device="cuda:0", step_s=0.01, data_wait_frac=0.2, util_pct=75.0)
+    cause, hint = idle_cause(mostly)
+    assert cause.startswith("the data loader: 20%") and "num_workers" in hint
+    little = RankWindow(rank=0, host="h", device="cuda:0", step_s=0.01, data_wait_frac=0.04, util_pct=5.0)
+    cause, hint = idle_cause(little)
+    assert "not the data loader (data wait 4%)" in cause and "num_workers" not in hint
+
+
+def test_a_window_without_a_reading_of_its_own_names_no_idle_device():
+    """The sampler's first reading is taken before training (an idle GPU): a window that has
+    no reading since (samples 0, the latest repeated) gives no utilisation."""
+    stale = {"available": True, "devices": {"0": {"util_pct": 0.0, "samples": 0}}}
+    fresh = {"available": True, "devices": {"0": {"util_pct": 8.0, "samples": 3}}}
+    [w] = attach_samples([_node_window(0, 0, "0", samples=stale)])
+    assert w.util_pct is None and HealthTracker().update([w]) == []
+    [w] = attach_samples([_node_window(0, 0, "0", samples=fresh)])
+    assert w.util_pct == 8.0

@@ -116,7 +116,7 @@ def test_tensorboard_missing_gives_hint(tmp_path, monkeypatch):
 
 def test_console_plain_lines_when_not_a_terminal(tmp_path):
     out = io.StringIO()
-    mon = Monitor(None, total_steps=20, every=5, log_every=5, device_sampler=None, stream=out)
+    mon = Monitor(None, total_steps=20, every=5, log_every=5, log_interval_s=0, device_sampler=None, stream=out)
     _loop(mon, 20, fetch_s=0.0, work_s=0.001)
     mon.close()
     lines = out.getvalue().splitlines()
@@ -141,7 +141,8 @@ def test_console_prints_the_total_step_wherever_it_falls_in_a_batch():
 def test_idle_device_with_data_wait_flagged_with_hint(tmp_path):
     out = io.StringIO()
     fake = FakeBackend(12.0)
-    mon = Monitor(tmp_path, every=4, device_sampler=fake, device_id="0", num_workers=2, stream=out)
+    mon = Monitor(tmp_path, every=4, device_sampler=fake, device_id="0", num_workers=2, stream=out,
+                  sample_interval_s=0.005)
     _loop(mon, 8, fetch_s=0.01, work_s=0.002)
     summary = mon.close()
     assert fake.closed
@@ -157,7 +158,8 @@ def test_idle_device_with_data_wait_flagged_with_hint(tmp_path):
 
 
 def test_busy_device_not_flagged(tmp_path):
-    mon = Monitor(None, console=False, every=4, device_sampler=FakeBackend(95.0), device_id="0")
+    mon = Monitor(None, console=False, every=4, device_sampler=FakeBackend(95.0), device_id="0",
+                  sample_interval_s=0.005)
     _loop(mon, 8, fetch_s=0.0, work_s=0.001)
     assert mon.close()["findings"] == []
 
@@ -323,3 +325,77 @@ def test_the_summary_says_where_its_files_went(tmp_path):
     assert summary["run_dir"] == str(tmp_path / "run") and summary["files"] == ["metrics.jsonl", "summary.json"]
     assert f"files in {tmp_path / 'run'}: metrics.jsonl, summary.json" in stream.getvalue()
     assert (tmp_path / "run" / "summary.json").is_file() and (tmp_path / "run" / "metrics.jsonl").is_file()
+
+
+def test_idle_finding_quotes_the_training_readings_and_is_printed_once(tmp_path):
+    """NVML read 0% when the Monitor was made (nothing running yet), 8% while training: the
+    finding says 8%, as the summary does, and the console prints it once, not again with the
+    summary."""
+    class Starting(FakeBackend):
+        def read(self):
+            sample = super().read()
+            return sample if self.reads > 1 else {"0": Sample(util_pct=0.0, mem_gb=1.0)}
+
+    out = io.StringIO()
+    fake = Starting(8.0)
+    mon = Monitor(tmp_path, every=4, device_sampler=fake, device_id="0", stream=out, sample_interval_s=0.005)
+    _loop(mon, 12, fetch_s=0.003, work_s=0.009)
+    summary = mon.close()
+    [idle] = [f for f in summary["findings"] if f["kind"] == "idle"]
+    assert "busy only 8%" in idle["message"] and summary["device_util"]["util_pct"] == 8.0
+    assert out.getvalue().count("busy only") == 1
+    assert "utilisation 8%" in out.getvalue()
+
+
+def _batch(step_s: float, n: int, first: int = 1, start: float = 0.0):
+    from scaletrain.observe.records import StepBatch
+    from scaletrain.observe.steplog import StepColumns
+
+    return StepBatch(StepColumns.build([step_s] * n, [4] * n, first=first, start=start), mem_gb=0.1, world_size=1)
+
+
+def test_console_lines_in_a_batch_log_are_spaced_by_time():
+    """3.5 ms steps (the H200 run wrote 378 lines in 16 s): a line at most every 30 s of the
+    steps' own clock, across batches; steps of 5 s still get one every log_every steps."""
+    from scaletrain.observe.sinks import ConsoleSink
+
+    out = io.StringIO()
+    sink = ConsoleSink(total=40_000, every=10, stream=out, bar=False, interval_s=30.0)
+    sink.write(_batch(0.0035, 20_000))                      # 70 s
+    sink.write(_batch(0.0035, 20_000, first=20_001, start=70.0))
+    steps = [int(ln.split()[1].split("/")[0]) for ln in out.getvalue().splitlines()]
+    # step 10, then the first tenth step 30 s after the line before, ..., and the last step
+    assert steps == [10, 8590, 17170, 25750, 34330, 40_000]
+    slow = io.StringIO()
+    sink = ConsoleSink(total=None, every=10, stream=slow, bar=False, interval_s=30.0)
+    sink.write(_batch(5.0, 35))
+    assert [ln.split()[1] for ln in slow.getvalue().splitlines()] == ["10", "20", "30"]
+    every = io.StringIO()     # 0: every log_every steps, as before
+    ConsoleSink(total=None, every=10, stream=every, bar=False, interval_s=0).write(_batch(0.0035, 35))
+    assert [ln.split()[1] for ln in every.getvalue().splitlines()] == ["10", "20", "30"]
+
+
+def test_settings_are_one_config_object_checked_when_made():
+    from scaletrain.observe.config import MonitorConfig
+
+    config = MonitorConfig(total_steps=9, console=False, every=3, device_sampler=None)
+    mon = Monitor(None, config, warmup=0)          # keywords set over the object
+    assert (mon.config.total_steps, mon.config.warmup, mon.every) == (9, 0, 3)
+    mon.close()
+    with pytest.raises(UsageError, match="no setting 'log_evry'") as err:
+        Monitor(None, log_evry=5)
+    assert "log_every" in err.value.hint
+    with pytest.raises(UsageError, match="log_interval_s must be >= 0"):
+        MonitorConfig(log_interval_s=-1)
+
+
+def test_a_run_shorter_than_the_sampling_interval_claims_no_utilisation():
+    """The reading taken when the Monitor is made is a probe (the card idle before training):
+    a run that ends before the next reading says so instead of quoting it."""
+    out = io.StringIO()
+    mon = Monitor(None, every=4, device_sampler=FakeBackend(0.0), device_id="0", stream=out,
+                  sample_interval_s=3600)
+    _loop(mon, 8, fetch_s=0.0, work_s=0.001)
+    summary = mon.close()
+    assert summary["device_util"]["samples"] == 0 and summary["findings"] == []
+    assert "GPU 0: no reading taken while training" in out.getvalue()

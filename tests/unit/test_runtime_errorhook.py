@@ -57,3 +57,28 @@ def test_users_own_exceptions_are_untouched() -> None:
             "try:\n    scaletrain.init(timeout_s=-1)\nexcept Exception:\n    pass\nraise KeyError('k')\n")
     r = _python(code)
     assert "user hook 'k'" in r.stdout and r.returncode == 1
+
+
+# torch's init_process_group wraps the installed hook (its "[rankN]:" prefix). A second init() used
+# to chain ours in front of torch's wrapper of ours: each called the other until the recursion
+# limit, ~2000 lines for any exception (issue 29 item 4: seen after a Checkpointer load).
+_TWICE = ("import scaletrain\nscaletrain.init()\nimport torch.distributed as dist\n"
+          "assert dist.is_initialized()\nscaletrain.init()\n")
+
+
+def test_a_second_init_keeps_one_traceback_for_the_users_error() -> None:
+    r = _python(_TWICE + "raise ValueError('mine')\n")
+    assert r.returncode == 1, r.stderr
+    assert "RecursionError" not in r.stderr and "maximum recursion" not in r.stderr
+    assert r.stderr.count("Traceback (most recent call last)") == 1, r.stderr[:2000]
+    assert r.stderr.count("ValueError: mine") == 1 and len(r.stderr.splitlines()) < 10
+
+
+# once a process group exists, torch's wrapper hands our hook a StringIO as stderr and would print
+# it after the hook returned - which ours never does (os._exit): the line was lost, exit 2 in silence
+@pytest.mark.parametrize("start", [_TWICE.rsplit("scaletrain.init()\n", 1)[0], _TWICE], ids=["once", "twice"])
+def test_our_errors_after_init_print_one_line_with_a_process_group(start: str) -> None:
+    r = _python(start + "from scaletrain.errors import UsageError\nraise UsageError('bad value', hint='fix it')\n")
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr and "RecursionError" not in r.stderr
+    assert "scaletrain: error:" in r.stderr and "bad value" in r.stderr and "fix it" in r.stderr

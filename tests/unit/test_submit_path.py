@@ -288,7 +288,7 @@ def test_what_each_launch_needs_from_the_jobs_python(launcher, names) -> None:
 
 @pytest.mark.parametrize("launcher, lacking", [("scaletrain", "scaletrain"), ("accelerate", "accelerate")])
 def test_the_alliance_job_venv_is_judged_without_running_anything(launcher, lacking) -> None:
-    """The job venv built from the centre's wheels holds torch and numpy: known before sbatch."""
+    """The job venv built from the centre's wheels holds torch (for these launchers): known before sbatch."""
     from scaletrain.clusters.profile import load_profile
     from scaletrain.envs.check import check_job_python
     from scaletrain.plan.planner import make_plan
@@ -296,7 +296,7 @@ def test_the_alliance_job_venv_is_judged_without_running_anything(launcher, lack
 
     plan = make_plan(JobRequest(cluster="narval", script="t.py", gpus=4, launcher=launcher, account="def-x"),
                      load_profile("narval"))
-    with pytest.raises(DistEnvError, match=f"wheels has no {lacking}") as info:
+    with pytest.raises(DistEnvError, match=f"wheels has only torch, no {lacking}") as info:
         check_job_python(plan, environ={"PATH": "/nonexistent"})
     assert "scaletrain env create --cluster narval" in info.value.hint
     torchrun = make_plan(JobRequest(cluster="narval", script="t.py", gpus=4, launcher="torchrun", account="def-x"),

@@ -41,7 +41,8 @@ from scaletrain.fileio import atomic_write, fsync_dir
 
 LOCK = ".lock"
 OWNER = ".owner.json"
-FORMAT = 1  # version of the folder layout; a reader refuses newer ones
+FORMAT = marker.CHECKSUMS_SINCE  # version of the folder layout; a reader refuses newer ones
+# (2: every listed file has its checksum; 1: checksums optional, as before they existed)
 
 _STEP_DIR = re.compile(r"^step-(\d{8,})$")
 _PARTIAL_DIR = re.compile(r"^\.partial-step-(\d{8,})-[0-9a-f]+$")

@@ -18,6 +18,7 @@ from scaletrain.checkpoint.checksum import ALGORITHMS
 MARKER = "COMMIT.json"
 MISSING, GARBAGE = "missing", "garbage"  # what load() returns instead of JSON
 _HEX8 = re.compile(r"^[0-9a-f]{8}$")
+CHECKSUMS_SINCE = 2  # the marker format from which every listed file must have a checksum
 
 
 def load(folder: Path) -> Any:
@@ -64,15 +65,38 @@ def problem(data: Any) -> str | None:
         if not isinstance(info, dict) or not isinstance(info.get("sharded", False), bool) \
                 or not isinstance(info.get("kind", ""), str):
             return f"'objects' describes {name!r} as {info!r}, not as {{kind, sharded}}"
-    for algorithm in ALGORITHMS:
-        crcs = data.get(algorithm, {})
-        if not isinstance(crcs, dict) or any(
-                not isinstance(v, str) or not _HEX8.match(v) or k not in files
-                for k, v in crcs.items()):
-            return f"'{algorithm}' is not an object of listed files and 8-digit hex checksums"
     for key in ("format", "world_size"):
         if not _count(data.get(key, 1), 1):
             return f"'{key}' is {data.get(key)!r}, not a positive integer"
+    return _checksum_problem(data, files)
+
+
+def _checksum_problem(data: dict[str, Any], files: dict[str, Any]) -> str | None:
+    """Why the marker's checksums do not cover exactly the files it lists, or None.
+
+    A file without its checksum would load unverified, so a marker that records checksums
+    must record one for every file it lists, and one written since checksums are always taken
+    (format 2) must record them: an entry removed, emptied or renamed is damage, not a pass.
+    Only a format-1 marker with no checksums at all (written before they existed) goes by its
+    sizes alone.
+    """
+    present = [a for a in ALGORITHMS if a in data]
+    if not present:
+        if data.get("format", 1) >= CHECKSUMS_SINCE:
+            return f"it records no checksums ('{ALGORITHMS[0]}' is missing)"
+        return None
+    if len(present) > 1:
+        return f"it records two kinds of checksum ({', '.join(present)}), not one"
+    algorithm = present[0]
+    crcs = data[algorithm]
+    if not isinstance(crcs, dict) or any(
+            not isinstance(v, str) or not _HEX8.match(v) or k not in files
+            for k, v in crcs.items()):
+        return f"'{algorithm}' is not an object of listed files and 8-digit hex checksums"
+    unchecked = sorted(set(files) - set(crcs))
+    if unchecked:
+        more = f" and {len(unchecked) - 1} more" if len(unchecked) > 1 else ""
+        return f"'{algorithm}' has no checksum for {unchecked[0]!r}{more}"
     return None
 
 

@@ -74,7 +74,12 @@ class Stager:
         self.allocated = 0              # buffers made (a later save that makes none reused them all)
 
     def stage(self, obj: Any) -> Any:
-        """A copy of ``obj`` in CPU memory; from an accelerator into reused (pinned) buffers."""
+        """A copy of ``obj`` in CPU memory; from an accelerator into reused (pinned) buffers.
+
+        One call per save, with everything the save writes: each call refills the buffers of
+        the previous one (they are matched by position in the walk), so the copies a call
+        returns hold until the next call.
+        """
         if not on_accelerator(obj):
             return copy_tree(obj, plain_copy)
         self._next = 0

@@ -79,7 +79,7 @@ def run_create(args: argparse.Namespace) -> int:
     if profile.scheduler != "slurm":
         raise UsageError(f"the {profile.name} profile runs here, in this Python: no environment to make",
                          "name a cluster: scaletrain env create --cluster roihu DIR")
-    packages = parse_with(args.with_)
+    packages = parse_with(args.with_, profile.wheels)
     directory = os.path.abspath(os.path.expanduser(args.directory or f"scaletrain-env-{profile.name}"))
     check_venv_dir("DIR", directory)
     if os.path.exists(os.path.join(directory, "bin", "python")) or (

@@ -13,7 +13,7 @@ Outcomes: ``None`` (the job's Python has everything), a warning (could not be as
 container runtime absent on this node, an image that does not start, nodes of another CPU
 architecture, the bound of ``CHECK_TIMEOUT_S``), or ``DistEnvError`` with the fix. A job that
 builds its venv from the centre's wheels (the Alliance profiles) is judged without running
-anything: that venv holds torch and numpy only.
+anything: that venv holds what the profile's wheels for the launcher name (torch, or tensorflow).
 """
 
 from __future__ import annotations
@@ -130,11 +130,13 @@ def check_job_python(plan: Plan, *, environ: Mapping[str, str] | None = None, cw
     request, profile = plan.request, plan.profile
     image = software.image(request, profile)
     if not image and not software.known(request) and profile.python_env_lines:
-        # the job builds a venv from the centre's wheels on the node: torch and numpy, nothing else
-        lacking = tuple(n for n in names if n not in ("torch", "numpy"))
+        # the job builds a venv from the centre's wheels on the node: what it installs, nothing else
+        has = set(software.job_wheels(request, profile).split())
+        lacking = tuple(n for n in names if n not in has)
         if lacking:
             raise DistEnvError(f"the job would stop at its first line: the venv it builds from {profile.name}'s "
-                               f"wheels has no {', '.join(lacking)}", _fix(plan, lacking))
+                               f"wheels has only {', '.join(sorted(has))}, no {', '.join(lacking)}",
+                               _fix(plan, lacking))
         return None
     arch = this_arch()
     if profile.cpu_arch and arch and arch != profile.cpu_arch:

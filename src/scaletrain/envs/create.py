@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from scaletrain.clusters.profile import ClusterProfile
@@ -58,16 +59,21 @@ def check_venv_dir(flag: str, path: str) -> str:
     return path
 
 
-def parse_with(text: str | None) -> tuple[str, ...]:
-    """``accelerate,deepspeed`` -> the pip names; UsageError naming the known ones otherwise."""
+def parse_with(text: str | None, wheels: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """``accelerate,deepspeed`` -> the pip names; UsageError naming the known ones otherwise.
+
+    ``wheels``: the frameworks the cluster's wheelhouse has (the profile's ``wheels``: the
+    Alliance's tensorflow and horovod), also accepted.
+    """
     if not text:
         return ()
+    known = {**PACKAGES, **(wheels or {})}
     names = [n.strip().lower() for n in text.split(",") if n.strip()]
-    bad = [n for n in names if n not in PACKAGES]
+    bad = [n for n in names if n not in known]
     if bad:
         raise UsageError(f"--with {','.join(bad)}: not a launcher package scaletrain knows",
-                         "use any of: " + ", ".join(PACKAGES))
-    return tuple(dict.fromkeys(PACKAGES[n] for n in names))
+                         "use any of: " + ", ".join(known))
+    return tuple(dict.fromkeys(known[n] for n in names))
 
 
 def wheelhouse(profile: ClusterProfile) -> bool:

@@ -184,10 +184,14 @@ def launch(plan: LaunchPlan) -> int:
                                 finished=read_finished(run_dir), crashes=crashes)
 
     try:
-        # forward_stop_signals first: it exits last, so its choice of handlers stays
-        with forward_stop_signals() as forwarding, ending_with_run(_shutdown_timeout()), \
+        # forward_stop_signals first: it exits last, so its choice of handlers stays. The MPS
+        # daemon is stopped after the reaper has stopped what the workers left running: its
+        # quit waits for every CUDA client, and such a process is one
+        with forward_stop_signals() as forwarding, \
+                mps_daemon(plan.procs_per_gpu is not None and plan.gpus > 0,
+                           grace_s=_shutdown_timeout()) as mps_env, \
+                ending_with_run(_shutdown_timeout()), \
                 run_folder(plan.run_dir) as run_dir, \
-                mps_daemon(plan.procs_per_gpu is not None and plan.gpus > 0) as mps_env, \
                 _scoped_environ({**plan.worker_env, **mps_env, **worker_environ(run_dir),
                                  GROUP_RECORD_VAR: records}), \
                 _scoped_signal_handlers(), \

@@ -193,9 +193,11 @@ class _Means:
         self.counts = [0, 0, 0]
         self.last: Sample | None = None
 
-    def add(self, sample: Sample) -> None:
-        self.count += 1
+    def add(self, sample: Sample, *, count: bool = True) -> None:
         self.last = sample
+        if not count:
+            return
+        self.count += 1
         for i, field in enumerate(FIELDS):
             value = getattr(sample, field)
             if value is not None:
@@ -213,7 +215,9 @@ class DeviceSampler:
     """Reads every device of the node every ``interval_s`` seconds in a daemon thread.
 
     The first reading is taken in the constructor, so a backend that does not work is
-    unavailable at once (no thread) and the first snapshot has figures.
+    unavailable at once (no thread) and the first snapshot has figures; it is only a probe,
+    taken before the training, so it counts in no mean (a window without a later reading has
+    ``samples`` 0, which :func:`scaletrain.observe.health.attach_samples` ignores).
     :meth:`snapshot` returns ``{"available": True, "devices": {id: figures}}`` with the means
     since the previous snapshot (figures: ``util_pct``, ``mem_gb``, ``power_w``, ``samples``;
     with no reading since, the latest one and ``samples`` 0), plus ``aliases`` (UUID -> id)
@@ -230,7 +234,7 @@ class DeviceSampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.aliases: dict[str, str] = dict(getattr(backend, "aliases", None) or {})
-        if backend is not None and self._read():
+        if backend is not None and self._read(probe=True):
             self._thread = threading.Thread(target=self._loop, name=THREAD_NAME, daemon=True)
             self._thread.start()
 
@@ -238,8 +242,9 @@ class DeviceSampler:
     def available(self) -> bool:
         return self._backend is not None
 
-    def _read(self) -> bool:
-        """One reading of every device; False (and unavailable) when the backend fails."""
+    def _read(self, *, probe: bool = False) -> bool:
+        """One reading of every device (a ``probe`` counts in no mean); False (and unavailable)
+        when the backend fails."""
         try:
             readings = self._backend.read()  # type: ignore[union-attr]
         except Exception as exc:  # noqa: BLE001 - a driver error ends sampling, not training
@@ -252,8 +257,8 @@ class DeviceSampler:
             return False
         with self._lock:
             for key, sample in readings.items():
-                self._window.setdefault(key, _Means()).add(sample)
-                self._run.setdefault(key, _Means()).add(sample)
+                self._window.setdefault(key, _Means()).add(sample, count=not probe)
+                self._run.setdefault(key, _Means()).add(sample, count=not probe)
         return True
 
     def _loop(self) -> None:
@@ -352,3 +357,42 @@ def node_sampler(device: str, *, vendor: str | None = None, interval_s: float = 
         vendor = "amd" if getattr(torch.version, "hip", None) else "nvidia"
     backend, reason = open_backend(vendor)
     return DeviceSampler(backend, reason=reason, interval_s=interval_s)
+
+
+def rank_sampler(spec: Any, device: str, env: Any, *, interval_s: float) -> tuple[str, DeviceSampler | None]:
+    """This rank's part in sampling its node, as a Monitor's ``device_sampler`` asks: ("off",
+    None) for None; ("remote", None) on a rank that is not its node's lowest (that rank reports
+    this device); else ("here", the node's sampler: ``node_sampler`` for "auto", or one reading
+    the given backend)."""
+    if spec is None:
+        return "off", None
+    if not samples_here(env.local_rank if env is not None else 0):
+        return "remote", None
+    if spec == "auto":
+        return "here", node_sampler(device, interval_s=interval_s)
+    return "here", DeviceSampler(spec, interval_s=interval_s)
+
+
+def device_peak_flops(device: str) -> float | None:
+    """The datasheet peak FLOP/s of ``device`` (a CUDA/ROCm GPU), None elsewhere or unknown."""
+    if not device.startswith("cuda"):
+        return None
+    import torch
+
+    from scaletrain.observe.flops import peak_flops
+
+    return peak_flops(torch.cuda.get_device_name(torch.device(device)))
+
+
+def peak_memory_gb(device: str) -> float:
+    """Peak memory so far: the device's max allocated on a GPU, the process's peak RSS elsewhere."""
+    if device.startswith("cuda"):
+        import torch
+
+        return torch.cuda.max_memory_allocated(device) / 1024 ** 3
+    import resource
+    import sys
+
+    # ru_maxrss is in KiB on Linux (bytes on macOS)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss / (1024 ** 3 if sys.platform == "darwin" else 1024 ** 2)

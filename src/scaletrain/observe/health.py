@@ -71,7 +71,9 @@ def attach_samples(windows: list[RankWindow]) -> list[RankWindow]:
     out = []
     for w in windows:
         figures = lookup(samplers.get((w.host, w.node)), w.device_id)
-        if figures.get("available") and figures.get("util_pct") is not None:  # a UUID becomes the index
+        # only figures read in this window (a UUID becomes the index): a window without a
+        # reading (samples 0, the latest repeated) says nothing about it
+        if figures.get("available") and figures.get("util_pct") is not None and figures.get("samples", 1):
             w = replace(w, util_pct=figures["util_pct"], device_id=figures["device"])
         out.append(w)
     return out
@@ -94,16 +96,29 @@ def stragglers(windows: list[RankWindow], *, ratio: float = 1.2) -> list[tuple[R
 
 
 def idle_cause(w: RankWindow) -> tuple[str, str]:
-    """The likely cause of an idle device, and the hint that goes with it."""
-    if w.data_wait_frac >= 0.3:
-        workers = f" (now {w.num_workers})" if w.num_workers is not None else ""
-        return (f"the data loader: {w.data_wait_frac * 100:.0f}% of the time is spent waiting for batches",
-                f"raise the loader's num_workers{workers} and --cpus-per-task to match, and stage the "
-                "data to node-local disk (scaletrain plan --stage-data) instead of reading a shared "
-                "file system")
-    return ("not the data loader (little data wait): the step itself leaves the GPU idle",
-            "raise the per-GPU batch size, use mixed precision (precision='bf16'), or look for "
-            "host-side work (.item(), logging, CPU transforms) in the step")
+    """The likely cause of an idle device, and the hint that goes with it.
+
+    The data wait is a share of the step time, as the device's idle time is (100% less its
+    utilisation): when the wait is most of the idle time (or 30% of the time and more) the
+    loader is the cause; otherwise the step leaves the device idle on its own (the CPU does
+    not give it work fast enough: small kernels, launches, host-side work), and a wait of
+    10% or more is named beside it. The message quotes the figures it is drawn from.
+    """
+    wait = w.data_wait_frac * 100
+    idle = 100.0 - (w.util_pct or 0.0)
+    workers = f" (now {w.num_workers})" if w.num_workers is not None else ""
+    loader = (f"raise the loader's num_workers{workers} and --cpus-per-task to match, and stage the "
+              "data to node-local disk (scaletrain plan --stage-data) instead of reading a shared "
+              "file system")
+    step = ("raise the per-GPU batch size, use mixed precision (precision='bf16') or "
+            "torch.compile, or look for host-side work (.item(), logging, CPU transforms) in the step")
+    if wait >= 30 or wait >= idle / 2:
+        return f"the data loader: {wait:.0f}% of the time is spent waiting for batches", loader
+    own = f"the step itself ({w.step_s * 1000:.1f} ms a step): the GPU waits for the CPU to give it work"
+    if wait >= 10:
+        return (f"mostly {own}; partly the data loader, waited for {wait:.0f}% of the time",
+                f"{step}; then {loader}")
+    return f"{own}, not the data loader (data wait {wait:.0f}%)", step
 
 
 @dataclass

@@ -23,8 +23,9 @@ the training thread), from which rank 0 names stragglers and idle devices; the n
 sampler (one thread per node, on its lowest local rank) sends its figures in that exchange.
 
 ``step()`` and ``close()`` must be called the same number of times on every rank (as the
-training loop does), because of that exchange. ``samples`` is this process's batch: the
-global figure is ``samples x world_size`` per step, summed exactly over ranks in the summary.
+training loop does), because of that exchange. ``samples`` is this process's batch: the global
+figure is ``samples x world_size`` per step, summed exactly over ranks in the summary. The
+settings: :class:`scaletrain.observe.config.MonitorConfig`.
 """
 
 from __future__ import annotations
@@ -33,20 +34,19 @@ import atexit
 import json
 import math
 import os
-import resource
 import socket
-import sys
 import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from scaletrain.errors import UsageError
 from scaletrain.fileio import atomic_write
-from scaletrain.observe.commwait import CommWait
-from scaletrain.observe.devices import DeviceSampler, device_key, lookup, node_sampler, samples_here
+from scaletrain.observe.commwait import CommWait, attach
+from scaletrain.observe.config import MonitorConfig, make_config
+from scaletrain.observe.devices import (DeviceSampler, device_key, device_peak_flops, lookup, peak_memory_gb,
+                                        rank_sampler)
 from scaletrain.observe.inputs import check_loss, check_samples, warn_write_failure
 from scaletrain.observe.health import Finding, HealthTracker, RankWindow, attach_samples
-from scaletrain.observe.records import DENSE_STEPS, NEVER, Record, StepBatch, loss_stride, spaced_every
+from scaletrain.observe.records import NEVER, Record, StepBatch, retune
 from scaletrain.observe.sinks import JsonlSink, Sink, build_sinks, run_files, start_record
 from scaletrain.observe.steplog import StepColumns
 from scaletrain.observe.stepstats import StepStats
@@ -64,79 +64,37 @@ class Monitor:
     Args:
         run_dir: folder for ``metrics.jsonl``, ``summary.json`` and ``tensorboard/`` (rank 0
             writes them). None: console only.
-        total_steps: steps in the run, for the progress bar and ETA.
-        console: print progress on rank 0 (a bar on a terminal, a line every ``log_every``
-            steps elsewhere).
-        jsonl: write ``run_dir/metrics.jsonl``.
-        jsonl_every: a JSONL line for every N-th step. Left out: a line per step for the first
-            100 steps, then about one per 10 ms of training, i.e. every step when steps take 10 ms
-            or more (formatting a line costs ~1% of a 0.25 ms step; see docs/benchmarks.md).
-            The summary, the console and the cross-rank checks see every step either way.
-        tensorboard: write TensorBoard event files to ``run_dir/tensorboard`` (needs the
-            ``monitor`` extra).
-        every: steps between cross-rank exchanges (straggler and idle-device checks). Left
-            out: 100, spaced further to about one exchange a second when steps are shorter
-            than 10 ms (the ranks agree on it from the exchanged figures).
-        flush_s: seconds between hand-overs of the buffered steps to the sinks: the console
-            lags and a killed process loses at most this much (plus the writer's backlog).
-        warmup: first steps left out of the summary's medians and rates (compilation, caches).
-        flops_per_sample: training FLOPs per sample (forward + backward), for MFU; see
-            :func:`scaletrain.observe.flops.count_train_flops`.
-        peak_flops: the device's peak FLOP/s; default from a table of datasheet figures.
-        device_sampler: "auto" (NVML/AMD SMI for the node's GPUs), None (off), or a backend:
-            an object with ``read() -> {device id: Sample}`` and ``close()`` (tests pass a fake
-            one). Either way only the node's lowest local rank samples; the others start nothing.
-        device_id: this rank's device as the sampler names it; default
-            :func:`scaletrain.observe.devices.device_key` of the device.
-        num_workers: the loader's worker count, quoted in idle-device hints.
+        config: the settings (:class:`scaletrain.observe.config.MonitorConfig`); keyword
+            arguments of the same names set them too (``Monitor(run_dir, total_steps=1000)``).
         env: the process's :class:`scaletrain.Env`; default: the one ``scaletrain.init()`` made.
-        start_step: the step this run resumes from (what ``Checkpointer.load_latest`` returned);
-            written in the run's ``start`` line of ``metrics.jsonl``, where ``scaletrain status``
-            and ``report`` add it to this run's step numbers (which start at 1 in every run).
     """
 
-    def __init__(self, run_dir: str | os.PathLike[str] | None = None, *, total_steps: int | None = None,
-                 console: bool = True, jsonl: bool = True, jsonl_every: int | None = None, tensorboard: bool = False,
-                 every: int | None = None, flush_s: float = 1.0, log_every: int = 10, warmup: int = 1,
-                 flops_per_sample: float | None = None, peak_flops: float | None = None,
-                 device_sampler: Any = "auto", device_id: str | None = None, num_workers: int | None = None,
-                 env: Any = None, stream: Any = None, start_step: int = 0) -> None:
-        self._spaced = every is None  # exchanges spaced by time unless a step count was asked for
-        every = MONITOR_EVERY if every is None else every
-        if (every < 1 or log_every < 1 or (jsonl_every is not None and jsonl_every < 1) or warmup < 0
-                or not flush_s > 0):
-            raise UsageError("Monitor: every, log_every and jsonl_every must be >= 1, flush_s > 0 and "
-                             "warmup >= 0",
-                             "e.g. Monitor(run_dir, every=100, flush_s=1.0, log_every=10, warmup=1)")
-        if total_steps is not None and total_steps < 1:
-            raise UsageError(f"Monitor: total_steps must be positive, got {total_steps}",
-                             "leave it out when the number of steps is not known")
+    def __init__(self, run_dir: str | os.PathLike[str] | None = None, config: MonitorConfig | None = None, *,
+                 env: Any = None, **options: Any) -> None:
+        self.config = cfg = make_config(config, options)
+        self._spaced = cfg.every is None  # exchanges spaced by time unless a step count was asked for
         self.env = env if env is not None else current_env()
         self.rank = self.env.rank if self.env is not None else 0
         self.world_size = self.env.world_size if self.env is not None else 1
         self.device = self.env.device if self.env is not None else "cpu"
         self.host = socket.gethostname()
-        self.total_steps = total_steps
-        self.every = every
-        self.flush_s = flush_s
-        self.warmup = warmup
-        self.flops_per_sample = flops_per_sample
-        self.num_workers = num_workers
+        self.every = MONITOR_EVERY if cfg.every is None else cfg.every
         self.run_dir = Path(run_dir) if run_dir is not None else None
-        self.peak_flops = peak_flops if peak_flops is not None else self._peak_flops()
+        self.peak_flops = cfg.peak_flops if cfg.peak_flops is not None else device_peak_flops(self.device)
 
-        start = start_record(total_steps=total_steps, start_step=start_step, world_size=self.world_size,
+        start = start_record(total_steps=cfg.total_steps, start_step=cfg.start_step, world_size=self.world_size,
                              device=self.device, host=self.host)
-        self.sinks: list[Sink] = build_sinks(self.run_dir, rank=self.rank, console=console, jsonl=jsonl,
-                                             jsonl_every=jsonl_every, tensorboard=tensorboard,
-                                             total_steps=total_steps, log_every=log_every, stream=stream,
-                                             start=start)
+        self.sinks: list[Sink] = build_sinks(self.run_dir, cfg, rank=self.rank, start=start)
 
         self._writer = SinkWriter(self.sinks) if self.sinks else None
-        self._setup_sampler(device_sampler, device_id)
+        self._device_id = cfg.device_id if cfg.device_id is not None else device_key(self.device)
+        self._device_seen: dict[str, Any] | None = None   # this device's figures, last exchanged
+        self._node = self.env.node_rank if self.env is not None else 0
+        # one device sampler per node, on its lowest local rank; the others only name their device
+        self._device_mode, self.sampler = rank_sampler(cfg.device_sampler, self.device, self.env,
+                                                       interval_s=cfg.sample_interval_s)
         self._health = HealthTracker()
         self._comm: CommWait | None = None
-        self._cuda = self.device.startswith("cuda")
 
         self._t0 = time.perf_counter()
         self._started = False        # the first step's start was set (start(), or data()'s first fetch)
@@ -147,17 +105,17 @@ class Monitor:
         self._kept = self._cols.losses
         self._accounted = 0          # buffered steps already in the statistics below
         # Without a writer (ranks other than 0) nothing waits for a hand-over: the time check never fires
-        self._flush_after = flush_s if self._writer is not None else math.inf
+        self._flush_after = cfg.flush_s if self._writer is not None else math.inf
         self._hand_at = self._t0 + self._flush_after
         # losses kept for every N-th step only (records.loss_stride), retuned at each hand-over
         # (1 at first: every rank checks its first loss; ranks without a writer then keep none)
         self._loss_every = 1
         self._line_every = 1          # the spaced JSONL stride in force (records.spaced_every)
-        self._strides = (any(isinstance(s, JsonlSink) for s in self.sinks), jsonl_every,
-                         log_every if console else None, tensorboard)
+        self._strides = (any(isinstance(s, JsonlSink) for s in self.sinks), cfg.jsonl_every,
+                         cfg.log_every if cfg.console else None, cfg.tensorboard)
         self._exchanged_at = 0
-        self._next_exchange = every
-        self._stats = StepStats(warmup)   # the window and the run, folded in off the step path
+        self._next_exchange = self.every
+        self._stats = StepStats(cfg.warmup)   # the window and the run, folded in off the step path
         self._findings: list[Finding] = []
         self._peak_mem = 0.0
         self._closed = False
@@ -166,38 +124,6 @@ class Monitor:
         self.grad_bytes: int | None = None
         if self._writer is not None:  # an exit without close() still writes what was measured
             atexit.register(self._at_exit)
-
-    def _setup_sampler(self, device_sampler: Any, device_id: str | None) -> None:
-        """One device sampler per node, on its lowest local rank; the others only name their device."""
-        self._device_id = device_id if device_id is not None else device_key(self.device)
-        self._device_seen: dict[str, Any] | None = None   # this device's figures, from the last exchange
-        self.sampler: DeviceSampler | None = None
-        self._node = self.env.node_rank if self.env is not None else 0
-        if device_sampler is None:
-            self._device_mode = "off"
-            return
-        local_rank = self.env.local_rank if self.env is not None else 0
-        if not samples_here(local_rank):
-            self._device_mode = "remote"  # the node's sampling rank reports this device
-            return
-        self._device_mode = "here"
-        if device_sampler == "auto":
-            self.sampler = node_sampler(self.device)
-        else:
-            self.sampler = DeviceSampler(device_sampler)
-
-    # ------------------------------------------------------------------ set-up helpers
-    def _peak_flops(self) -> float | None:
-        if not self._is_cuda():
-            return None
-        import torch
-
-        from scaletrain.observe.flops import peak_flops
-
-        return peak_flops(torch.cuda.get_device_name(torch.device(self.device)))
-
-    def _is_cuda(self) -> bool:
-        return self.device.startswith("cuda")
 
     def watch(self, model: Any) -> bool:
         """Time DDP's gradient all-reduces of ``model`` (before its first forward pass).
@@ -210,8 +136,6 @@ class Monitor:
         # the bytes DDP all-reduces per step: what the scaling model (plan --explain) needs
         self.grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
         timer = CommWait()
-        from scaletrain.observe.commwait import attach
-
         if attach(model, timer):
             self._comm = timer
             return True
@@ -222,11 +146,18 @@ class Monitor:
         """Start the clock of the next step now (default: the end of the step before it; for
         the first step, the first batch fetch or the Monitor's creation)."""
         now = time.perf_counter()
-        self._started = True
         if self._step == 0:
-            self._cols.start = now
+            self._begin(now)
         else:
+            self._started = True
             self._cols.starts[self._step + 1] = now
+
+    def _begin(self, now: float) -> None:
+        """The first step starts now; the device's figures count from here (not the loading)."""
+        self._started = True
+        self._cols.start = now
+        if self.sampler is not None:
+            self.sampler.snapshot()
 
     def data(self, iterable: Iterable[Any]) -> Iterator[Any]:
         """Iterate ``iterable``, adding the time blocked in each ``next()`` to the data wait."""
@@ -236,7 +167,7 @@ class Monitor:
             if not self._started:
                 self._started = True
                 if self._step == 0:
-                    self._cols.start = t0
+                    self._begin(t0)
             try:
                 item = next(it)
             except StopIteration:
@@ -290,36 +221,15 @@ class Monitor:
 
     def _record_more(self, n: int, more: dict[str, Any]) -> None:
         """The less common parts of a step: tokens, a given data wait, extra fields, the comm wait."""
-        cols = self._cols
         if more:
-            tokens = more.pop("tokens", None)
-            if tokens is not None:
-                cols.tokens[n] = tokens
-            if "data_wait_s" in more:
-                wait = more.pop("data_wait_s")
-                if wait is not None:  # given: it replaces what data() measured
-                    cols.waits.pop(n, None)
-                    if wait:
-                        cols.waits[n] = float(wait)
-            if more:
-                cols.extras[n] = more
-        if self._comm is not None:
-            comm = self._comm.take()
-            if comm is not None:
-                cols.comms[n] = comm
-
-    def _memory_gb(self) -> float:
-        if self._cuda:
-            import torch
-
-            return torch.cuda.max_memory_allocated(self.device) / 1024 ** 3
-        # ru_maxrss is in KiB on Linux (bytes on macOS)
-        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        return rss / (1024 ** 3 if sys.platform == "darwin" else 1024 ** 2)
+            self._cols.add_more(n, more)
+        if self._comm is not None and (comm := self._comm.take()) is not None:
+            self._cols.comms[n] = comm
 
     # ------------------------------------------------------------------ off the step path
     def _mfu_scale(self) -> float | None:
-        return self.flops_per_sample / self.peak_flops if self.flops_per_sample and self.peak_flops else None
+        flops = self.config.flops_per_sample
+        return flops / self.peak_flops if flops and self.peak_flops else None
 
     def _account(self) -> None:
         """Fold the steps buffered since the last call into the window and run statistics."""
@@ -340,34 +250,23 @@ class Monitor:
         if self._writer is not None and self._writer.error is not None:
             self._write_failed_once(self._writer.error)
         if len(self._cols) and self._writer is not None:
-            mem = self._memory_gb()  # read once per batch rather than once per step
+            mem = peak_memory_gb(self.device)  # read once per batch rather than once per step
             self._peak_mem = max(self._peak_mem, mem)
             self._writer.write(StepBatch(self._cols, mem_gb=mem, world_size=self.world_size,
                                          mfu_scale=self._mfu_scale(),
                                          # 1: every loss was kept, the sink may space the lines itself
                                          line_every=self._line_every if self._line_every > 1 else None))
-            self._retune_losses()
+            # from the batch just handed over: the JSONL stride and which losses to keep next
+            self._line_every, self._loss_every = retune(self._strides, self._cols, self._step,
+                                                        self._line_every, self._loss_every)
         self._restart_buffer()
-
-    def _retune_losses(self) -> None:
-        """From the batch just handed over: the JSONL stride and which losses to keep next."""
-        has_jsonl, fixed, console_every, tensorboard = self._strides
-        if tensorboard:  # it logs every step's loss
-            return
-        line: int | None = None
-        if has_jsonl:
-            if fixed is None:
-                self._line_every = spaced_every(self._cols) if self._step >= DENSE_STEPS else 1
-            line = fixed or self._line_every
-        self._loss_every = loss_stride(line, console_every)
 
     def _my_window(self) -> RankWindow:
         step_s, comm_s, wait_frac = self._stats.take_window()
-        win = RankWindow(rank=self.rank, host=self.host, device=self.device, step_s=step_s,
-                         comm_wait_s=comm_s, data_wait_frac=wait_frac, num_workers=self.num_workers,
-                         node=self._node, device_id=self._device_id,
-                         node_samples=self.sampler.snapshot() if self.sampler is not None else None)
-        return win
+        return RankWindow(rank=self.rank, host=self.host, device=self.device, step_s=step_s,
+                          comm_wait_s=comm_s, data_wait_frac=wait_frac, num_workers=self.config.num_workers,
+                          node=self._node, device_id=self._device_id,
+                          node_samples=self.sampler.snapshot() if self.sampler is not None else None)
 
     def _exchange(self) -> None:
         """Share this window's statistics; rank 0 turns them into findings."""
@@ -377,14 +276,7 @@ class Monitor:
             self._restart_buffer()
         elif len(self._cols) >= BUFFER_STEPS:  # a long flush_s with very short steps: bounded memory
             self._hand_over()
-        mine = self._my_window()
-        dist = live_dist()
-        if dist is not None and self.world_size > 1:
-            gathered: list[Any] = [None] * self.world_size
-            dist.all_gather_object(gathered, mine.to_dict())
-            windows = attach_samples([RankWindow(**g) for g in gathered])
-        else:
-            windows = attach_samples([mine])
+        windows = attach_samples([RankWindow(**g) for g in self._all(self._my_window().to_dict())])
         # every rank computes it from the same gathered windows: all agree on the step
         slowest = max(w.step_s for w in windows)
         self._next_exchange = self._step + monitor_interval(slowest, self.every, spaced=self._spaced)
@@ -399,6 +291,15 @@ class Monitor:
             if self._writer is not None:
                 self._writer.event(finding.to_dict())
 
+    def _all(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj``, by rank (a collective); ``[obj]`` alone."""
+        dist = live_dist()
+        if dist is None or self.world_size == 1:
+            return [obj]
+        out: list[Any] = [None] * self.world_size
+        dist.all_gather_object(out, obj)
+        return out
+
     def _device_util(self) -> dict[str, Any]:
         """This rank's device figures over the run (the sampling rank) or as last exchanged."""
         if self.sampler is not None:
@@ -409,13 +310,13 @@ class Monitor:
     def summary(self) -> Record:
         """The run so far: medians and rates over the steps after warm-up."""
         self._account()
-        self._peak_mem = max(self._peak_mem, self._memory_gb())
+        self._peak_mem = max(self._peak_mem, peak_memory_gb(self.device))
         out: Record = {"steps": self._step, "wall_s": time.perf_counter() - self._t0,
                        "world_size": self.world_size, "device": self.device,
-                       "warmup_steps": min(self.warmup, self._step), "total_samples": self._stats.samples,
+                       "warmup_steps": min(self.config.warmup, self._step), "total_samples": self._stats.samples,
                        **self._stats.run_figures(world_size=self.world_size, mfu_scale=self._mfu_scale()),
                        "peak_mem_gb": self._peak_mem, "grad_bytes": self.grad_bytes,
-                       "mem_kind": "device max allocated" if self._cuda else "process peak RSS",
+                       "mem_kind": "device max allocated" if self.device.startswith("cuda") else "process peak RSS",
                        "findings": [f.to_dict() for f in self._findings]}
         if self._device_mode != "off":
             out["device_util"] = self._device_util()
@@ -430,19 +331,14 @@ class Monitor:
         if self._step > self._exchanged_at:
             self._exchange()
         self._hand_over()
-        dist = live_dist()
-        if dist is not None and self.world_size > 1:  # exact global throughput: sum over ranks
-            mine = (self.summary().get("samples_per_s_per_device"), self.host, self._node,
-                    self.sampler.overall() if self.sampler is not None else None)
-            gathered: list[Any] = [None] * self.world_size
-            dist.all_gather_object(gathered, mine)
-            if self._device_mode == "remote":  # the whole run's figures from this node's sampler
-                overall = {(h, n): o for _, h, n, o in gathered if o is not None}
-                self._device_seen = lookup(overall.get((self.host, self._node)), self._device_id)
-        else:
-            gathered = []
+        # exact global throughput: summed over ranks
+        gathered = self._all((self.summary().get("samples_per_s_per_device"), self.host, self._node,
+                              self.sampler.overall() if self.sampler is not None else None))
+        if self._device_mode == "remote":  # the whole run's figures from this node's sampler
+            overall = {(h, n): o for _, h, n, o in gathered if o is not None}
+            self._device_seen = lookup(overall.get((self.host, self._node)), self._device_id)
         summary = self.summary()
-        if gathered and all(g[0] is not None for g in gathered):
+        if len(gathered) > 1 and all(g[0] is not None for g in gathered):
             summary["samples_per_s"] = float(sum(g[0] for g in gathered))
         if self.sampler is not None:
             self.sampler.close()

@@ -60,6 +60,22 @@ def loss_stride(line_every: int | None, console_every: int | None) -> int:
     return math.gcd(line_every, console_every) if console_every is not None else line_every
 
 
+def retune(strides: tuple[bool, int | None, int | None, bool], cols: StepColumns, step: int,
+           line_every: int, loss_every: int) -> tuple[int, int]:
+    """A Monitor's JSONL stride in force and its loss stride, from the batch ``cols`` just
+    handed over. ``strides``: (a JSONL file, its fixed ``jsonl_every``, the console's
+    ``log_every`` or None, TensorBoard); TensorBoard logs every step's loss: nothing changes."""
+    has_jsonl, fixed, console_every, tensorboard = strides
+    if tensorboard:
+        return line_every, loss_every
+    line: int | None = None
+    if has_jsonl:
+        if fixed is None:
+            line_every = spaced_every(cols) if step >= DENSE_STEPS else 1
+        line = fixed or line_every
+    return line_every, loss_stride(line, console_every)
+
+
 # one step's JSON line for the common case (ints, finite floats, no tokens/MFU/extras): the same
 # keys and values as json would write, times to 1 us, rates to 7 significant digits and the loss
 # to 9 (a float32 loss exactly); tests/unit/test_observe_records.py holds the two paths together

@@ -13,10 +13,11 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Protocol, TextIO
+from typing import Collection, Protocol, TextIO
 
 from scaletrain.errors import UsageError
 from scaletrain.extras import install_hint
+from scaletrain.observe.config import MonitorConfig
 from scaletrain.observe.inputs import check_run_dir
 from scaletrain.observe.records import Record, StepBatch, encode
 
@@ -67,13 +68,20 @@ def format_step_line(rec: Record, total: int | None, eta_s: float | None) -> str
 class ConsoleSink:
     """Rank 0's console: a progress bar on a terminal, plain lines elsewhere (a Slurm log).
 
-    ``every`` sets how often a plain line is printed; the bar redraws at most every 0.2 s.
+    A plain line is printed for steps whose number is a multiple of ``every`` and that ended
+    at least ``interval_s`` seconds (by the steps' own clock) after the step of the line before,
+    as tqdm's ``mininterval`` spaces a batch log; the last step always has its line. The bar
+    redraws at most every 0.2 s. A finding is printed when it is found, and not again in the
+    summary.
     """
 
     def __init__(self, *, total: int | None = None, every: int = 10, stream: TextIO | None = None,
-                 bar: bool | None = None) -> None:
+                 bar: bool | None = None, interval_s: float = 0.0) -> None:
         self.total = total
         self.every = max(1, every)
+        self.interval_s = interval_s
+        self._line_at: float | None = None  # the end (steps' clock) of the step last printed
+        self._shown: set[str] = set()       # the findings printed so far
         self.stream = stream or sys.stderr
         isatty = getattr(self.stream, "isatty", lambda: False)()
         self.bar = bool(total) and (isatty if bar is None else bar)
@@ -109,7 +117,7 @@ class ConsoleSink:
             self.stream.flush()
             self._drawn = True
             return
-        chosen = list(batch.chosen(self.every))   # records only for the lines printed
+        chosen = self._spaced(batch, list(batch.chosen(self.every)))   # records only for the lines printed
         if self.total is not None and 0 <= self.total - batch.cols.first < len(batch):
             chosen = sorted({*chosen, self.total - batch.cols.first})   # the last step's line too
         for i in chosen:
@@ -117,11 +125,23 @@ class ConsoleSink:
         if chosen:
             self.stream.flush()
 
+    def _spaced(self, batch: StepBatch, chosen: list[int]) -> list[int]:
+        """Of the ``chosen`` steps, those at least ``interval_s`` after the line before."""
+        if self.interval_s <= 0:
+            return chosen
+        ends, kept = batch.cols.ends, []
+        for i in chosen:
+            if self._line_at is None or ends[i] - self._line_at >= self.interval_s:
+                kept.append(i)
+                self._line_at = ends[i]
+        return kept
+
     def event(self, record: Record) -> None:
         if self._drawn:
             self.stream.write("\n")
             self._drawn = False
         text = record.get("message", "")
+        self._shown.add(text)
         hint = record.get("hint")
         self.stream.write(f"scaletrain monitor: {text}" + (f"\n  HINT: {hint}" if hint else "") + "\n")
         self.stream.flush()
@@ -129,12 +149,13 @@ class ConsoleSink:
     def close(self, summary: Record) -> None:
         if self._drawn:
             self.stream.write("\n")
-        self.stream.write(format_summary(summary) + "\n")
+        self.stream.write(format_summary(summary, shown=self._shown) + "\n")
         self.stream.flush()
 
 
-def format_summary(summary: Record) -> str:
-    """The final summary as a few lines."""
+def format_summary(summary: Record, *, shown: Collection[str] = ()) -> str:
+    """The final summary as a few lines (the findings whose message is in ``shown``, printed
+    already, left out)."""
     lines = [f"scaletrain monitor: {summary.get('steps', 0)} steps in "
              f"{_fmt_duration(summary.get('wall_s', 0.0))} on {summary.get('world_size', 1)} process(es)"]
     if summary.get("step_s_median") is not None:
@@ -147,7 +168,10 @@ def format_summary(summary: Record) -> str:
     if summary.get("mfu") is not None:
         lines.append(f"  model FLOP utilisation {summary['mfu'] * 100:.1f}%")
     dev = summary.get("device_util")
-    if isinstance(dev, dict) and dev.get("available"):
+    if isinstance(dev, dict) and dev.get("available") and dev.get("samples") == 0:
+        lines.append(f"  GPU {dev.get('device', '')}: no reading taken while training (a run shorter than "
+                     "the sampling interval)")
+    elif isinstance(dev, dict) and dev.get("available"):
         parts = [f"{label} {dev[key]:{fmt}}{unit}" for key, label, fmt, unit in (
             ("util_pct", "utilisation", ".0f", "%"), ("mem_gb", "memory", ".1f", " GB"), ("power_w", "power", ".0f", " W"))
             if dev.get(key) is not None]
@@ -156,6 +180,8 @@ def format_summary(summary: Record) -> str:
     elif isinstance(dev, dict):
         lines.append(f"  GPU sampling unavailable: {dev.get('reason', 'unknown')}")
     for finding in summary.get("findings", []):
+        if finding.get("message") in shown:
+            continue
         lines.append(f"  {finding.get('kind', 'note')}: {finding.get('message', '')}")
     if summary.get("run_dir") and summary.get("files"):
         lines.append(f"  files in {summary['run_dir']}: {', '.join(summary['files'])}")
@@ -257,22 +283,21 @@ def start_record(*, total_steps: int | None, start_step: int, world_size: int, d
             "job_id": os.environ.get("SLURM_JOB_ID"), "restart": int(restart) if restart.isdigit() else 0}
 
 
-def build_sinks(run_dir: Path | None, *, rank: int, console: bool, jsonl: bool, jsonl_every: int | None,
-                tensorboard: bool, total_steps: int | None, log_every: int, stream: TextIO | None,
-                start: Record) -> list[Sink]:
+def build_sinks(run_dir: Path | None, config: MonitorConfig, *, rank: int, start: Record) -> list[Sink]:
     """The sinks a Monitor writes to: rank 0's console, and in ``run_dir`` its JSONL file and
     TensorBoard events; none on the other ranks (which still fail alike without tensorboard)."""
     sinks: list[Sink] = []
     if rank == 0:
-        if console:
-            sinks.append(ConsoleSink(total=total_steps, every=log_every, stream=stream))
+        if config.console:
+            sinks.append(ConsoleSink(total=config.total_steps, every=config.log_every, stream=config.stream,
+                                     interval_s=config.log_interval_s))
         if run_dir is not None:
             check_run_dir(run_dir)
-            if jsonl:
-                sinks.append(JsonlSink(run_dir / "metrics.jsonl", every=jsonl_every, start=start))
-            if tensorboard:
+            if config.jsonl:
+                sinks.append(JsonlSink(run_dir / "metrics.jsonl", every=config.jsonl_every, start=start))
+            if config.tensorboard:
                 sinks.append(TensorBoardSink(run_dir / "tensorboard"))
-    elif tensorboard:  # same error on every rank when the extra is missing
+    elif config.tensorboard:  # same error on every rank when the extra is missing
         try:
             import tensorboard as _tb  # noqa: F401
         except ImportError:

@@ -55,6 +55,21 @@ class StepColumns:
         """An empty buffer for the steps after these (the next step starts at the last end)."""
         return StepColumns(self.first + len(self.ends), self.ends[-1] if self.ends else self.start, self.t0)
 
+    def add_more(self, n: int, more: dict[str, Any]) -> None:
+        """Step ``n``'s less common figures: ``tokens``, a given ``data_wait_s`` (it replaces
+        what ``Monitor.data()`` measured), and extra fields (the rest of ``more``, taken)."""
+        tokens = more.pop("tokens", None)
+        if tokens is not None:
+            self.tokens[n] = tokens
+        if "data_wait_s" in more:
+            wait = more.pop("data_wait_s")
+            if wait is not None:
+                self.waits.pop(n, None)
+                if wait:
+                    self.waits[n] = float(wait)
+        if more:
+            self.extras[n] = more
+
     def step_times(self, lo: int = 0, hi: int | None = None) -> list[float]:
         """The durations of steps at indices ``lo`` .. ``hi - 1`` (at least :data:`MIN_STEP_S`)."""
         ends = self.ends

@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     import torch
 
     from scaletrain.parallel.options import ParallelDims, PrecisionSpec, StrategySpec
-    from scaletrain.parallel.strategy import Sharding
+    from scaletrain.parallel.sharding import Sharding
     from scaletrain.runtime.env import Env
 
 

@@ -10,13 +10,21 @@ exits with their documented code; every other exception goes to the hook that wa
 The exit code: Python exits 1 after any excepthook, so the hook runs the ``atexit`` handlers
 itself (the process group's shutdown, logging's flush), flushes the standard streams and ends
 the process with ``os._exit(code)``.
+
+The chain must stay a chain. torch's ``init_process_group`` wraps whatever hook is installed
+(its ``[rankN]:`` prefix), so after a second ``init()`` the hook before ours would be torch's
+wrapper of ours: each called the other until Python's recursion limit (~2000 lines of
+traceback). :func:`install` therefore chains once per process, and a hook entered again while
+it is already running on the same thread hands the error to Python's own printer.
 """
 
 from __future__ import annotations
 
 import atexit
+import io
 import os
 import sys
+import threading
 from types import TracebackType
 from typing import Callable
 
@@ -24,6 +32,8 @@ from scaletrain.errors import ScaletrainError
 
 _Hook = Callable[[type[BaseException], BaseException, "TracebackType | None"], object]
 _PREVIOUS: _Hook | None = None
+_INSTALLED = False
+_ACTIVE = threading.local()   # .inside: this thread is running hook() now
 
 
 def _flush() -> None:
@@ -36,6 +46,17 @@ def _flush() -> None:
 
 def hook(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
     """``sys.excepthook`` for scaletrain's errors; others go to the previous hook."""
+    if getattr(_ACTIVE, "inside", False):   # the chain came back to us: never loop
+        sys.__excepthook__(kind, exc, tb)
+        return
+    _ACTIVE.inside = True
+    try:
+        _handle(kind, exc, tb)
+    finally:
+        _ACTIVE.inside = False
+
+
+def _handle(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
     previous = _PREVIOUS or sys.__excepthook__
     if not isinstance(exc, ScaletrainError):
         previous(kind, exc, tb)
@@ -46,9 +67,12 @@ def hook(kind: type[BaseException], exc: BaseException, tb: TracebackType | None
     text = exc.render()
     if rank is not None:
         text = text.replace("scaletrain: error:", f"scaletrain: error: rank {rank}:", 1)
+    # torch's wrapper hands us a StringIO as stderr and prints it once we return; we never
+    # return (os._exit below), so our line goes to the real stream
+    stream = sys.__stderr__ if isinstance(sys.stderr, io.StringIO) else sys.stderr
     try:
-        print(text, file=sys.stderr)
-    except (OSError, ValueError):
+        print(text, file=stream)
+    except (OSError, ValueError, AttributeError):
         pass
     _flush()
     try:
@@ -59,12 +83,13 @@ def hook(kind: type[BaseException], exc: BaseException, tb: TracebackType | None
 
 
 def install() -> None:
-    """Chain :func:`hook` in front of the current ``sys.excepthook`` (once; idempotent)."""
-    global _PREVIOUS
-    if sys.excepthook is hook:
-        return
+    """Chain :func:`hook` in front of the current ``sys.excepthook`` (once per process)."""
+    global _PREVIOUS, _INSTALLED
+    if _INSTALLED or sys.excepthook is hook:
+        return   # already in the chain, perhaps wrapped by torch's since: chaining again loops
     _PREVIOUS = sys.excepthook
     sys.excepthook = hook
+    _INSTALLED = True
 
 
 __all__ = ["hook", "install"]

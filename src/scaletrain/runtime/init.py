@@ -274,14 +274,11 @@ def init(*, device: str | None = None, backend: str | None = None,
             # 3. The Env, built once.
             env = placement.with_device(device=dev, backend=chosen_backend,
                                         facts=cpus.facts())
-            # hooks that need the Env but no process group yet go here (e.g. installing
-            # runtime.preempt's signal handlers, so a signal during rendezvous is seen)
-
             # 4. Join: the process group (or the script's own, adopted in step 2).
             if not dist.is_initialized():
                 _start_group(env, chosen_backend, dev, timedelta(seconds=seconds))
                 owns = True
-            # hooks that need the process group go here; a raise undoes everything.
+            # a raise from here on undoes everything above.
             # The shorter collective timeout applies once the first step has run
             # (runtime.timeouts.training_started), not during start-up.
             timeouts.configure(step_seconds)
@@ -295,6 +292,8 @@ def init(*, device: str | None = None, backend: str | None = None,
                           owns_group=owns, cpus=undo)
         session.record(env)
         _register_atexit()
+        # the stop handlers last, once nothing can fail: a signal during the rendezvous still
+        # has its default effect (the job's own stop), there is no state yet to save
         preempt.install(stop_signals)
         return env
 
