@@ -19,6 +19,7 @@ the job's script (``torch`` and ``numpy`` come from the cluster's PyTorch).
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -40,6 +41,22 @@ class EnvRecipe:
     packages: tuple[str, ...] = ()  # pip names (PACKAGES values)
     image: str | None = None        # build inside this container image
     modules: tuple[str, ...] = ()   # --module: load these instead of the profile's
+
+
+# Characters that a venv's bin/activate would let the shell read: CPython's activate before
+# 3.11.11/3.12.8/3.13.1 writes the folder's path into double quotes unescaped (CVE-2024-9287), so
+# "$(cmd)" or a backquote in the name runs cmd on every activation; the rest are shell syntax.
+_SHELL_SPECIAL = re.compile(r"[$`\\\"'!;&|<>(){}*?\[\]#\x00-\x1f\x7f]")
+
+
+def check_venv_dir(flag: str, path: str) -> str:
+    """``path`` unchanged, or UsageError when a venv there would run shell code on activation."""
+    m = _SHELL_SPECIAL.search(path)
+    if m:
+        raise UsageError(f"{flag} {path[:80]!r}: the folder's name holds {m.group()!r}, which a venv's "
+                         "activate script would hand to the shell (older Pythons run $(...) in it)",
+                         "use a folder name of letters, digits and - _ . / only")
+    return path
 
 
 def parse_with(text: str | None, wheels: Mapping[str, str] | None = None) -> tuple[str, ...]:
@@ -77,7 +94,7 @@ def create_script(profile: ClusterProfile, recipe: EnvRecipe, *, scaletrain_dir:
 
     ``scaletrain_dir`` is the folder of the running ``scaletrain`` package (copied in).
     """
-    d = q(check_text("DIR", recipe.directory))
+    d = q(check_venv_dir("DIR", check_text("DIR", recipe.directory)))
     pkg = " ".join(q(p) for p in recipe.packages)
     lines = ["#!/bin/bash", f"# scaletrain env create for {profile.name}: a venv on the cluster's PyTorch",
              "set -eo pipefail"]

@@ -21,7 +21,7 @@ from scaletrain.plan.launchers import SPECS
 from scaletrain.plan.layout import StagePlan
 from scaletrain.plan.request import DEVICES, LAUNCHERS, JobRequest
 from scaletrain.plan.sbatch import sbatch_options
-from scaletrain.plan.values import check_text
+from scaletrain.plan.values import MAX_COUNT, check_text
 
 # Seconds of warning before the time limit when --requeue is asked (a checkpoint must fit).
 REQUEUE_WARNING_S = 300
@@ -142,6 +142,8 @@ def _check_request(req: JobRequest, profile: ClusterProfile) -> None:
                         ("--procs-per-gpu", req.procs_per_gpu)):
         if value is not None and value < 1:
             raise UsageError(f"{flag} must be at least 1, got {value}", f"give {flag} a positive number")
+        if value is not None and value > MAX_COUNT:
+            raise UsageError(f"{flag} {value} is more than {MAX_COUNT:,}", f"give {flag} a real job's size")
     if not req.script:
         raise UsageError("no training script given", "put it after '--': ... -- train.py --epochs 3")
     if profile.account_required and not req.account:
@@ -190,6 +192,8 @@ def make_plan(request: JobRequest, profile: ClusterProfile) -> Plan:
         raise UsageError(f"--time {request.time!r} must be longer than zero", "e.g. --time 01:00:00")
     named = profile.partition(request.partition) if request.partition else None
     nodes, gpn, notes = layout.nodes_and_gpus(request, profile, named, seconds)
+    if nodes * gpn > MAX_COUNT:
+        raise PlanError(f"{nodes} nodes x {gpn} GPUs is more than {MAX_COUNT:,} GPUs", "ask for a real job's size")
     part = named or layout.choose_partition(profile, nodes=nodes, gpn=gpn, seconds=seconds)
     spec = SPECS[request.launcher]
     per_node = spec.per_node or profile.scheduler == "none"

@@ -186,7 +186,8 @@ def program_words(request: JobRequest) -> str:
     """The script and its arguments as shell words: quoted, or with ``$NAME`` left to expand.
 
     ``--expand-args`` is the explicit way to pass ``$SLURM_JOB_ID`` or ``$LOCAL_SCRATCH``
-    through to the program: only ``$NAME``/``${NAME}`` expand, when the job runs, in the batch
+    through to the program: only ``$NAME``/``${NAME}`` and arithmetic on names and numbers
+    (``$((SLURM_NNODES * 4))``) expand, when the job runs, in the batch
     shell before srun starts the tasks (inside double quotes: no word splitting or globbing);
     backquotes, ``$(...)`` and every other character stay literal. Per-task values
     (``$SLURM_PROCID``...) would be the batch shell's, not each task's: they are refused.
@@ -202,12 +203,20 @@ def program_words(request: JobRequest) -> str:
 PER_TASK_VARS = ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "RANK", "LOCAL_RANK")
 
 
+# $NAME, ${NAME}, or arithmetic on names and numbers only ($((SLURM_NNODES * 4))): nothing in
+# it can run a command ($(...), backquotes and array subscripts are not among its characters)
+_EXPANSION = re.compile(r"\$\(\(([A-Za-z0-9_ +*/%()-]*)\)\)|\$(?:\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-Za-z0-9_]*)")
+
+
 def _expanding(word: str) -> str:
     out, pos = [], 0
-    for m in re.finditer(r"\$(?:\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-Za-z0-9_]*)", word):
-        if m.group().strip("${}") in PER_TASK_VARS:
-            raise UsageError(f"--expand-args: {m.group()} would expand in the batch shell, not in each task",
-                             "read it inside the program (os.environ), or use scaletrain.init()")
+    for m in _EXPANSION.finditer(word):
+        names = re.findall(r"[A-Za-z_][A-Za-z0-9_]*", m.group(1)) if m.group(1) is not None else \
+            [m.group().strip("${}")]
+        task = next((n for n in names if n in PER_TASK_VARS), None)
+        if task:
+            raise UsageError(f"--expand-args: {m.group()} would expand in the batch shell, not in each task "
+                             f"(${task})", "read it inside the program (os.environ), or use scaletrain.init()")
         out.append(_dq_literal(word[pos:m.start()]))
         out.append(m.group())
         pos = m.end()

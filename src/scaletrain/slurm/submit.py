@@ -22,7 +22,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
-from scaletrain.errors import SlurmError, UsageError
+from scaletrain.errors import ScaletrainError, SlurmError, UsageError
 from scaletrain.fileio import atomic_write, fresh_dir
 
 if TYPE_CHECKING:
@@ -98,24 +98,27 @@ def require_sbatch(hint: str, env: Mapping[str, str] | None = None) -> None:
 
 
 def sbatch_run_dir(run_dir: Path, *, env: Mapping[str, str] | None = None) -> str:
-    """Submit the run folder's ``job.sh`` from the run folder; records and returns the job id."""
+    """Submit the run folder's ``job.sh`` from the run folder; records and returns the job id.
+
+    Once sbatch has answered, the job is queued whatever happens here: when its id cannot be
+    recorded (a full or read-only disk), the error still names the job and how to cancel it,
+    so that no job runs that nothing knows about.
+    """
     from scaletrain.slurm import commands
 
     job_id = commands.sbatch_parsable(SCRIPT_NAME, cwd=run_dir, env=env)
-    write_file(run_dir, JOB_ID_FILE, f"{job_id}\n")
+    try:
+        atomic_write(run_dir / JOB_ID_FILE, f"{job_id}\n")
+    except OSError as exc:
+        raise ScaletrainError(
+            f"job {job_id} was submitted and is queued, but its id could not be written to "
+            f"{run_dir / JOB_ID_FILE}: {exc.strerror or exc}",
+            f"the job runs all the same: cancel it with 'scancel {job_id}', or free space and write "
+            f"{job_id} into that file so that status/logs/cancel find it") from None
     return job_id
 
 
-def submit_script(script: str, *, run_dir: str | os.PathLike[str] | None = None, job_name: str = "job",
-                  env: Mapping[str, str] | None = None) -> tuple[Path, str]:
-    """Write ``script`` into a new run folder and submit it: ``(run folder, job id)``.
-
-    For callers that rendered the script themselves with the run folder known in advance use
-    :func:`make_run_dir`, :func:`write_script` and :func:`sbatch_run_dir` in turn.
-    """
-    payload = script.encode("utf-8")    # an unencodable script fails before any folder exists
-    require_sbatch("run this where Slurm is (a login node), or write the script with "
-                   "'scaletrain plan'", env)
-    folder = make_run_dir(run_dir, job_name)
-    write_file(folder, SCRIPT_NAME, payload, mode=0o755)
-    return folder, sbatch_run_dir(folder, env=env)
+def account_or_env(account: str | None, environ: Mapping[str, str] | None = None) -> str | None:
+    """The project to bill: the given one, else sbatch's own default ($SBATCH_ACCOUNT, $SLURM_ACCOUNT)."""
+    env = os.environ if environ is None else environ
+    return account or env.get("SBATCH_ACCOUNT") or env.get("SLURM_ACCOUNT") or None
