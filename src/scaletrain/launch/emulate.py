@@ -11,7 +11,8 @@ Pure functions: a worker's place in, a dict of variables out. The torchrun varia
 (``RANK``, ``WORLD_SIZE`` ...) are what real srun does *not* set, so the worker shim removes them -
 unless the user exported them before ``scaletrain run``, as a batch script that computes
 ``WORLD_SIZE`` from Slurm's variables does before ``srun``: those are kept, with their values.
-``MASTER_ADDR``/``MASTER_PORT`` stay, as a batch script would export them.
+``MASTER_ADDR``/``MASTER_PORT`` stay, as a batch script would export them: the user's own when
+exported (the launcher's rendezvous then runs on another port), else a free port of the launcher's.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_
                  "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME",
                  "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
                  "TORCHELASTIC_USE_AGENT_STORE")
+# Every variable the agent writes over in a worker's environment: a value the user exported
+# before ``scaletrain run --emulate`` (a batch script's, before ``srun``) is given back to the task.
+USER_KEPT_VARS = (*TORCHRUN_VARS, "MASTER_ADDR", "MASTER_PORT")
 
 
 @dataclass(frozen=True, kw_only=True)

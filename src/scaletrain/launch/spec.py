@@ -206,7 +206,7 @@ def plan_launch(req: RunRequest, *, environ: Mapping[str, str], gpus: int,
         entrypoint=sys.executable, args=args, nproc_per_node=nproc, nnodes=req.nnodes,
         node_rank=req.node_rank, rdzv_backend=backend, rdzv_endpoint=endpoint,
         local_addr=local_addr,
-        master_port_fixed=port if (backend == "static" and req.node_rank == 0) else None,
+        master_port_fixed=port if (req.node_rank == 0) else None,
         max_restarts=req.max_restarts, ranks=req.ranks, threads=threads, gpus=gpus,
         procs_per_gpu=req.procs_per_gpu, worker_env=worker_env, emulate=req.emulate,
         emulated_nodes=emulated_nodes, cpu=req.cpu, strict=req.strict, run_dir=req.run_dir,
@@ -237,8 +237,8 @@ def _check_flags(req: RunRequest, environ: Mapping[str, str]) -> None:
 
 def _rendezvous(req: RunRequest, environ: Mapping[str, str]
                 ) -> tuple[str, str, str | None, int | None]:
-    """``(backend, endpoint, local_addr, port)``: one node with no port given picks a free port
-    (c10d); otherwise a static rendezvous at node rank 0's address."""
+    """``(backend, endpoint, local_addr, port)``: one node with no port given, or an emulation,
+    picks a free port (c10d); otherwise a static rendezvous at node rank 0's address."""
     addr = req.master_addr or environ.get("MASTER_ADDR") or None
     port: int | None = None
     if req.master_port is not None:
@@ -246,7 +246,12 @@ def _rendezvous(req: RunRequest, environ: Mapping[str, str]
     elif environ.get("MASTER_PORT"):
         port = _parse_port(environ["MASTER_PORT"], "MASTER_PORT")
 
-    if req.nnodes == 1 and port is None:
+    if req.emulate is not None:
+        # Every emulated node runs here, and the address and port are the program's (a batch
+        # script's exports, which the shim keeps): the agent's own store binds a free port
+        # elsewhere, so rank 0 of the program can host its store where it was told to.
+        backend, endpoint, local_addr = "c10d", "localhost:0", None
+    elif req.nnodes == 1 and port is None:
         backend, endpoint, local_addr = "c10d", "localhost:0", addr
     else:
         if req.nnodes > 1 and addr is None:
@@ -282,6 +287,8 @@ def _worker_env(req: RunRequest, environ: Mapping[str, str], threads: ThreadBudg
         worker_env[BACKEND_VAR] = "gloo"
         worker_env[PROCS_PER_GPU_VAR] = str(req.procs_per_gpu)
 
+    if req.master_port is not None:  # under an emulation the program's, as if exported
+        environ = {**environ, "MASTER_PORT": str(req.master_port)}
     worker_env.update(launcher_env(environ=environ, emulate=req.emulate, nodes=nodes,
                                    cpu=req.cpu, job_id=str(100000 + os.getpid() % 900000)))
     return worker_env

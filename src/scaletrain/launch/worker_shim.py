@@ -90,10 +90,11 @@ def _emulate(mode: str, environ: MutableMapping[str, str]) -> None:
 
 
 def kept_exports(text: str) -> dict[str, str]:
-    """The torchrun variables the user exported before ``scaletrain run --emulate``.
+    """The launcher variables the user exported before ``scaletrain run --emulate``.
 
-    A batch script that computes ``WORLD_SIZE`` from Slurm's variables and exports it before
-    ``srun`` hands it to every task; the emulation must not take it away.
+    A batch script that computes ``WORLD_SIZE`` from Slurm's variables, or picks its own
+    ``MASTER_PORT``, and exports them before ``srun`` hands them to every task; the emulation
+    must not take them away.
     """
     import json
 
@@ -156,14 +157,15 @@ def launcher_env(*, environ: Mapping[str, str], emulate: str | None, nodes: int,
     The shim's folder goes first on the workers' PYTHONPATH (never the user's own shell's).
     Under an emulation the agent does not share its store with the workers: a program written
     for srun makes rank 0 host the store at MASTER_PORT itself, as it would in a batch job.
+    ``environ`` is the user's, with a ``--master-port`` already in it as MASTER_PORT.
     """
     shim = os.path.join(os.path.dirname(os.path.abspath(__file__)), "shim")
     path = environ.get("PYTHONPATH", "")
     out = {"PYTHONPATH": shim + (os.pathsep + path if path else "")}
     if emulate:
-        from scaletrain.launch.emulate import TORCHRUN_VARS
+        from scaletrain.launch.emulate import USER_KEPT_VARS
 
-        exported = {name: environ[name] for name in TORCHRUN_VARS if name in environ}
+        exported = {name: environ[name] for name in USER_KEPT_VARS if name in environ}
         out.update({EMULATE_VAR: emulate, EMULATE_NODES_VAR: str(nodes), EMULATE_JOB_VAR: job_id,
                     "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"})
         if exported:
