@@ -73,3 +73,27 @@ def test_program_with_its_own_rendezvous_trains_under_emulation(tmp_path, mode, 
     assert all(p == params[0] for p in params)
     assert params[0] == pytest.approx(_expected(tasks), rel=1e-5, abs=1e-6)
     assert params[0] != pytest.approx(_expected(1), rel=1e-5, abs=1e-6)
+
+
+# The Princeton guide's form on a GPU job: GPUs per node from Slurm, the local rank from them.
+GPU_PROGRAM = """\
+import json, os, sys, torch, torch.distributed as dist
+rank, world, gpus_per_node = int(os.environ["SLURM_PROCID"]), int(os.environ["WORLD_SIZE"]), int(os.environ["SLURM_GPUS_ON_NODE"])
+assert gpus_per_node == torch.cuda.device_count() and int(os.environ["SLURM_CPUS_PER_TASK"]) >= 1
+local_rank = rank - gpus_per_node * (rank // gpus_per_node); torch.cuda.set_device(local_rank)
+dist.init_process_group("nccl", rank=rank, world_size=world)
+t = torch.tensor([float(rank + 1)], device=f"cuda:{local_rank}"); dist.all_reduce(t)
+seen = [None] * world; dist.all_gather_object(seen, [t.item(), local_rank, os.environ["SLURM_GPUS_PER_NODE"]]); _ = rank or open(sys.argv[1], "w").write(json.dumps(seen))
+"""
+
+
+def test_gpu_job_variables_under_cpu_emulation(tmp_path):
+    """--emulate slurm --cpu fakes a GPU per task: srun's GPU variables say so (29.10)."""
+    prog = tmp_path / "gpu.py"
+    prog.write_text(GPU_PROGRAM)
+    out = tmp_path / "seen.json"
+    env = {"WORLD_SIZE": "4", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    proc = run_workers(prog, nproc=2, args=[out], env=env,
+                       launcher_args=["--emulate", "slurm", "--cpu", "--nnodes", "2"])
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert json.loads(out.read_text()) == [[10.0, r % 2, "2"] for r in range(4)]

@@ -200,7 +200,11 @@ def plan_launch(req: RunRequest, *, environ: Mapping[str, str], gpus: int,
         _check_worker_bound(nproc, "--nnodes x --nproc-per-node", cores)
     backend, endpoint, local_addr, port = _rendezvous(req, environ)
     threads = thread_budget(nproc, environ)
-    worker_env = _worker_env(req, environ, threads, backend=backend, nodes=emulated_nodes)
+    # an emulated job asked for one GPU per task (--cpu fakes one per worker)
+    per_node = nproc // emulated_nodes
+    emulated_gpus = per_node if req.cpu else min(gpus, per_node)
+    worker_env = _worker_env(req, environ, threads, backend=backend, nodes=emulated_nodes,
+                             gpus_per_node=emulated_gpus)
 
     return LaunchPlan(
         entrypoint=sys.executable, args=args, nproc_per_node=nproc, nnodes=req.nnodes,
@@ -271,7 +275,7 @@ def _rendezvous(req: RunRequest, environ: Mapping[str, str]
 
 
 def _worker_env(req: RunRequest, environ: Mapping[str, str], threads: ThreadBudget, *,
-                backend: str, nodes: int) -> dict[str, str]:
+                backend: str, nodes: int, gpus_per_node: int) -> dict[str, str]:
     """The variables every worker gets on top of the launcher's environment."""
     worker_env: dict[str, str] = {}
     if not threads.user_set:
@@ -290,7 +294,7 @@ def _worker_env(req: RunRequest, environ: Mapping[str, str], threads: ThreadBudg
     if req.master_port is not None:  # under an emulation the program's, as if exported
         environ = {**environ, "MASTER_PORT": str(req.master_port)}
     worker_env.update(launcher_env(environ=environ, emulate=req.emulate, nodes=nodes,
-                                   cpu=req.cpu, job_id=str(100000 + os.getpid() % 900000)))
+                                   gpus_per_node=gpus_per_node, cpu=req.cpu, job_id=str(100000 + os.getpid() % 900000)))
     return worker_env
 
 

@@ -23,8 +23,9 @@ from collections.abc import Callable, Mapping, MutableMapping
 from types import ModuleType
 from typing import Any
 
-from scaletrain.contract import (CPU_SMOKE_VAR, EMULATE_JOB_VAR, EMULATE_KEEP_VAR,
-                                 EMULATE_NODES_VAR, EMULATE_VAR, GROUP_RECORD_VAR)
+from scaletrain.contract import (CPU_SMOKE_VAR, EMULATE_GPUS_VAR, EMULATE_JOB_VAR,
+                                 EMULATE_KEEP_VAR, EMULATE_NODES_VAR, EMULATE_VAR,
+                                 GROUP_RECORD_VAR)
 
 Hook = Callable[[ModuleType], None]
 
@@ -82,6 +83,7 @@ def _emulate(mode: str, environ: MutableMapping[str, str]) -> None:
     nodes = int(environ.get(EMULATE_NODES_VAR, "1") or 1)
     place = Place(rank=int(environ["RANK"]), world=world, nodes=nodes,
                   cpus_per_task=max(1, int(environ.get("OMP_NUM_THREADS", "1") or 1)),
+                  gpus_per_node=int(environ.get(EMULATE_GPUS_VAR, "0") or 0),
                   job_id=environ.get(EMULATE_JOB_VAR, "1"))
     for name in TORCHRUN_VARS:
         environ.pop(name, None)
@@ -151,7 +153,7 @@ def activate(environ: MutableMapping[str, str] | None = None) -> None:
 
 
 def launcher_env(*, environ: Mapping[str, str], emulate: str | None, nodes: int,
-                 cpu: bool, job_id: str) -> dict[str, str]:
+                 cpu: bool, job_id: str, gpus_per_node: int = 0) -> dict[str, str]:
     """Launcher side: the variables that turn the shim on in the workers of one run.
 
     The shim's folder goes first on the workers' PYTHONPATH (never the user's own shell's).
@@ -167,6 +169,7 @@ def launcher_env(*, environ: Mapping[str, str], emulate: str | None, nodes: int,
 
         exported = {name: environ[name] for name in USER_KEPT_VARS if name in environ}
         out.update({EMULATE_VAR: emulate, EMULATE_NODES_VAR: str(nodes), EMULATE_JOB_VAR: job_id,
+                    EMULATE_GPUS_VAR: str(gpus_per_node),
                     "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"})
         if exported:
             import json

@@ -1,0 +1,69 @@
+"""An emulated srun job looks like a GPU job, and a worker that misses a launcher's variable
+is told which launcher sets it (issue 29 item 10)."""
+
+from __future__ import annotations
+
+import pytest
+
+from scaletrain.launch.emulate import Place, slurm_vars
+from scaletrain.launch.failure import FailedRank, missing_variable_hint, worker_failed_error
+from scaletrain.launch.spec import RunRequest, plan_launch
+
+
+def test_an_emulated_gpu_job_has_srun_gpu_variables():
+    v = slurm_vars(Place(rank=3, world=4, nodes=2, cpus_per_task=2, gpus_per_node=2))
+    assert (v["SLURM_GPUS_ON_NODE"], v["SLURM_GPUS_PER_NODE"], v["SLURM_STEP_GPUS"]) == \
+        ("2", "2", "0,1")
+    assert (v["SLURM_CPUS_PER_TASK"], v["SLURM_JOB_CPUS_PER_NODE"], v["SLURM_GTIDS"]) == \
+        ("2", "4(x2)", "2,3")
+    cpu_job = slurm_vars(Place(rank=0, world=2))
+    assert "SLURM_GPUS_ON_NODE" not in cpu_job and "SLURM_GPUS_PER_NODE" not in cpu_job
+
+
+@pytest.mark.parametrize("cpu,gpus,want", [(True, 0, "2"), (False, 0, "0"), (False, 4, "2")])
+def test_the_plan_gives_one_gpu_per_emulated_task(tmp_path, cpu, gpus, want):
+    script = tmp_path / "train.py"
+    script.write_text("pass\n")
+    plan = plan_launch(RunRequest(target=str(script), nproc_per_node=2, nnodes=2,
+                                  emulate="slurm", cpu=cpu), environ={}, gpus=gpus, cores=8)
+    assert plan.worker_env["SCALETRAIN_EMULATE_GPUS"] == want
+
+
+def _tail(name: str) -> tuple[str, ...]:
+    return ("Traceback (most recent call last):", '  File "train.py", line 3, in <module>',
+            f"    gpus = int(os.environ[{name!r}])", f"KeyError: {name!r}")
+
+
+@pytest.mark.parametrize("name,emulate,said", [
+    ("SLURM_GPUS_PER_TASK", "slurm", "srun sets it only when the job asks for it; export "
+                                     "SLURM_GPUS_PER_TASK=VALUE"),
+    ("SLURM_PROCID", None, "run it with 'scaletrain run --emulate slurm'"),
+    ("OMPI_COMM_WORLD_RANK", None, "Open MPI's mpirun sets and this run did not: run it with "
+                                   "'scaletrain run --emulate mpi'"),
+    ("PMI_RANK", None, "an MPI launcher (mpirun, mpiexec) sets"),
+    ("LOCAL_RANK", "slurm", "--emulate slurm gives the program that launcher's view"),
+])
+def test_a_missing_launcher_variable_is_named(name, emulate, said):
+    hint = missing_variable_hint(_tail(name), emulate)
+    assert hint is not None and hint.startswith(f"the program reads {name}, which "), hint
+    assert said in hint
+
+
+@pytest.mark.parametrize("tail,emulate", [
+    (_tail("LOCAL_RANK"), None),          # scaletrain run sets it: not a launcher's gap
+    (_tail("MY_DATA_DIR"), "slurm"),      # the program's own setting
+    (("KeyError: 'learning_rate'",), None),  # a dict key, not a variable
+    (("ValueError: bad",), "slurm"),
+])
+def test_other_failures_keep_the_plain_hint(tail, emulate):
+    assert missing_variable_hint(tail, emulate) is None
+
+
+def test_the_worker_error_carries_the_named_variable():
+    failed = [FailedRank(rank=0, local_rank=0, pid=7, exitcode=1,
+                         stderr_tail=_tail("SLURM_GPUS_ON_NODE"))]
+    error = worker_failed_error(failed, emulate=None)
+    assert "reads SLURM_GPUS_ON_NODE, which srun sets" in error.hint
+    plain = worker_failed_error([FailedRank(rank=0, local_rank=0, pid=7, exitcode=1,
+                                            stderr_tail=("ValueError: bad",))])
+    assert plain.hint == "the lines above are that rank's stderr; fix the error and run again"
