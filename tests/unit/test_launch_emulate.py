@@ -67,3 +67,43 @@ def test_the_worker_error_carries_the_named_variable():
     plain = worker_failed_error([FailedRank(rank=0, local_rank=0, pid=7, exitcode=1,
                                             stderr_tail=("ValueError: bad",))])
     assert plain.hint == "the lines above are that rank's stderr; fix the error and run again"
+
+
+def test_a_rendezvous_at_the_programs_own_port_hosts_its_own_store():
+    """Issue 29 item 11: a process mp.spawn started inherits TORCHELASTIC_USE_AGENT_STORE."""
+    from scaletrain.launch.rendezvous import AGENT_PORT_VAR, own_store, remember_agent_store
+
+    worker = {"TORCHELASTIC_USE_AGENT_STORE": "True", "MASTER_PORT": "41000"}
+    remember_agent_store(worker)
+    child = {**worker, "MASTER_PORT": "12355"}  # the program set its own, then spawned
+    remember_agent_store(child)
+    assert child[AGENT_PORT_VAR] == "41000"  # the agent's, not the program's
+    own_store("41000", child)
+    assert child["TORCHELASTIC_USE_AGENT_STORE"] == "True"  # the agent's store: join it
+    own_store("12355", child)
+    assert child["TORCHELASTIC_USE_AGENT_STORE"] == "False"  # rank 0 hosts its own
+    emulated = {"TORCHELASTIC_USE_AGENT_STORE": "False", "MASTER_PORT": "41000"}
+    remember_agent_store(emulated)
+    assert AGENT_PORT_VAR not in emulated
+
+
+def test_a_rendezvous_of_one_process_is_bounded_too():
+    """The bound applies at world size 1: a lone rank waiting on a store nobody hosts stops."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, time, types\n"
+        "from scaletrain.launch.rendezvous import patch_c10d\n"
+        "c10d = types.ModuleType('c10d')\n"
+        "c10d.init_process_group = lambda *a, **k: time.sleep(60)\n"
+        "patch_c10d(c10d)\n"
+        "c10d.init_process_group('gloo', rank=0, world_size=1)\n")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path),
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "12355",
+           "SCALETRAIN_RENDEZVOUS_TIMEOUT": "0.5"}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=30)
+    assert proc.returncode == 3, proc.stderr
+    assert "the rendezvous at 127.0.0.1:12355 did not complete within 0.5 s (1 processes " \
+           "expected)" in proc.stderr

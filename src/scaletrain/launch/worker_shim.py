@@ -118,6 +118,7 @@ def activate(environ: MutableMapping[str, str] | None = None) -> None:
     try:
         from scaletrain.launch import rendezvous
 
+        rendezvous.remember_agent_store(env)
         hooks["torch.distributed.distributed_c10d"] = [rendezvous.patch_c10d]
         hooks["torch.multiprocessing.spawn"] = [
             lambda module: rendezvous.patch_multiprocessing(module, world, rank)]
