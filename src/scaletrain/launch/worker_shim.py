@@ -129,6 +129,7 @@ def activate(environ: MutableMapping[str, str] | None = None) -> None:
             group_check.start_recording(record, rank)
             hooks.setdefault("torch.distributed.distributed_c10d", []).append(
                 group_check.patch_c10d)
+            hooks.setdefault("torch.optim.optimizer", []).append(group_check.patch_optimizer)
         if env.get(CPU_SMOKE_VAR) == "1":
             from scaletrain.launch import cpu_smoke
 
