@@ -8,7 +8,9 @@ Rendezvous, deliberately:
 - one node, nothing fixed: the "standalone" c10d rendezvous on ``localhost:0``; the store
   binds a kernel-chosen free port, so concurrent launches never collide;
 - a ``MASTER_PORT`` (or ``--master-port``) given on one node, or several nodes: a static
-  rendezvous at MASTER_ADDR:MASTER_PORT hosted by node rank 0, like torchrun's static mode.
+  rendezvous at MASTER_ADDR:MASTER_PORT hosted by node rank 0, like torchrun's static mode;
+- ``--emulate``: always the standalone rendezvous; the MASTER_ADDR/MASTER_PORT given are the
+  program's (its rank 0 hosts its own store there, as under srun), checked free before start.
 A user's ``MASTER_ADDR``/``MASTER_PORT`` is used as is; a flag that contradicts it is an error.
 """
 
@@ -210,7 +212,7 @@ def plan_launch(req: RunRequest, *, environ: Mapping[str, str], gpus: int,
         entrypoint=sys.executable, args=args, nproc_per_node=nproc, nnodes=req.nnodes,
         node_rank=req.node_rank, rdzv_backend=backend, rdzv_endpoint=endpoint,
         local_addr=local_addr,
-        master_port_fixed=port if (req.node_rank == 0) else None,
+        master_port_fixed=port if req.node_rank == 0 else None,
         max_restarts=req.max_restarts, ranks=req.ranks, threads=threads, gpus=gpus,
         procs_per_gpu=req.procs_per_gpu, worker_env=worker_env, emulate=req.emulate,
         emulated_nodes=emulated_nodes, cpu=req.cpu, strict=req.strict, run_dir=req.run_dir,
@@ -294,7 +296,8 @@ def _worker_env(req: RunRequest, environ: Mapping[str, str], threads: ThreadBudg
     if req.master_port is not None:  # under an emulation the program's, as if exported
         environ = {**environ, "MASTER_PORT": str(req.master_port)}
     worker_env.update(launcher_env(environ=environ, emulate=req.emulate, nodes=nodes,
-                                   gpus_per_node=gpus_per_node, cpu=req.cpu, job_id=str(100000 + os.getpid() % 900000)))
+                                   gpus_per_node=gpus_per_node, cpu=req.cpu,
+                                   job_id=str(100000 + os.getpid() % 900000)))
     return worker_env
 
 
