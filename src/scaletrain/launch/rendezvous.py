@@ -1,6 +1,6 @@
 """Inside the workers of ``scaletrain run``: a program's own rendezvous resolves and ends.
 
-Two ways a program written for another launcher hangs silently under ours:
+Three ways a program written for another launcher hangs silently under ours:
 
 - it starts its own workers with ``torch.multiprocessing.spawn`` (the PyTorch DDP tutorial's
   form) while ``scaletrain run`` already started several: every copy spawns its own group and
@@ -11,7 +11,9 @@ Two ways a program written for another launcher hangs silently under ours:
   and bounds ``init_process_group``: after :data:`RENDEZVOUS_WAIT_S` (or
   ``SCALETRAIN_RENDEZVOUS_TIMEOUT`` seconds) the process stops with one line naming the address
   and the port. All workers of a local run start together, so a rendezvous among them that
-  takes minutes is a hang, not a slow start.
+  takes minutes is a hang, not a slow start. The bound holds at every world size, 1 included;
+- a program that meets at a port of its own (``mp.spawn`` under ``--nproc-per-node 1``) while the
+  worker's environment says to use the agent's store: :func:`own_store` lets its rank 0 host it.
 
 The scaletrain modules these wrappers need are imported when they run, never at start-up: the
 worker entry's error classes are then the ones raised.
