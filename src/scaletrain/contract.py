@@ -110,4 +110,5 @@ EMULATE_VAR = "SCALETRAIN_EMULATE"            # "slurm" or "mpi": give workers t
 EMULATE_NODES_VAR = "SCALETRAIN_EMULATE_NODES"  # emulated nodes the local workers are spread over
 EMULATE_JOB_VAR = "SCALETRAIN_EMULATE_JOB"    # the emulated Slurm job id
 EMULATE_KEEP_VAR = "SCALETRAIN_EMULATE_KEEP"  # JSON: torchrun variables the user exported, kept
+EMULATE_GPUS_VAR = "SCALETRAIN_EMULATE_GPUS"  # GPUs per emulated node (faked ones under --cpu)
 CPU_SMOKE_VAR = "SCALETRAIN_CPU_SMOKE"        # "1": run a CUDA/NCCL program on CPU processes
