@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Mapping
 
+from scaletrain.contract import generated_for
 from scaletrain.errors import UsageError
 from scaletrain.lint import rules_cluster, rules_launch, rules_program, rules_sbatch, rules_shell  # noqa: F401  (registers rules)
 from scaletrain.lint.findings import ERROR, RULES, Finding, LintContext
@@ -141,6 +142,9 @@ def matching_profiles(script: BatchScript) -> tuple[list[str], str]:
     if len(by_type) == 1:
         return [by_type[0].name], f"detected from partition '{job.partition}' + GPU type '{gtype}'"
     names = [p.name for p in (by_type or by_partition)]
+    planned = generated_for(script.lines)
+    if len(names) > 1 and planned in names:   # our own script says which it was planned for
+        return [planned], f"partition '{job.partition}' + the script's scaletrain header"
     if len(names) > 1:
         return names, (f"partition '{job.partition}' matches {len(names)} profiles: only the "
                        "findings they agree on; pick one with --cluster")
