@@ -25,7 +25,15 @@ whole run fits a 10-minute command:
   training pause of async: the first save, which pins its staging buffers, and the second) and sharded (zero3 at world 1);
 - ``device sampler``: the Monitor's NVML/AMD SMI sampler reading utilisation and memory while
   the card multiplies matrices; ``sampler cost``: microseconds per reading;
-- ``doctor``: ``scaletrain doctor --json`` (NCCL/RCCL reachable, the card seen).
+- ``doctor``: ``scaletrain doctor --json`` (NCCL/RCCL reachable, the card seen);
+- ``model vs torchtitan``: benchmarks/llama.py, the ~1B Llama-style decoder by hand (FSDP2),
+  through ``setup`` (zero3, ddp) and by torchtitan's trainer where installed: tokens/s, MFU,
+  peak memory (the toy model on the CPU);
+- ``checkpoint vs dcp``: benchmarks/checkpoint_dcp.py, saves and loads of 0.3, 1 and 4 GiB of
+  GPU state against raw ``torch.save`` and raw DCP, with the disk's ``dd`` floor (sizes / 64 on
+  the CPU). These two run on the CPU as well, so CI keeps them working.
+
+``--only "model vs torchtitan,checkpoint vs dcp"`` runs those steps alone (``environment`` always).
 """
 
 from __future__ import annotations
@@ -326,10 +334,82 @@ def doctor() -> Result:
     return {"status": "ok" if proc.returncode == 0 else "failed", "report": report}
 
 
+# ------------------------------------------------- the model and checkpoint benchmarks (issue 30)
+# They run at toy size on the CPU too (so CI keeps them working); each in its own process, under
+# its own time limit and never past the run's budget (DEADLINE, set by main).
+DEADLINE: float | None = None
+
+
+def _benchmark(script: str, result: str, args: list[str], limit_s: float) -> tuple[Result, Any]:
+    """Run benchmarks/``script`` with ``args`` into a temporary folder; (status, its JSON)."""
+    if DEADLINE is not None:
+        limit_s = min(limit_s, DEADLINE - time.perf_counter())
+    if limit_s < 30:
+        return {"status": "skipped", "reason": "time budget spent"}, None
+    with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR")) as tmp:
+        cmd = [sys.executable, str(REPO / "benchmarks" / script), "--out", tmp, *args]
+        try:
+            proc = _run(cmd, limit_s)
+            failed = proc.returncode != 0
+            tail = _last_line(proc.stderr or proc.stdout)
+        except subprocess.TimeoutExpired:
+            failed, tail = True, f"cut at {limit_s:.0f} s (the rows measured by then are kept)"
+        path = Path(tmp) / result
+        doc = json.loads(path.read_text()) if path.is_file() else None
+    if doc is None:
+        return {"status": "failed", "error": tail or "no result"}, None
+    status: Result = {"status": "ok"} if not failed else {"status": "ok", "note": tail}
+    return status, doc
+
+
+def model_vs_torchtitan() -> Result:
+    """benchmarks/llama.py: the 1b decoder by hand (FSDP2), through setup (zero3, ddp) and by
+    torchtitan, bf16, compiled, seq 2048, batch probed; the toy model on the CPU."""
+    gpu = _gpu()
+    args = (["--seq", "2048", "--compile", "on", "--ac", "off", "--max-batch", "16", "--steps", "10",
+             "--warmup", "3", "--repeats", "2", "--budget-s", "150"] if gpu else
+            ["--device", "cpu", "--ac", "off", "--steps", "1", "--warmup", "1", "--repeats", "1"])
+    out, doc = _benchmark("llama.py", "llama.json", args, 300 if gpu else 180)
+    if doc is None:
+        return out
+    for row in doc["rows"]:
+        key = row["variant"]
+        if row["status"] != "ok":
+            out[key] = row["status"]
+            continue
+        out[f"{key}_tokens_s"] = row["tokens_s"]
+        out[f"{key}_mfu"] = row["mfu"]
+        out[f"{key}_peak_gib"] = row["peak_gib"]
+        if key != "hand":
+            out[f"{key}_vs_hand"] = row["vs_hand"]
+    out["batch"] = next((r["batch"] for r in doc["rows"] if r["status"] == "ok"), None)
+    return {**out, "report": doc}
+
+
+def checkpoint_vs_dcp() -> Result:
+    """benchmarks/checkpoint_dcp.py: GPU state at 0.3, 1 and 4 GiB (the same / 64 on the CPU),
+    ours against raw torch.save and raw DCP, the disk's dd floor in the same run."""
+    gpu = _gpu()
+    args = ["--reps", "3"] if gpu else ["--device", "cpu", "--reps", "2"]
+    out, doc = _benchmark("checkpoint_dcp.py", "checkpoint_dcp.json", args, 300 if gpu else 180)
+    if doc is None:
+        return out
+    for size in doc["sizes"]:
+        tag = f"{size['gib']}GiB"
+        out[f"{tag}_floor_s"] = size["floor_s"]
+        out[f"{tag}_repl_save_s"] = size["cases"]["ours replicated"]["save_s"]
+        out[f"{tag}_dcp_save_s"] = size["cases"]["dcp"]["save_s"]
+        for key in ("replicated_save_vs_dcp", "sharded_save_vs_dcp", "replicated_load_vs_torch_load",
+                    "sharded_load_vs_dcp"):
+            out[f"{tag}_{key}"] = size[key]
+    return {**out, "report": doc}
+
+
 STEPS: dict[str, Callable[[], Result]] = {
     "environment": environment, "gpu tests": gpu_tests, "gpu paths": gpu_paths, "setup vs loop": setup_vs_loop,
     "mfu": mfu,
     "bench comm": bench_comm, "checkpoint": checkpoint, "device sampler": device_sampler, "doctor": doctor,
+    "checkpoint vs dcp": checkpoint_vs_dcp, "model vs torchtitan": model_vs_torchtitan,
 }
 
 
@@ -355,10 +435,19 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default="gpu-check", help="folder for gpu_check.json and gpu_check.md")
     p.add_argument("--budget-s", type=float, default=540.0, help="skip the steps left once this is spent")
+    p.add_argument("--only", default="", help="comma list of steps to run (environment always runs)")
     args = p.parse_args(argv)
+    only = {n.strip() for n in args.only.split(",") if n.strip()}
+    unknown = only - set(STEPS)
+    if unknown:
+        p.error(f"unknown step(s) {', '.join(sorted(unknown))}; the steps: {', '.join(STEPS)}")
     start = time.perf_counter()
+    global DEADLINE
+    DEADLINE = start + args.budget_s
     steps: dict[str, Result] = {}
     for name, step in STEPS.items():
+        if only and name != "environment" and name not in only:
+            continue
         if time.perf_counter() - start > args.budget_s:
             steps[name] = {"status": "skipped", "reason": f"time budget of {args.budget_s:.0f} s spent"}
             continue

@@ -5,6 +5,9 @@
     python examples/resumable_cnn.py --out runs/demo       # resumes at the saved step
     scaletrain report runs/demo                            # text summary + runs/demo/report.html
 
+A stop signal is safe at any moment: one that arrives while the program is still starting (torch
+takes seconds to import) is noted by the first lines below and acted on after the first step.
+
 Under Slurm the same file needs nothing more: ``scaletrain submit --requeue`` sends USR1 before
 the time limit and requeues the job, ``scaletrain cancel RUN --save`` stops it without a requeue.
 The Checkpointer saves every ``--save-every`` steps and at a stop; the Monitor writes
@@ -13,15 +16,24 @@ The Checkpointer saves every ``--save-every`` steps and at a stop; the Monitor w
 
 from __future__ import annotations
 
-import argparse
-import sys
-from pathlib import Path
+import signal
 
-import torch
-from torch import nn
-from torch.utils.data import DataLoader, DistributedSampler
+# Python's default action for USR1/USR2/TERM ends the program; until scaletrain.init() sets its
+# handler, note such a signal here instead, and hand it over once the Checkpointer listens.
+_EARLY: list[int] = []
+for _sig in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM):
+    signal.signal(_sig, lambda signum, frame: _EARLY.append(signum))
 
-import scaletrain
+import argparse  # noqa: E402  (after the handlers: this file's imports take seconds)
+import os  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.utils.data import DataLoader, DistributedSampler  # noqa: E402
+
+import scaletrain  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cifar10_cnn import Net, synthetic_cifar  # noqa: E402  (the same model and data)
@@ -37,6 +49,12 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
 
     env = scaletrain.init()          # also makes USR1/TERM/USR2 stop requests
+    ckpt = scaletrain.Checkpointer(Path(args.out) / "checkpoints", keep=2, every_steps=args.save_every)
+    if _EARLY:                       # the Checkpointer listens now: it saves and stops at the first step
+        name = signal.Signals(_EARLY[0]).name
+        print(f"rank {env.rank}: {name} arrived while the program was starting; it saves and stops "
+              "after a step", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), _EARLY[0])
     torch.manual_seed(0)
     model = Net().to(env.device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
@@ -47,7 +65,6 @@ def main(argv: list[str] | None = None) -> None:
     per_epoch = len(loader)
 
     state = {"model": model, "optimizer": optimizer}
-    ckpt = scaletrain.Checkpointer(Path(args.out) / "checkpoints", keep=2, every_steps=args.save_every)
     start = ckpt.load_latest(state) or 0
     monitor = scaletrain.Monitor(Path(args.out) / "monitor", total_steps=args.epochs * per_epoch,
                                  start_step=start)

@@ -22,6 +22,16 @@ if ! "$PY" -c "import deepspeed" >/dev/null 2>&1; then
   { "$PY" -m pip install -q wheel && DS_BUILD_OPS=0 "$PY" -m pip install -q --no-build-isolation "deepspeed==0.19.8"; } \
     || echo "scaletrain tests: deepspeed could not be installed; its config check falls back to fields" >&2
 fi
+# DeepSpeed on a CPU compiles its shared-memory collectives (deepspeed_shm_comm, C++) at a program's
+# first init_distributed, which DS_BUILD_OPS=0 leaves to that first use (240 s on a loaded 2-core
+# machine, inside a timed test): build it here, once; torch caches it (a few seconds after)
+if "$PY" -c "import deepspeed" >/dev/null 2>&1; then
+  echo "scaletrain tests: DeepSpeed's CPU collectives op (built the first time only, ~4 min)" >&2
+  "$PY" -c 'from deepspeed.accelerator import get_accelerator as g
+b = g().create_op_builder("ShareMemCommBuilder")
+b is None or not b.is_compatible() or b.load()' >/dev/null 2>&1 \
+    || echo "scaletrain tests: DeepSpeed's shared-memory op did not build; the first DeepSpeed test will" >&2
+fi
 # Chromium renders the HTML scaling report in one test; Debian's package, only as root with apt
 if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   echo "scaletrain tests: installing Debian's chromium (HTML report test)" >&2
@@ -40,8 +50,14 @@ copy_root=$(mktemp -d "${TMPDIR:-/tmp}/st-suite-XXXXXX")
 trap 'rm -rf "$copy_root"' EXIT
 named="$copy_root/scaletrain"
 mkdir "$named"
-tar --exclude=./.git --exclude=.mypy_cache --exclude=__pycache__ --exclude='*.egg-info' -cf - . \
-  | tar -xf - -C "$named"
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  # what git tracks, and new files it does not ignore (a change under test); not runs/, .hypothesis/
+  git ls-files -z --cached --others --exclude-standard | tar --null --ignore-failed-read -T - -cf - 2>/dev/null \
+    | tar -xf - -C "$named"
+else
+  tar --exclude=./.git --exclude=.mypy_cache --exclude=__pycache__ --exclude='*.egg-info' -cf - . \
+    | tar -xf - -C "$named"
+fi
 status=0
 "$PY" -m pytest -q -p no:cacheprovider --durations=15 tests/unit || status=$?
 echo "scaletrain tests: multi-process and Slurm tiers from $named" >&2

@@ -18,7 +18,6 @@ import pytest
 from helpers import alive as _alive, is_launcher_var
 
 REPO = Path(__file__).resolve().parent.parent
-SEEDS = REPO.parent / "shared" / "seeds"
 
 # Variables that legitimately change under pytest itself, or that torch sets in os.environ on
 # its own the first time an optimizer is built (inductor's cache folder) - not our code's doing.
@@ -217,9 +216,13 @@ def clean_env(monkeypatch):
     return monkeypatch
 
 
-@pytest.fixture
-def seeds_dir() -> Path:
-    """../shared/seeds beside the repository (the requirement documents)."""
-    if not SEEDS.is_dir():
-        pytest.skip(f"seed documents not found at {SEEDS}")
-    return SEEDS
+def pytest_report_header(config: pytest.Config) -> str:
+    """Say at the start where the centre guides' jobs come from (ours always; the guides if present)."""
+    sys.path.insert(0, str(REPO / "tests" / "unit"))
+    try:
+        from lint_seed_blocks import GUIDES, OURS
+    finally:
+        sys.path.pop(0)
+    also = (f"and the guides in {GUIDES}" if GUIDES.is_dir() else
+            f"(the guides themselves are read too where present: {GUIDES} or $SCALETRAIN_TEST_SEEDS)")
+    return f"centre guides' jobs: {OURS.relative_to(REPO)} {also}"

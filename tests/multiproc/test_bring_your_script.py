@@ -84,11 +84,20 @@ def test_workers_that_never_form_one_group_are_reported(mode, alone):
     assert (WARNING in proc.stderr) is alone, proc.stderr
 
 
-def test_lone_workers_that_crash_are_still_reported():
-    proc = run_workers(PROGS / "alone.py", nproc=2, args=["one", "crash"])
+@pytest.mark.parametrize("mode", ["one", "skip"])
+def test_lone_workers_that_crash_are_still_reported(mode):
+    """"skip": no group at all, but optimizer steps before the crash (issue 29 item 12)."""
+    proc = run_workers(PROGS / "alone.py", nproc=2, args=[mode, "crash"])
     assert proc.returncode == 1
     assert "did not form one process group before they failed" in proc.stderr, proc.stderr
     assert "failed after training alone" in proc.stderr  # the failure report stays
+
+
+def test_workers_that_crash_before_training_are_not_called_alone():
+    proc = run_workers(PROGS / "alone.py", nproc=2, args=["skip", "crash-first"])
+    assert proc.returncode == 1
+    assert "failed before training" in proc.stderr
+    assert WARNING not in proc.stderr, proc.stderr
 
 
 def test_the_warning_under_cpu_does_not_suggest_cpu():

@@ -1,4 +1,8 @@
-"""Extract the Slurm batch scripts from the seed documents, each with the cluster it is for.
+"""Extract the Slurm batch scripts from the centre guides, each with the cluster it is for.
+
+Two sources hold the guides' jobs: tests/unit/guide_jobs (our own scripts in the guides' shapes and
+formats, in every clone) and the guides themselves in ../shared/seeds beside the repository (or
+$SCALETRAIN_TEST_SEEDS), read in addition where present. Both are files named ``0NN_*.txt``.
 
 Markdown fences (```bash, also indented under ``=== "Puhti"`` tabs and after "- "), unterminated
 fences at the end of a file, and MediaWiki ``{{File |lang="bash" |contents=...}}`` blocks (003).
@@ -6,9 +10,19 @@ fences at the end of a file, and MediaWiki ``{{File |lang="bash" |contents=...}}
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+
+_REPO = Path(__file__).resolve().parents[2]
+OURS = Path(__file__).resolve().parent / "guide_jobs"
+GUIDES = Path(os.environ.get("SCALETRAIN_TEST_SEEDS", _REPO.parent / "shared" / "seeds"))
+
+
+def guide_sources() -> dict[str, Path]:
+    """The folders of guide jobs to test: ours always, the guides themselves where present."""
+    return {"ours": OURS, **({"guides": GUIDES} if GUIDES.is_dir() else {})}
 
 TAB_CLUSTER = {"Puhti": "puhti", "Mahti": "mahti", "LUMI": "lumi"}
 # The cluster a document is about when a block is not under a tab. The Alliance page (003)
@@ -27,10 +41,11 @@ class SeedBlock:
     line: int         # line of the first script line in the seed file
     cluster: str
     text: str
+    source: str = "guides"   # a key of guide_sources()
 
     @property
     def id(self) -> str:
-        return f"{self.doc}-L{self.line}-{self.cluster}"
+        return f"{self.source}-{self.doc}-L{self.line}-{self.cluster}"
 
 
 def fill_placeholders(text: str) -> str:
@@ -81,7 +96,7 @@ def _mediawiki_blocks(lines: list[str]) -> list[tuple[int, str, str | None]]:
     return out
 
 
-def seed_blocks(seeds_dir: Path) -> list[SeedBlock]:
+def seed_blocks(seeds_dir: Path, source: str = "guides") -> list[SeedBlock]:
     """Every block with #SBATCH in every seed, once per cluster it is meant for."""
     blocks: list[SeedBlock] = []
     for path in sorted(seeds_dir.glob("0*.txt")):
@@ -93,5 +108,11 @@ def seed_blocks(seeds_dir: Path) -> list[SeedBlock]:
                 continue
             clusters = (TAB_CLUSTER[tab],) if tab in TAB_CLUSTER else DOC_CLUSTERS.get(doc, ())
             for cluster in clusters:
-                blocks.append(SeedBlock(doc=doc, line=line, cluster=cluster, text=fill_placeholders(text)))
+                blocks.append(SeedBlock(doc=doc, line=line, cluster=cluster, text=fill_placeholders(text),
+                                         source=source))
     return blocks
+
+
+def all_blocks() -> list[SeedBlock]:
+    """The blocks of every available source (ours, then the guides where present)."""
+    return [b for name, folder in guide_sources().items() for b in seed_blocks(folder, name)]

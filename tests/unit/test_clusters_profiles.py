@@ -34,7 +34,7 @@ def test_all_required_profiles_ship_and_load() -> None:
 @pytest.mark.parametrize("name,gpn,cores_per_gpu,gpu_request,partitions", [
     ("puhti", 4, 10, "gres_typed", ["gpu", "gputest"]),
     ("mahti", 4, 32, "gres_typed", ["gpusmall", "gpumedium", "gputest"]),
-    ("lumi", 8, 7, "gpus_per_node", ["small-g", "standard-g", "dev-g"]),
+    ("lumi", 8, 7, "gpus_per_node", ["small-g", "standard-g", "dev-g", "small"]),   # small: LUMI-C, CPU-only
     ("juwels-booster", 4, 24, "gres", ["booster", "develbooster"]),
     ("narval", 4, 12, "gpus_per_node_typed", ["default"]),
     ("beluga", 4, 10, "gres_typed", ["default"]),

@@ -214,8 +214,9 @@ def test_report_numbers_are_the_monitors(fake):
     assert fig["runs"] == 2 and fig["last_step"] == 20 and fig["total_steps"] == 20
     assert fig["steps_recorded"] == sum(r["type"] == "step" for r in records) == 22
     assert fig["steps_redone"] == 2                          # run 1 reached 12, run 2 resumed at 10
-    assert fig["samples_per_s"] == pytest.approx(sorted(s["samples_per_s"] for s in summaries)[1] / 2
-                                                 + sorted(s["samples_per_s"] for s in summaries)[0] / 2)
+    assert [s["steps"] for s in summaries] == [12, 10]         # weighted by them: 12 and 10 steps
+    assert fig["samples_per_s"] == pytest.approx((12 * summaries[0]["samples_per_s"]
+                                                  + 10 * summaries[1]["samples_per_s"]) / 22)
     assert fig["gpu_hours_billed"] == pytest.approx(2 * 120 / 3600)
     assert fig["cpu_efficiency"] == pytest.approx(300 / (4 * 120))
     page = report.write(rep)

@@ -132,6 +132,27 @@ def test_emulation_keeps_the_torchrun_variables_the_user_exported(_plan):
     assert "WORLD_SIZE" not in worker
 
 
+@pytest.mark.parametrize("environ,flag", [({"MASTER_PORT": "31234"}, None), ({}, 31234)],
+                         ids=["exported", "flag"])
+def test_emulation_leaves_the_programs_port_to_the_program(_plan, environ, flag):
+    """The launcher's own store binds a free port; the program's MASTER_PORT is the user's."""
+    from scaletrain.launch.worker_shim import _emulate
+
+    plan = _plan(nproc_per_node=2, nnodes=2, emulate="slurm", master_port=flag,
+                 environ={**environ, "MASTER_ADDR": "emu-node1"})
+    assert (plan.rdzv_backend, plan.rdzv_endpoint, plan.local_addr) == ("c10d", "localhost:0",
+                                                                       None)
+    assert plan.master_port_fixed == 31234  # still checked free before the workers start
+    worker = {**plan.worker_env, "RANK": "3", "WORLD_SIZE": "4", "MASTER_ADDR": "agent-host",
+              "MASTER_PORT": "40000"}  # what the agent adds
+    _emulate("slurm", worker)
+    assert (worker["MASTER_ADDR"], worker["MASTER_PORT"]) == ("emu-node1", "31234")
+    plain = _plan(nproc_per_node=2, emulate="slurm", environ={})
+    worker = {**plain.worker_env, "RANK": "1", "WORLD_SIZE": "2", "MASTER_PORT": "40000"}
+    _emulate("slurm", worker)
+    assert worker["MASTER_PORT"] == "40000"  # nothing exported: the launcher's free port
+
+
 def test_emulated_host_names_are_recognised():
     from scaletrain.launch.emulate import is_emulated_host, node_names
 

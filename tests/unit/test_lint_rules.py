@@ -151,6 +151,12 @@ CASES: dict[str, tuple[str | None, str, str, str]] = {
     "subshell-exit": (None, job("--time=1:00:00", body='test -d data || (echo "no data"; exit 1)\nsrun python x.py'),
                       job("--time=1:00:00", body='test -d data || { echo "no data"; exit 1; }\nsrun python x.py'),
                       "error"),
+    # issue 29 item 13: Slurm >= 22.05 does not hand sbatch's --cpus-per-task to srun
+    "srun-cpus-per-task": (None, job("--time=1:00:00", "--ntasks-per-node=4", "--cpus-per-task=8",
+                                     "--gres=gpu:4", body="srun python x.py"),
+                           job("--time=1:00:00", "--ntasks-per-node=4", "--cpus-per-task=8",
+                               "--gres=gpu:4", body="export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK\n"
+                                                    "srun python x.py"), "warning"),
     "sbatch-unicode": (None, job("--time=1:00:00", "\u2014account=project_1"),
                        job("--time=1:00:00", "--account=project_1"), "error"),
     # a line that looks like a directive but is not one

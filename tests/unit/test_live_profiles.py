@@ -137,5 +137,5 @@ def test_lint_of_a_puhti_guide_script_says_retired_and_how_to_port() -> None:
     assert prof is not None and prof.name == "puhti" and "partition 'gpu'" in how
     found = [f for f in lint_text(text, path="old.sh", profile=prof).findings if f.rule == "cluster-retired"]
     assert len(found) == 1
-    assert "retired on 2026-08-31" in found[0].message and "successor: roihu" in found[0].message
+    assert "retired on 2026-07-31" in found[0].message and "successor: roihu" in found[0].message
     assert found[0].hint == "port it: scaletrain port old.sh --cluster roihu"

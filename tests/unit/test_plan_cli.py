@@ -32,9 +32,10 @@ def test_script_on_stdout_summary_on_stderr(capsys) -> None:
     assert out.rstrip().endswith("python3 -u train.py --lr 0.1")
     assert "2 nodes x 4 GH200 = 8 GPUs, 8 processes" in err
     assert "per process: 1 GPU, 72 CPU cores; Slurm tasks: 4 per node x 72 CPUs" in err
-    assert "partition gpumedium" in err and "16 GPU-hours" in err
+    # 8 GPUs are more than gpumedium's 4 per job: gpularge, whose access condition the summary says
+    assert "partition gpularge" in err and "16 GPU-hours" in err and "scalability test" in err
     # the summary names the unconfirmed facts this plan relied on
-    assert "unconfirmed: partitions.gpumedium.max_time" in err and "scaletrain clusters check" in err
+    assert "unconfirmed: setup_lines" in err and "scaletrain clusters check" in err
 
 
 def test_output_file(capsys, tmp_path: Path) -> None:
@@ -52,8 +53,8 @@ def test_json(capsys) -> None:
     assert rc == 0 and data["partition"] == "gpumedium" and data["nodes"] == 1
     assert data["tasks_per_node"] == 1 and data["cpus_per_task"] == 144
     assert ["gres", "gpu:gh200:2"] in data["sbatch"] and data["script"].startswith("#!/bin/bash")
-    assert {"fact": "partitions.gpumedium.max_time",
-            "why": "1-12:00:00 from a live sinfo quoted in public notes, not from CSC's page"} in data["unconfirmed"]
+    assert [u["fact"] for u in data["unconfirmed"]] == ["setup_lines", "gpu_cpu_map"]
+    assert data["unconfirmed"][0]["why"].startswith("CSC's current PyTorch page for Roihu was not readable")
     assert data["launch"].startswith("srun --kill-on-bad-exit=1 accelerate launch")
     assert data["request"]["script_args"] == ["x"]
 
@@ -85,7 +86,7 @@ def test_params_memory_table(capsys) -> None:
     (["--cluster", "roihu", "--gpus", "2", "--partition", "gpuinteractive", "--time", "1:00:00",
       "--account", "p", "--", "t.py"], "which allows at most 1"),
     (["--cluster", "puhti", "--gpus", "4", "--account", "p", "--", "t.py"],
-     "puhti was retired on 2026-08-31 and runs no jobs; its successor is roihu"),
+     "puhti was retired on 2026-07-31 and runs no jobs; its successor is roihu"),
     (["--cluster", "roihu", "--gpus", "4", "--time", "9-00:00:00", "--account", "p", "--", "t.py"],
      "above every GPU partition's limit"),
     (["--cluster", "juwels-booster", "--gpus", "6", "--account", "p", "--", "t.py"], "not a multiple"),

@@ -1,8 +1,9 @@
 """Golden tests: ``scaletrain plan`` reproduces every Slurm example of the seed documents.
 
 The guides' job shapes are stored as data in golden_facts.py, so these tests run on a clone
-without the guides; ``test_stored_facts_match_the_guides`` checks the data against the guides
-wherever they are present.
+without the guides; ``test_stored_facts_match_the_guides`` checks the data against our scripts in
+the guides' shapes (tests/unit/guide_jobs, every clone) and against the guides themselves wherever
+they are present (../shared/seeds).
 
 Each seed script (000/001 CSC guide: Puhti, Mahti, LUMI; 003 Alliance; 004 JUWELS) is
 extracted from the document, reduced to its *job shape* (nodes, tasks per node, GPUs per node,
@@ -35,6 +36,7 @@ from scaletrain.plan.render import render_script
 from scaletrain.plan.request import JobRequest, parse_mem_gb
 
 from golden_facts import shape  # tests/unit is on sys.path (pytest's rootdir-relative import)
+from lint_seed_blocks import guide_sources
 
 _ALIASES = {"tasks-per-node": "ntasks-per-node", "N": "nodes", "n": "ntasks", "p": "partition",
             "A": "account", "c": "cpus-per-task", "t": "time", "G": "gpus"}
@@ -380,20 +382,21 @@ EXCLUDED: dict[tuple[str, int], str] = {
     ("004", 3): "slide fragment ('It was'): not a complete job",
     ("004", 4): "slide fragment ('Became'): not a complete job",
 }
-SEED_FILES = {"000": "000_d981bcbadde51733.txt", "001": "001_8b10cd01a0ac19dc.txt",
-              "003": "003_2749d39e4175f3e8.txt", "004": "004_8ccca6b4a118c925.txt"}
+SOURCES = guide_sources()
 BLOCK_COUNTS = {"000": 32, "001": 22, "003": 12, "004": 5}
 
 
 # --------------------------------------------------------------------------- machinery
 
-_blocks_cache: dict[str, list[str]] = {}
+_blocks_cache: dict[tuple[str, str], list[str]] = {}
 
 
-def _blocks(seeds_dir: Path, seed: str) -> list[str]:
-    if seed not in _blocks_cache:
-        _blocks_cache[seed] = seed_blocks(seeds_dir / SEED_FILES[seed])
-    return _blocks_cache[seed]
+def _blocks(source: str, seed: str) -> list[str]:
+    """The #SBATCH blocks of one guide (``0NN_*.txt``) in one source folder."""
+    if (source, seed) not in _blocks_cache:
+        (path,) = SOURCES[source].glob(f"{seed}_*.txt")
+        _blocks_cache[source, seed] = seed_blocks(path)
+    return _blocks_cache[source, seed]
 
 
 def _request(case: Case) -> JobRequest:
@@ -447,20 +450,22 @@ def test_plan_reproduces_seed_script(case: Case) -> None:
         assert f in FIELDS and why, f"deviation {f} needs a reason"
 
 
+@pytest.mark.parametrize("source", SOURCES)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
-def test_stored_facts_match_the_guides(case: Case, seeds_dir: Path) -> None:
-    """The data the golden test uses is what the guide's script says (runs where the guides are)."""
-    block = _blocks(seeds_dir, case.seed)[case.index]
+def test_stored_facts_match_the_guides(case: Case, source: str) -> None:
+    """The data the golden test uses is what the guide's script says (ours, and the guides where present)."""
+    block = _blocks(source, case.seed)[case.index]
     for s in case.sig:
         assert s in block, f"seed {case.seed} block {case.index} is not the expected one (no {s!r})"
     assert job_shape(block, case.cluster) == _stored(case)
     assert sbatch_options(block).get("time") == shape(case.key)["time"]
 
 
-def test_every_seed_block_is_a_case_or_excluded_with_reason(seeds_dir: Path) -> None:
+@pytest.mark.parametrize("source", SOURCES)
+def test_every_seed_block_is_a_case_or_excluded_with_reason(source: str) -> None:
     covered = {(c.seed, c.index) for c in CASES}
     for seed, count in BLOCK_COUNTS.items():
-        blocks = _blocks(seeds_dir, seed)
+        blocks = _blocks(source, seed)
         assert len(blocks) == count, f"seed {seed}: {len(blocks)} #SBATCH blocks, expected {count}"
         for i in range(count):
             assert (seed, i) in covered or (seed, i) in EXCLUDED, f"seed {seed} block {i} untested"

@@ -232,10 +232,11 @@ def test_tensorflow_launcher_is_one_worker_per_node():
     assert 'TF_CONFIG="$(python3 -m scaletrain.frameworks.tensorflow)" || exit $?' in text
     assert "import scaletrain" in text                   # the job checks the module is there first
     no_lint_findings(text, "roihu")
-    # CSC's TensorFlow module, not its PyTorch one; LUMI has no TensorFlow: refused with the reason
-    assert "module load tensorflow" in text and "module load python-pytorch" not in text
-    with pytest.raises(PlanError, match="LUMI has no TensorFlow module"):
-        plan("lumi", nodes=2, launcher="tensorflow")
+    # CSC's TensorFlow module (python-tensorflow on Roihu), not its PyTorch one; on LUMI CSC's
+    # tensorflow/2.16 module instead of the PyTorch-only AI Factory image
+    assert "module load python-tensorflow" in text and "module load python-pytorch" not in text
+    lumi = render("lumi", nodes=2, launcher="tensorflow")
+    assert "module load tensorflow/2.16" in lumi and "singularity" not in lumi
     assert "TF_CONFIG" in render("lumi", nodes=2, launcher="tensorflow", container="/img/tf.sif")
     with pytest.raises(UsageError, match="TF_CONFIG from a Slurm allocation"):
         plan("local", gpus=2, launcher="tensorflow", account=None)

@@ -26,7 +26,7 @@ def sb(p) -> dict[str, str]:
 @pytest.mark.parametrize("cluster,gpus,nodes,gpn,part,cpus,mem,gres_key,gres", [
     ("roihu", 1, 1, 1, "gpumedium", 72, None, "gres", "gpu:gh200:1"),   # one Grace CPU per GPU, no --mem
     ("roihu", 4, 1, 4, "gpumedium", 72, None, "gres", "gpu:gh200:4"),
-    ("roihu", 12, 3, 4, "gpumedium", 72, None, "gres", "gpu:gh200:4"),
+    ("roihu", 12, 3, 4, "gpularge", 72, None, "gres", "gpu:gh200:4"),   # gpumedium: at most 4 GPUs a job
     ("roihu", 32, 8, 4, "gpularge", 72, None, "gres", "gpu:gh200:4"),   # beyond gpumedium's 4 nodes
     ("lumi", 3, 1, 3, "small-g", 7, "180G", "gpus-per-node", "3"),
     ("lumi", 8, 1, 8, "standard-g", 7, "480G", "gpus-per-node", "8"),
@@ -34,8 +34,8 @@ def sb(p) -> dict[str, str]:
     ("juwels-booster", 8, 2, 4, "booster", 24, "0", "gres", "gpu:4"),
     ("jupiter", 8, 2, 4, "booster", 72, None, "gres", "gpu:4"),          # whole nodes, all memory
     ("narval", 4, 1, 4, None, 12, "498G", "gpus-per-node", "a100:4"),
-    ("fir", 2, 1, 2, None, 12, "576000M", "gpus-per-node", "h100:2"),    # 1125G / 4 per GPU
-    ("nibi", 16, 2, 8, None, 14, "2000G", "gpus-per-node", "h100:8"),
+    ("fir", 2, 1, 2, None, 12, "500G", "gpus-per-node", "h100:2"),       # the bundle: 12 cores, 250 GB per GPU
+    ("nibi", 16, 2, 8, None, 12, "1496G", "gpus-per-node", "h100:8"),    # the bundle: 12 cores, 187 GB per GPU
     ("rorqual", 1, 1, 1, None, 16, "127488M", "gpus-per-node", "h100:1"),
     ("trillium", 1, 1, 1, None, 24, None, "gpus-per-node", "1"),         # a quarter node; --mem ignored there
 ])
@@ -215,7 +215,9 @@ def test_more_gpus_than_partition_allows() -> None:
     text = _err(PlanError, "roihu", gpus=2, partition="gpuinteractive", time="00:10:00")
     assert "2 GPUs in partition 'gpuinteractive', which allows at most 1" in text
     text = _err(PlanError, "roihu", nodes=8, partition="gpumedium")
-    assert "8 nodes in partition 'gpumedium', which allows at most 4" in text
+    assert "32 GPUs in partition 'gpumedium', which allows at most 4" in text and "--partition gpularge" in text
+    text = _err(PlanError, "roihu", nodes=2, gpus_per_node=1, partition="gpularge")
+    assert "2 GPUs in partition 'gpularge', which takes at least 4" in text and "--partition gpumedium" in text
     text = _err(PlanError, "trillium", nodes=30)
     assert "no partition on trillium takes 120 GPUs" in text
 
@@ -273,10 +275,14 @@ def test_one_gpu_of_a_whole_node_points_to_the_development_partition() -> None:
     assert plan("jupiter", gpus=1, partition="develbooster").partition == "develbooster"
 
 
-def test_cpu_only_refusal_names_partitions_that_then_plan() -> None:
-    text = _err(ProfileError, "juwels-booster", cpus=8)
-    assert "has no CPU partition" in text and "--partition (booster, develbooster)" in text
-    p = plan("juwels-booster", cpus=8, partition="booster")     # what the hint says works
+def test_cpu_only_refusal_lists_no_gpu_partitions() -> None:
+    text = _err(PlanError, "juwels-booster", cpus=8)
+    assert "has no CPU partition for a CPU-only job" in text and "booster" not in text.split("HINT")[1]
+    # where the profile says where CPU jobs go, the hint says that (Trillium: the CPU subcluster)
+    text = _err(PlanError, "trillium", cpus=8)
+    assert "take no CPU-only jobs" in text and "192-core nodes" in text and "CPU login nodes" in text
+    assert "Roihu-CPU" in _err(PlanError, "roihu", cpus=8)
+    p = plan("juwels-booster", cpus=8, partition="booster")     # a partition the user names still plans
     assert (p.partition, p.gpus_per_node) == ("booster", 0)
 
 

@@ -4,7 +4,6 @@ and keeps the program and its arguments word for word; bad input is one line and
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 from pathlib import Path
@@ -12,18 +11,16 @@ from pathlib import Path
 import pytest
 from helpers import run_cli
 
-from lint_seed_blocks import seed_blocks
+from lint_seed_blocks import all_blocks
 from scaletrain.clusters.profile import load_profile
 from scaletrain.lint.engine import lint_text
 from scaletrain.plan.render import render_script
 from scaletrain.port.recover import recover
 from scaletrain.port.translate import port
 
-SEEDS = Path(os.environ.get("SCALETRAIN_TEST_SEEDS",
-                            Path(__file__).resolve().parents[2].parent / "shared" / "seeds"))
-BLOCKS = seed_blocks(SEEDS) if SEEDS.is_dir() else []
+# the guides' jobs: ours in their shapes (tests/unit/guide_jobs), and the guides' own where present
+BLOCKS = all_blocks()
 OLD = [b for b in BLOCKS if b.doc in ("000", "001") and b.cluster in ("puhti", "mahti")]
-needs_seeds = pytest.mark.skipif(not OLD, reason=f"seed documents not found at {SEEDS}")
 
 
 def _program_words(old_text: str) -> list[str]:
@@ -54,7 +51,6 @@ def _launch_words(script: str) -> list[str]:
     return shlex.split(launch)
 
 
-@needs_seeds
 @pytest.mark.parametrize("block", OLD, ids=lambda b: b.id)
 def test_guide_scripts_port_to_roihu(block) -> None:
     new = _check_port(block.text, block.cluster, load_profile("roihu"))
@@ -99,7 +95,6 @@ def _lumi_container():
     return lumi
 
 
-@needs_seeds
 @pytest.mark.parametrize("block", [b for b in BLOCKS if b.doc in ("000", "001") and b.cluster == "lumi"
                                    and "module load pytorch" in b.text and "myprog.py" in b.text],
                          ids=lambda b: b.id)

@@ -59,7 +59,9 @@ class Checkpointer:
             (the next waits); an error of the background write is raised by the next call.
             State on a GPU is copied into pinned host memory that is kept for the next save
             (:mod:`scaletrain.checkpoint.staging`): host memory the size of this rank's state,
-            until ``close()``.
+            until ``close()``. A blocking save stages the replicated state (rank 0's
+            ``replicated.pt``) of a GPU the same way before writing it, so that write runs at
+            the disk's speed: host memory the size of that state on rank 0, until ``close()``.
         exit_on_stop: on an agreed stop (time limit, preemption), ``step()`` saves and raises
             ``SystemExit(75)`` (``contract.EXIT_STOPPED``); with False it returns True and
             ``should_stop()`` is True from then on.
@@ -80,7 +82,9 @@ class Checkpointer:
         self.every_steps = _positive("every_steps", every_steps, int)
         self.every_minutes = _positive("every_minutes", every_minutes, float)
         self.async_save = bool(async_save)
-        self._stager: Stager | None = Stager() if self.async_save else None
+        # async: every save's copy off the device; blocking: the replicated payload's GPU
+        # tensors before torch.save (pinned buffers either way, kept from save to save)
+        self._stager: Stager | None = Stager()
         self.exit_on_stop = bool(exit_on_stop)
         self.strict = bool(strict)
         layout.check_directory(self.directory)
@@ -88,7 +92,11 @@ class Checkpointer:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._retention: threading.Thread | None = None
-        self._agreement: Any = None
+        # Listening from now on: a stop signal between here and the first step() is recorded and
+        # acted on there (saved, exit 75), not left to the default action that would kill the program
+        from scaletrain.runtime import agreement
+
+        self._agreement: Any = agreement.StopAgreement()
         self._last_saved: int | None = None
         self._last_save_time = time.monotonic()
         self._stop_reason: str | None = None
@@ -113,7 +121,8 @@ class Checkpointer:
 
         entries = classify(state)
         job = SaveJob(self.directory, step, entries, self._get_comm(), keep=self.keep,
-                      stager=self._stager)
+                      stager=self._stager if self.async_save else None,
+                      pinned=None if self.async_save else self._stager)
         # the training thread waits for these parts: no full collection of its objects meanwhile
         # (the background half of an async save runs with the collector as the program has it)
         with gc_paused():

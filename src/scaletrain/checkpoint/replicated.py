@@ -13,6 +13,7 @@ from collections.abc import MutableMapping
 from typing import Any
 
 from scaletrain.checkpoint.collect import Entry, rng_state, set_rng_state
+from scaletrain.checkpoint.staging import Stager, on_accelerator
 
 
 def _options(*, full: bool = False, cpu: bool = False) -> Any:
@@ -48,6 +49,26 @@ def collect(entries: list[Entry]) -> dict[str, Any]:
 
             payload["groups"][e.name] = named_groups(e)
     return payload
+
+
+def staged(payload: dict[str, Any] | None, stager: Stager) -> dict[str, Any] | None:
+    """The payload of a blocking save, its GPU tensors copied into ``stager``'s pinned buffers.
+
+    ``torch.save`` copies a GPU tensor into fresh pageable memory when it reaches it, one at a
+    time, through the driver's bounce buffer, and only then writes it; DCP instead queues
+    non-blocking copies into pinned memory ahead of its writes (1.52 s against 0.96 s for 1 GiB
+    on an H200, issue 30). Copied into pinned buffers kept between saves (the first save pins
+    them), the payload reaches ``torch.save`` as CPU tensors and the write runs at the disk's
+    speed. State already on the CPU is returned as it is: no copy. Where the host cannot pin
+    that much memory, the save goes on unstaged (slower, as before) and the buffers are let go.
+    """
+    if payload is None or not on_accelerator(payload):
+        return payload
+    try:
+        return dict(stager.stage(payload))
+    except (RuntimeError, MemoryError):  # torch reports a failed pinned allocation as RuntimeError
+        stager.close()
+        return payload
 
 
 def collect_local(entries: list[Entry]) -> dict[str, Any]:

@@ -41,13 +41,14 @@ class SaveJob:
     """The state of one save between its two halves."""
 
     def __init__(self, directory: Path, step: int, entries: list[Entry], comm: Comm, *,
-                 keep: int, stager: Stager | None) -> None:
+                 keep: int, stager: Stager | None, pinned: Stager | None = None) -> None:
         self.directory = directory
         self.step = step
         self.entries = entries
         self.comm = comm
         self.keep = keep
         self.stager = stager  # async: copy to CPU now (with this), write later
+        self.pinned = pinned  # blocking: where the replicated payload's GPU tensors go first
         self.folder: layout.PartialFolder | None = None
         self.path: Path | None = None
         self.payload: dict[str, Any] | None = None
@@ -90,6 +91,8 @@ class SaveJob:
                         self.sharded_state, self.path, self.comm.group,
                         stager=self.stager.for_dcp(self.sharded_state))
                     self.sharded_state = None
+            elif self.pinned is not None:
+                self.payload = replicated.staged(self.payload, self.pinned)
         except BaseException:
             self.abandon()
             raise

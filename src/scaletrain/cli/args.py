@@ -16,11 +16,8 @@ import math
 import re
 from typing import Callable
 
-from scaletrain.plan.values import has_control
+from scaletrain.plan.values import MAX_COUNT, has_control
 
-# Far above any real job (the largest machines have ~40,000 GPUs), small enough that loops over
-# a count stay short.
-MAX_COUNT = 100_000
 MAX_TEXT = 4096            # a path or a name: PATH_MAX on Linux
 MAX_NAME = 200             # a job name ends up in file names (255 bytes on most file systems)
 MAX_TIME_S = 365 * 86400   # a year: no partition allows more

@@ -77,7 +77,7 @@ def _slurm_request(args: argparse.Namespace) -> SlurmScaling:
     """The ``--nodes`` form's flag checks (the plans and sbatch's presence are checked before submitting)."""
     from scaletrain.bench.scaling import parse_nproc
     from scaletrain.bench.scaling_slurm import SlurmScaling, check_slurm_profile
-    from scaletrain.cli.plan import account_or_env
+    from scaletrain.slurm.submit import account_or_env
 
     if args.nproc is not None:
         raise UsageError("--nodes and --nproc exclude each other: --nodes runs one Slurm job per size, "

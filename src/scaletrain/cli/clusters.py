@@ -92,7 +92,9 @@ def _show(name: str, as_json: bool) -> int:
         f"  scheduler:       {p.scheduler}" + (f"; GPU request {request}" if p.scheduler == "slurm" else ""),
         f"  account:         {'required (--account)' if p.account_required else 'optional'}",
         f"  node scratch:    {p.scratch_var or 'none'}"
-        + (f" (ask --gres={p.scratch_gres}:GB, up to {p.scratch_max_gb:g})" if p.scratch_gres else ""),
+        + (f" (ask --gres={p.scratch_gres}:GB, up to {p.scratch_max_gb:g})" if p.scratch_gres else
+           f" ({p.scratch_max_gb:g} GiB per user)" if p.scratch_max_gb else "")
+        + (" (a RAM disk: it takes the job's memory)" if p.scratch_in_memory else ""),
         "  MASTER_ADDR:     first node's host name" + (f" + '{p.master_addr_suffix}'" if p.master_addr_suffix else ""),
         f"  bandwidth:       intra-node {p.intra_node_gbps or '?'} Gbit/s per GPU, "
         f"inter-node {p.inter_node_gbps or '?'} Gbit/s per node",
@@ -128,16 +130,23 @@ def _show(name: str, as_json: bool) -> int:
 def _partition_line(part: Partition) -> str:
     """One partition of ``clusters NAME``: its limits, its flags, its description."""
     limits = []
+    if part.min_gpus is not None:
+        limits.append(f"min {part.min_gpus} GPUs")
     if part.max_gpus is not None:
         limits.append(f"max {part.max_gpus} GPUs")
     if part.max_nodes is not None:
         limits.append(f"max {part.max_nodes} nodes")
+    if part.max_nodes_no_allocation is not None:
+        limits.append(f"{part.max_nodes_no_allocation} without an allocation")
+    if part.cores_per_node is not None:
+        limits.append(f"{part.cores_per_node} cores/node")
     if part.max_time:
         limits.append(f"max {part.max_time}")
     flags = [f for f, on in (("default", part.default), ("whole nodes", part.whole_node),
                              ("test", part.test), ("no --partition line", part.implicit)) if on]
     return (f"    {part.name:<12} {', '.join(limits + flags)}"
-            + (f" - {part.description}" if part.description else ""))
+            + (f" - {part.description}" if part.description else "")
+            + (f"; access: {part.access}" if part.access else ""))
 
 
 def run_clusters(args: argparse.Namespace) -> int:

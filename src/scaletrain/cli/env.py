@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
+import shlex
 import subprocess
 import sys
 
@@ -57,17 +57,12 @@ def _no_action(args: argparse.Namespace) -> int:
     raise UsageError("env needs an action", "scaletrain env create --cluster NAME [DIR]")
 
 
-def _arch(machine: str) -> str:
-    """``platform.machine()`` in the profiles' words (arm64 is aarch64, AMD64 is x86_64)."""
-    m = machine.lower()
-    return {"arm64": "aarch64", "amd64": "x86_64", "x64": "x86_64"}.get(m, m)
-
-
 def run_create(args: argparse.Namespace) -> int:
     """CLI body of ``scaletrain env create``."""
     import scaletrain
     from scaletrain.clusters.profile import load_profile
-    from scaletrain.envs.create import EnvRecipe, create_script, parse_with
+    from scaletrain.envs.check import this_arch
+    from scaletrain.envs.create import EnvRecipe, check_venv_dir, create_script, parse_with
     from scaletrain.errors import UsageError
     from scaletrain.plan.software import image as job_image
     from scaletrain.plan.request import JobRequest
@@ -84,8 +79,9 @@ def run_create(args: argparse.Namespace) -> int:
     if profile.scheduler != "slurm":
         raise UsageError(f"the {profile.name} profile runs here, in this Python: no environment to make",
                          "name a cluster: scaletrain env create --cluster roihu DIR")
-    packages = parse_with(args.with_)
+    packages = parse_with(args.with_, profile.wheels)
     directory = os.path.abspath(os.path.expanduser(args.directory or f"scaletrain-env-{profile.name}"))
+    check_venv_dir("DIR", directory)
     if os.path.exists(os.path.join(directory, "bin", "python")) or (
             os.path.isdir(directory) and os.listdir(directory)):
         raise UsageError(f"{directory} exists and is not empty", "give a new folder, or remove this one first")
@@ -94,13 +90,13 @@ def run_create(args: argparse.Namespace) -> int:
     recipe = EnvRecipe(directory=directory, packages=packages, image=job_image(probe, profile),
                        modules=tuple(args.module))
     text = create_script(profile, recipe, scaletrain_dir=os.path.dirname(scaletrain.__file__))
-    machine = _arch(platform.machine())
+    machine = this_arch()
     if profile.cpu_arch and machine and machine != profile.cpu_arch:
         # compiled wheels and the module's own Python differ between x86_64 and aarch64
         print(f"scaletrain: warning: this machine is {machine}, {profile.name}'s GPU nodes are {profile.cpu_arch}: "
               f"build the environment on a {profile.cpu_arch} login node, or in a job on a GPU node",
               file=sys.stderr)
-    flag = f"--venv {directory}"
+    flag = f"--venv {shlex.quote(directory)}"
     if args.dry_run:
         sys.stdout.write(text)
         print(f"scaletrain: dry run: nothing built; then pass {flag}", file=sys.stderr)

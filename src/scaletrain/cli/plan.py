@@ -18,7 +18,6 @@ from scaletrain.contract import DATA_VAR, DEVICE_VAR, TIME_LIMIT_SIGNAL
 from scaletrain.errors import UsageError
 
 if TYPE_CHECKING:
-    from scaletrain.clusters.profile import ClusterProfile
     from scaletrain.plan.planner import Plan
     from scaletrain.plan.request import JobRequest
 
@@ -198,7 +197,9 @@ def _command(args: argparse.Namespace) -> tuple[str, ...]:
 
 def request_from_args(args: argparse.Namespace) -> JobRequest:
     """Build the JobRequest from parsed ``add_plan_arguments`` flags (used by plan and submit)."""
+    from scaletrain.envs.create import check_venv_dir
     from scaletrain.plan.request import JobRequest, parse_mem_gb, parse_params
+    from scaletrain.slurm.submit import account_or_env
 
     if not args.cluster and not args.profile:
         raise UsageError("which cluster? --cluster NAME is required", "see 'scaletrain clusters' for the names")
@@ -210,7 +211,7 @@ def request_from_args(args: argparse.Namespace) -> JobRequest:
     if stage:  # the job starts in the submit folder, but an absolute path survives a cd
         stage = os.path.abspath(os.path.expanduser(stage))
     account = account_or_env(args.account)
-    venv = os.path.abspath(os.path.expanduser(args.venv)) if args.venv else None
+    venv = check_venv_dir("--venv", os.path.abspath(os.path.expanduser(args.venv))) if args.venv else None
     accel = _config_arg(args.accelerate_config, "--accelerate-config")
     ds = _config_arg(args.deepspeed_config, "--deepspeed-config")
     return JobRequest(
@@ -246,11 +247,6 @@ def request_from_args(args: argparse.Namespace) -> JobRequest:
         expand_args=bool(args.expand_args),
         gpus_per_proc=args.gpus_per_proc, procs_per_gpu=args.procs_per_gpu, cpus=args.cpus,
     )
-
-
-def account_or_env(account: str | None) -> str | None:
-    """The project to bill: the flag's value, else sbatch's own default ($SBATCH_ACCOUNT, $SLURM_ACCOUNT)."""
-    return account or os.environ.get("SBATCH_ACCOUNT") or os.environ.get("SLURM_ACCOUNT") or None
 
 
 def _config_arg(value: str | None, flag: str) -> str | None:
@@ -293,6 +289,7 @@ def plan_from_args(args: argparse.Namespace, **overrides: Any) -> Plan:
     import dataclasses
 
     from scaletrain.clusters.profile import load_profile
+    from scaletrain.envs.detect import with_running_environment
     from scaletrain.plan.planner import make_plan
 
     request = request_from_args(args)
@@ -300,33 +297,6 @@ def plan_from_args(args: argparse.Namespace, **overrides: Any) -> Plan:
         request = dataclasses.replace(request, **overrides)
     profile = load_profile(args.profile if args.profile else args.cluster)
     return make_plan(with_running_environment(request, profile), profile)
-
-
-def with_running_environment(request: JobRequest, profile: ClusterProfile) -> JobRequest:
-    """On a login node, a job that names no environment gets the one running scaletrain.
-
-    As submitit does: its venv, conda environment or interpreter (``scaletrain.envs.detect``).
-    Not for a container job (that Python is the image's) nor away from a cluster (the plan warns).
-    """
-    import dataclasses
-
-    from scaletrain.envs.detect import on_login_node, running_environment, same_program
-    from scaletrain.plan import software
-
-    if (profile.scheduler != "slurm" or software.known(request) or software.image(request, profile)
-            or not on_login_node()):
-        return request
-    found = running_environment()
-    path = found.path
-    if found.kind == "python" and same_program(profile.python, path):
-        # the profile's python3 is this interpreter (the module is loaded here): keep its name,
-        # so the job runs what the set-up gives it, not a path that may exist only here
-        path = profile.python
-    if found.kind == "venv":
-        return dataclasses.replace(request, venv=path, env_origin=found.origin)
-    if found.kind == "conda":
-        return dataclasses.replace(request, conda=path, env_origin=found.origin)
-    return dataclasses.replace(request, python=path, env_origin=found.origin)
 
 
 def run_plan(args: argparse.Namespace) -> int:

@@ -49,7 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """CLI body of ``scaletrain port``."""
-    from scaletrain.cli.plan import account_or_env
+    from scaletrain.slurm.submit import account_or_env
     from scaletrain.fileio import write_output
     from scaletrain.clusters.profile import load_profile
     from scaletrain.errors import UsageError
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     from scaletrain.plan.render import render_script
     from scaletrain.plan.summary import render_summary
     from scaletrain.port.recover import recover
-    from scaletrain.port.translate import port
+    from scaletrain.port.translate import check_ported, port
 
     if args.output and os.path.realpath(os.path.expanduser(args.output)) == os.path.realpath(args.old):
         raise UsageError(f"-o {args.output} is the script being ported; keep the original",
@@ -78,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
     account = args.account or old.sbatch.get("account") or account_or_env(None)
     ported = port(old, target, source, script_path=args.old, account=account)
     script = render_script(ported.plan)
+    check_ported(script, ported.plan)   # port's own output passes lint, or nothing is written
     if args.output:
         write_output(args.output, script)
     else:

@@ -8,7 +8,10 @@ already holds a ``job.sh`` or ``job_id`` is refused rather than overwritten (its
 running). Files are written whole or not at all. The job itself runs in the folder the user
 submitted from (``#SBATCH --chdir``), with the training script's path made absolute, so the
 program and the relative paths it is given resolve as they did on the command line. ``--dry-run`` stops before
-sbatch. ``--wait`` follows the job with ``scontrol show job`` until it ends, prints its output
+sbatch. Before sbatch, the job's set-up lines run on this login node and its Python must import
+scaletrain and the launcher's package (``scaletrain.envs.check``): a job that would stop at its
+first line is refused with the fix. The verb is a thin layer over the library's submit path
+(``scaletrain.jobs.submit``), which ``scaletrain.submit()`` uses too. ``--wait`` follows the job with ``scontrol show job`` until it ends, prints its output
 file and exits with the job's exit code.
 
 Ctrl-C during ``--wait`` stops *following* the job, not the job: it keeps its place in the queue
@@ -25,7 +28,6 @@ from pathlib import Path
 
 from scaletrain.contract import JOB_SCRIPT
 from scaletrain.errors import UsageError
-from scaletrain.slurm.submit import make_run_dir, require_sbatch, sbatch_run_dir, write_script
 
 EXAMPLES = """\
 examples:
@@ -83,54 +85,30 @@ def _read_output(path: str | None, wait_s: float = 5.0) -> str | None:
 
 
 def run_submit(args: argparse.Namespace) -> int:
-    """CLI body of ``scaletrain submit``; returns the exit code."""
-    import dataclasses
-    import os
-
-    from scaletrain.cli.plan import plan_from_args, request_from_args
-    from scaletrain.plan.planner import job_name_for
-    from scaletrain.plan.render import render_script
-    from scaletrain.plan.request import in_run_dir
+    """CLI body of ``scaletrain submit``: the flags to a request, then the library's submit path
+    (``scaletrain.jobs.submit``); what is printed is all that is the CLI's own."""
+    from scaletrain.cli.plan import request_from_args
+    from scaletrain.clusters.profile import load_profile
+    from scaletrain.jobs.submit import prepare, send
     from scaletrain.plan.summary import render_summary
 
     for flag, value in (("--output", getattr(args, "output", None)), ("--json", getattr(args, "json", False))):
         if value:
             raise UsageError(f"{flag} is a 'plan' option; submit writes the script into its run folder",
                              "use --run-dir DIR (and --dry-run to stop before sbatch), or 'scaletrain plan'")
-    here = os.getcwd()
     request = request_from_args(args)   # the flags are checked before any folder is made
-    wanted = Path(args.run_dir).expanduser() if getattr(args, "run_dir", None) else None
-    try:
-        existed = wanted is not None and wanted.exists()
-    except OSError:   # a name the file system refuses: _run_dir says so
-        existed = False
-    run_dir = make_run_dir(getattr(args, "run_dir", None), job_name_for(request))
-    # the job runs where the user submitted from; the script's path survives any cd;
-    # framework configs the job writes (--accelerate-config NAME...) go next to its script
-    placed = in_run_dir(dataclasses.replace(request, chdir=args.chdir or here, log=args.log), run_dir)
-    overrides: dict[str, object] = {f: getattr(placed, f) for f in ("chdir", "files_dir", "script", "log")}
-    try:
-        plan = plan_from_args(args, **overrides)
-        script_text = render_script(plan)
-        script_text.encode("utf-8")   # rendered and encoded before anything touches the disk
-    except BaseException:
-        if not existed:   # the folder this call made for a job that cannot be planned
-            try:
-                run_dir.rmdir()
-            except OSError:
-                pass
-        raise
-    summary = render_summary(plan)
-    script = write_script(run_dir, script_text)
-    print(summary.rstrip("\n"), file=sys.stderr)
+    profile = load_profile(args.profile if args.profile else args.cluster)
+    prepared = prepare(request, profile, run_dir=getattr(args, "run_dir", None), check=not args.dry_run)
+    print(render_summary(prepared.plan).rstrip("\n"), file=sys.stderr)
+    for note in prepared.notes:
+        print(f"scaletrain: warning: {note}", file=sys.stderr)
+    run_dir, script = prepared.run_dir, prepared.script
     if args.dry_run:
         print(f"scaletrain: dry run: wrote {script}; not submitted "
               f"(submit it with: cd {run_dir} && sbatch {JOB_SCRIPT})", file=sys.stderr)
         print(script)
         return 0
-    require_sbatch(f"the script is written to {script}; submit it where "
-                   "Slurm is, or use 'scaletrain plan' / --dry-run")
-    job_id = sbatch_run_dir(run_dir)
+    job_id = send(prepared)
     print(job_id, flush=True)
     print(f"scaletrain: submitted job {job_id} from {run_dir}", file=sys.stderr, flush=True)
     if not args.wait:

@@ -64,6 +64,9 @@ def compare(profile: ClusterProfile, nodes_text: str, partitions_text: str) -> l
             out.append(Difference(f"partition {name} time limit", _show(part.max_time), _show(s.get("max_time"))))
         if s.get("max_nodes") is not None and part.max_nodes != s.get("max_nodes"):
             out.append(Difference(f"partition {name} node limit", _show(part.max_nodes), str(s["max_nodes"])))
+        if (part.min_nodes or 1) != (s.get("min_nodes") or 1):   # the probe leaves out Slurm's default of 1
+            out.append(Difference(f"partition {name} minimum nodes", str(part.min_nodes or 1),
+                                  str(s.get("min_nodes") or 1)))
         if part.whole_node != bool(s.get("whole_node")):
             out.append(Difference(f"partition {name} whole nodes", str(part.whole_node).lower(),
                                   str(bool(s.get("whole_node"))).lower()))

@@ -13,11 +13,13 @@ from typing import Any
 from scaletrain.errors import ProfileError
 from scaletrain.slurm.parse import format_time, parse_time_seconds  # Slurm's time syntax, one parser
 
-__all__ = ["GPU_REQUESTS", "MEM_REQUESTS", "ClusterProfile", "Partition", "format_time",
+__all__ = ["GPU_REQUESTS", "JOB_PACKAGES", "MEM_REQUESTS", "ClusterProfile", "Partition", "format_time",
            "parse_time"]
 
 GPU_REQUESTS = ("gres_typed", "gres", "gpus_per_node", "gpus_per_node_typed", "gpus_per_task")
 MEM_REQUESTS = ("proportional", "whole_node", "none")
+# In ``python_env_lines``: the wheels the job's venv installs (torch, or the launcher's framework)
+JOB_PACKAGES = "@PACKAGES@"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -26,9 +28,14 @@ class Partition:
 
     name: str
     gpus: bool = True                   # a GPU partition
-    max_gpus: int | None = None         # per job (Mahti gpusmall: 2)
+    max_gpus: int | None = None         # per job (Mahti gpusmall: 2; Roihu gpumedium: 4)
+    min_gpus: int | None = None         # per job (Roihu gpularge: 4)
     max_nodes: int | None = None
     min_nodes: int | None = None
+    # the node limit for an account without an allocation (Trillium: 5 on a def- account, 25
+    # with a RAC allocation); which accounts have none: ClusterProfile.no_allocation_accounts
+    max_nodes_no_allocation: int | None = None
+    cores_per_node: int | None = None   # the partition's nodes, when not the profile's (LUMI-C small: 128)
     whole_node: bool = False            # only whole nodes are allocated (LUMI standard-g)
     max_time: str | None = None         # "HH:MM:SS" or "D-HH:MM:SS"
     default: bool = False
@@ -36,6 +43,7 @@ class Partition:
     test: bool = False                  # a short test/debug queue: chosen only when named
     implicit: bool = False              # the scheduler routes jobs itself: no --partition line
     description: str = ""
+    access: str = ""                    # a condition for using it, said in the plan (Roihu gpularge)
 
     @property
     def max_seconds(self) -> int | None:
@@ -77,7 +85,7 @@ class ClusterProfile:
     gpu_request_accepts: tuple[str, ...] = ()  # every GPU syntax the cluster takes (for lint)
     exec_wrapper: str | None = None     # prefix for launchers the module does not wrap (deepspeed)
     scratch_gres: str | None = None     # GRES that buys node-local disk ("nvme" on Puhti/Mahti)
-    scratch_max_gb: float | None = None
+    scratch_max_gb: float | None = None  # node-local disk a job may fill, as the centre states it (Roihu: 150 GiB per user)
     scratch_in_memory: bool = False     # node-local "scratch" is a RAM disk (LUMI-G /tmp): no NVMe offload
     default_time: str = "01:00:00"
     notes: tuple[str, ...] = ()
@@ -104,6 +112,11 @@ class ClusterProfile:
     cpu_mem_per_core_gb: float | None = None       # CPU-only jobs: the CPU nodes' memory per core
     gpus_per_billing_unit: int = 1      # GPUs in one billed GPU-hour (LUMI: 2 GCDs = one MI250X)
     gpus_per_node_allowed: tuple[int, ...] = ()   # the only per-node GPU counts taken (Trillium: 1, 4)
+    no_allocation_accounts: tuple[str, ...] = ()  # account prefixes without an allocation (Alliance: "def-")
+    cpu_jobs: str = ""                  # where CPU-only jobs go when this profile's nodes take none
+    # framework -> its pip name in the centre's wheelhouse (the Alliance: tensorflow, horovod),
+    # installed with --no-index into the job's venv (python_env_lines) or by 'env create --with'
+    wheels: dict[str, str] = field(default_factory=dict)
     # provenance: the date the centre's documentation was read, each fact's source, and the
     # facts that could not be confirmed ("FIELD: why"; FIELD as in the file, partitions.NAME.KEY)
     checked: str = ""

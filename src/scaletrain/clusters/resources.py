@@ -47,6 +47,7 @@ class Resources:
     mem_gb: float | None = None
     seconds: int | None = None
     partition: str | None = None
+    account: str | None = None   # the node limit may depend on it (Trillium: def- accounts take 5 nodes)
 
     @property
     def gpus(self) -> int:
@@ -61,10 +62,11 @@ class Resources:
     def check(self, profile: ClusterProfile) -> list[Violation]:
         """Every limit of ``profile`` (and of the partition, when the profile knows it) broken."""
         out: list[Violation] = []
-        out += _node_limits(self, profile)
         part = profile.partitions.get(self.partition) if self.partition else None
+        out += _node_limits(self, profile, part)
         if part is not None:
             out += _partition_limits(self, profile, part)
+            out += _allocation_limit(self, profile, part)
         out += _gpu_share(self, profile, part)
         return out
 
@@ -78,9 +80,10 @@ def _v(rule: str, severity: str, field: str, message: str, hint: str, sbatch_hin
                      sbatch_hint=sbatch_hint or hint)
 
 
-def _node_limits(r: Resources, prof: ClusterProfile) -> list[Violation]:
+def _node_limits(r: Resources, prof: ClusterProfile, part: Partition | None) -> list[Violation]:
     out = []
     per = prof.gpus_per_node
+    cores = part.cores_per_node if part is not None and part.cores_per_node else prof.cores_per_node
     if r.gpus_per_node and per <= 0:
         out.append(_v("gpus-per-node", ERROR, "gpus",
                       f"{r.gpus_per_node} GPUs per node requested but {prof.name} nodes have no GPUs",
@@ -90,12 +93,12 @@ def _node_limits(r: Resources, prof: ClusterProfile) -> list[Violation]:
         out.append(_v("gpus-per-node", ERROR, "gpus",
                       f"{r.gpus_per_node} GPUs per node requested but a {prof.name} node has {per}",
                       f"use {nodes} nodes with {per} GPUs each", f"use --nodes={nodes} with {per} GPUs per node"))
-    if prof.cores_per_node > 0 and r.cpus_per_node > prof.cores_per_node:
-        fit = max(1, prof.cores_per_node // max(1, r.tasks_per_node))
+    if cores > 0 and r.cpus_per_node > cores:
+        fit = max(1, cores // max(1, r.tasks_per_node))
         out.append(_v("cpu-limit", ERROR, "cpus",
                       f"{r.cpus_per_node} CPUs per node requested ({r.cpus_per_task} per task x "
                       f"{r.tasks_per_node} task{_s(r.tasks_per_node)}) but a {prof.name} node has "
-                      f"{prof.cores_per_node}",
+                      f"{cores}",
                       f"ask {fit} CPUs per task or fewer (--cpus-per-gpu)", f"#SBATCH --cpus-per-task={fit}"))
     if r.mem_gb and prof.mem_per_node_gb > 0 and r.mem_gb > prof.mem_per_node_gb + 1e-6:
         out.append(_v("mem-limit", ERROR, "mem",
@@ -121,6 +124,14 @@ def _partition_limits(r: Resources, prof: ClusterProfile, part: Partition) -> li
                       f"use --partition {bigger[0]}, or leave --partition out" if bigger else
                       f"ask for at most {part.max_gpus} GPUs",
                       f"use --partition={bigger[0]}" if bigger else f"ask for at most {part.max_gpus} GPUs"))
+    if part.min_gpus is not None and 0 < r.gpus < part.min_gpus:
+        smaller = [p.name for p in gpu_parts if p is not part and (p.min_gpus or 0) <= r.gpus
+                   and (p.max_gpus is None or r.gpus <= p.max_gpus)]
+        out.append(_v("partition-limit", ERROR, "gpus",
+                      f"{r.gpus} GPU{_s(r.gpus)} in partition '{part.name}', which takes at least {part.min_gpus}",
+                      f"use --partition {smaller[0]}, or leave --partition out" if smaller else
+                      f"ask for {part.min_gpus} GPUs or more",
+                      f"use --partition={smaller[0]}" if smaller else f"ask for {part.min_gpus} GPUs or more"))
     if part.max_nodes is not None and r.nodes > part.max_nodes:
         out.append(_v("partition-limit", ERROR, "nodes",
                       f"{r.nodes} nodes in partition '{part.name}', which allows at most {part.max_nodes}",
@@ -151,6 +162,29 @@ def _partition_limits(r: Resources, prof: ClusterProfile, part: Partition) -> li
                       f"ask --time {part.max_time} or less (checkpoint, and --requeue to continue)",
                       f"#SBATCH --time={part.max_time} (checkpoint and resubmit for longer runs)"))
     return out
+
+
+def _allocation_limit(r: Resources, prof: ClusterProfile, part: Partition) -> list[Violation]:
+    """The smaller node limit of an account without an allocation (Trillium: 5 nodes on def-)."""
+    limit = part.max_nodes_no_allocation
+    if limit is None or r.nodes <= limit:
+        return []
+    kinds = "/".join(prof.no_allocation_accounts) or "default"
+    with_one = f" ({part.max_nodes} with one)" if part.max_nodes else ""
+    if r.account is None:
+        # the scheduler picks the group's allocation if it has one (Trillium), else the default account
+        return [_v("partition-limit", WARNING, "nodes",
+                   f"{r.nodes} nodes on {prof.name} need an allocation: an account without one ({kinds}) "
+                   f"takes at most {limit}{with_one}",
+                   f"name your allocation's account with --account, or ask for {limit} nodes or fewer",
+                   f"#SBATCH --account=<your allocation's account>, or at most --nodes={limit}")]
+    if not r.account.startswith(prof.no_allocation_accounts):
+        return []
+    return [_v("partition-limit", ERROR, "nodes",
+               f"{r.nodes} nodes on account {r.account}, which has no allocation: {prof.name} allows it at most "
+               f"{limit} nodes{with_one}",
+               f"ask for {limit} nodes or fewer, or use an account with an allocation (--account)",
+               f"use at most --nodes={limit}, or an account with an allocation")]
 
 
 def _gpu_share(r: Resources, prof: ClusterProfile, part: Partition | None) -> list[Violation]:

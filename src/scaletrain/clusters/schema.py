@@ -32,10 +32,11 @@ _PROFILE_KEYS = {
     "gpu_share_policy", "billing", "container_binds", "container_setup_lines", "python_env_lines",
     "software", "default_image", "cpu_arch", "checked", "facts", "unconfirmed", "retired", "successor",
     "module_multinode_warning", "tensorflow_setup_lines", "missing_launchers", "cpu_mem_per_core_gb",
-    "gpus_per_billing_unit", "gpus_per_node_allowed",
+    "gpus_per_billing_unit", "gpus_per_node_allowed", "no_allocation_accounts", "cpu_jobs", "wheels",
 }
-_PARTITION_KEYS = {"gpus", "max_gpus", "max_nodes", "min_nodes", "whole_node", "max_time",
-                   "default", "test", "implicit", "description"}
+_PARTITION_KEYS = {"gpus", "max_gpus", "min_gpus", "max_nodes", "min_nodes", "max_nodes_no_allocation",
+                   "cores_per_node", "whole_node", "max_time", "default", "test", "implicit", "description",
+                   "access"}
 
 
 def _bad(path: str, what: str) -> ProfileError:
@@ -165,14 +166,18 @@ def _partitions(data: dict[str, Any], path: str) -> dict[str, Partition]:
             name=pname,
             gpus=_typed(pdata, "gpus", bool, ppath, True),
             max_gpus=_typed(pdata, "max_gpus", int, ppath, None, none_ok=True),
+            min_gpus=_typed(pdata, "min_gpus", int, ppath, None, none_ok=True),
             max_nodes=_typed(pdata, "max_nodes", int, ppath, None, none_ok=True),
             min_nodes=_typed(pdata, "min_nodes", int, ppath, None, none_ok=True),
+            max_nodes_no_allocation=_typed(pdata, "max_nodes_no_allocation", int, ppath, None, none_ok=True),
+            cores_per_node=_typed(pdata, "cores_per_node", int, ppath, None, none_ok=True),
             whole_node=_typed(pdata, "whole_node", bool, ppath, False),
             max_time=max_time,
             default=_typed(pdata, "default", bool, ppath, False),
             test=_typed(pdata, "test", bool, ppath, False),
             implicit=_typed(pdata, "implicit", bool, ppath, False),
             description=_typed(pdata, "description", str, ppath, ""),
+            access=_typed(pdata, "access", str, ppath, ""),
         )
     return partitions
 
@@ -246,7 +251,11 @@ def _provenance(data: dict[str, Any], path: str) -> dict[str, Any]:
     allowed = _typed(data, "gpus_per_node_allowed", list, path, [])
     if not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in allowed):
         raise _bad(path, "gpus_per_node_allowed must list positive GPU counts, e.g. [1, 4]")
+    wheels = _typed(data, "wheels", dict, path, {})
     return {
+        "no_allocation_accounts": tuple(str(a) for a in _typed(data, "no_allocation_accounts", list, path, [])),
+        "cpu_jobs": _typed(data, "cpu_jobs", str, path, ""),
+        "wheels": {str(k): str(v) for k, v in wheels.items()},
         "gpus_per_node_allowed": tuple(allowed),
         "module_multinode_warning": _typed(data, "module_multinode_warning", str, path, ""),
         "tensorflow_setup_lines": tuple(str(s) for s in _typed(data, "tensorflow_setup_lines", list, path, [])),

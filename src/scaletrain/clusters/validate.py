@@ -88,8 +88,10 @@ def check_profile(profile: "ClusterProfile") -> "ClusterProfile":
     for pname, part in p.partitions.items():
         _match(p, "partitions", pname, WORD, "a partition name (letters, digits, _ . + -)", empty_ok=False)
         _line(p, f"partitions.{pname}.description", part.description)
-        for field in ("max_gpus", "max_nodes", "min_nodes"):
+        _line(p, f"partitions.{pname}.access", part.access)
+        for field in ("max_gpus", "min_gpus", "max_nodes", "min_nodes", "max_nodes_no_allocation"):
             _number(p, f"partitions.{pname}.{field}", getattr(part, field), low=0, high=MAX_COUNT)
+        _number(p, f"partitions.{pname}.cores_per_node", part.cores_per_node, low=1, high=MAX_CORES_PER_NODE)
     _match(p, "gres_type", p.gres_type, WORD, "a GRES type such as v100")
     _match(p, "scratch_gres", p.scratch_gres, WORD, "a GRES name such as nvme")
     _match(p, "master_addr_suffix", p.master_addr_suffix, HOST_SUFFIX,
@@ -104,6 +106,12 @@ def check_profile(profile: "ClusterProfile") -> "ClusterProfile":
     _match(p, "default_image", getattr(p, "default_image", None), IMAGE,
            "an image path or URI of plain characters, e.g. /appl/local/containers/pytorch.sif")
     _match(p, "successor", getattr(p, "successor", None), WORD, "a profile name such as roihu")
+    for name, pip_name in p.wheels.items():   # a pip name lands on the job's 'pip install' line
+        _match(p, "wheels", name, WORD, "a framework name such as tensorflow", empty_ok=False)
+        _match(p, "wheels", pip_name, WORD, "a pip package name such as tensorflow", empty_ok=False)
+    for prefix in p.no_allocation_accounts:
+        _match(p, "no_allocation_accounts", prefix, WORD, "an account prefix such as def-", empty_ok=False)
+    _line(p, "cpu_jobs", p.cpu_jobs)
     for key, value in p.env.items():
         _match(p, "env", key, ENV_NAME, "a variable name (letters, digits and _)", empty_ok=False)
         _line(p, f"env.{key}", value)

@@ -19,7 +19,9 @@ the job's script (``torch`` and ``numpy`` come from the cluster's PyTorch).
 
 from __future__ import annotations
 
+import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from scaletrain.clusters.profile import ClusterProfile
@@ -41,16 +43,37 @@ class EnvRecipe:
     modules: tuple[str, ...] = ()   # --module: load these instead of the profile's
 
 
-def parse_with(text: str | None) -> tuple[str, ...]:
-    """``accelerate,deepspeed`` -> the pip names; UsageError naming the known ones otherwise."""
+# Characters that a venv's bin/activate would let the shell read: CPython's activate before
+# 3.11.11/3.12.8/3.13.1 writes the folder's path into double quotes unescaped (CVE-2024-9287), so
+# "$(cmd)" or a backquote in the name runs cmd on every activation; the rest are shell syntax.
+_SHELL_SPECIAL = re.compile(r"[$`\\\"'!;&|<>(){}*?\[\]#\x00-\x1f\x7f]")
+
+
+def check_venv_dir(flag: str, path: str) -> str:
+    """``path`` unchanged, or UsageError when a venv there would run shell code on activation."""
+    m = _SHELL_SPECIAL.search(path)
+    if m:
+        raise UsageError(f"{flag} {path[:80]!r}: the folder's name holds {m.group()!r}, which a venv's "
+                         "activate script would hand to the shell (older Pythons run $(...) in it)",
+                         "use a folder name of letters, digits and - _ . / only")
+    return path
+
+
+def parse_with(text: str | None, wheels: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """``accelerate,deepspeed`` -> the pip names; UsageError naming the known ones otherwise.
+
+    ``wheels``: the frameworks the cluster's wheelhouse has (the profile's ``wheels``: the
+    Alliance's tensorflow and horovod), also accepted.
+    """
     if not text:
         return ()
+    known = {**PACKAGES, **(wheels or {})}
     names = [n.strip().lower() for n in text.split(",") if n.strip()]
-    bad = [n for n in names if n not in PACKAGES]
+    bad = [n for n in names if n not in known]
     if bad:
         raise UsageError(f"--with {','.join(bad)}: not a launcher package scaletrain knows",
-                         "use any of: " + ", ".join(PACKAGES))
-    return tuple(dict.fromkeys(PACKAGES[n] for n in names))
+                         "use any of: " + ", ".join(known))
+    return tuple(dict.fromkeys(known[n] for n in names))
 
 
 def wheelhouse(profile: ClusterProfile) -> bool:
@@ -71,7 +94,7 @@ def create_script(profile: ClusterProfile, recipe: EnvRecipe, *, scaletrain_dir:
 
     ``scaletrain_dir`` is the folder of the running ``scaletrain`` package (copied in).
     """
-    d = q(check_text("DIR", recipe.directory))
+    d = q(check_venv_dir("DIR", check_text("DIR", recipe.directory)))
     pkg = " ".join(q(p) for p in recipe.packages)
     lines = ["#!/bin/bash", f"# scaletrain env create for {profile.name}: a venv on the cluster's PyTorch",
              "set -eo pipefail"]

@@ -16,7 +16,11 @@ import os
 import shutil
 import sys
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping
+
+if TYPE_CHECKING:
+    from scaletrain.clusters.profile import ClusterProfile
+    from scaletrain.plan.request import JobRequest
 
 # Where sbatch finds slurm.conf when $SLURM_CONF is unset (packages, source builds, configless).
 SLURM_CONF_PLACES = ("/etc/slurm/slurm.conf", "/etc/slurm-llnl/slurm.conf", "/usr/local/etc/slurm.conf",
@@ -67,3 +71,33 @@ def same_program(name: str, path: str, *, which: Callable[[str], str | None] = s
     """True when ``name`` on PATH is the file ``path`` (``python3`` here is this interpreter)."""
     found = which(name)
     return found is not None and os.path.realpath(found) == os.path.realpath(path)
+
+
+def with_running_environment(request: JobRequest, profile: ClusterProfile, *,
+                             environ: Mapping[str, str] | None = None) -> JobRequest:
+    """On a login node, a job that names no environment gets the one running scaletrain.
+
+    As submitit does: its venv, conda environment or interpreter. Not for a container job (that
+    Python is the image's) nor away from a cluster (the plan warns). ``environ``: the
+    environment sbatch will run with (its ``PATH`` and ``SLURM_CONF`` decide "login node").
+    """
+    import dataclasses
+
+    from scaletrain.plan import software
+
+    env = os.environ if environ is None else environ
+    if (profile.scheduler != "slurm" or software.known(request) or software.image(request, profile)
+            or not on_login_node(environ=env, which=lambda c: shutil.which(c, path=env.get("PATH")))):
+        return request
+    found = running_environment(environ=env)
+    path = found.path
+    if found.kind == "python" and same_program(profile.python, path,
+                                               which=lambda c: shutil.which(c, path=env.get("PATH"))):
+        # the profile's python3 is this interpreter (the module is loaded here): keep its name,
+        # so the job runs what the set-up gives it, not a path that may exist only here
+        path = profile.python
+    if found.kind == "venv":
+        return dataclasses.replace(request, venv=path, env_origin=found.origin)
+    if found.kind == "conda":
+        return dataclasses.replace(request, conda=path, env_origin=found.origin)
+    return dataclasses.replace(request, python=path, env_origin=found.origin)

@@ -1,7 +1,7 @@
 """The Python API of a job's life after planning, for notebooks and scripts::
 
     import scaletrain
-    job = scaletrain.submit(cluster="puhti", gpus=8, account="project_123",
+    job = scaletrain.submit(cluster="roihu", gpus=8, account="project_123",
                             program=["train.py", "--epochs", "10"])
     job.state            # "PENDING", "RUNNING", "COMPLETED"...
     job.wait()           # until it ends; returns the final state
@@ -104,30 +104,29 @@ def submit(*, cluster: str, program: Sequence[str], gpus: int | None = None, nod
 
     ``cluster`` is a profile name or a ``.toml`` file; ``request`` takes any other field of
     :class:`scaletrain.plan.request.JobRequest` (``time="01:00:00"``, ``requeue=True``,
-    ``gpus_per_node=...``). The job runs in the current folder; its script, id and output go to
-    ``run_dir`` (default ``runs/<timestamp>-<name>/``). Returns the :class:`Job`.
+    ``modules=["pytorch"]``, ``venv="/projappl/p/env"``), each of its own type (a str for
+    ``modules`` or ``setup`` is one item). ``account`` defaults to ``$SBATCH_ACCOUNT``. ``env``
+    adds variables to (or replaces them in) this process's environment for sbatch, and so for
+    the job, which inherits it; it is not the whole environment. The job runs in the current
+    folder; its script, id and output go to ``run_dir`` (default ``runs/<timestamp>-<name>/``).
+    The same path as the CLI (:mod:`scaletrain.jobs.submit`): on a login node the job gets the
+    environment running scaletrain, and a job whose Python lacks scaletrain is refused
+    (``DistEnvError``) before sbatch. Bad values raise ``UsageError`` naming the parameter.
+    Returns the :class:`Job`.
     """
-    from scaletrain.clusters.profile import load_profile
-    from scaletrain.plan.planner import job_name_for, make_plan
-    from scaletrain.plan.render import render_script
-    from scaletrain.plan.request import JobRequest, in_run_dir
-    from scaletrain.slurm.submit import make_run_dir, require_sbatch, sbatch_run_dir, write_script
+    import warnings
 
-    if isinstance(program, str) or not program:
-        raise UsageError("program must be a list: the script and its arguments",
-                         'e.g. program=["train.py", "--epochs", "10"]')
-    names = {f.name for f in dataclasses.fields(JobRequest)}
-    unknown = sorted(set(request) - names)
-    if unknown:
-        raise UsageError(f"submit() has no option {unknown[0]!r}", "see scaletrain.plan.request.JobRequest")
-    is_file = cluster.endswith(".toml") or os.sep in cluster
+    from scaletrain.clusters.profile import load_profile
+    from scaletrain.jobs.api_values import build_request, sbatch_environment
+    from scaletrain.jobs.submit import prepare, send
+
+    environ = sbatch_environment(env)
+    req = build_request(cluster=cluster, program=program, gpus=gpus, nodes=nodes, account=account,
+                        run_dir=run_dir, fields=request)
     profile = load_profile(cluster)
-    req = JobRequest(cluster=profile.name, script=str(program[0]), script_args=tuple(map(str, program[1:])),
-                     gpus=gpus, nodes=nodes, account=account,
-                     profile_file=str(Path(cluster).expanduser().absolute()) if is_file else None, **request)
-    make_plan(req, profile)            # a request the cluster cannot take fails before any folder exists
-    require_sbatch("run this where Slurm is (a login node); scaletrain plan writes the script anywhere", env)
-    folder = make_run_dir(run_dir, job_name_for(req), flag="run_dir")
-    write_script(folder, render_script(make_plan(in_run_dir(req, folder), profile)))
-    sbatch_run_dir(folder, env=env)
-    return Job(folder, env=env)
+    req = dataclasses.replace(req, cluster=profile.name)
+    prepared = prepare(req, profile, run_dir=run_dir, environ=environ, flag="run_dir")
+    for note in prepared.notes:
+        warnings.warn(f"scaletrain: {note}", stacklevel=2)
+    send(prepared)
+    return Job(prepared.run_dir, env=environ)

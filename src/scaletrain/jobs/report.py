@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import html
 import os
-import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -44,6 +43,14 @@ class RunPart:
         """The step this run resumed from."""
         value = self.start.get("start_step", 0)
         return value if isinstance(value, int) else 0
+
+    @property
+    def count(self) -> int:
+        """Steps this run trained: its summary's count, else its last step line's number."""
+        counted = self.summary.get("steps") if self.summary else None
+        if isinstance(counted, int) and not isinstance(counted, bool):
+            return counted
+        return int(self.steps[-1]["step"]) if self.steps else 0
 
 
 @dataclass(kw_only=True)
@@ -145,8 +152,12 @@ def figures(rep: Report) -> dict[str, Any]:
     """The numbers of the summary, as a dict (tests compare them with the Monitor's records)."""
     out: dict[str, Any] = {"runs": max(len(rep.parts), len(rep.acct)), "last_step": rep.last_step,
                            "total_steps": rep.total_steps, "checkpoints": rep.checkpoints}
-    rates = [p.summary["samples_per_s"] for p in rep.parts if p.summary and p.summary.get("samples_per_s")]
-    out["samples_per_s"] = statistics.median(rates) if rates else None
+    # each run's rate weighted by its steps: two short stopped runs must not outvote the long one
+    out["run_rates"] = [(i + 1, float(p.summary["samples_per_s"]), p.count) for i, p in enumerate(rep.parts)
+                        if p.summary and isinstance(p.summary.get("samples_per_s"), (int, float))]
+    weight = sum(n for _, _, n in out["run_rates"])
+    out["samples_per_s"] = (sum(r * n for _, r, n in out["run_rates"]) / weight if weight
+                            else (out["run_rates"][-1][1] if out["run_rates"] else None))
     out["steps_recorded"] = sum(len(p.steps) for p in rep.parts)
     redone = [prev.offset + int(prev.steps[-1]["step"]) - cur.offset
               for prev, cur in zip(rep.parts, rep.parts[1:]) if prev.steps]
@@ -197,7 +208,9 @@ def render_text(rep: Report) -> str:
     if f["between_runs_s"] is not None:
         lines.append(f"  lost between runs (requeue, queue, start-up): {f['between_runs_s']:.0f} s")
     if f["samples_per_s"] is not None:
-        lines.append(f"  throughput: {f['samples_per_s']:.4g} samples/s (median of the runs' summaries)")
+        lines.append(f"  throughput: {f['samples_per_s']:.4g} samples/s" + (
+            " (the runs' figures weighted by their steps: " if len(f["run_rates"]) > 1 else " (")
+            + ", ".join(f"run {i} {r:.4g} over {n} steps" for i, r, n in f["run_rates"]) + ")")
     if f["gpu_hours_billed"] is not None:
         lines.append(f"  billed: {f['gpu_hours_billed']:.3f} GPU-hours over {f['elapsed_s']} s of running")
     util = f["device_util"]
@@ -221,7 +234,7 @@ def render_text(rep: Report) -> str:
         lines.append(f"  checkpoints committed: steps {', '.join(map(str, rep.checkpoints))}")
     if rep.stop:
         lines.append(f"  stopped on purpose: {rep.stop.get('reason')} at step {rep.stop.get('step')} "
-                     f"({rep.stop.get('signal')}, restart {rep.stop.get('restart_count')})"
+                     f"({rep.stop.get('signal')}, run {_stopped_run(rep)} of {f['runs']})"
                      + (f"; a later run went on to step {rep.stop['superseded'].get('step')} and ended normally"
                         if isinstance(rep.stop.get("superseded"), dict) else ""))
     for finding in rep.findings:
@@ -229,6 +242,17 @@ def render_text(rep: Report) -> str:
                      + (f" HINT: {finding['hint']}" if finding.get("hint") else ""))
     lines += [f"  note: {n}" for n in rep.notes]
     return "\n".join(lines) + "\n"
+
+
+def _stopped_run(rep: Report) -> int:
+    """The run (numbered from 1, as in "runs: N") whose steps reached the stop's step; else
+    Slurm's restart count + 1 (the record's ``restart_count`` is 0 in a job's first run)."""
+    step = rep.stop.get("step") if rep.stop else None
+    for i, part in enumerate(rep.parts):
+        if isinstance(step, int) and part.offset < step <= part.offset + part.count:
+            return i + 1
+    restarts = rep.stop.get("restart_count") if rep.stop else None
+    return restarts + 1 if isinstance(restarts, int) else len(rep.parts)
 
 
 def _queued(rec: Mapping[str, str]) -> int | None:

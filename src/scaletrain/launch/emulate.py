@@ -11,7 +11,8 @@ Pure functions: a worker's place in, a dict of variables out. The torchrun varia
 (``RANK``, ``WORLD_SIZE`` ...) are what real srun does *not* set, so the worker shim removes them -
 unless the user exported them before ``scaletrain run``, as a batch script that computes
 ``WORLD_SIZE`` from Slurm's variables does before ``srun``: those are kept, with their values.
-``MASTER_ADDR``/``MASTER_PORT`` stay, as a batch script would export them.
+``MASTER_ADDR``/``MASTER_PORT`` stay, as a batch script would export them: the user's own when
+exported (the launcher's rendezvous then runs on another port), else a free port of the launcher's.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_
                  "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME",
                  "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
                  "TORCHELASTIC_USE_AGENT_STORE")
+# Every variable the agent writes over in a worker's environment: a value the user exported
+# before ``scaletrain run --emulate`` (a batch script's, before ``srun``) is given back to the task.
+USER_KEPT_VARS = (*TORCHRUN_VARS, "MASTER_ADDR", "MASTER_PORT")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,10 +78,15 @@ def is_emulated_host(host: str) -> bool:
     return rest.isdigit()
 
 
+def _per_node(count: str, nodes: int) -> str:
+    """Slurm's per-node count for identical nodes: ``4`` on one, ``4(x2)`` on two."""
+    return f"{count}(x{nodes})" if nodes > 1 else count
+
+
 def slurm_vars(place: Place, *, job_name: str = "scaletrain-emulated") -> dict[str, str]:
     """The variables of one srun task at ``place`` (job and step values, as srun exports them)."""
     nodelist, _, hosts = node_names(place.nodes)
-    per_node = f"{place.per_node}(x{place.nodes})" if place.nodes > 1 else str(place.per_node)
+    per_node = _per_node(str(place.per_node), place.nodes)
     out = {
         "SLURM_JOB_ID": place.job_id, "SLURM_JOBID": place.job_id, "SLURM_JOB_NAME": job_name,
         "SLURM_STEP_ID": "0", "SLURM_STEPID": "0",
@@ -94,12 +103,19 @@ def slurm_vars(place: Place, *, job_name: str = "scaletrain-emulated") -> dict[s
         "SLURMD_NODENAME": hosts[place.node], "SLURM_TOPOLOGY_ADDR": hosts[place.node],
         "SLURM_CPUS_PER_TASK": str(place.cpus_per_task),
         "SLURM_CPUS_ON_NODE": str(place.cpus_per_task * place.per_node),
+        "SLURM_JOB_CPUS_PER_NODE": _per_node(str(place.cpus_per_task * place.per_node),
+                                             place.nodes),
+        "SLURM_GTIDS": ",".join(str(place.node * place.per_node + i)
+                                for i in range(place.per_node)),
         "SLURM_SUBMIT_DIR": os.getcwd(), "SLURM_SUBMIT_HOST": socket.gethostname(),
         "SLURM_CLUSTER_NAME": "emulated", "SLURM_JOB_PARTITION": "emulated",
     }
     if place.gpus_per_node:
+        # what srun sets in a job that asked for --gpus-per-node=N (srun(1), sbatch(1) of
+        # Slurm 22.05: SLURM_GPUS_ON_NODE always, SLURM_GPUS_PER_NODE as the option gave it)
         gpus = ",".join(str(i) for i in range(place.gpus_per_node))
-        out.update({"SLURM_GPUS_ON_NODE": str(place.gpus_per_node), "SLURM_JOB_GPUS": gpus,
+        out.update({"SLURM_GPUS_ON_NODE": str(place.gpus_per_node),
+                    "SLURM_GPUS_PER_NODE": str(place.gpus_per_node), "SLURM_JOB_GPUS": gpus,
                     "SLURM_STEP_GPUS": gpus})
     return out
 

@@ -15,6 +15,7 @@ purpose after saving keeps 75; a worker killed by signal N gives 128+N; every ot
 
 from __future__ import annotations
 
+import re
 import signal
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
@@ -46,6 +47,49 @@ _PEER_LOSS_MARKERS = (
     "Connection closed by peer", "Connection reset by peer", "Broken pipe",
     "DistNetworkError", "recvValue failed", "sendBytes failed", "Socket Timeout",
 )
+
+
+# The last line of a traceback for ``os.environ["NAME"]`` of a variable that is not set
+_KEY_ERROR = re.compile(r"^KeyError: '([A-Z][A-Z0-9_]*)'$")
+# Who sets which variables: (name prefixes, names, the launcher, its --emulate mode or None)
+_SETTERS = (
+    (("SLURM_", "SRUN_"), (), "srun", "slurm"),
+    (("OMPI_",), (), "Open MPI's mpirun", "mpi"),
+    (("PMI_", "PMIX_", "MV2_", "PALS_", "MPI_LOCAL"), (), "an MPI launcher (mpirun, mpiexec)", None),
+    (("TORCHELASTIC_",), ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                          "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR",
+                          "MASTER_PORT"), "torchrun", "torchrun"),
+)
+
+
+def missing_variable_hint(stderr_tail: tuple[str, ...], emulate: str | None) -> str | None:
+    """The hint for a rank that died on ``KeyError: 'NAME'`` where NAME is a variable a launcher
+    sets (srun, mpirun, torchrun) and this run did not: which launcher, and how to give it.
+    None for any other failure (a KeyError of the program's own keys included)."""
+    name = next((m.group(1) for line in reversed(stderr_tail)
+                 if (m := _KEY_ERROR.match(line.strip()))), None)
+    if name is None:
+        return None
+    for prefixes, names, launcher, mode in _SETTERS:
+        if name.startswith(prefixes) or name in names:
+            break
+    else:
+        return None
+    said = f"the program reads {name}, which {launcher} sets and this run did not"
+    default = f"give it a default (os.environ.get('{name}', ...))"
+    if mode == "torchrun":
+        if emulate is None:  # scaletrain run sets every one of them
+            return None
+        return (f"{said}: --emulate {emulate} gives the program that launcher's view, without "
+                f"torchrun's variables; export {name} before 'scaletrain run' as the batch "
+                f"script would, or {default}")
+    if mode is not None and mode == emulate:
+        return (f"{said}: {launcher} sets it only when the job asks for it; export {name}=VALUE "
+                f"before 'scaletrain run' as the job would have it, or {default}")
+    if mode is not None:
+        return (f"{said}: run it with 'scaletrain run --emulate {mode}' to give the program "
+                f"{launcher}'s variables, or {default}")
+    return f"{said}: {default}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -160,8 +204,10 @@ def render_tail(item: FailedRank) -> str:
     return text
 
 
-def worker_failed_error(failed: list[FailedRank], node_rank: int = 0) -> WorkerFailedError:
-    """The one-line error for the root cause, naming the rank, and what happened to the rest."""
+def worker_failed_error(failed: list[FailedRank], node_rank: int = 0, *,
+                        emulate: str | None = None) -> WorkerFailedError:
+    """The one-line error for the root cause, naming the rank, and what happened to the rest
+    (``emulate``: the run's ``--emulate`` mode, for a rank that missed a launcher variable)."""
     cause = root_cause(failed)
     if cause.record is not None:
         return WorkerFailedError(cause.record.message, cause.record.hint,
@@ -182,5 +228,6 @@ def worker_failed_error(failed: list[FailedRank], node_rank: int = 0) -> WorkerF
         hint = ("a crash inside native code (torch, a communication library or a C extension): "
                 "the stack above shows which call of the program was running")
     else:
-        hint = "the lines above are that rank's stderr; fix the error and run again"
+        hint = (missing_variable_hint(cause.stderr_tail, emulate)
+                or "the lines above are that rank's stderr; fix the error and run again")
     return WorkerFailedError(message, hint, exit_code=exit_code_for(cause), rank=cause.rank)

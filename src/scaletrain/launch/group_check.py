@@ -6,10 +6,11 @@ worker then trains alone (world size 1), and the run exits 0 - N independent tra
 out after the GPU hours are spent. No launcher tells; ``scaletrain run`` does.
 
 Worker side (through the worker shim): ``init_process_group`` is wrapped to record the group's
-size as soon as it is formed (so a program that destroys its group early still counts), and at
-exit each worker records which frameworks it had imported. Launcher side: :func:`verdict` reads
-those records once the workers have finished and returns a warning, or None when every worker
-joined one group of the run's size.
+size as soon as it is formed (so a program that destroys its group early still counts), the
+first optimizer step is recorded (a worker that stepped outside a group of all trained alone,
+even when it crashed later), and at exit each worker records which frameworks it had imported.
+Launcher side: :func:`verdict` reads those records once the workers have finished and returns
+a warning, or None when every worker joined one group of the run's size.
 """
 
 from __future__ import annotations
@@ -78,6 +79,23 @@ def _record_group(dist: ModuleType) -> None:
     _write("group", {"rank": _STATE.get("rank"), "world_size": world})
 
 
+def patch_optimizer(optimizer: ModuleType) -> None:  # torch.optim.optimizer
+    """Record the worker's first optimizer step, then stop listening (a global hook of torch's,
+    removed at once: the steps after the first cost nothing)."""
+    register = getattr(optimizer, "register_optimizer_step_post_hook", None)
+    if register is None:  # feature test: torch without global optimizer hooks
+        return
+    handles: list[Any] = []
+
+    def first_step(*_: Any) -> None:
+        for handle in handles:
+            handle.remove()
+        handles.clear()
+        _write("step", {"rank": _STATE.get("rank"), "world_size": _STATE.get("world")})
+
+    handles.append(register(first_step))
+
+
 def _framework_worlds() -> dict[str, int]:
     """The process count a framework itself trained with, where it can be read.
 
@@ -121,6 +139,7 @@ class Records:
 
     groups: dict[str, int]              # launcher rank -> size of the group it formed
     exited: set[str]                    # launcher ranks that reached a normal exit
+    stepped: set[str]                   # launcher ranks that took an optimizer step
     frameworks: set[str]
     framework_worlds: dict[str, dict[str, int]]  # launcher rank -> {framework: its process count}
 
@@ -129,6 +148,7 @@ def read_records(folder: str | os.PathLike[str]) -> Records:
     """Collect the workers' records (unreadable ones are skipped)."""
     groups: dict[str, int] = {}
     exited: set[str] = set()
+    stepped: set[str] = set()
     frameworks: set[str] = set()
     framework_worlds: dict[str, dict[str, int]] = {}
     for path in sorted(Path(folder).glob("*.json")):
@@ -139,12 +159,14 @@ def read_records(folder: str | os.PathLike[str]) -> Records:
         rank = str(data.get("rank"))
         if path.name.startswith("group-") and isinstance(data.get("world_size"), int):
             groups[rank] = max(groups.get(rank, 0), data["world_size"])
+        elif path.name.startswith("step-"):
+            stepped.add(rank)
         elif path.name.startswith("exit-"):
             exited.add(rank)
             frameworks.update(str(f) for f in data.get("frameworks", ()))
             worlds = data.get("framework_worlds") or {}
             framework_worlds[rank] = {str(k): v for k, v in worlds.items() if isinstance(v, int)}
-    return Records(groups=groups, exited=exited, frameworks=frameworks,
+    return Records(groups=groups, exited=exited, stepped=stepped, frameworks=frameworks,
                    framework_worlds=framework_worlds)
 
 
@@ -155,8 +177,9 @@ def verdict(records: Records, *, expected_world: int, local_ranks: list[str],
 
     ``cpu``: the run was ``--cpu`` (the hint does not suggest it again). ``crashed``: the
     workers failed; then only evidence that they trained alone (a smaller group, a framework
-    that counted fewer processes) speaks - a worker that crashed before it reached
-    ``init_process_group`` is the failure report's business, not a lone worker.
+    that counted fewer processes, an optimizer step outside any group) speaks - a worker that
+    crashed before it reached ``init_process_group`` is the failure report's business, not a
+    lone worker.
     """
     if expected_world <= 1 or not local_ranks:
         return None
@@ -169,11 +192,14 @@ def verdict(records: Records, *, expected_world: int, local_ranks: list[str],
     never = [r for r in local_ranks if r not in records.groups]
     smaller = sorted({records.groups[r] for r in local_ranks if r in records.groups
                       and records.groups[r] != expected_world})
-    if crashed and not (smaller or alone_in):
+    stepped_alone = [r for r in never if r in records.stepped]
+    if crashed and not (smaller or alone_in or stepped_alone):
         return None
     parts = []
     if never:
-        parts.append(f"{len(never)} of {len(local_ranks)} never started torch.distributed")
+        steps = (f", {len(stepped_alone)} of them took optimizer steps"
+                 if crashed and stepped_alone else "")
+        parts.append(f"{len(never)} of {len(local_ranks)} never started torch.distributed{steps}")
     if smaller:
         sizes = ", ".join(str(s) for s in smaller)
         parts.append(f"some formed groups of size {sizes} instead of {expected_world}")

@@ -215,7 +215,7 @@ def launch(plan: LaunchPlan) -> int:
                           f"state (exit {EXIT_STOPPED}); run again, or requeue, to resume",
                           file=sys.stderr)
                     return EXIT_STOPPED
-                error = worker_failed_error(failed, plan.node_rank)
+                error = worker_failed_error(failed, plan.node_rank, emulate=plan.emulate)
                 print(render_tail(cause), file=sys.stderr)
                 _warn_alone(plan, records, crashed=True)
                 raise error from None

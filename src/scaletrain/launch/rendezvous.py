@@ -1,6 +1,6 @@
 """Inside the workers of ``scaletrain run``: a program's own rendezvous resolves and ends.
 
-Two ways a program written for another launcher hangs silently under ours:
+Three ways a program written for another launcher hangs silently under ours:
 
 - it starts its own workers with ``torch.multiprocessing.spawn`` (the PyTorch DDP tutorial's
   form) while ``scaletrain run`` already started several: every copy spawns its own group and
@@ -11,7 +11,9 @@ Two ways a program written for another launcher hangs silently under ours:
   and bounds ``init_process_group``: after :data:`RENDEZVOUS_WAIT_S` (or
   ``SCALETRAIN_RENDEZVOUS_TIMEOUT`` seconds) the process stops with one line naming the address
   and the port. All workers of a local run start together, so a rendezvous among them that
-  takes minutes is a hang, not a slow start.
+  takes minutes is a hang, not a slow start. The bound holds at every world size, 1 included;
+- a program that meets at a port of its own (``mp.spawn`` under ``--nproc-per-node 1``) while the
+  worker's environment says to use the agent's store: :func:`own_store` lets its rank 0 host it.
 
 The scaletrain modules these wrappers need are imported when they run, never at start-up: the
 worker entry's error classes are then the ones raised.
@@ -26,9 +28,10 @@ import threading
 from types import ModuleType
 from typing import Any
 
-from scaletrain.contract import NESTED_VAR, RENDEZVOUS_WAIT_VAR
+from scaletrain.contract import AGENT_PORT_VAR, NESTED_VAR, RENDEZVOUS_WAIT_VAR
 
 RENDEZVOUS_WAIT_S = 300.0
+_USE_AGENT_STORE = "TORCHELASTIC_USE_AGENT_STORE"
 EXIT_RENDEZVOUS = 3  # a DistEnvError's exit code: the environment, not the program
 
 
@@ -55,16 +58,34 @@ def _who(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[object, object]
     return rank, world
 
 
+def _collision() -> str:
+    """The cause to name when this process's workers were spawned by one of several copies."""
+    if os.environ.get(NESTED_VAR) != "1":
+        return ""
+    return (" - the program spawned its own workers under a launcher that had started "
+            "several, and the copies collide there")
+
+
+def _port_taken(exc: BaseException, where: str, rank: object) -> None:
+    """A rendezvous whose port another copy of the program hosts already: one line, not the
+    store's traceback (its EADDRINUSE blames nobody)."""
+    cause = _collision()
+    if cause and "EADDRINUSE" in str(exc):
+        print(f"scaletrain: error: rank {rank}: the rendezvous at {where} is hosted already"
+              f"{cause}\n  HINT: run it with 'scaletrain run --nproc-per-node 1', or drop "
+              "mp.spawn and read RANK, LOCAL_RANK and WORLD_SIZE from the environment",
+              file=sys.stderr, flush=True)
+        os._exit(EXIT_RENDEZVOUS)
+
+
 def _watchdog(where: str, rank: object, world: object, wait_s: float) -> threading.Event:
     """Stop this process with one line unless the returned event is set within ``wait_s``."""
     done = threading.Event()
-    nested = os.environ.get(NESTED_VAR) == "1"
+    cause = _collision()
 
     def watch() -> None:
         if done.wait(wait_s):
             return
-        cause = (" - the program spawned its own workers under a launcher that had started "
-                 "several, and the copies collide there" if nested else "")
         print(f"scaletrain: error: rank {rank}: the rendezvous at {where} did not complete within "
               f"{wait_s:g} s ({world} processes expected){cause}\n  HINT: check that every "
               "process uses the same address and port and that only one group uses that port; "
@@ -109,6 +130,21 @@ def _to_loopback(origin: str, args: tuple[Any, ...],
     return (args[0], loopback, *args[2:]), kwargs
 
 
+def remember_agent_store(environ: Any = os.environ) -> None:
+    """In a worker the agent started: note its store's port, unless a parent worker did."""
+    if environ.get(_USE_AGENT_STORE) == "True" and environ.get("MASTER_PORT"):
+        environ.setdefault(AGENT_PORT_VAR, environ["MASTER_PORT"])
+
+
+def own_store(port: str, environ: Any = os.environ) -> None:
+    """A rendezvous at a port other than the agent's is the program's own (``mp.spawn`` with a
+    port of its choice, under ``--nproc-per-node 1``): its rank 0 must host the store there.
+    torch would make every rank a client of a store nobody hosts, inherited from the worker's
+    ``TORCHELASTIC_USE_AGENT_STORE``, and wait its 30-minute timeout."""
+    if environ.get(_USE_AGENT_STORE) == "True" and port != environ.get(AGENT_PORT_VAR, port):
+        environ[_USE_AGENT_STORE] = "False"
+
+
 def patch_c10d(c10d: ModuleType) -> None:
     """Wrap ``init_process_group``: resolve its host first, and bound the rendezvous."""
     original = getattr(c10d, "init_process_group")
@@ -120,16 +156,21 @@ def patch_c10d(c10d: ModuleType) -> None:
         init_method = kwargs.get("init_method", args[1] if len(args) > 1 else None)
         store = kwargs.get("store", args[5] if len(args) > 5 else None)
         target = None if store is not None else rendezvous_target(init_method, os.environ)
-        if target is None or str(world) == "1":
+        if target is None:
             return original(*args, **kwargs)
+        own_store(target.port)
         if _on_emulated_node(target.host):
             args, kwargs = _to_loopback(target.origin, args, kwargs)
             target = rendezvous_target(kwargs.get("init_method", args[1] if len(args) > 1
                                                   else None), os.environ) or target
         resolve_or_fail(target, rank=rank, wait_s=wait_limit(os.environ))
-        done = _watchdog(f"{target.host}:{target.port}", rank, world, rendezvous_wait())
+        where = f"{target.host}:{target.port}"
+        done = _watchdog(where, rank, world, rendezvous_wait())
         try:
             return original(*args, **kwargs)
+        except Exception as exc:
+            _port_taken(exc, where, rank)
+            raise
         finally:
             done.set()
 

@@ -8,7 +8,9 @@ Rendezvous, deliberately:
 - one node, nothing fixed: the "standalone" c10d rendezvous on ``localhost:0``; the store
   binds a kernel-chosen free port, so concurrent launches never collide;
 - a ``MASTER_PORT`` (or ``--master-port``) given on one node, or several nodes: a static
-  rendezvous at MASTER_ADDR:MASTER_PORT hosted by node rank 0, like torchrun's static mode.
+  rendezvous at MASTER_ADDR:MASTER_PORT hosted by node rank 0, like torchrun's static mode;
+- ``--emulate``: always the standalone rendezvous; the MASTER_ADDR/MASTER_PORT given are the
+  program's (its rank 0 hosts its own store there, as under srun), checked free before start.
 A user's ``MASTER_ADDR``/``MASTER_PORT`` is used as is; a flag that contradicts it is an error.
 """
 
@@ -200,13 +202,17 @@ def plan_launch(req: RunRequest, *, environ: Mapping[str, str], gpus: int,
         _check_worker_bound(nproc, "--nnodes x --nproc-per-node", cores)
     backend, endpoint, local_addr, port = _rendezvous(req, environ)
     threads = thread_budget(nproc, environ)
-    worker_env = _worker_env(req, environ, threads, backend=backend, nodes=emulated_nodes)
+    # an emulated job asked for one GPU per task (--cpu fakes one per worker)
+    per_node = nproc // emulated_nodes
+    emulated_gpus = per_node if req.cpu else min(gpus, per_node)
+    worker_env = _worker_env(req, environ, threads, backend=backend, nodes=emulated_nodes,
+                             gpus_per_node=emulated_gpus)
 
     return LaunchPlan(
         entrypoint=sys.executable, args=args, nproc_per_node=nproc, nnodes=req.nnodes,
         node_rank=req.node_rank, rdzv_backend=backend, rdzv_endpoint=endpoint,
         local_addr=local_addr,
-        master_port_fixed=port if (backend == "static" and req.node_rank == 0) else None,
+        master_port_fixed=port if req.node_rank == 0 else None,
         max_restarts=req.max_restarts, ranks=req.ranks, threads=threads, gpus=gpus,
         procs_per_gpu=req.procs_per_gpu, worker_env=worker_env, emulate=req.emulate,
         emulated_nodes=emulated_nodes, cpu=req.cpu, strict=req.strict, run_dir=req.run_dir,
@@ -237,8 +243,8 @@ def _check_flags(req: RunRequest, environ: Mapping[str, str]) -> None:
 
 def _rendezvous(req: RunRequest, environ: Mapping[str, str]
                 ) -> tuple[str, str, str | None, int | None]:
-    """``(backend, endpoint, local_addr, port)``: one node with no port given picks a free port
-    (c10d); otherwise a static rendezvous at node rank 0's address."""
+    """``(backend, endpoint, local_addr, port)``: one node with no port given, or an emulation,
+    picks a free port (c10d); otherwise a static rendezvous at node rank 0's address."""
     addr = req.master_addr or environ.get("MASTER_ADDR") or None
     port: int | None = None
     if req.master_port is not None:
@@ -246,7 +252,12 @@ def _rendezvous(req: RunRequest, environ: Mapping[str, str]
     elif environ.get("MASTER_PORT"):
         port = _parse_port(environ["MASTER_PORT"], "MASTER_PORT")
 
-    if req.nnodes == 1 and port is None:
+    if req.emulate is not None:
+        # Every emulated node runs here, and the address and port are the program's (a batch
+        # script's exports, which the shim keeps): the agent's own store binds a free port
+        # elsewhere, so rank 0 of the program can host its store where it was told to.
+        backend, endpoint, local_addr = "c10d", "localhost:0", None
+    elif req.nnodes == 1 and port is None:
         backend, endpoint, local_addr = "c10d", "localhost:0", addr
     else:
         if req.nnodes > 1 and addr is None:
@@ -266,7 +277,7 @@ def _rendezvous(req: RunRequest, environ: Mapping[str, str]
 
 
 def _worker_env(req: RunRequest, environ: Mapping[str, str], threads: ThreadBudget, *,
-                backend: str, nodes: int) -> dict[str, str]:
+                backend: str, nodes: int, gpus_per_node: int) -> dict[str, str]:
     """The variables every worker gets on top of the launcher's environment."""
     worker_env: dict[str, str] = {}
     if not threads.user_set:
@@ -282,8 +293,11 @@ def _worker_env(req: RunRequest, environ: Mapping[str, str], threads: ThreadBudg
         worker_env[BACKEND_VAR] = "gloo"
         worker_env[PROCS_PER_GPU_VAR] = str(req.procs_per_gpu)
 
+    if req.master_port is not None:  # under an emulation the program's, as if exported
+        environ = {**environ, "MASTER_PORT": str(req.master_port)}
     worker_env.update(launcher_env(environ=environ, emulate=req.emulate, nodes=nodes,
-                                   cpu=req.cpu, job_id=str(100000 + os.getpid() % 900000)))
+                                   gpus_per_node=gpus_per_node, cpu=req.cpu,
+                                   job_id=str(100000 + os.getpid() % 900000)))
     return worker_env
 
 

@@ -23,8 +23,9 @@ from collections.abc import Callable, Mapping, MutableMapping
 from types import ModuleType
 from typing import Any
 
-from scaletrain.contract import (CPU_SMOKE_VAR, EMULATE_JOB_VAR, EMULATE_KEEP_VAR,
-                                 EMULATE_NODES_VAR, EMULATE_VAR, GROUP_RECORD_VAR)
+from scaletrain.contract import (CPU_SMOKE_VAR, EMULATE_GPUS_VAR, EMULATE_JOB_VAR,
+                                 EMULATE_KEEP_VAR, EMULATE_NODES_VAR, EMULATE_VAR,
+                                 GROUP_RECORD_VAR)
 
 Hook = Callable[[ModuleType], None]
 
@@ -82,6 +83,7 @@ def _emulate(mode: str, environ: MutableMapping[str, str]) -> None:
     nodes = int(environ.get(EMULATE_NODES_VAR, "1") or 1)
     place = Place(rank=int(environ["RANK"]), world=world, nodes=nodes,
                   cpus_per_task=max(1, int(environ.get("OMP_NUM_THREADS", "1") or 1)),
+                  gpus_per_node=int(environ.get(EMULATE_GPUS_VAR, "0") or 0),
                   job_id=environ.get(EMULATE_JOB_VAR, "1"))
     for name in TORCHRUN_VARS:
         environ.pop(name, None)
@@ -90,10 +92,11 @@ def _emulate(mode: str, environ: MutableMapping[str, str]) -> None:
 
 
 def kept_exports(text: str) -> dict[str, str]:
-    """The torchrun variables the user exported before ``scaletrain run --emulate``.
+    """The launcher variables the user exported before ``scaletrain run --emulate``.
 
-    A batch script that computes ``WORLD_SIZE`` from Slurm's variables and exports it before
-    ``srun`` hands it to every task; the emulation must not take it away.
+    A batch script that computes ``WORLD_SIZE`` from Slurm's variables, or picks its own
+    ``MASTER_PORT``, and exports them before ``srun`` hands them to every task; the emulation
+    must not take them away.
     """
     import json
 
@@ -115,6 +118,7 @@ def activate(environ: MutableMapping[str, str] | None = None) -> None:
     try:
         from scaletrain.launch import rendezvous
 
+        rendezvous.remember_agent_store(env)
         hooks["torch.distributed.distributed_c10d"] = [rendezvous.patch_c10d]
         hooks["torch.multiprocessing.spawn"] = [
             lambda module: rendezvous.patch_multiprocessing(module, world, rank)]
@@ -125,6 +129,7 @@ def activate(environ: MutableMapping[str, str] | None = None) -> None:
             group_check.start_recording(record, rank)
             hooks.setdefault("torch.distributed.distributed_c10d", []).append(
                 group_check.patch_c10d)
+            hooks.setdefault("torch.optim.optimizer", []).append(group_check.patch_optimizer)
         if env.get(CPU_SMOKE_VAR) == "1":
             from scaletrain.launch import cpu_smoke
 
@@ -150,21 +155,23 @@ def activate(environ: MutableMapping[str, str] | None = None) -> None:
 
 
 def launcher_env(*, environ: Mapping[str, str], emulate: str | None, nodes: int,
-                 cpu: bool, job_id: str) -> dict[str, str]:
+                 cpu: bool, job_id: str, gpus_per_node: int = 0) -> dict[str, str]:
     """Launcher side: the variables that turn the shim on in the workers of one run.
 
     The shim's folder goes first on the workers' PYTHONPATH (never the user's own shell's).
     Under an emulation the agent does not share its store with the workers: a program written
     for srun makes rank 0 host the store at MASTER_PORT itself, as it would in a batch job.
+    ``environ`` is the user's, with a ``--master-port`` already in it as MASTER_PORT.
     """
     shim = os.path.join(os.path.dirname(os.path.abspath(__file__)), "shim")
     path = environ.get("PYTHONPATH", "")
     out = {"PYTHONPATH": shim + (os.pathsep + path if path else "")}
     if emulate:
-        from scaletrain.launch.emulate import TORCHRUN_VARS
+        from scaletrain.launch.emulate import USER_KEPT_VARS
 
-        exported = {name: environ[name] for name in TORCHRUN_VARS if name in environ}
+        exported = {name: environ[name] for name in USER_KEPT_VARS if name in environ}
         out.update({EMULATE_VAR: emulate, EMULATE_NODES_VAR: str(nodes), EMULATE_JOB_VAR: job_id,
+                    EMULATE_GPUS_VAR: str(gpus_per_node),
                     "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"})
         if exported:
             import json

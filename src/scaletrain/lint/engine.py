@@ -2,6 +2,8 @@
 
 The cluster comes from, in order: ``--profile FILE``, ``--cluster NAME``, the script itself (its
 ``#SBATCH --partition`` and GPU type match exactly one known profile), ``$SCALETRAIN_CLUSTER``.
+When the script matches several profiles (JSC's ``booster`` is a JUWELS and a JUPITER partition),
+lint checks it against each and reports the findings they all agree on, naming the candidates.
 With none, only the cluster-independent rules run.
 """
 
@@ -14,7 +16,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Mapping
 
-from scaletrain.contract import CLUSTER_VAR
+from scaletrain.contract import CLUSTER_VAR, generated_for
 from scaletrain.errors import UsageError
 from scaletrain.lint import rules_cluster, rules_launch, rules_program, rules_sbatch, rules_shell  # noqa: F401  (registers rules)
 from scaletrain.lint.findings import ERROR, RULES, Finding, LintContext
@@ -36,6 +38,7 @@ class LintResult:
     cluster: str | None
     cluster_source: str             # "--cluster", "--profile", "detected from ...", "$SCALETRAIN_CLUSTER", ""
     findings: list[Finding] = field(default_factory=list)
+    candidates: tuple[str, ...] = ()  # the profiles an ambiguous script matched (cluster None)
 
     @property
     def errors(self) -> int:
@@ -120,21 +123,35 @@ def _all_profiles() -> tuple["ClusterProfile", ...]:
     return _profiles()
 
 
-def detect_cluster(script: BatchScript) -> tuple[str | None, str]:
-    """The one profile whose partitions (and GPU type) match the script, with how it was found."""
+def matching_profiles(script: BatchScript) -> tuple[list[str], str]:
+    """The profiles whose partitions (and GPU type, when that tells them apart) match the
+    script, and how they were found: one name, several (an ambiguous partition), or none."""
     job = read_request(script)
     if not job.partition:
-        return None, ""
+        return [], ""
     profiles = _all_profiles()
     by_partition = [p for p in profiles if job.partition in p.partitions]
     if len(by_partition) == 1:
-        return by_partition[0].name, f"detected from partition '{job.partition}'"
+        return [by_partition[0].name], f"detected from partition '{job.partition}'"
     # a partition name several clusters share (gputest): the GPU type tells them apart
     gtype = (job.gpu_type or "").lower()
     by_type = [p for p in by_partition if gtype and (p.gres_type or "").lower() == gtype]
     if len(by_type) == 1:
-        return by_type[0].name, f"detected from partition '{job.partition}' + GPU type '{gtype}'"
-    return None, ""
+        return [by_type[0].name], f"detected from partition '{job.partition}' + GPU type '{gtype}'"
+    names = [p.name for p in (by_type or by_partition)]
+    planned = generated_for(script.lines)
+    if len(names) > 1 and planned in names:   # our own script says which it was planned for
+        return [planned], f"partition '{job.partition}' + the script's scaletrain header"
+    if len(names) > 1:
+        return names, (f"partition '{job.partition}' matches {len(names)} profiles: only the "
+                       "findings they agree on; pick one with --cluster")
+    return [], ""
+
+
+def detect_cluster(script: BatchScript) -> tuple[str | None, str]:
+    """The one profile whose partitions (and GPU type) match the script, with how it was found."""
+    names, how = matching_profiles(script)
+    return (names[0], how) if len(names) == 1 else (None, "")
 
 
 def choose_profile(script: BatchScript, *, cluster: str | None = None, profile_path: str | None = None,
@@ -179,4 +196,18 @@ def lint_file(path: str, *, cluster: str | None = None, profile_path: str | None
     text = read_script(path)
     script = parse_script(text, path)
     profile, how = choose_profile(script, cluster=cluster, profile_path=profile_path, env=env)
+    names, ambiguous = matching_profiles(script) if profile is None else ([], "")
+    if len(names) > 1:
+        return lint_agreed(text, path=path, names=names, cluster_source=ambiguous)
     return lint_text(text, path=path, profile=profile, cluster_source=how)
+
+
+def lint_agreed(text: str, *, path: str, names: list[str], cluster_source: str) -> LintResult:
+    """Lint ``text`` against each profile in ``names``; keep the findings every one gives (a
+    rule that depends on which cluster it is says nothing, the rest still speak)."""
+    from scaletrain.clusters.profile import load_profile
+
+    results = [lint_text(text, path=path, profile=load_profile(name)) for name in names]
+    agreed = [f for f in results[0].findings if all(f in r.findings for r in results[1:])]
+    return LintResult(path=path, cluster=None, cluster_source=cluster_source, findings=agreed,
+                      candidates=tuple(names))

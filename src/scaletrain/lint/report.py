@@ -25,8 +25,9 @@ def format_summary(results: Sequence[LintResult]) -> str:
     """One line for stderr: counts and the cluster(s) used."""
     errors = sum(r.errors for r in results)
     warnings = sum(r.warnings for r in results)
-    clusters = sorted({f"{r.cluster} ({r.cluster_source})" if r.cluster else "none (cluster-independent rules only)"
-                       for r in results})
+    clusters = sorted({f"{r.cluster} ({r.cluster_source})" if r.cluster
+                       else f"{' or '.join(r.candidates)} ({r.cluster_source})" if r.candidates
+                       else "none (cluster-independent rules only)" for r in results})
     return (f"scaletrain lint: {len(results)} file(s), {errors} error(s), {warnings} warning(s); "
             f"cluster: {', '.join(clusters)}")
 
@@ -36,7 +37,8 @@ def to_json(results: Sequence[LintResult]) -> dict:
     return {
         "version": JSON_VERSION,
         "files": [{"path": r.path, "cluster": r.cluster, "cluster_source": r.cluster_source,
-                   "errors": r.errors, "warnings": r.warnings} for r in results],
+                   "candidates": list(r.candidates), "errors": r.errors, "warnings": r.warnings}
+                  for r in results],
         "findings": [{"file": r.path, "line": f.line, "severity": f.severity, "rule": f.rule,
                       "message": f.message, "hint": f.hint} for r in results for f in r.findings],
         "summary": {"files": len(results), "errors": sum(r.errors for r in results),

@@ -56,7 +56,7 @@ def resources(ctx: LintContext) -> Resources:
     part = ctx.partition
     return Resources(nodes=job.node_count, gpus_per_node=gpn, tasks_per_node=tasks, cpus_per_task=cpt,
                      mem_gb=mem_mb / 1024 if mem_mb else None, seconds=job.time_s,
-                     partition=part.name if part is not None else None)
+                     partition=part.name if part is not None else None, account=job.account)
 
 
 _FIELD_LINES = {"gpus": None, "nodes": ("nodes", "partition"), "time": ("time",),

@@ -338,3 +338,26 @@ def no_launch(ctx: LintContext) -> Iterable[Finding]:
                   "no srun, mpirun, python or launcher line: the job allocates its nodes and runs "
                   "nothing on them (or calls a wrapper lint cannot see)",
                   "add the launch line, e.g. srun python train.py (or lint the wrapper it calls)")
+
+
+# Slurm 22.05 changed what srun inherits: sbatch(1), "NOTE: Beginning with 22.05, srun will not
+# inherit the --cpus-per-task value requested by salloc or sbatch. It must be requested again
+# with the call to srun or set with the SRUN_CPUS_PER_TASK environment variable if desired for
+# the task(s)." (srun(1) of 22.05 says the same under -c; RELEASE_NOTES of 22.05.)
+@rule("srun-cpus-per-task", "srun under #SBATCH --cpus-per-task>1 without SRUN_CPUS_PER_TASK or "
+      "srun --cpus-per-task (Slurm >= 22.05 gives each task one CPU)")
+def srun_cpus_per_task(ctx: LintContext) -> Iterable[Finding]:
+    cpt = ctx.job.cpus_per_task
+    if not cpt or cpt < 2 or ctx.variables.get("SRUN_CPUS_PER_TASK"):
+        return
+    for step in ctx.steps:
+        call = step.srun.srun if step.srun is not None else None
+        if call is None or not step.invocation.is_program or "cpus-per-task" in call.options:
+            continue
+        yield finding("srun-cpus-per-task", WARNING, step.line,
+                      f"#SBATCH --cpus-per-task={cpt} does not reach this srun: since Slurm 22.05 "
+                      "srun does not inherit it, so each task gets 1 CPU and its threads and "
+                      "data-loader workers share that one core",
+                      "export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK before srun (or srun "
+                      "--cpus-per-task=$SLURM_CPUS_PER_TASK)")
+        return

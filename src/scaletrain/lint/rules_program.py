@@ -8,8 +8,10 @@ batch script. A program lint cannot find is not guessed at.
 
 from __future__ import annotations
 
+import io
 import os
 import re
+import tokenize
 from typing import Iterable
 
 from scaletrain.lint.findings import ERROR, WARNING, Finding, LintContext, Step, finding, rule
@@ -55,6 +57,17 @@ def program_text(ctx: LintContext, step: Step) -> str | None:
             return fh.read()
     except OSError:
         return None
+
+
+def python_code(source: str) -> str:
+    """``source`` without its comments: a comment that mentions ROCR_VISIBLE_DEVICES is not code
+    that picks a GPU. A file Python cannot tokenize loses what follows a ``#`` on each line."""
+    try:
+        tokens = [t for t in tokenize.generate_tokens(io.StringIO(source).readline)
+                  if t.type != tokenize.COMMENT]
+        return tokenize.untokenize(tokens)
+    except (tokenize.TokenError, SyntaxError, ValueError):
+        return "\n".join(line.split("#", 1)[0] for line in source.splitlines())
 
 
 def _script_code(ctx: LintContext) -> list[tuple[int, str]]:
@@ -157,7 +170,7 @@ def gpus_shared_by_tasks(ctx: LintContext) -> Iterable[Finding]:
         if inv.kind != "python" or not step.under_srun or step_tasks_per_node(ctx, step) < 2:
             continue
         source = program_text(ctx, step)
-        if source is None or _PICKS_GPU.search(source):
+        if source is None or _PICKS_GPU.search(python_code(source)):
             continue   # a program lint cannot read is not guessed at
         tpn = step_tasks_per_node(ctx, step)
         yield finding("gpus-shared-by-tasks", WARNING, step.line,
@@ -170,6 +183,20 @@ def gpus_shared_by_tasks(ctx: LintContext) -> Iterable[Finding]:
         return
 
 
+def _programs_never_read(ctx: LintContext, name: str) -> list[str]:
+    """The programs the job runs, when lint can read every one and none of them mentions
+    ``name`` in its code; else [] (a program lint cannot read may read anything)."""
+    names = []
+    for step in ctx.steps:
+        if not step.invocation.is_program:
+            continue
+        source = program_text(ctx, step)
+        if source is None or name in python_code(source):
+            return []
+        names.append(step.invocation.script.value)  # type: ignore[union-attr]
+    return names
+
+
 @rule("local-world-size", "LOCAL_WORLD_SIZE set to the whole job's size on more than one node")
 def local_world_size(ctx: LintContext) -> Iterable[Finding]:
     nodes = ctx.job.node_count
@@ -177,16 +204,24 @@ def local_world_size(ctx: LintContext) -> Iterable[Finding]:
         return
     for word, _cmd in ctx.variables.get("LOCAL_WORLD_SIZE", []):
         m = re.fullmatch(r"[\"']?\$\{?(WORLD_SIZE|SLURM_NTASKS|SLURM_NPROCS)\}?[\"']?", word.raw.strip())
-        if m:
-            yield finding("local-world-size", ERROR, word.line,
-                          f"LOCAL_WORLD_SIZE=${m.group(1)} on a {nodes}-node job: the local world is "
-                          f"the processes of one node, {ctx.job.tasks_per_node} here, not the "
-                          f"{ctx.job.total_tasks} of the whole job; programs then compute wrong local ranks",
-                          "LOCAL_WORLD_SIZE=$SLURM_NTASKS_PER_NODE (or leave it to the launcher)")
+        if not m:
+            continue
+        unread = _programs_never_read(ctx, "LOCAL_WORLD_SIZE")
+        # a wrong value nothing in the program reads is a trap for later, not a wrong result now
+        severity, effect = ((WARNING, f"{', '.join(unread)} never reads it, but a library or a "
+                             "later version may") if unread
+                            else (ERROR, "programs then compute wrong local ranks"))
+        yield finding("local-world-size", severity, word.line,
+                      f"LOCAL_WORLD_SIZE=${m.group(1)} on a {nodes}-node job: the local world is "
+                      f"the processes of one node, {ctx.job.tasks_per_node} here, not the "
+                      f"{ctx.job.total_tasks} of the whole job; {effect}",
+                      "LOCAL_WORLD_SIZE=$SLURM_NTASKS_PER_NODE (or leave it to the launcher)")
 
 
-# `cmd || (echo ...; exit 1)`: the parentheses make a subshell, so exit ends only the subshell.
-_SUBSHELL_EXIT = re.compile(r"(\|\||&&)\s*\((?!\()((?:[^()'\"]|'[^']*'|\"[^\"]*\")*?)\bexit\b")
+# `cmd || (echo ...; exit 1)`, `if ...; then (echo ...; exit 1); fi`: the parentheses make a
+# subshell, so exit ends only the subshell.
+_SUBSHELL_EXIT = re.compile(r"(\|\||&&|\bthen\b|\belse\b)\s*\((?!\()"
+                            r"((?:[^()'\"]|'[^']*'|\"[^\"]*\")*?)\bexit\b")
 
 
 @rule("subshell-exit", "an exit inside parentheses after a failed check (a subshell): the job goes on")
@@ -203,4 +238,5 @@ def subshell_exit(ctx: LintContext) -> Iterable[Finding]:
         yield finding("subshell-exit", ERROR, number,
                       f"'{m.group(1)} ( ... exit )' exits only the subshell the parentheses start: "
                       "the check fails and the job goes on",
-                      "use braces, which run in the same shell: cmd || { echo '...' >&2; exit 1; }")
+                      "use braces, which run in the same shell: cmd || { echo '...' >&2; exit 1; } "
+                      "(after then/else the parentheses can simply go)")

@@ -73,12 +73,14 @@ class ConsoleSink:
     at least ``interval_s`` seconds (by the steps' own clock) after the step of the line before,
     as tqdm's ``mininterval`` spaces a batch log; the last step always has its line. The bar
     redraws at most every 0.2 s. A finding is printed when it is found, and not again in the
-    summary.
+    summary. ``start_step``: the step a resumed run starts from; the lines show the overall step
+    (as ``scaletrain status`` does), the records keep this run's count.
     """
 
     def __init__(self, *, total: int | None = None, every: int = 10, stream: TextIO | None = None,
-                 bar: bool | None = None, interval_s: float = 0.0) -> None:
+                 bar: bool | None = None, interval_s: float = 0.0, start_step: int = 0) -> None:
         self.total = total
+        self.start_step = start_step
         self.every = max(1, every)
         self.interval_s = interval_s
         self._line_at: float | None = None  # the end (steps' clock) of the step last printed
@@ -91,10 +93,14 @@ class ConsoleSink:
         self._drawn = False
 
     def _eta(self, step: int) -> float | None:
+        """Seconds left after this run's ``step``-th step, at this run's pace."""
         if not self.total or step <= 0:
             return None
         elapsed = time.monotonic() - self._start
-        return elapsed / step * max(0, self.total - step)
+        return elapsed / step * max(0, self.total - self.start_step - step)
+
+    def _overall(self, rec: Record) -> Record:
+        return {**rec, "step": rec["step"] + self.start_step} if self.start_step else rec
 
     def write(self, batch: StepBatch) -> None:
         if not len(batch):
@@ -106,23 +112,26 @@ class ConsoleSink:
                 if kept is not None:
                     last = {**last, "loss": batch.record(kept)["loss"]}
             now = time.monotonic()
-            if now - self._last_draw < 0.2 and last["step"] != self.total:
+            shown = self._overall(last)
+            if now - self._last_draw < 0.2 and shown["step"] != self.total:
                 return
             self._last_draw = now
-            frac = min(1.0, last["step"] / self.total) if self.total else 0.0
+            frac = min(1.0, shown["step"] / self.total) if self.total else 0.0
             width = 24
             filled = int(frac * width)
             bar = "#" * filled + "-" * (width - filled)
-            line = f"[{bar}] {frac * 100:3.0f}% " + format_step_line(last, self.total, self._eta(last["step"]))
+            line = f"[{bar}] {frac * 100:3.0f}% " + format_step_line(shown, self.total, self._eta(last["step"]))
             self.stream.write("\r" + line[:200].ljust(120))
             self.stream.flush()
             self._drawn = True
             return
         chosen = self._spaced(batch, list(batch.chosen(self.every)))   # records only for the lines printed
-        if self.total is not None and 0 <= self.total - batch.cols.first < len(batch):
-            chosen = sorted({*chosen, self.total - batch.cols.first})   # the last step's line too
+        final = None if self.total is None else self.total - self.start_step - batch.cols.first
+        if final is not None and 0 <= final < len(batch):
+            chosen = sorted({*chosen, final})   # the last step's line too
         for i in chosen:
-            self.stream.write(format_step_line(batch.record(i), self.total, self._eta(batch.cols.first + i)) + "\n")
+            self.stream.write(format_step_line(self._overall(batch.record(i)), self.total,
+                                               self._eta(batch.cols.first + i)) + "\n")
         if chosen:
             self.stream.flush()
 
@@ -291,7 +300,8 @@ def build_sinks(run_dir: Path | None, config: MonitorConfig, *, rank: int, start
     if rank == 0:
         if config.console:
             sinks.append(ConsoleSink(total=config.total_steps, every=config.log_every, stream=config.stream,
-                                     interval_s=config.log_interval_s))
+                                     interval_s=config.log_interval_s,
+                                     start_step=int(start.get("start_step", 0))))
         if run_dir is not None:
             check_run_dir(run_dir)
             if config.jsonl:

@@ -177,6 +177,7 @@ def _nvme_disk(request: JobRequest, profile: ClusterProfile, *, nodes: int) -> t
                         f"have it ({why})",
                         "use --deepspeed-config offload (optimizer state and parameters in CPU memory)")
     if not profile.scratch_gres:
+        _check_quota(request, profile, nodes=nodes)
         return profile.scratch_var, None
     need = _NVME_MIN_GB
     if request.params:
@@ -186,6 +187,26 @@ def _nvme_disk(request: JobRequest, profile: ClusterProfile, *, nodes: int) -> t
                         f"{profile.name}'s {int(profile.scratch_max_gb)} GB",
                         "use more nodes (the offloaded state is sharded over them), or --deepspeed-config offload")
     return profile.scratch_var, need
+
+
+def _check_quota(request: JobRequest, profile: ClusterProfile, *, nodes: int) -> None:
+    """PlanError when the offloaded model state (the summary's table: one replica, sharded over
+    the nodes) does not fit the node-local disk a user may fill (Roihu: 150 GiB per user)."""
+    if not (request.params and profile.scratch_max_gb):
+        return
+    from scaletrain.parallel.memory import estimate_memory   # lazily: plan imports stay small
+
+    replica = estimate_memory(int(request.params)).replica
+    quota = profile.scratch_max_gb * 1024 ** 3
+    if replica / nodes <= quota:
+        return
+    fit = math.ceil(replica / quota)
+    raise PlanError(f"ZeRO offload to NVMe of {request.params:.3g} parameters needs about "
+                    f"{replica / nodes / 1024 ** 3:.0f} GiB of local disk per node on {nodes} node"
+                    f"{'s' if nodes != 1 else ''}, but {profile.scratch_var} on {profile.name} holds "
+                    f"{profile.scratch_max_gb:g} GiB per user",
+                    f"use {fit} nodes or more (the offloaded state is sharded over them), or --deepspeed-config "
+                    "offload (CPU memory)")
 
 
 def folder_word(*, slurm: bool, folder: str | None = None) -> str:

@@ -71,8 +71,13 @@ def choose_partition(profile: ClusterProfile, *, nodes: int, gpn: int, seconds: 
     gpu_job = profile.gpus_per_node > 0 and gpn > 0
     candidates = [p for p in profile.partitions.values()
                   if not p.test and (p.gpus == gpu_job or p.implicit or profile.gpus_per_node == 0)]
+    if not candidates and not gpu_job:
+        # the GPU partitions are no help to a CPU-only job: say where such jobs go instead
+        raise PlanError(f"{profile.name} has no CPU partition for a CPU-only job (--cpus)",
+                        profile.cpu_jobs or "plan it for a cluster whose profile lists a CPU partition, or give "
+                        "the job GPUs (--gpus N)")
     if not candidates:
-        kind = "GPU" if gpu_job else "CPU"
+        kind = "GPU"
         raise ProfileError(f"profile {profile.name!r} has no {kind} partition",
                            f"name the partition to run on with --partition ({', '.join(profile.partitions)}), "
                            f"or add a [partitions.NAME] table with gpus = {'true' if gpu_job else 'false'} "
@@ -86,9 +91,12 @@ def choose_partition(profile: ClusterProfile, *, nodes: int, gpn: int, seconds: 
                             f"{profile.name} (longest: {longest.name}, {longest.max_time})",
                             f"ask --time {longest.max_time} or less and checkpoint, with --requeue "
                             "to continue in the next job")
+        sizes = [min(p.max_gpus or 10**9, (p.max_nodes or 10**9) * slots(profile)) for p in candidates]
+        most = max(sizes) if gpu_job else 10**9
         raise PlanError(f"no partition on {profile.name} takes {nodes * gpn} GPUs on {nodes} node"
                         f"{'s' if nodes != 1 else ''} ({'; '.join(f'{k}: {v}' for k, v in why.items())})",
-                        "ask for fewer GPUs, or name a partition with --partition")
+                        f"ask for at most {most} GPUs (the largest job a partition here takes)" if most < nodes * gpn
+                        else "ask for fewer GPUs, or name a partition with --partition")
     whole = gpn == slots(profile)
     preferred = [p for p in fitting if p.whole_node == whole] or fitting
     defaults = [p for p in preferred if p.default]
@@ -176,7 +184,10 @@ def cpus_per_task(request: JobRequest, profile: ClusterProfile, *, tasks_per_nod
         return max(1, request.cpus_per_gpu * gpn // tasks_per_node)
     if whole_node or profile.mem_request == "whole_node":
         return max(1, profile.cores_per_node // tasks_per_node)   # hand out the whole node
-    return max(1, profile.cores_per_gpu * gpn // tasks_per_node)
+    # the centre's per-GPU share where it is smaller than the node's cores per GPU (Nibi: 12 of
+    # 14), so the job is not billed for a larger share than its GPUs
+    per_gpu = min(profile.cores_per_gpu, profile.max_cores_per_gpu or profile.cores_per_gpu)
+    return max(1, per_gpu * gpn // tasks_per_node)
 
 
 def memory(request: JobRequest, profile: ClusterProfile, *, gpn: int,
@@ -245,9 +256,10 @@ def stage_plan(request: JobRequest, profile: ClusterProfile) -> StagePlan | None
     if size is not None and not profile.scratch_gres:
         need = size * factor
         room = profile.scratch_max_gb or (profile.mem_per_node_gb / 2 if profile.scratch_in_memory else None)
-        where = (f"{profile.scratch_var} is memory on {profile.name} and counts against --mem"
-                 if profile.scratch_in_memory else f"{profile.scratch_var} holds {room:g} GB on {profile.name}")
-        if room and need > room:
+        if room and need > room:   # no stated room (a node's own NVMe): nothing to check against
+            mem = "--mem" if profile.mem_request != "none" else "the job's memory"
+            where = (f"{profile.scratch_var} is memory on {profile.name} and counts against {mem}"
+                     if profile.scratch_in_memory else f"{profile.scratch_var} holds {room:g} GB on {profile.name}")
             raise PlanError(f"--stage-data {src} needs about {need:.0f} GB on each node, but {where}",
                             "read the data from the shared scratch file system instead (leave out --stage-data), "
                             "or stage a smaller subset")

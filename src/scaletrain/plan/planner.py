@@ -21,7 +21,7 @@ from scaletrain.plan.launchers import SPECS
 from scaletrain.plan.layout import StagePlan
 from scaletrain.plan.request import DEVICES, LAUNCHERS, JobRequest
 from scaletrain.plan.sbatch import sbatch_options
-from scaletrain.plan.values import check_text
+from scaletrain.plan.values import MAX_COUNT, check_text
 
 # Seconds of warning before the time limit when --requeue is asked (a checkpoint must fit).
 REQUEUE_WARNING_S = 300
@@ -124,6 +124,8 @@ def _check_request(req: JobRequest, profile: ClusterProfile) -> None:
         raise UsageError(f"unknown launcher {req.launcher!r}", "use one of: " + ", ".join(LAUNCHERS))
     if req.device not in DEVICES:
         raise UsageError(f"unknown device {req.device!r}", "use --device auto or --device cpu")
+    if req.cpus is not None and profile.cpu_jobs:
+        raise PlanError(f"the {profile.name} profile's nodes take no CPU-only jobs (--cpus)", profile.cpu_jobs)
     if req.cpus is not None:
         if req.gpus is not None or req.gpus_per_node is not None:
             raise UsageError("--cpus is for a CPU-only job: leave out --gpus/--gpus-per-node",
@@ -140,6 +142,8 @@ def _check_request(req: JobRequest, profile: ClusterProfile) -> None:
                         ("--procs-per-gpu", req.procs_per_gpu)):
         if value is not None and value < 1:
             raise UsageError(f"{flag} must be at least 1, got {value}", f"give {flag} a positive number")
+        if value is not None and value > MAX_COUNT:
+            raise UsageError(f"{flag} {value} is more than {MAX_COUNT:,}", f"give {flag} a real job's size")
     if not req.script:
         raise UsageError("no training script given", "put it after '--': ... -- train.py --epochs 3")
     if profile.account_required and not req.account:
@@ -188,6 +192,8 @@ def make_plan(request: JobRequest, profile: ClusterProfile) -> Plan:
         raise UsageError(f"--time {request.time!r} must be longer than zero", "e.g. --time 01:00:00")
     named = profile.partition(request.partition) if request.partition else None
     nodes, gpn, notes = layout.nodes_and_gpus(request, profile, named, seconds)
+    if nodes * gpn > MAX_COUNT:
+        raise PlanError(f"{nodes} nodes x {gpn} GPUs is more than {MAX_COUNT:,} GPUs", "ask for a real job's size")
     part = named or layout.choose_partition(profile, nodes=nodes, gpn=gpn, seconds=seconds)
     spec = SPECS[request.launcher]
     per_node = spec.per_node or profile.scheduler == "none"
@@ -198,8 +204,11 @@ def make_plan(request: JobRequest, profile: ClusterProfile) -> Plan:
     mem, mem_gb = layout.memory(request, profile, gpn=gpn, cpus=cpus * tasks)
     part_name = None if part.implicit else part.name
     res = Resources(nodes=nodes, gpus_per_node=gpn if profile.gpus_per_node else 0, tasks_per_node=tasks,
-                    cpus_per_task=cpus, mem_gb=mem_gb, seconds=seconds, partition=part.name)
+                    cpus_per_task=cpus, mem_gb=mem_gb, seconds=seconds, partition=part.name,
+                    account=request.account)
     notes += _limits(res, profile)
+    if part.access:
+        notes.append(f"partition {part.name}: {part.access}")
     owns = part.whole_node or request.exclusive or cpus * tasks >= profile.cores_per_node
     bind, bind_note = layout.cpu_bind(profile, per_node=per_node, tasks_per_node=tasks,
                                       cpus_per_task=cpus, owns_node=owns)
@@ -257,8 +266,16 @@ def _launcher_notes(request: JobRequest, profile: ClusterProfile, nodes: int, gp
     if software.image(request, profile) and profile.container is None:
         notes.append("the program runs inside the container given by --container (apptainer exec)")
     horovod = profile.missing_launchers.get("horovod")
+    own_env = request.venv or request.conda or request.container
     if horovod and request.launcher == "mpi":
         notes.append(f"if the program uses Horovod: {horovod}; bring it with --venv or --container")
+    elif "horovod" in profile.wheels and request.launcher == "mpi" and not own_env:
+        notes.append(f"if the program uses Horovod: the job's venv gets only torch; make one with the centre's "
+                     f"Horovod wheel ('scaletrain env create --cluster {profile.name} --with horovod DIR') and "
+                     "pass --venv DIR")
+    if profile.scratch_in_memory and profile.python_env_lines and not (own_env or request.python):
+        notes.append(f"the job builds its venv in {profile.scratch_var}, which is memory on {profile.name} "
+                     "(no local disk): it takes a few GB of the job's memory; a venv on $SCRATCH (--venv) does not")
     if nodes > 1 and profile.module_multinode_warning and not request.container and (
             profile.software == "module" or request.modules):
         notes.append(profile.module_multinode_warning)

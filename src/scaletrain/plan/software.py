@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 import shlex
 
+from scaletrain.clusters.model import JOB_PACKAGES
 from scaletrain.clusters.profile import ClusterProfile
 from scaletrain.contract import (BACKEND_VAR, CLUSTER_VAR, DEVICE_VAR, GPU_CPU_MAP_VAR,
                                  PROCS_PER_GPU_VAR, format_gpu_cpu_map)
@@ -39,6 +40,8 @@ def image(request: JobRequest, profile: ClusterProfile) -> str | None:
     """
     if request.container:
         return check_text("--container", request.container)
+    if request.launcher == "tensorflow" and profile.tensorflow_setup_lines:
+        return None   # the centre's TensorFlow module (CSC's on LUMI), not the PyTorch image
     if profile.software == "container" and profile.default_image and not request.modules:
         return check_text(f"the {profile.name} profile's default_image", profile.default_image)
     return None
@@ -71,7 +74,8 @@ def setup_lines(request: JobRequest, profile: ClusterProfile) -> tuple[str, ...]
         elif request.conda:
             lines += ['eval "$(conda shell.bash hook)"', f"conda activate {q(check_text('--conda', request.conda))}"]
         else:
-            lines += profile.python_env_lines
+            wheels = job_wheels(request, profile)
+            lines += [ln.replace(JOB_PACKAGES, wheels) for ln in profile.python_env_lines]
     if request.procs_per_gpu > 1:
         # NVIDIA MPS lets several processes share a GPU without time slicing (Alliance PyTorch page)
         lines += ['export CUDA_MPS_PIPE_DIRECTORY="/tmp/nvidia-mps-$SLURM_JOB_ID"',
@@ -92,6 +96,12 @@ def container_prefix(request: JobRequest, profile: ClusterProfile, *, scratch: s
         binds.append(f'"{scratch}"' if scratch.startswith("$") else q(scratch))
     bind = "".join(f" -B {b}" for b in binds)
     return f"{wrapper}{bind} {q(img)} "
+
+
+def job_wheels(request: JobRequest, profile: ClusterProfile) -> str:
+    """What the job's own venv installs from the centre's wheelhouse: torch, or the launcher's
+    framework where the wheelhouse has it (the Alliance's tensorflow)."""
+    return profile.wheels.get(request.launcher, "torch")
 
 
 # What each launcher needs in the job's Python besides torch (the Alliance's job venv has only torch).
@@ -120,7 +130,7 @@ def describe(request: JobRequest, profile: ClusterProfile) -> str:
     if request.python:
         return f"{request.python}{origin}"
     if profile.python_env_lines:
-        return "a venv the job builds from the centre's wheels (torch only)"
+        return f"a venv the job builds from the centre's wheels ({job_wheels(request, profile)} only)"
     modules = [ln for ln in setup_lines(request, profile) if ln.lstrip().startswith("module load")]
     return "the centre's modules (" + "; ".join(modules) + ")" if modules else f"{profile.python} on the nodes"
 
@@ -137,9 +147,11 @@ def warnings(request: JobRequest, profile: ClusterProfile, *, needs_scaletrain: 
     fix = (f"on a {profile.name} login node run 'scaletrain env create --cluster {profile.name} "
            "{extra}DIR' and pass --venv DIR (or plan there, from that environment)")
     if needs_scaletrain:
+        # the framework comes from the wheelhouse into the same venv (the Alliance's tensorflow)
+        wheel = profile.wheels.get(request.launcher) if profile.python_env_lines else None
         return [f"the job will not find scaletrain: {describe(request, profile)} has none, and no environment "
                 "of yours is known here (the job would stop at its import check, after its wait in the "
-                "queue); fix: " + fix.format(extra="")]
+                "queue); fix: " + fix.format(extra=f"--with {wheel} " if wheel else "")]
     pkg = LAUNCHER_PACKAGES.get(request.launcher)
     if pkg and profile.python_env_lines:
         return [f"--launcher {request.launcher}: the job's venv gets only torch from the centre's wheels, "
@@ -174,7 +186,8 @@ def program_words(request: JobRequest) -> str:
     """The script and its arguments as shell words: quoted, or with ``$NAME`` left to expand.
 
     ``--expand-args`` is the explicit way to pass ``$SLURM_JOB_ID`` or ``$LOCAL_SCRATCH``
-    through to the program: only ``$NAME``/``${NAME}`` expand, when the job runs, in the batch
+    through to the program: only ``$NAME``/``${NAME}`` and arithmetic on names and numbers
+    (``$((SLURM_NNODES * 4))``) expand, when the job runs, in the batch
     shell before srun starts the tasks (inside double quotes: no word splitting or globbing);
     backquotes, ``$(...)`` and every other character stay literal. Per-task values
     (``$SLURM_PROCID``...) would be the batch shell's, not each task's: they are refused.
@@ -190,12 +203,20 @@ def program_words(request: JobRequest) -> str:
 PER_TASK_VARS = ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "RANK", "LOCAL_RANK")
 
 
+# $NAME, ${NAME}, or arithmetic on names and numbers only ($((SLURM_NNODES * 4))): nothing in
+# it can run a command ($(...), backquotes and array subscripts are not among its characters)
+_EXPANSION = re.compile(r"\$\(\(([A-Za-z0-9_ +*/%()-]*)\)\)|\$(?:\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-Za-z0-9_]*)")
+
+
 def _expanding(word: str) -> str:
     out, pos = [], 0
-    for m in re.finditer(r"\$(?:\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-Za-z0-9_]*)", word):
-        if m.group().strip("${}") in PER_TASK_VARS:
-            raise UsageError(f"--expand-args: {m.group()} would expand in the batch shell, not in each task",
-                             "read it inside the program (os.environ), or use scaletrain.init()")
+    for m in _EXPANSION.finditer(word):
+        names = re.findall(r"[A-Za-z_][A-Za-z0-9_]*", m.group(1)) if m.group(1) is not None else \
+            [m.group().strip("${}")]
+        task = next((n for n in names if n in PER_TASK_VARS), None)
+        if task:
+            raise UsageError(f"--expand-args: {m.group()} would expand in the batch shell, not in each task "
+                             f"(${task})", "read it inside the program (os.environ), or use scaletrain.init()")
         out.append(_dq_literal(word[pos:m.start()]))
         out.append(m.group())
         pos = m.end()

@@ -80,7 +80,12 @@ def unconfirmed_relied(plan: Plan) -> list[tuple[str, str]]:
         return []
     relied = set(_RELIED)
     relied |= ({"container", "container_setup_lines", "container_binds", "default_image"} if plan.container
-               else {"setup_lines", "python_env_lines"})
+               else {"tensorflow_setup_lines", "python_env_lines"}
+               if plan.launcher == "tensorflow" and prof.tensorflow_setup_lines
+               else {"setup_lines", "python_env_lines", "wheels"})
+    relied.add(f"wheels.{plan.launcher}")
+    if plan.disk_gb or any(f.scratch for f in plan.job_files):
+        relied |= {"scratch_var", "scratch_max_gb", "scratch_in_memory"}
     if plan.cpu_bind or any(k == GPU_CPU_MAP_VAR for k, _ in plan.env):
         relied.add("gpu_cpu_map")
     if plan.stage is not None:

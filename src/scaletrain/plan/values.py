@@ -24,6 +24,10 @@ import re
 
 from scaletrain.errors import UsageError
 
+# The most GPUs (or nodes, processes, cores) one job may count: far above any real job (the largest
+# machines have ~40,000 GPUs), small enough that loops over a count stay short. The CLI bounds each
+# flag with it, the planner the GPUs a layout adds up to.
+MAX_COUNT = 100_000
 # C0 controls (newline, carriage return, tab, escape, NUL...), DEL and the C1 range.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -103,4 +107,4 @@ def check_env_name(name: str) -> str:
     return name
 
 
-__all__ = ["has_control", "check_text", "check_sbatch", "sbatch_word", "sbatch_line", "check_env_name"]
+__all__ = ["MAX_COUNT", "has_control", "check_text", "check_sbatch", "sbatch_word", "sbatch_line", "check_env_name"]

@@ -21,6 +21,7 @@ from scaletrain.lint.invocation import Invocation, classify
 from scaletrain.lint.job import read_request
 from scaletrain.lint.script import BatchScript, Command, Word, parse_script
 from scaletrain.lint.shell import split_commands
+from scaletrain.port.heredoc import heredoc_line
 from scaletrain.plan.software import PER_TASK_VARS
 
 HINT = "give a Slurm batch script whose srun/mpirun line starts a Python program or launcher"
@@ -140,6 +141,9 @@ def recover(text: str, path: str = "<script>") -> OldJob:
     script = parse_script(text, path)
     launches = [(i, found) for i, cmd in enumerate(script.commands)
                 if (found := _launch_of(cmd, script)) is not None]
+    if not launches:   # a bare 'python prog.py' (a one-GPU job): the one Python program the script runs
+        launches = [(i, (inv, cmd)) for i, cmd in enumerate(script.commands)
+                    if (inv := classify(cmd)).is_program and inv.kind == "python" and inv.script is not None]
     if not launches:
         raise UsageError(f"{path}: no line that starts a Python training program (srun python, torchrun, "
                          "accelerate launch, deepspeed, mpirun)", HINT)
@@ -225,6 +229,9 @@ def _sort_lines(script: BatchScript, old: OldJob, launch: int, inv: Invocation) 
             continue
         if i == launch:
             continue
+        if cmd.heredocs:
+            _heredoc(old, script, cmd, after=i > launch)
+            continue
         text = _text(script, cmd.line, cmd.end_line)
         line = Line(cmd.line, text, "")
         if first == "module":
@@ -272,6 +279,33 @@ def _carry_or_lose(old: OldJob, line: Line, *, after: bool) -> None:
                              "yourself (plan --setup, one line)"))
     else:
         old.setup.append(Line(line.line, joined, line.why))
+
+
+# a here-document that builds a Python environment (the Alliance's 'srun ... bash << EOF' making
+# a venv on every node): the new script sets up its own
+_ENV_BUILD = re.compile(r"\b(virtualenv|venv|conda|pip3?\s+install)\b")
+
+
+def _heredoc(old: OldJob, script: BatchScript, cmd: Command, *, after: bool) -> None:
+    """A command with a here-document: one line (``printf '%s\\n' LINES | command``) that feeds
+    the command the same text, or listed as not carried."""
+    body = cmd.heredocs[-1]
+    end = body.line + (len(body.body.split("\n")) if body.body else 0)   # the delimiter's line
+    text = _text(script, cmd.line, end)
+    if after:
+        old.lost.append(Line(cmd.line, text, "runs after the training; the new script ends with it"))
+        return
+    if _ENV_BUILD.search(body.body):
+        old.lost.append(Line(cmd.line, text, "a Python environment built on the old cluster (in a here-document); "
+                             "the new script sets up its own (see 'software' above; --venv DIR for yours)"))
+        return
+    joined = heredoc_line(script.lines[cmd.line - 1], body.body, quoted=body.quoted) \
+        if len(cmd.heredocs) == 1 and cmd.end_line == cmd.line else None
+    if joined is None:
+        old.lost.append(Line(cmd.line, text, "a here-document that cannot be written as one line: add it "
+                             "yourself (plan --setup, one line)"))
+        return
+    old.setup.append(Line(cmd.line, joined, "here-document"))
 
 
 _OPENS = re.compile(r"(\bthen|\bdo|\belse|\{|\||&&|;)$")

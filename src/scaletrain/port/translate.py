@@ -126,6 +126,24 @@ def port(old: OldJob, target: ClusterProfile, source: ClusterProfile | None, *, 
     return Ported(plan=plan, changes=tuple(changes), lost=tuple(_lost(old, plan)))
 
 
+def check_ported(script: str, plan: Plan) -> None:
+    """Lint the new script as ``scaletrain lint`` would; UsageError on its first error (nothing is written).
+
+    The carried lines are the old script's words: a here-document or a quote that does not fit
+    where the new script puts them must stop the port, not reach the queue.
+    """
+    from scaletrain.lint.engine import lint_text
+    from scaletrain.lint.findings import ERROR
+
+    errors = [f for f in lint_text(script, path="<ported script>", profile=plan.profile).findings
+              if f.severity == ERROR]
+    if errors:
+        first = errors[0]
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise UsageError(f"the ported script would fail lint at its line {first.line}: {first.message}{more}",
+                         f"{first.hint}; change that line of the old script (or drop it) and port again")
+
+
 def _per_gpu(value: float | None, old: OldJob) -> float | None:
     gpus = max(1, old.gpus_per_node)
     return None if value is None else value / gpus

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Mapping
 
 from scaletrain.contract import JOB_ID_FILE, JOB_SCRIPT, RUNS_DIR
-from scaletrain.errors import SlurmError, UsageError
+from scaletrain.errors import ScaletrainError, SlurmError, UsageError
 from scaletrain.fileio import atomic_write, fresh_dir
 
 
@@ -79,9 +79,27 @@ def require_sbatch(hint: str, env: Mapping[str, str] | None = None) -> None:
 
 
 def sbatch_run_dir(run_dir: Path, *, env: Mapping[str, str] | None = None) -> str:
-    """Submit the run folder's ``job.sh`` from the run folder; records and returns the job id."""
+    """Submit the run folder's ``job.sh`` from the run folder; records and returns the job id.
+
+    Once sbatch has answered, the job is queued whatever happens here: when its id cannot be
+    recorded (a full or read-only disk), the error still names the job and how to cancel it,
+    so that no job runs that nothing knows about.
+    """
     from scaletrain.slurm import commands
 
     job_id = commands.sbatch_parsable(JOB_SCRIPT, cwd=run_dir, env=env)
-    write_file(run_dir, JOB_ID_FILE, f"{job_id}\n")
+    try:
+        atomic_write(run_dir / JOB_ID_FILE, f"{job_id}\n")
+    except OSError as exc:
+        raise ScaletrainError(
+            f"job {job_id} was submitted and is queued, but its id could not be written to "
+            f"{run_dir / JOB_ID_FILE}: {exc.strerror or exc}",
+            f"the job runs all the same: cancel it with 'scancel {job_id}', or free space and write "
+            f"{job_id} into that file so that status/logs/cancel find it") from None
     return job_id
+
+
+def account_or_env(account: str | None, environ: Mapping[str, str] | None = None) -> str | None:
+    """The project to bill: the given one, else sbatch's own default ($SBATCH_ACCOUNT, $SLURM_ACCOUNT)."""
+    env = os.environ if environ is None else environ
+    return account or env.get("SBATCH_ACCOUNT") or env.get("SLURM_ACCOUNT") or None

@@ -1,0 +1,167 @@
+"""Will the job's Python import what it needs? Asked on the login node, before ``sbatch``.
+
+A job whose Python lacks scaletrain (or the launcher's package) waits in the queue, starts and
+stops at its first line with exit 3. ``submit`` asks first: it runs the job's own set-up lines
+(the profile's modules, ``--module``, ``--venv``/``--conda``, the running environment) in a
+fresh ``bash`` with the environment sbatch will hand the job, then the job's Python, which
+reports which of the needed packages it cannot find. The lines are ours, rendered from
+validated values (``scaletrain.plan.software``); the user's ``--setup`` lines and the MPS
+daemon are not run here (a ``--setup`` line may well make the environment: then a miss is a
+warning, not a refusal).
+
+Outcomes: ``None`` (the job's Python has everything), a warning (could not be asked here: a
+container runtime absent on this node, an image that does not start, nodes of another CPU
+architecture, the bound of ``CHECK_TIMEOUT_S``), or ``DistEnvError`` with the fix. A job that
+builds its venv from the centre's wheels (the Alliance profiles) is judged without running
+anything: that venv holds what the profile's wheels for the launcher name (torch, or tensorflow).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import platform
+import shlex
+import signal
+import subprocess
+from typing import TYPE_CHECKING, Mapping
+
+from scaletrain.errors import DistEnvError
+
+if TYPE_CHECKING:
+    from scaletrain.plan.planner import Plan
+
+CHECK_TIMEOUT_S = 120.0       # module loads on a busy login node take seconds, not minutes
+_MISSING_EXIT = 96            # the probe's "these are missing" (any other failure is the set-up's)
+_NO_RUNTIME_EXIT = 97         # the container runtime is not on this node
+_OUTPUT_LIMIT = 64 * 1024     # what is kept of the probe's output for the message
+# importable names the launch itself needs, besides scaletrain (scaletrain.plan.launchers): torchrun
+# and scaletrain run are torch's agent, scaletrain.init() imports torch. TensorFlow's launch line
+# needs scaletrain alone (the program's own imports are the program's).
+_LAUNCH_IMPORTS = {"scaletrain": ("torch",), "scaletrain-run": ("torch",), "torchrun": ("torch",)}
+# The probe: import scaletrain for real (cheap: no torch), only look the others up (importing
+# torch or deepspeed on a login node takes seconds and starts threads).
+_PROBE = ("import importlib.util, sys\n"
+          "missing = [n for n in sys.argv[1:] if importlib.util.find_spec(n) is None]\n"
+          "if 'scaletrain' in sys.argv[1:] and 'scaletrain' not in missing:\n"
+          "    try:\n"
+          "        import scaletrain\n"
+          "    except Exception as exc:\n"
+          "        missing.append('scaletrain (' + type(exc).__name__ + ')')\n"
+          "print('scaletrain-missing:' + ','.join(missing))\n"
+          f"sys.exit({_MISSING_EXIT} if missing else 0)\n")
+
+
+def this_arch(machine: str | None = None) -> str:
+    """``platform.machine()`` in the profiles' words (arm64 is aarch64, AMD64 is x86_64)."""
+    m = (platform.machine() if machine is None else machine).lower()
+    return {"arm64": "aarch64", "amd64": "x86_64", "x64": "x86_64"}.get(m, m)
+
+
+def needed_imports(plan: Plan) -> tuple[str, ...]:
+    """What the job's Python must import: scaletrain (when the launch imports it) and the launcher's package."""
+    from scaletrain.plan.software import LAUNCHER_PACKAGES
+
+    names = ["scaletrain"] if plan.check_scaletrain else []
+    names += _LAUNCH_IMPORTS.get(plan.launcher, ())
+    if plan.launcher in LAUNCHER_PACKAGES:
+        names.append(LAUNCHER_PACKAGES[plan.launcher])
+    return tuple(dict.fromkeys(names))
+
+
+def _fix(plan: Plan, names: tuple[str, ...]) -> str:
+    from scaletrain.envs.create import PACKAGES
+
+    extra = [n for n in names if n in PACKAGES.values()]
+    with_ = f"--with {','.join(extra)} " if extra else ""
+    return (f"on this login node run 'scaletrain env create --cluster {plan.cluster} {with_}DIR' and submit "
+            "with --venv DIR (or submit from an environment that has them)")
+
+
+def probe_script(plan: Plan) -> str:
+    """The bash the check runs: the job's set-up (without --setup lines and MPS), then the probe."""
+    from scaletrain.plan import software
+
+    request = dataclasses.replace(plan.request, setup=(), procs_per_gpu=1)
+    lines = ["set -eo pipefail", *software.setup_lines(request, plan.profile), "set -u"]
+    prefix = software.container_prefix(request, plan.profile, scratch=None)
+    if prefix:
+        runtime = prefix.split()[0]
+        lines.append(f"command -v {shlex.quote(runtime)} >/dev/null 2>&1 || exit {_NO_RUNTIME_EXIT}")
+    lines.append(f"{prefix}{plan.python} -c {shlex.quote(_PROBE)} {' '.join(needed_imports(plan))}")
+    return "\n".join(lines) + "\n"
+
+
+def _run(script: str, environ: Mapping[str, str], cwd: str | None,
+         timeout: float) -> tuple[int | None, str]:
+    """(exit status or None on timeout, output tail); the whole process group goes on timeout."""
+    try:
+        proc = subprocess.Popen(["bash", "-c", script], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, env=dict(environ),
+                                cwd=cwd if cwd and os.path.isdir(cwd) else None, start_new_session=True)
+    except OSError as exc:
+        return None, f"cannot run bash: {exc.strerror or exc}"
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)   # module scripts may have started children of their own
+        except OSError:
+            pass
+        proc.communicate()
+        return None, f"no answer within {timeout:.0f} s"
+    return proc.returncode, out[-_OUTPUT_LIMIT:].decode("utf-8", "replace")
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("scaletrain-missing:")]
+    return lines[-1][:300] if lines else "no output"
+
+
+def check_job_python(plan: Plan, *, environ: Mapping[str, str] | None = None, cwd: str | None = None,
+                     timeout: float = CHECK_TIMEOUT_S) -> str | None:
+    """Refuse (``DistEnvError``) a job whose Python would not import what it needs; a warning
+    when that cannot be asked on this machine; None when it would."""
+    from scaletrain.plan import software
+
+    names = needed_imports(plan)
+    if not names or plan.scheduler != "slurm":
+        return None
+    request, profile = plan.request, plan.profile
+    image = software.image(request, profile)
+    if not image and not software.known(request) and profile.python_env_lines:
+        # the job builds a venv from the centre's wheels on the node: what it installs, nothing else
+        has = set(software.job_wheels(request, profile).split())
+        lacking = tuple(n for n in names if n not in has)
+        if lacking:
+            raise DistEnvError(f"the job would stop at its first line: the venv it builds from {profile.name}'s "
+                               f"wheels has only {', '.join(sorted(has))}, no {', '.join(lacking)}",
+                               _fix(plan, lacking))
+        return None
+    arch = this_arch()
+    if profile.cpu_arch and arch and arch != profile.cpu_arch:
+        return (f"not checked here whether the job's Python has {', '.join(names)}: this login node is {arch}, "
+                f"{profile.name}'s GPU nodes are {profile.cpu_arch}")
+    env = os.environ if environ is None else environ
+    code, out = _run(probe_script(plan), env, cwd, timeout)
+    if code == 0:
+        return None
+    where = f"inside {image}" if image else "after the job's set-up"
+    if code == _MISSING_EXIT:
+        found = next((ln for ln in out.splitlines() if ln.startswith("scaletrain-missing:")), "")
+        missing = tuple(n for n in found.partition(":")[2].split(",") if n) or names
+        what = f"{plan.python} {where} cannot import {', '.join(missing)}"
+        if request.setup:
+            return f"{what} here; the job runs your --setup lines first, which may provide it"
+        raise DistEnvError(f"the job would stop at its first line: {what}", _fix(plan, missing))
+    if code == _NO_RUNTIME_EXIT or image:
+        why = "the container runtime is not on PATH here" if code == _NO_RUNTIME_EXIT else _last_line(out)
+        return f"not checked whether the image {image} has {', '.join(names)} ({why})"
+    if code is None:
+        return f"not checked whether the job's Python has {', '.join(names)}: the set-up gave {out}"
+    if request.setup:
+        return f"the job's set-up failed here ({_last_line(out)}); your --setup lines were not run here"
+    raise DistEnvError(f"the job would stop at its first line: its set-up fails on this login node "
+                       f"(exit {code}: {_last_line(out)})",
+                       "check the module names (--module) and --venv/--conda; 'scaletrain plan' shows the "
+                       "set-up lines")

@@ -1,0 +1,89 @@
+"""The one submit path: ``scaletrain submit`` and ``scaletrain.submit()`` both go through here.
+
+``prepare`` turns a request into a written run folder, in this order: the account default
+(``$SBATCH_ACCOUNT``, as sbatch itself does), the environment running scaletrain on a login node
+(``scaletrain.envs.detect``), the plan (a job the cluster cannot take fails before any folder
+exists), the check that the job's Python imports what it needs (``scaletrain.envs.check``: a job
+that would stop at its first line is refused here, not after its wait in the queue), then the
+run folder and its ``job.sh``. ``send`` is the one ``sbatch`` call. The CLI prints the summary in
+between; the library calls one after the other. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Mapping
+
+if TYPE_CHECKING:
+    from scaletrain.clusters.profile import ClusterProfile
+    from scaletrain.plan.planner import Plan
+    from scaletrain.plan.request import JobRequest
+
+
+@dataclass(frozen=True, kw_only=True)
+class Prepared:
+    """A planned job whose run folder holds its script, ready for sbatch."""
+
+    plan: Plan
+    run_dir: Path
+    script: Path
+    environ: Mapping[str, str]          # what sbatch runs with (the job inherits it)
+    notes: tuple[str, ...] = ()         # what could not be checked here (said, not refused)
+
+
+def prepare(request: JobRequest, profile: ClusterProfile, *, run_dir: str | os.PathLike[str] | None = None,
+            environ: Mapping[str, str] | None = None, check: bool = True,
+            flag: str = "--run-dir") -> Prepared:
+    """Plan ``request`` on ``profile``, check the job's Python, write the run folder's ``job.sh``.
+
+    ``environ`` is sbatch's environment (default: this process's); ``check`` False skips the
+    login-node check (a dry run). ``flag`` names ``run_dir`` in messages. Raises the planner's
+    errors, ``DistEnvError`` for a job whose Python lacks scaletrain or the launcher's package,
+    ``UsageError`` for a run folder that cannot be made or written.
+    """
+    from scaletrain.envs.check import check_job_python
+    from scaletrain.envs.detect import with_running_environment
+    from scaletrain.plan.planner import job_name_for, make_plan
+    from scaletrain.plan.render import render_script
+    from scaletrain.plan.request import in_run_dir
+    from scaletrain.slurm.submit import account_or_env, make_run_dir, write_script
+
+    env = os.environ if environ is None else environ
+    request = dataclasses.replace(request, account=account_or_env(request.account, env),
+                                  chdir=request.chdir or os.getcwd())
+    request = with_running_environment(request, profile, environ=env)
+    plan = make_plan(request, profile)     # a request the cluster cannot take fails before any folder exists
+    notes: list[str] = []
+    if check:
+        note = check_job_python(plan, environ=env, cwd=request.chdir)
+        notes += [note] if note else []
+    wanted = Path(run_dir).expanduser() if run_dir else None
+    try:
+        existed = wanted is not None and wanted.exists()
+    except OSError:   # a name the file system refuses: make_run_dir says so
+        existed = False
+    folder = make_run_dir(run_dir, job_name_for(request), flag=flag)
+    try:
+        plan = make_plan(in_run_dir(request, folder), profile)
+        text = render_script(plan)
+        script = write_script(folder, text)
+    except BaseException:
+        if not existed:   # the folder this call made for a job that cannot be planned
+            try:
+                folder.rmdir()
+            except OSError:
+                pass
+        raise
+    return Prepared(plan=plan, run_dir=folder, script=script, environ=env, notes=tuple(notes))
+
+
+def send(prepared: Prepared) -> str:
+    """``sbatch`` the prepared run folder; returns the job id (also written to ``job_id``)."""
+    from scaletrain.slurm.submit import require_sbatch, sbatch_run_dir
+
+    require_sbatch(f"the script is written to {prepared.script}; submit it where Slurm is (a login node), "
+                   "or use 'scaletrain plan'", prepared.environ)
+    return sbatch_run_dir(prepared.run_dir, env=prepared.environ)
