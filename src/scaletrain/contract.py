@@ -105,7 +105,9 @@ SUMMARY_FILE = "summary.json"      # the Monitor's summary at close
 TENSORBOARD_DIR = "tensorboard"    # the Monitor's TensorBoard events
 GPU_SAMPLES_PREFIX = "gpus-"       # the node sampler's gpus-<host>.jsonl (plan --sample-gpus)
 STOP_RECORD = "stop.json"          # in the Checkpointer's folder: why and at which step it stopped
+STEP_DIR_PREFIX = "step-"          # a committed checkpoint's folder, step-00001200 (checkpoint/layout.py)
 COMMIT_MARKER = "COMMIT.json"      # in each step-N folder: the checkpoint is complete
+SCALING_REPORT = "scaling.json"    # `bench scaling --out`'s report, which `plan --explain` reads too
 
 
 def format_stop_signals(signals: Mapping[str, str]) -> str:

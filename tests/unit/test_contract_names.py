@@ -84,7 +84,7 @@ def test_run_folder_names_read_back_what_submit_and_the_checkpointer_write(tmp_p
     assert folder.parent == tmp_path / contract.RUNS_DIR
     submit.write_script(folder, "#!/bin/bash\n")
     submit.write_file(folder, contract.JOB_ID_FILE, "123\n")
-    step = folder / "out" / f"step-{7:08d}"
+    step = folder / "out" / f"{contract.STEP_DIR_PREFIX}{7:08d}"
     step.mkdir(parents=True)
     (step / contract.COMMIT_MARKER).write_text(json.dumps({"step": 7}))
     write_stop_record(folder / "out", reason="time_limit", step=7, log=False)
@@ -107,11 +107,11 @@ def test_stop_record_reads_back_what_it_writes(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["JOB_SCRIPT", "STOP_RECORD", "COMMIT_MARKER", "METRICS_FILE", "SUMMARY_FILE",
-                                  "GPU_SAMPLES_PREFIX", "JOB_LOG"])
+                                  "GPU_SAMPLES_PREFIX", "JOB_LOG", "SCALING_REPORT"])
 def test_run_folder_names_are_spelt_only_in_the_contract(name):
     """A run-folder file name appears as a literal in contract.py alone (docstrings aside; a
-    message may still name the file in its prose). The names that are ordinary words too (``runs``, ``job_id``, ``tensorboard``: JSON keys, a
-    package) are held by the read-back test above instead."""
+    message may still name the file in its prose). The names that are ordinary words too (``runs``, ``job_id``, ``tensorboard``, ``step-``: JSON
+    keys, a package, another record's prefix) are held by the read-back test above instead."""
     value = getattr(contract, name)
     spelt = []
     for path in sorted(SRC.rglob("*.py")):

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from scaletrain.checkpoint.stoprecord import has_stop_record, read_stop_record
-from scaletrain.contract import COMMIT_MARKER, JOB_ID_FILE, JOB_SCRIPT, METRICS_FILE, RUNS_DIR, TENSORBOARD_DIR
+from scaletrain.contract import (COMMIT_MARKER, JOB_ID_FILE, JOB_SCRIPT, METRICS_FILE, RUNS_DIR, STEP_DIR_PREFIX,
+                                 TENSORBOARD_DIR)
 from scaletrain.fileio import read_json_object
 
 SEARCH_DEPTH = 2                 # sub-folder levels searched for the Monitor's and Checkpointer's files
@@ -86,7 +87,7 @@ def walk(root: Path, depth: int) -> list[Path]:
             try:
                 with os.scandir(folder) as it:
                     nxt += [Path(e.path) for e in it if e.is_dir(follow_symlinks=False)
-                            and not e.name.startswith((".", "step-", TENSORBOARD_DIR))]
+                            and not e.name.startswith((".", STEP_DIR_PREFIX, TENSORBOARD_DIR))]
             except OSError:
                 continue
         out += sorted(nxt)
@@ -138,7 +139,7 @@ def _has_checkpoints(folder: Path) -> bool:
     if has_stop_record(folder):
         return True
     try:
-        return any(folder.glob(f"step-*/{COMMIT_MARKER}"))
+        return any(folder.glob(f"{STEP_DIR_PREFIX}*/{COMMIT_MARKER}"))
     except OSError:
         return False
 
@@ -154,11 +155,11 @@ def latest_checkpoint(folder: Path | None) -> int | None:
         return None
     best = None
     try:
-        names = [p.name for p in folder.iterdir() if p.name.startswith("step-")]
+        names = [p.name for p in folder.iterdir() if p.name.startswith(STEP_DIR_PREFIX)]
     except OSError:
         return None
     for name in names:
-        digits = name[len("step-"):]
+        digits = name[len(STEP_DIR_PREFIX):]
         if not digits.isdigit() or (best is not None and int(digits) <= best):
             continue
         marker = read_json(folder / name / COMMIT_MARKER)
