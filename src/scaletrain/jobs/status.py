@@ -259,11 +259,14 @@ def format_row(s: RunStatus) -> str:
 
 def watch(paths: Sequence[str | Path], *, interval: float, out: Any, tty: bool,
           env: Mapping[str, str] | None = None, rounds: int | None = None) -> None:
-    """Refresh until every job has ended: in place on a terminal, else a line per change."""
+    """Refresh until every job has ended: in place on a terminal, else a line per change.
+    The rounds run in the one wait loop (:func:`scaletrain.slurm.poll.poll_until`)."""
     shown: dict[str, str] = {}
     n = 0
-    while True:
-        rows = collect(paths, env=env)
+
+    def refresh() -> bool:
+        nonlocal n
+        rows = collect(paths, env=env)       # Slurm's silence is a note on the rows, not an end
         lines = [format_row(r) for r in rows]
         if tty:
             out.write("\x1b[H\x1b[2J" + time.strftime("%H:%M:%S ") + "scaletrain status (Ctrl-C to stop)\n"
@@ -275,6 +278,6 @@ def watch(paths: Sequence[str | Path], *, interval: float, out: Any, tty: bool,
                     out.write(line + "\n")
         out.flush()
         n += 1
-        if all(r.finished for r in rows) or (rounds is not None and n >= rounds):
-            return
-        time.sleep(interval)
+        return all(r.finished for r in rows) or (rounds is not None and n >= rounds)
+
+    poll_until(refresh, bool, timeout=None, poll=interval)
