@@ -252,10 +252,19 @@ def test_hand_edited_records_give_lines_not_tracebacks(tmp_path, kind, edit, cap
     (run / "ckpt" / "stop.json").write_text(json.dumps({"reason": edit.get("message", "x"), "superseded": 3}))
     (run / "gpus-n1.jsonl").write_text(json.dumps({"type": "sampler", "interval_s": edit.get("t", 10)}) + "\n"
                                        + json.dumps({"t": edit.get("t", 1.0), "devices": {"0": edit}}) + "\n")
-    line = status.format_row(status.collect([run], env={"PATH": "/nonexistent"})[0])
+    got = status.collect([run], env={"PATH": "/nonexistent"})[0]
+    line = status.format_row(got)
     assert "\x1b" not in line and "\n" not in line
+    # a wrong-typed value makes its figure unknown: never computed with, never shown as True/nan/inf
+    assert got.total_steps in (100, None) and got.step in (15, 5, None) and got.checkpoint in (5, None)
+    assert type(got.step) in (int, type(None)) and type(got.total_steps) in (int, type(None))
     rep = report.build(run, use_sacct=False)
-    assert "\x1b" not in report.render_text(rep)
+    text = report.render_text(rep)
+    fig = report.figures(rep)
+    assert fig["total_steps"] in (100, None) and fig["last_step"] in (15, 5, None)
+    assert fig["samples_per_s"] in (40.0, None) and fig["checkpoints"] in ([5], [])
+    for word in ("True", "nan", "inf", "\x1b"):
+        assert word not in line and word not in text, word
     report.render_html(rep)
 
 

@@ -118,3 +118,14 @@ def test_pipes_and_devices_in_a_checkpoint_folder_are_refused_not_waited_on(tmp_
     nested = tmp_path / "nested.json"
     nested.write_text("[" * 100_000)
     assert read_json_object(nested) is None
+
+
+def test_sbatch_bytes_that_are_not_utf8(tmp_path):
+    script = tmp_path / "sbatch"
+    script.write_bytes(b"#!/bin/sh\nprintf 'sbatch: warning: \\377\\033[2J odd\\n4242;ci\\n'\n")
+    script.chmod(0o755)
+    assert commands.sbatch_parsable("job.sh", env={"PATH": f"{tmp_path}:/usr/bin:/bin"}) == "4242"
+    script.write_bytes(b"#!/bin/sh\nprintf 'sbatch: error: \\377\\033]0;owned\\007 refused\\n' >&2; exit 1\n")
+    with pytest.raises(SlurmError) as info:
+        commands.sbatch_parsable("job.sh", env={"PATH": f"{tmp_path}:/usr/bin:/bin"})
+    assert info.value.message == "sbatch failed: sbatch: error: \ufffd\\x1b]0;owned\\x07 refused"

@@ -60,10 +60,11 @@ class Job:
     @property
     def state(self) -> str:
         """Slurm's state now (PENDING, RUNNING, COMPLETED, FAILED, CANCELLED...; UNKNOWN once
-        Slurm has forgotten a job it keeps no accounting for)."""
-        from scaletrain.jobs.status import collect_states
+        Slurm has forgotten a job it keeps no accounting for). ``SlurmError`` when Slurm does
+        not answer: its silence is not a state."""
+        from scaletrain.jobs.status import job_state
 
-        return collect_states([self.job_id], env=self.env).get(self.job_id, "UNKNOWN")
+        return job_state(self.job_id, env=self.env)
 
     def wait(self, timeout: float | None = None, poll: float = 5.0) -> str:
         """Block until the job ends; returns its final state (``UNKNOWN``: Slurm answered and has

@@ -184,8 +184,21 @@ def marker_step(marker: dict[str, Any] | None) -> int | None:
 
 
 def stop_record(folder: Path | None) -> dict[str, Any] | None:
-    """The Checkpointer's ``stop.json`` (why the job stopped on purpose, at which step)."""
-    return read_json(folder / STOP_RECORD) if folder is not None else None
+    """The Checkpointer's ``stop.json`` (why the job stopped on purpose, at which step), its
+    fields of the types the verbs show (a hand-edited value of another type is dropped or shown as text)."""
+    record = read_json(folder / STOP_RECORD) if folder is not None else None
+    if record is None:
+        return None
+    for key in ("reason", "signal"):
+        if key in record and not isinstance(record[key], str):
+            record[key] = json.dumps(record[key], default=str)[:200]
+    for key in ("step", "restart_count"):
+        if key in record and marker_step({"step": record[key]}) is None:
+            del record[key]
+    later = record.get("superseded")
+    if "superseded" in record and not (isinstance(later, dict) and marker_step(later) is not None):
+        del record["superseded"]
+    return record
 
 
 # The Monitor's fields that the after-submit verbs compute with, and what each must be. A
