@@ -117,11 +117,8 @@ def open_run(path: str | Path) -> RunFolder:
         pass
     except OSError as exc:
         run.notes.append(f"cannot read {JOB_ID_FILE}: {exc.strerror}")
-    try:
-        if (run.path / SCRIPT_NAME).is_file():
-            run.script = run.path / SCRIPT_NAME
-    except OSError:
-        pass
+    if _is_file(run.path / SCRIPT_NAME):
+        run.script = run.path / SCRIPT_NAME
     try:
         logs = sorted(run.path.glob("*.out"), key=lambda p: (_mtime(p), p.name))
     except OSError:
@@ -131,11 +128,19 @@ def open_run(path: str | Path) -> RunFolder:
         run.notes.append(f"{len(logs) - MAX_LOG_FILES} older output files left out ({logs[0].name} to "
                          f"{logs[-MAX_LOG_FILES - 1].name}); the newest {MAX_LOG_FILES} are read")
     for folder in walk(run.path, SEARCH_DEPTH):
-        if run.metrics is None and (folder / METRICS).is_file():
+        if run.metrics is None and _is_file(folder / METRICS):
             run.metrics = folder / METRICS
         if run.checkpoints is None and _has_checkpoints(folder):
             run.checkpoints = folder
     return run
+
+
+def _is_file(path: Path) -> bool:
+    """``path.is_file()`` that answers False, not OSError, for a path the file system refuses."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
 
 
 def _mtime(p: Path) -> float:
@@ -146,7 +151,7 @@ def _mtime(p: Path) -> float:
 
 
 def _has_checkpoints(folder: Path) -> bool:
-    if (folder / STOP_RECORD).is_file():
+    if _is_file(folder / STOP_RECORD):
         return True
     try:
         return any(folder.glob(f"step-*/{COMMIT}"))

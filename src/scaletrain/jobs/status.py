@@ -114,10 +114,11 @@ def collect_states(job_ids: Sequence[str], *, env: Mapping[str, str] | None = No
     return out
 
 
-def job_state(job_id: str, *, env: Mapping[str, str] | None = None, timeout: float = QUERY_TIMEOUT_S) -> str:
+def job_state(job_id: str, *, env: Mapping[str, str] | None = None, timeout: float | None = None) -> str:
     """Slurm's state of one job; ``UNKNOWN`` only when the queue answered and has forgotten it
-    (and accounting knows nothing). ``SlurmError`` when Slurm did not answer: silence is not a state."""
-    queue, acct, notes = slurm_states([job_id], env=env, timeout=timeout)
+    (and accounting knows nothing). ``SlurmError`` when Slurm did not answer: silence is not a state.
+    ``timeout``: seconds per Slurm call (default QUERY_TIMEOUT_S)."""
+    queue, acct, notes = slurm_states([job_id], env=env, timeout=QUERY_TIMEOUT_S if timeout is None else timeout)
     if job_id in queue:
         return base_state(queue[job_id].get("State", ""))
     if job_id in acct:
