@@ -58,11 +58,12 @@ def log_files(run: RunFolder) -> list[Path]:
     return list(run.logs)
 
 
-def _pieces(fh: IO[bytes]) -> Iterator[str]:
-    """The file's lines as text, a line longer than LINE_BYTES in pieces (memory stays bounded)."""
+def _pieces(fh: IO[bytes], *, whole_lines: bool = True) -> Iterator[str]:
+    """The file's lines as text, a line longer than LINE_BYTES in pieces (memory stays bounded);
+    without ``whole_lines``, blocks of LINE_BYTES that may end mid-line (fast: nothing to filter)."""
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     while True:
-        raw = fh.readline(LINE_BYTES)
+        raw = fh.readline(LINE_BYTES) if whole_lines else fh.read(LINE_BYTES)
         if not raw:
             tail = decoder.decode(b"", final=True)
             if tail:
@@ -75,7 +76,8 @@ def _pieces(fh: IO[bytes]) -> Iterator[str]:
 
 def read_lines(run_dir: str | Path, *, rank: int | None = None,
                on_note: Callable[[str], None] | None = None) -> Iterator[str]:
-    """Every output line of the run (each file's lines in turn, streamed), filtered to ``rank``.
+    """The run's output (each file in turn, streamed), filtered to ``rank``'s lines; without
+    ``rank`` it comes in blocks of up to LINE_BYTES, which need not end at a line's end.
     ``on_note`` hears what was left out (older files of a large array, a file that is not one)."""
     run = open_run(run_dir)
     files = log_files(run)
@@ -91,7 +93,7 @@ def read_lines(run_dir: str | Path, *, rank: int | None = None,
             continue
         keep = _Filter(rank)
         with fh:
-            for piece in _pieces(fh):
+            for piece in _pieces(fh, whole_lines=rank is not None):
                 if keep(piece):
                     yield piece
 
