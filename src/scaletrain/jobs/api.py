@@ -29,6 +29,16 @@ if TYPE_CHECKING:
     from scaletrain.jobs.status import RunStatus
 
 
+def _path(value: object, name: str) -> None:
+    """``TypeError`` naming ``name`` unless ``value`` is a path (str or os.PathLike of str)."""
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a path (str or pathlib.Path), not {type(value).__name__}")
+    if not value or "\0" in value:
+        raise UsageError(f"{name} must be a path, not {value!r}", "e.g. Job('runs/20261125-0102-train')")
+
+
 class Job:
     """A submitted job, known by its run folder (``job.sh``, ``job_id``, output files)."""
 
@@ -107,16 +117,6 @@ class Job:
         rep = report.build(self.run_dir, env=self.env)
         report.write(rep, out)
         return report.render_text(rep)
-
-
-def _path(value: object, name: str) -> None:
-    """``TypeError`` naming ``name`` unless ``value`` is a path (str or os.PathLike of str)."""
-    if isinstance(value, os.PathLike):
-        value = os.fspath(value)
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be a path (str or pathlib.Path), not {type(value).__name__}")
-    if not value or "\0" in value:
-        raise UsageError(f"{name} must name a folder, not {value!r}", "e.g. Job('runs/20261125-0102-train')")
 
 
 def submit(*, cluster: str, program: Sequence[str], gpus: int | None = None, nodes: int | None = None,

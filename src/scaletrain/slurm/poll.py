@@ -61,7 +61,7 @@ def poll_until(fetch: Callable[[], T], done: Callable[[T], bool], *, timeout: fl
     """
     limit = check_seconds(timeout, "timeout", allow_none=True)
     delay = check_seconds(poll, "poll", positive=True) or 1.0
-    ceiling = max(delay, check_seconds(max_poll, "max_poll", positive=True) or delay) if max_poll else delay
+    ceiling = delay if max_poll is None else max(delay, check_seconds(max_poll, "max_poll", positive=True) or delay)
     start = clock()
     last: list[T] = []
     failures = 0
