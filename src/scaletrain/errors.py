@@ -59,7 +59,9 @@ class ScaletrainError(Exception):
 
     def render(self, prog: str = "scaletrain") -> str:
         """The text the CLI prints: one line, plus one HINT line when there is a hint."""
-        text = f"{prog}: error: {printable(self.message)}"
+        # escape sequences from outside text (Slurm, folder names) are shown, not obeyed; a line
+        # break some messages carry on purpose (the tail of a failed run's output) is kept
+        text = f"{prog}: error: {printable(self.message, keep=chr(10))}"
         if self.hint:
             text += f"\n  HINT: {printable(self.hint)}"
         return text
