@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from scaletrain.checkpoint.checksum import ALGORITHMS
+from scaletrain.fileio import read_bounded
 
 MARKER = "COMMIT.json"
 MISSING, GARBAGE = "missing", "garbage"  # what load() returns instead of JSON
@@ -24,7 +25,7 @@ CHECKSUMS_SINCE = 2  # the marker format from which every listed file must have 
 def load(folder: Path) -> Any:
     """The marker's parsed JSON, :data:`MISSING`, or :data:`GARBAGE` (unreadable, not JSON)."""
     try:
-        text = (folder / MARKER).read_text(encoding="utf-8")
+        text = read_bounded(folder / MARKER).decode("utf-8")     # a pipe or device is refused, not waited on
     except FileNotFoundError:
         return MISSING
     except (OSError, UnicodeDecodeError):

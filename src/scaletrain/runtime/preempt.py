@@ -37,7 +37,7 @@ from typing import Any
 
 from scaletrain.contract import DEFAULT_STOP_SIGNALS, EXIT_STOPPED, STOP_SIGNALS_VAR, format_stop_signals
 from scaletrain.errors import UsageError
-from scaletrain.fileio import atomic_write
+from scaletrain.fileio import atomic_write, read_bounded
 from scaletrain.runtime.current import group_rank_world
 
 # The reasons a stop can have, in increasing urgency: when ranks disagree (one got USR1, another
@@ -297,7 +297,7 @@ def mark_superseded(directory: str | os.PathLike[str], *, step: int) -> Path | N
     """
     path = Path(directory) / STOP_RECORD
     try:
-        record = json.loads(path.read_text())
+        record = json.loads(read_bounded(path))     # a pipe in its place is refused, not waited on
     except (OSError, ValueError):
         return None
     if not isinstance(record, dict) or "superseded" in record:
