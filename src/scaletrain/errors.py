@@ -27,6 +27,20 @@ Exit codes (one mapping for every verb, ``scaletrain run`` included; README "Err
 
 from __future__ import annotations
 
+import re
+
+# What a terminal acts on instead of showing: C0/C1 controls (ESC starts a sequence that can
+# retitle the window, hide text or move the cursor), DEL, and the bidirectional overrides that
+# make text read differently from what it is.
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str, *, keep: str = "") -> str:
+    """``text`` safe to print: each control character (except those in ``keep``) shown as its
+    escape (``\\x1b``), so text from outside (Slurm, a folder name, a record) cannot drive the
+    terminal or break a one-line message."""
+    return _UNPRINTABLE.sub(lambda m: m.group() if m.group() in keep else ascii(m.group())[1:-1], text)
+
 
 class ScaletrainError(Exception):
     """Base class. ``message`` is one line; ``hint`` says how to fix it (may be empty)."""
@@ -45,9 +59,11 @@ class ScaletrainError(Exception):
 
     def render(self, prog: str = "scaletrain") -> str:
         """The text the CLI prints: one line, plus one HINT line when there is a hint."""
-        text = f"{prog}: error: {self.message}"
+        # escape sequences from outside text (Slurm, folder names) are shown, not obeyed; a line
+        # break some messages carry on purpose (the tail of a failed run's output) is kept
+        text = f"{prog}: error: {printable(self.message, keep=chr(10))}"
         if self.hint:
-            text += f"\n  HINT: {self.hint}"
+            text += f"\n  HINT: {printable(self.hint)}"
         return text
 
 

@@ -9,8 +9,10 @@ one; a reader sees the old content or the new, nothing in between.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,6 +20,64 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from scaletrain.errors import UsageError
+
+READ_LIMIT = 16 * 1024 * 1024     # a record, a marker, a job id: anything bigger is not ours
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a folder"),
+                       (stat.S_ISFIFO, "a pipe (FIFO)"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def check_replaceable(path: str | os.PathLike[str]) -> None:
+    """``UsageError`` unless ``path`` is missing or a regular file: a rename over a device
+    (``/dev/full``), a link, a pipe or a folder would replace it, not write into it."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return          # missing (or unreachable: the write itself will say why)
+    if not stat.S_ISREG(mode):
+        raise UsageError(f"{os.fspath(path)} is {_kind(mode)}: not replaced",
+                         "give the path of a regular file (or a new name)")
+
+
+def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
+    """``path`` opened for reading, or ``OSError`` when it is not a regular file.
+
+    Opened non-blocking first, so a FIFO nobody writes to (or a device) is refused at once
+    instead of blocking the reader for ever; links are followed to what they name.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise OSError(errno.EINVAL, f"{_kind(mode)}, not a regular file", os.fspath(path))
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def check_regular(path: str | os.PathLike[str]) -> None:
+    """``OSError`` unless ``path`` is (or links to) a regular file: for readers that must open by
+    name (``torch.load``), so that a pipe or a device is refused instead of read for ever."""
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        raise OSError(errno.EINVAL, f"{_kind(mode)}, not a regular file", os.fspath(path))
+
+
+def read_bounded(path: str | os.PathLike[str], limit: int = READ_LIMIT) -> bytes:
+    """The bytes of the regular file ``path``; ``OSError`` when it is not one or exceeds ``limit``."""
+    with open_regular(path) as fh:
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"larger than {limit} bytes", os.fspath(path))
+    return data
 
 
 def fsync_dir(directory: str | os.PathLike[str]) -> None:
@@ -42,8 +102,10 @@ def atomic_file(path: str | os.PathLike[str], *, mode: int | None = None) -> Ite
     temporary file beside ``path`` is flushed, fsynced and renamed over it only when the block
     ends without an exception; otherwise it is removed and ``path`` is untouched. ``mode`` sets
     the permission bits (default: those of the file being replaced, else 0o666 less the umask).
+    ``UsageError`` before anything is written when ``path`` exists and is not a regular file.
     """
     target = Path(path)
+    check_replaceable(target)
     if mode is None:
         try:
             mode = target.stat().st_mode & 0o7777
@@ -87,8 +149,8 @@ def read_json_object(path: str | os.PathLike[str], *, errors: str = "strict") ->
     ``errors="replace"`` reads a file with stray bytes (a folder edited by hand) instead of refusing it.
     """
     try:
-        value = json.loads(Path(path).read_text(encoding="utf-8", errors=errors))
-    except (OSError, ValueError):
+        value = json.loads(read_bounded(path).decode("utf-8", errors=errors))
+    except (OSError, ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
 

@@ -112,20 +112,21 @@ def cancel(job: SizeJob, log: Callable[[str], None]) -> bool:
 
 def wait_all(jobs: list[SizeJob], *, timeout_s: float, log: Callable[[str], None],
              clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> bool:
-    """Poll until every submitted job has ended (True) or ``timeout_s`` has passed (False)."""
-    deadline = clock() + timeout_s
-    delay = POLL_S
+    """Poll until every submitted job has ended (True) or ``timeout_s`` has passed (False).
+    The rounds run in the one wait loop (:func:`scaletrain.slurm.poll.poll_until`); a job whose
+    queries fail is handled by :func:`poll` itself, so a round never raises."""
+    from scaletrain.slurm.poll import poll_until
+
     failures: dict[str, int] = {}
-    while True:
+
+    def one_round() -> bool:
         for job in jobs:
             if not ended(job):
                 poll(job, failures, log)
-        if all(ended(job) for job in jobs):
-            return True
-        if clock() > deadline:
-            return False
-        sleep(delay)
-        delay = min(MAX_POLL_S, delay * 1.2)
+        return all(ended(job) for job in jobs)
+
+    return poll_until(one_round, bool, timeout=timeout_s, poll=POLL_S, max_poll=MAX_POLL_S,
+                      clock=clock, sleep=sleep).done
 
 
 def cancel_unfinished(jobs: list[SizeJob], *, log: Callable[[str], None]) -> list[str]:

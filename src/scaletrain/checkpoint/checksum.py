@@ -32,6 +32,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from scaletrain.fileio import open_regular
+
 _crc32c: Any
 try:  # a dependency of scaletrain; absent only from an install without dependencies
     import crc32c as _crc32c
@@ -200,7 +202,7 @@ class ChecksumWriter:
 
 def file_crc(path: Path, algorithm: str | None = None) -> int:
     """The checksum of the file at ``path``, read through a memory map (no copy)."""
-    with open(path, "rb") as fh:
+    with open_regular(path) as fh:       # a pipe in a checkpoint folder is refused, not waited on
         size = os.fstat(fh.fileno()).st_size
         if size == 0:
             return 0

@@ -15,6 +15,7 @@ from typing import Any
 
 from scaletrain.checkpoint.checksum import ALGORITHMS
 from scaletrain.contract import COMMIT_MARKER
+from scaletrain.fileio import read_bounded
 
 MARKER = COMMIT_MARKER   # the contract's name: status and report read it too
 MISSING, GARBAGE = "missing", "garbage"  # what load() returns instead of JSON
@@ -25,7 +26,7 @@ CHECKSUMS_SINCE = 2  # the marker format from which every listed file must have 
 def load(folder: Path) -> Any:
     """The marker's parsed JSON, :data:`MISSING`, or :data:`GARBAGE` (unreadable, not JSON)."""
     try:
-        text = (folder / MARKER).read_text(encoding="utf-8")
+        text = read_bounded(folder / MARKER).decode("utf-8")     # a pipe or device is refused, not waited on
     except FileNotFoundError:
         return MISSING
     except (OSError, UnicodeDecodeError):

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from scaletrain.checkpoint.errors import CheckpointError, unreadable, unsafe
+from scaletrain.fileio import check_regular, open_regular
 
 # What DCP's .metadata may name, (module, name); dtypes are checked separately.
 _METADATA_CLASSES = {
@@ -82,6 +83,7 @@ def load_file(path: Path, *, step: int | None, map_location: Any = None,
     import torch
 
     try:
+        check_regular(path)       # a pipe or device in the folder: refused, not waited on for ever
         return torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as err:
         if _is_weights_only_refusal(err):
@@ -147,7 +149,7 @@ def read_dcp_metadata(path: Path, *, step: int | None = None, fallback: int | No
     """DCP's ``.metadata`` of the folder ``path``, unpickled with the allow-list above."""
     meta_path = path / ".metadata"
     try:
-        with open(meta_path, "rb") as fh:
+        with open_regular(meta_path) as fh:
             return _MetadataUnpickler(fh).load()
     except pickle.UnpicklingError as err:
         if "Unsupported global" in str(err):

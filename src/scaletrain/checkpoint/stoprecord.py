@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from scaletrain.contract import STOP_RECORD
-from scaletrain.fileio import atomic_write, read_json_object
+from scaletrain.fileio import atomic_write, read_bounded, read_json_object
 
 def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
@@ -67,7 +67,7 @@ def mark_superseded(directory: str | os.PathLike[str], *, step: int) -> Path | N
     """
     path = Path(directory) / STOP_RECORD
     try:
-        record = json.loads(path.read_text())
+        record = json.loads(read_bounded(path))     # a pipe in its place is refused, not waited on
     except (OSError, ValueError):
         return None
     if not isinstance(record, dict) or "superseded" in record:
@@ -87,11 +87,32 @@ def mark_superseded(directory: str | os.PathLike[str], *, step: int) -> Path | N
 
 
 def has_stop_record(folder: Path) -> bool:
-    """True when ``folder`` holds a ``stop.json`` (it is a Checkpointer's folder)."""
-    return (folder / STOP_RECORD).is_file()
+    """True when ``folder`` holds a ``stop.json`` (it is a Checkpointer's folder); False, not
+    OSError, for a path the file system refuses."""
+    try:
+        return (folder / STOP_RECORD).is_file()
+    except (OSError, ValueError):
+        return False
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def read_stop_record(folder: Path | None) -> dict[str, Any] | None:
-    """The record in ``folder``, or None when missing, unreadable or not a JSON object (stray
-    bytes replaced: a hand-edited record is read, never an exception)."""
-    return read_json_object(folder / STOP_RECORD, errors="replace") if folder is not None else None
+    """The record in ``folder``, or None when missing, unreadable or not a JSON object, its fields
+    of the types the verbs show: a hand-edited value of another type is dropped or shown as text
+    (stray bytes replaced: a hand-edited record is read, never an exception)."""
+    record = read_json_object(folder / STOP_RECORD, errors="replace") if folder is not None else None
+    if record is None:
+        return None
+    for key in ("reason", "signal"):
+        if key in record and not isinstance(record[key], str):
+            record[key] = json.dumps(record[key], default=str)[:200]
+    for key in ("step", "restart_count"):
+        if key in record and not _whole(record[key]):
+            del record[key]
+    later = record.get("superseded")
+    if "superseded" in record and not (isinstance(later, dict) and _whole(later.get("step"))):
+        del record["superseded"]
+    return record

@@ -24,9 +24,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_cancel(args: argparse.Namespace) -> int:
     """CLI body of ``scaletrain cancel``."""
+    from scaletrain.errors import printable
     from scaletrain.jobs.cancel import cancel
 
     result = cancel(args.run, save=args.save, wait_s=args.wait,
-                    log=lambda line: print(line, file=sys.stderr, flush=True))
-    print(f"scaletrain: {result.message()}")
+                    log=lambda line: print(printable(line), file=sys.stderr, flush=True))
+    print(f"scaletrain: {printable(result.message())}")     # stop.json is the program's text: shown, not obeyed
     return 0

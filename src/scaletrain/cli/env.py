@@ -96,7 +96,7 @@ def run_create(args: argparse.Namespace) -> int:
         print(f"scaletrain: warning: this machine is {machine}, {profile.name}'s GPU nodes are {profile.cpu_arch}: "
               f"build the environment on a {profile.cpu_arch} login node, or in a job on a GPU node",
               file=sys.stderr)
-    flag = f"--venv {shlex.quote(directory)}"
+    flag = f"--venv {shlex.quote(str(directory))}"   # a hint to paste into a shell: quoted
     if args.dry_run:
         sys.stdout.write(text)
         print(f"scaletrain: dry run: nothing built; then pass {flag}", file=sys.stderr)

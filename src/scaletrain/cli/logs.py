@@ -19,24 +19,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run_logs)
 
 
+def _note(text: str) -> None:
+    from scaletrain.errors import printable
+
+    print(f"scaletrain: {printable(text)}", file=sys.stderr, flush=True)
+
+
 def run_logs(args: argparse.Namespace) -> int:
     """CLI body of ``scaletrain logs``."""
     from scaletrain.jobs import logs, runfolder, status
 
     if not args.follow:
-        for line in logs.read_lines(args.run, rank=args.rank):
+        for line in logs.read_lines(args.run, rank=args.rank, on_note=_note):
             sys.stdout.write(line)
         return 0
     job = runfolder.open_run(args.run).job_id
 
     def finished() -> bool:
-        if job is None:
-            return True
-        state = status.collect_states([job]).get(job, "UNKNOWN")
-        return state in status.FINAL_STATES or state == "UNKNOWN"
+        # Slurm not answering raises (the wait loop retries and says so); only an answer ends it
+        return job is None or status.ended(status.job_state(job))
 
     try:
-        logs.follow(args.run, sys.stdout, rank=args.rank, finished=finished)
+        logs.follow(args.run, sys.stdout, rank=args.rank, finished=finished, on_note=_note)
     except KeyboardInterrupt:
         return 0
     return 0

@@ -124,8 +124,11 @@ def _follow(job_id: str) -> int:
         where = f" on {info.node_list}" if info.node_list and info.state == "RUNNING" else ""
         print(f"scaletrain: job {job_id} {info.state}{where}", file=sys.stderr, flush=True)
 
+    def note(text: str) -> None:   # Slurm silent for a while, then answering again
+        print(f"scaletrain: job {job_id}: {text}", file=sys.stderr, flush=True)
+
     try:
-        info = commands.wait(job_id, poll=1.0, on_change=show)
+        info = commands.wait(job_id, poll=1.0, on_change=show, on_note=note)
     except KeyboardInterrupt:
         print(f"scaletrain: stopped following job {job_id}; it was NOT cancelled "
               f"(cancel it with: scancel {job_id})", file=sys.stderr)

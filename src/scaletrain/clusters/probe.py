@@ -17,6 +17,7 @@ import argparse
 import datetime as _dt
 import json
 import re
+import shlex
 import sys
 from collections import Counter
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 from scaletrain.clusters.schema import build_profile as profile_from_dict
-from scaletrain.errors import ProfileError, UsageError
+from scaletrain.errors import ProfileError, SlurmError, UsageError
 from scaletrain.slurm.parse import format_time, gpu_gres, parse_limit, parse_records, parse_time_seconds
 
 # Short test/debug queues: a plan uses them only when the user names them.
@@ -97,7 +98,13 @@ def _partition_data(part_records: list[dict[str, str]],
     parts: dict[str, dict[str, Any]] = {}
     for record in part_records:
         pname = record["PartitionName"]
-        max_seconds = parse_time_seconds(record.get("MaxTime"))
+        try:
+            max_seconds = parse_time_seconds(record.get("MaxTime"))
+        except ValueError:
+            raise SlurmError(f"scontrol gave partition {pname!r} a time limit that is not a time: "
+                             f"MaxTime={record.get('MaxTime', '')[:60]!r}",
+                             f"check 'scontrol show partition {shlex.quote(pname)}' with your centre; "
+                             "write the profile by hand meanwhile") from None
         min_nodes = parse_limit(record.get("MinNodes"))
         part: dict[str, Any] = {
             "gpus": gpus_by_partition.get(pname, 0) > 0,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import time
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
@@ -29,12 +29,27 @@ if TYPE_CHECKING:
     from scaletrain.jobs.status import RunStatus
 
 
+def _path(value: object, name: str) -> None:
+    """``TypeError`` naming ``name`` unless ``value`` is a path (str or os.PathLike of str)."""
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a path (str or pathlib.Path), not {type(value).__name__}")
+    if not value or "\0" in value:
+        raise UsageError(f"{name} must be a path, not {value!r}", "e.g. Job('runs/20261125-0102-train')")
+
+
 class Job:
     """A submitted job, known by its run folder (``job.sh``, ``job_id``, output files)."""
 
     def __init__(self, run_dir: str | os.PathLike[str], *, env: Mapping[str, str] | None = None) -> None:
         from scaletrain.jobs.runfolder import open_run
 
+        _path(run_dir, "run_dir")
+        if env is not None and (not isinstance(env, Mapping)
+                                or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())):
+            raise TypeError("env must be a mapping of str to str (or None), "
+                            f"not {type(env).__name__}")
         self.run_dir = Path(run_dir).absolute()
         self.env = dict(env) if env is not None else None   # for Slurm's commands (tests: SLURM_CONF)
         run = open_run(self.run_dir)
@@ -55,30 +70,35 @@ class Job:
     @property
     def state(self) -> str:
         """Slurm's state now (PENDING, RUNNING, COMPLETED, FAILED, CANCELLED...; UNKNOWN once
-        Slurm has forgotten a job it keeps no accounting for)."""
-        from scaletrain.jobs.status import collect_states
+        Slurm has forgotten a job it keeps no accounting for). ``SlurmError`` when Slurm does
+        not answer: its silence is not a state."""
+        from scaletrain.jobs.status import job_state
 
-        return collect_states([self.job_id], env=self.env).get(self.job_id, "UNKNOWN")
+        return job_state(self.job_id, env=self.env)
 
     def wait(self, timeout: float | None = None, poll: float = 5.0) -> str:
-        """Block until the job ends; returns its final state. ``SlurmError`` after ``timeout``
-        seconds (the job keeps running: waiting gives up, nothing is cancelled)."""
-        from scaletrain.slurm.parse import FINAL_STATES
+        """Block until the job ends; returns its final state (``UNKNOWN``: Slurm answered and has
+        forgotten the job). ``SlurmError`` after ``timeout`` seconds (the job keeps running:
+        waiting gives up, nothing is cancelled), or when Slurm stops answering: each silence is
+        retried, said on stderr, and a few in a row end the wait."""
+        from scaletrain.jobs.status import wait_for
+        from scaletrain.slurm.poll import check_seconds
 
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            state = self.state
-            if state in FINAL_STATES or state == "UNKNOWN":
-                return state
-            if deadline is not None and time.monotonic() > deadline:
-                raise SlurmError(f"job {self.job_id} still {state} after {timeout:g} s",
-                                 "it keeps running; wait again or job.cancel()")
-            time.sleep(poll)
+        poll_s = check_seconds(poll, "poll", positive=True) or 5.0
+        waited = wait_for(self.job_id, timeout=timeout, poll=poll_s, max_poll=max(60.0, poll_s), env=self.env,
+                          on_note=lambda text: print(f"scaletrain: job {self.job_id}: {text}",
+                                                     file=sys.stderr, flush=True))
+        if not waited.done:
+            raise SlurmError(f"job {self.job_id} still {waited.value} after {waited.seconds:.0f} s",
+                             "it keeps running; wait again or job.cancel()")
+        return waited.value
 
     def logs(self, rank: int | None = None) -> str:
         """The job's output so far, every run of a requeued job; ``rank``: that rank's lines only."""
         from scaletrain.jobs.logs import read_lines
 
+        if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int) or rank < 0):
+            raise TypeError(f"rank must be a whole number from 0 (or None), not {rank!r}")
         return "".join(read_lines(self.run_dir, rank=rank))
 
     def cancel(self, save: bool = False, wait_s: float = 300.0) -> CancelResult:
@@ -92,6 +112,8 @@ class Job:
         """Write the HTML report (default ``RUN/report.html``) and return the text summary."""
         from scaletrain.jobs import report
 
+        if out is not None:
+            _path(out, "out")
         rep = report.build(self.run_dir, env=self.env)
         report.write(rep, out)
         return report.render_text(rep)

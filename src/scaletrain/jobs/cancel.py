@@ -11,7 +11,6 @@ which step was saved. A job still pending has nothing to save: it is cancelled o
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -20,8 +19,10 @@ from scaletrain.contract import SAVE_AND_STOP_SIGNAL, SAVE_AND_STOP_TRAP, STOP_R
 from scaletrain.errors import SlurmError, UsageError
 from scaletrain.jobs import runfolder, status
 from scaletrain.jobs.runfolder import RunFolder
+from scaletrain.slurm.poll import Waited, check_seconds
 
 SAVE_WAIT_S = 300.0
+CANCEL_WAIT_S = 30.0      # after a plain scancel: the state it settles in
 POLL_S = 2.0
 
 
@@ -63,6 +64,9 @@ def cancel(run_dir: str | Path, *, save: bool = False, wait_s: float = SAVE_WAIT
     """Cancel the run's job; with ``save``, ask it to checkpoint and stop, and wait for it."""
     from scaletrain.slurm import commands
 
+    wait_s = check_seconds(wait_s, "wait_s") or 0.0
+    if not isinstance(save, bool):
+        raise TypeError(f"save must be True or False, not {type(save).__name__}")
     run = _job(run_dir)
     job_id = str(run.job_id)
     state = _state(job_id, env)
@@ -73,15 +77,17 @@ def cancel(run_dir: str | Path, *, save: bool = False, wait_s: float = SAVE_WAIT
     if not save or state == "PENDING":
         commands.cancel(job_id, env=env)
         action = "cancelled" + (" (it had not started: nothing to save)" if save else "")
-        return CancelResult(job_id=job_id, action=action, state=_settle(job_id, env, 30.0))
+        return CancelResult(job_id=job_id, action=action, state=_settle(job_id, env, CANCEL_WAIT_S, log).value)
     trapped = run.script is not None and has_save_trap(_read(run.script))
     commands.send_signal(job_id, SAVE_AND_STOP_SIGNAL, batch=trapped, env=env)
     if log is not None:
         log(f"scaletrain: asked job {job_id} to save and stop ({SAVE_AND_STOP_SIGNAL}); "
             f"waiting up to {wait_s:.0f} s")
-    final = _settle(job_id, env, wait_s)
+    waited = _settle(job_id, env, wait_s, log)
+    final = waited.value
     if final not in status.FINAL_STATES:
-        raise SlurmError(f"job {job_id} was asked to save and stop but is still {final} after {wait_s:.0f} s",
+        still = "forgotten by Slurm" if final == "UNKNOWN" else f"still {final}"
+        raise SlurmError(f"job {job_id} was asked to save and stop but is {still} after {waited.seconds:.0f} s",
                          f"its program may not use scaletrain.init() and a Checkpointer; "
                          f"end it now with 'scaletrain cancel {run_dir}'")
     run = runfolder.open_run(run_dir)      # the checkpoint folder may be new since
@@ -97,17 +103,17 @@ def has_save_trap(script: str) -> bool:
 
 
 def _read(path: Path) -> str:
+    from scaletrain.fileio import read_bounded
+
     try:
-        return path.read_text(errors="replace")
+        return read_bounded(path).decode("utf-8", errors="replace")
     except OSError:
         return ""
 
 
-def _settle(job_id: str, env: Mapping[str, str] | None, wait_s: float) -> str:
-    """Poll (squeue, then sacct) until the job is in a final state or ``wait_s`` has passed."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        state = _state(job_id, env)
-        if state in status.FINAL_STATES or state == "UNKNOWN" or time.monotonic() > deadline:
-            return state
-        time.sleep(POLL_S)
+def _settle(job_id: str, env: Mapping[str, str] | None, wait_s: float,
+            log: Callable[[str], None] | None) -> Waited[str]:
+    """Wait (the one wait loop: squeue, then sacct) until the job has ended or ``wait_s`` has
+    passed; Slurm not answering is retried and said through ``log``, not taken for an end."""
+    return status.wait_for(job_id, timeout=wait_s, poll=POLL_S, max_poll=POLL_S, env=env,
+                           on_note=None if log is None else (lambda text: log(f"scaletrain: {text}")))

@@ -3,12 +3,13 @@ read back for the report: per GPU utilisation and memory over time, busy GPU-hou
 
 from __future__ import annotations
 
-import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from scaletrain.contract import GPU_SAMPLES_PREFIX
-from scaletrain.jobs.runfolder import SEARCH_DEPTH, walk
+from scaletrain.jobs.runfolder import SEARCH_DEPTH, as_object, iter_records, walk
 
 IDLE_PCT = 30.0          # a GPU busier than this on average is not called idle
 HINT = ("feed it faster: more DataLoader workers (num_workers) and pinned memory, CPU cores bound near the GPU "
@@ -54,26 +55,33 @@ def read_samplers(files: list[Path]) -> tuple[list[GpuSeries], list[str]]:
     for path in files:
         host, interval = path.stem[len(GPU_SAMPLES_PREFIX):], 10.0
         try:
-            lines = path.read_text(errors="replace").splitlines()
+            records = list(iter_records(path, as_object))      # streamed; a pipe or device in its place is skipped
         except OSError:
             continue
-        for raw in lines:
-            try:
-                rec = json.loads(raw)
-            except ValueError:
-                continue
-            if not isinstance(rec, dict):
-                continue
+        for rec in records:
             if rec.get("type") == "sampler":
-                host = str(rec.get("host", host))
-                interval = float(rec.get("interval_s", interval))
+                host = str(rec.get("host", host))[:200]
+                interval = _number(rec.get("interval_s"), low=1e-3) or interval
                 if rec.get("reason"):
                     notes.append(f"GPU sampler on {host}: {rec['reason']}")
                 continue
-            for dev, fig in (rec.get("devices") or {}).items():
+            devices = rec.get("devices")
+            when = _number(rec.get("t"))
+            if not isinstance(devices, dict) or when is None:
+                continue      # not a reading the sampler wrote (a hand-edited line)
+            for dev, fig in devices.items():
+                if not isinstance(fig, dict):
+                    continue
                 one = series.setdefault((host, str(dev)), GpuSeries(host=host, device=str(dev), interval_s=interval))
-                one.points.append((float(rec.get("t", 0.0)), fig.get("util_pct"), fig.get("mem_gb")))
+                one.points.append((when, _number(fig.get("util_pct")), _number(fig.get("mem_gb"))))
     return [series[k] for k in sorted(series)], notes
+
+
+def _number(value: Any, *, low: float = 0.0) -> float | None:
+    """A finite reading from ``low`` up, else None (a hand-edited or garbled value is no reading)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value) if low <= value <= 1e15 else None
 
 
 def idle(series: list[GpuSeries]) -> list[GpuSeries]:

@@ -5,21 +5,27 @@ oldest first. A requeued job's runs follow each other in one file (the scripts w
 ``--open-mode=append``), so reading the files in order shows every run. ``--rank N`` keeps the
 lines a rank wrote with a prefix (``[rank N]`` from ``scaletrain run`` and
 ``scaletrain.print``, ``N:`` from ``srun --label``) and the unprefixed lines of the batch
-shell are left out. ``--follow`` keeps printing what is appended until the job has ended.
+shell are left out. ``--follow`` keeps printing what is appended until the job has ended; a file emptied or
+replaced meanwhile is read again from its start. Files are streamed (a MiB at a time), never held
+whole, and a file that is not a regular one (a pipe, a device) is skipped with a note.
 """
 
 from __future__ import annotations
 
+import codecs
+import os
 import re
-import time
 from pathlib import Path
-from typing import Callable, Iterator, TextIO
+from typing import IO, Callable, Iterator, TextIO
 
 from scaletrain.errors import UsageError
-from scaletrain.jobs.runfolder import RunFolder, is_dir, open_run
+from scaletrain.fileio import open_regular
+from scaletrain.jobs.runfolder import LINE_BYTES, RunFolder, is_dir, open_run
+from scaletrain.slurm.poll import poll_until
 
-_RANK = re.compile(r"^(?:\[rank (\d+)\] ?|\s*(\d+): )")
+_RANK = re.compile(r"^(?:\[rank ([0-9]{1,7})\] ?|\s*([0-9]{1,7}): )")
 FOLLOW_POLL_S = 1.0
+FOLLOW_PATIENCE = 30     # unanswered state queries in a row before --follow gives up (minutes of silence)
 
 
 def rank_of(line: str) -> int | None:
@@ -30,8 +36,19 @@ def rank_of(line: str) -> int | None:
     return int(match.group(1) or match.group(2))
 
 
-def _keep(line: str, rank: int | None) -> bool:
-    return rank is None or rank_of(line) == rank
+class _Filter:
+    """Keeps ``rank``'s lines; the pieces of a line longer than LINE_BYTES share its first piece's fate."""
+
+    def __init__(self, rank: int | None) -> None:
+        self.rank = rank
+        self.at_start = True        # the previous piece ended a line
+        self.keeping = True
+
+    def __call__(self, piece: str) -> bool:
+        if self.at_start:
+            self.keeping = self.rank is None or rank_of(piece) == self.rank
+        self.at_start = piece.endswith("\n")
+        return self.keeping
 
 
 def log_files(run: RunFolder) -> list[Path]:
@@ -41,46 +58,110 @@ def log_files(run: RunFolder) -> list[Path]:
     return list(run.logs)
 
 
-def read_lines(run_dir: str | Path, *, rank: int | None = None) -> Iterator[str]:
-    """Every output line of the run (each file's lines in turn), filtered to ``rank``."""
+def _pieces(fh: IO[bytes], *, whole_lines: bool = True) -> Iterator[str]:
+    """The file's lines as text, a line longer than LINE_BYTES in pieces (memory stays bounded);
+    without ``whole_lines``, blocks of LINE_BYTES that may end mid-line (fast: nothing to filter)."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    while True:
+        raw = fh.readline(LINE_BYTES) if whole_lines else fh.read(LINE_BYTES)
+        if not raw:
+            tail = decoder.decode(b"", final=True)
+            if tail:
+                yield tail
+            return
+        text = decoder.decode(raw)
+        if text:
+            yield text
+
+
+def read_lines(run_dir: str | Path, *, rank: int | None = None,
+               on_note: Callable[[str], None] | None = None) -> Iterator[str]:
+    """The run's output (each file in turn, streamed), filtered to ``rank``'s lines; without
+    ``rank`` it comes in blocks of up to LINE_BYTES, which need not end at a line's end.
+    ``on_note`` hears what was left out (older files of a large array, a file that is not one)."""
     run = open_run(run_dir)
-    for path in log_files(run):
+    files = log_files(run)
+    for note in run.notes:
+        if on_note is not None and "output files left out" in note:
+            on_note(note)
+    for path in files:
         try:
-            text = path.read_text(errors="replace")
-        except OSError:
+            fh = open_regular(path)
+        except OSError as exc:
+            if on_note is not None:
+                on_note(f"{path.name} skipped: {exc.strerror}")
             continue
-        for line in text.splitlines(keepends=True):
-            if _keep(line, rank):
-                yield line
+        keep = _Filter(rank)
+        with fh:
+            for piece in _pieces(fh, whole_lines=rank is not None):
+                if keep(piece):
+                    yield piece
+
+
+class _Tail:
+    """Where ``follow`` is in each file: the offset read to, the file's identity, half a line."""
+
+    def __init__(self, run_dir: str | Path, out: TextIO, rank: int | None,
+                 on_note: Callable[[str], None] | None) -> None:
+        self.run_dir, self.out, self.rank, self.on_note = run_dir, out, rank, on_note
+        self.offsets: dict[Path, tuple[int, int]] = {}     # path -> (inode, offset)
+        self.filters: dict[Path, _Filter] = {}
+        self.skipped: set[Path] = set()
+
+    def _note(self, text: str) -> None:
+        if self.on_note is not None:
+            self.on_note(text)
+
+    def read_round(self, *, final: bool = False) -> None:
+        """Print what each output file gained since the last round (``final``: half lines too)."""
+        for path in log_files(open_run(self.run_dir)):
+            try:
+                fh = open_regular(path)
+            except OSError as exc:
+                if path not in self.skipped:
+                    self.skipped.add(path)
+                    self._note(f"{path.name} skipped: {exc.strerror}")
+                continue
+            with fh:
+                self._read(path, fh, final)
+        self.out.flush()
+
+    def _read(self, path: Path, fh: IO[bytes], final: bool) -> None:
+        st = os.fstat(fh.fileno())
+        inode, offset = self.offsets.get(path, (st.st_ino, 0))
+        if inode != st.st_ino or st.st_size < offset:
+            self._note(f"{path.name} was {'replaced' if inode != st.st_ino else 'truncated'}: "
+                       "reading it again from its start")
+            offset = 0
+            self.filters.pop(path, None)
+        keep = self.filters.setdefault(path, _Filter(self.rank))
+        fh.seek(offset)
+        while True:
+            raw = fh.readline(LINE_BYTES)
+            if not raw or (not final and not raw.endswith(b"\n") and len(raw) < LINE_BYTES):
+                break            # half a line: wait for the rest (a line's prefix names its rank)
+            offset += len(raw)
+            piece = raw.decode("utf-8", errors="replace")
+            if keep(piece):
+                self.out.write(piece)
+        self.offsets[path] = (st.st_ino, offset)
 
 
 def follow(run_dir: str | Path, out: TextIO, *, rank: int | None = None,
-           finished: Callable[[], bool], poll: float = FOLLOW_POLL_S) -> None:
+           finished: Callable[[], bool], poll: float = FOLLOW_POLL_S,
+           on_note: Callable[[str], None] | None = None, patience: int = FOLLOW_PATIENCE) -> None:
     """Print the output so far, then what is appended, until ``finished()`` says the job ended
-    (a last read after that catches the final lines). New files (a new run) are picked up."""
-    offsets: dict[Path, int] = {}
-    partial: dict[Path, str] = {}
-    done = False
-    while True:
-        run = open_run(run_dir)
-        for path in log_files(run):
-            try:
-                with open(path, "rb") as fh:
-                    fh.seek(offsets.get(path, 0))
-                    data = fh.read()
-                    offsets[path] = fh.tell()
-            except OSError:
-                continue
-            text = partial.pop(path, "") + data.decode("utf-8", errors="replace")
-            lines = text.splitlines(keepends=True)
-            if lines and not lines[-1].endswith("\n") and not done:
-                partial[path] = lines.pop()   # half a line: wait for the rest
-            for line in lines:
-                if _keep(line, rank):
-                    out.write(line)
-        out.flush()
-        if done:
-            return
-        done = finished()
-        if not done:
-            time.sleep(poll)
+    (a last read after that catches the final lines). New files (a new run) are picked up.
+
+    The rounds run in the one wait loop (:func:`scaletrain.slurm.poll.poll_until`): when
+    ``finished`` raises ``SlurmError`` (Slurm did not answer) following goes on, said once
+    through ``on_note``, for up to ``patience`` rounds in a row.
+    """
+    tail = _Tail(run_dir, out, rank, on_note)
+
+    def one_round() -> bool:
+        tail.read_round()
+        return finished()
+
+    poll_until(one_round, bool, timeout=None, poll=poll, patience=patience, on_note=on_note)
+    tail.read_round(final=True)

@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from scaletrain.contract import COMMIT_MARKER, STEP_DIR_PREFIX
-from scaletrain.errors import SlurmError, UsageError
+from scaletrain.errors import SlurmError, UsageError, printable
 from scaletrain.jobs import gpus as gpu_files
 from scaletrain.jobs import runfolder
 from scaletrain.jobs.svg import line_chart
-from scaletrain.slurm.parse import parse_duration_seconds
+from scaletrain.slurm.parse import is_count, parse_duration_seconds
 
 REPORT_NAME = "report.html"
 MAX_POINTS = 600        # points per chart line: a long run is thinned, not drawn step by step
@@ -133,8 +133,7 @@ def _committed(folder: Path | None) -> list[int]:
     steps = []
     for marker in sorted(folder.glob(f"{STEP_DIR_PREFIX}*/{COMMIT_MARKER}")):
         digits = marker.parent.name[len(STEP_DIR_PREFIX):]
-        record = runfolder.read_json(marker)
-        if digits.isdigit() and record is not None and record.get("step") == int(digits):
+        if is_count(digits) and runfolder.marker_step(runfolder.read_json(marker)) == int(digits):
             steps.append(int(digits))
     return steps
 
@@ -143,7 +142,7 @@ def _gpus(tres: str) -> int:
     """GPUs in an AllocTRES value (``cpu=4,gres/gpu=2,mem=8G,node=1``)."""
     for item in tres.split(","):
         key, _, value = item.partition("=")
-        if key == "gres/gpu" and value.isdigit():
+        if key == "gres/gpu" and is_count(value):
             return int(value)
     return 0
 
@@ -165,7 +164,7 @@ def figures(rep: Report) -> dict[str, Any]:
     out["between_runs_s"] = _between_runs(rep.parts)
     elapsed = [parse_duration_seconds(r.get("Elapsed")) or 0 for r in rep.acct]
     gpus = max([_gpus(r.get("AllocTRES", "")) for r in rep.acct] or [0])
-    cpus = max([int(r["AllocCPUS"]) for r in rep.acct if r.get("AllocCPUS", "").isdigit()] or [0])
+    cpus = max([int(r["AllocCPUS"]) for r in rep.acct if is_count(r.get("AllocCPUS", ""))] or [0])
     cpu_used = sum(parse_duration_seconds(r.get("TotalCPU")) or 0 for r in rep.acct)
     out["elapsed_s"] = sum(elapsed) if rep.acct else None
     out["gpu_hours_billed"] = gpus * sum(elapsed) / 3600 if rep.acct else None
@@ -241,7 +240,8 @@ def render_text(rep: Report) -> str:
         lines.append(f"  finding: {finding.get('message', finding)}"
                      + (f" HINT: {finding['hint']}" if finding.get("hint") else ""))
     lines += [f"  note: {n}" for n in rep.notes]
-    return "\n".join(lines) + "\n"
+    # findings, notes and Slurm's words come from outside: nothing in them may drive the terminal
+    return printable("\n".join(lines), keep="\n") + "\n"
 
 
 def _stopped_run(rep: Report) -> int:
@@ -296,9 +296,12 @@ def render_html(rep: Report) -> str:
 
 def write(rep: Report, out: str | os.PathLike[str] | None = None) -> Path:
     """Write the page (default ``RUN/report.html``) whole; returns its path."""
-    from scaletrain.fileio import atomic_write
+    from scaletrain.fileio import atomic_write, write_output
 
-    path = Path(out) if out is not None else rep.run_dir / REPORT_NAME
+    if out is not None:      # the user's path: a device or pipe is written into, never replaced
+        write_output(os.fspath(out), render_html(rep), mode=0o644)
+        return Path(out)
+    path = rep.run_dir / REPORT_NAME
     try:
         return atomic_write(path, render_html(rep))
     except OSError as exc:

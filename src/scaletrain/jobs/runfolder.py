@@ -16,19 +16,22 @@ must not stop at one broken one). Only the tail of ``metrics.jsonl`` is read for
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, Callable, Iterator
 
 from scaletrain.checkpoint.stoprecord import has_stop_record, read_stop_record
 from scaletrain.contract import (COMMIT_MARKER, JOB_ID_FILE, JOB_SCRIPT, METRICS_FILE, RUNS_DIR, STEP_DIR_PREFIX,
                                  TENSORBOARD_DIR)
-from scaletrain.fileio import read_json_object
-
+from scaletrain.fileio import open_regular, read_bounded, read_json_object
+from scaletrain.slurm.parse import is_count
 SEARCH_DEPTH = 2                 # sub-folder levels searched for the Monitor's and Checkpointer's files
-TAIL_BYTES = 256 * 1024          # what status reads of metrics.jsonl: the last steps and the run's start
-MAX_LOG_FILES = 64
+TAIL_BYTES = 256 * 1024          # what status reads of metrics.jsonl at first: the last steps and the run's start
+SCAN_BYTES = 1024 * 1024 * 1024  # how far back it looks for the run's start line in a long run, 1 MiB at a time
+LINE_BYTES = 1024 * 1024         # a record longer than this is not the Monitor's: skipped
+MAX_LOG_FILES = 1000             # output files listed (array jobs); the newest are kept, the rest named in a note
 
 
 @dataclass(kw_only=True)
@@ -60,7 +63,7 @@ def is_dir(path: Path) -> bool:
 def default_runs(base: Path = Path(RUNS_DIR)) -> list[Path]:
     """The run folders under ``./runs``, newest first (by the time their job was submitted)."""
     try:
-        found = [p for p in base.iterdir() if p.is_dir() and not p.name.startswith(".")]
+        found = [p for p in base.iterdir() if is_dir(p) and not p.name.startswith(".")]
     except OSError:
         return []
 
@@ -102,8 +105,8 @@ def open_run(path: str | Path) -> RunFolder:
         run.notes.append("folder not found (moved or deleted?)")
         return run
     try:
-        text = (run.path / JOB_ID_FILE).read_text(errors="replace").strip()
-        if text.isdigit():
+        text = read_bounded(run.path / JOB_ID_FILE, limit=4096).decode("utf-8", errors="replace").strip()
+        if is_count(text) and len(text) <= 20:
             run.job_id = text
         elif text:
             run.notes.append(f"{JOB_ID_FILE} does not hold a job id ({text[:20]!r})")
@@ -111,21 +114,30 @@ def open_run(path: str | Path) -> RunFolder:
         pass
     except OSError as exc:
         run.notes.append(f"cannot read {JOB_ID_FILE}: {exc.strerror}")
+    if _is_file(run.path / JOB_SCRIPT):
+        run.script = run.path / JOB_SCRIPT
     try:
-        if (run.path / JOB_SCRIPT).is_file():
-            run.script = run.path / JOB_SCRIPT
+        logs = sorted(run.path.glob("*.out"), key=lambda p: (_mtime(p), p.name))
     except OSError:
-        pass
-    try:
-        run.logs = sorted(run.path.glob("*.out"), key=_mtime)[:MAX_LOG_FILES]
-    except OSError:
-        pass
+        logs = []
+    run.logs = logs[-MAX_LOG_FILES:]
+    if len(logs) > MAX_LOG_FILES:
+        run.notes.append(f"{len(logs) - MAX_LOG_FILES} older output files left out ({logs[0].name} to "
+                         f"{logs[-MAX_LOG_FILES - 1].name}); the newest {MAX_LOG_FILES} are read")
     for folder in walk(run.path, SEARCH_DEPTH):
-        if run.metrics is None and (folder / METRICS_FILE).is_file():
+        if run.metrics is None and _is_file(folder / METRICS_FILE):
             run.metrics = folder / METRICS_FILE
         if run.checkpoints is None and _has_checkpoints(folder):
             run.checkpoints = folder
     return run
+
+
+def _is_file(path: Path) -> bool:
+    """``path.is_file()`` that answers False, not OSError, for a path the file system refuses."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
 
 
 def _mtime(p: Path) -> float:
@@ -160,72 +172,138 @@ def latest_checkpoint(folder: Path | None) -> int | None:
         return None
     for name in names:
         digits = name[len(STEP_DIR_PREFIX):]
-        if not digits.isdigit() or (best is not None and int(digits) <= best):
+        if not is_count(digits) or (best is not None and int(digits) <= best):
             continue
-        marker = read_json(folder / name / COMMIT_MARKER)
-        if marker is not None and int(marker.get("step", -1)) == int(digits):
+        if marker_step(read_json(folder / name / COMMIT_MARKER)) == int(digits):
             best = int(digits)
     return best
 
 
+def marker_step(marker: dict[str, Any] | None) -> int | None:
+    """The step a ``COMMIT.json`` names, or None when it names none (a hand-edited marker)."""
+    step = marker.get("step") if marker is not None else None
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+
 def stop_record(folder: Path | None) -> dict[str, Any] | None:
-    """The Checkpointer's ``stop.json`` (why the job stopped on purpose, at which step)."""
+    """The Checkpointer's ``stop.json`` (why the job stopped on purpose, at which step), its
+    fields of the types the verbs show (:func:`scaletrain.checkpoint.stoprecord.read_stop_record`)."""
     return read_stop_record(folder)
 
 
-def _lines(data: bytes) -> list[dict[str, Any]]:
-    out = []
-    for raw in data.splitlines():
-        try:
-            value = json.loads(raw)
-        except ValueError:
-            continue          # a half-written or hand-edited line: skipped
-        if isinstance(value, dict):
-            out.append(value)
-    return out
+# The Monitor's fields that the after-submit verbs compute with, and what each must be. A
+# hand-edited value of another type is dropped (the figure is then unknown), never computed with.
+_COUNTS = ("step", "start_step", "total_steps", "samples")
+_NUMBERS = ("t", "step_s", "samples_per_s", "loss", "time")
+_POSITIVE = ("step_s", "samples_per_s", "total_steps")
 
 
-def metrics_tail(path: Path | None, limit: int = TAIL_BYTES) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+def clean_record(value: Any) -> dict[str, Any] | None:
+    """One metrics.jsonl record with every field we compute with of the right type, or None.
+
+    A ``step`` record without a whole step number and a time is not the Monitor's: skipped.
+    """
+    if not isinstance(value, dict) or not isinstance(value.get("type"), str):
+        return None
+    rec = dict(value)
+    for key in _COUNTS:
+        v = rec.get(key)
+        if key in rec and (isinstance(v, bool) or not isinstance(v, int) or v < 0 or v > 10**15):
+            del rec[key]
+    for key in _NUMBERS:
+        v = rec.get(key)
+        if key in rec and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+                           or abs(v) > 1e15):
+            del rec[key]
+    for key in _POSITIVE:
+        if key in rec and rec[key] <= 0:
+            del rec[key]
+    for key in ("message", "hint", "reason"):
+        if key in rec and not isinstance(rec[key], str):
+            rec[key] = json.dumps(rec[key], default=str)[:500]
+    if "device_util" in rec and not isinstance(rec["device_util"], dict):
+        del rec["device_util"]
+    if rec["type"] == "step" and ("step" not in rec or "t" not in rec):
+        return None
+    return rec
+
+
+def as_object(value: Any) -> dict[str, Any] | None:
+    """``value`` if it is a JSON object, else None (for JSONL files other than the Monitor's)."""
+    return value if isinstance(value, dict) else None
+
+
+def _parse(raw: bytes, clean: Callable[[Any], dict[str, Any] | None] = clean_record) -> dict[str, Any] | None:
+    try:
+        return clean(json.loads(raw))
+    except (ValueError, RecursionError):
+        return None           # a half-written or hand-edited line: skipped
+
+
+def _last(fh: IO[bytes], needle: bytes, end: int, *, floor: int = 0) -> int:
+    """Offset of the last ``needle`` that starts before ``end`` (not below ``floor``), or -1:
+    read backwards a MiB at a time, so memory stays bounded however long the file."""
+    chunk, pos = 1 << 20, end
+    while pos > floor:
+        lo = max(floor, pos - chunk)
+        fh.seek(lo)
+        found = fh.read(pos - lo + len(needle) - 1).rfind(needle)
+        if found >= 0 and lo + found < end:
+            return lo + found
+        pos = lo
+    return -1
+
+
+def _record_at(fh: IO[bytes], offset: int) -> dict[str, Any] | None:
+    if offset < 0:
+        return None
+    fh.seek(offset)
+    return _parse(fh.readline(LINE_BYTES))
+
+
+def metrics_tail(path: Path | None, limit: int = SCAN_BYTES) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """(the last run's ``start`` line, its last ``step`` line) from the end of metrics.jsonl.
 
-    Reads 8 KiB from the end, then 8x more until the run's start line is in view (at most
-    ``limit`` bytes); only those two lines are parsed, so 200 folders cost milliseconds each.
+    Both are found reading backwards from the end (at most ``limit`` bytes, a MiB at a time); only
+    those two lines are parsed, so 200 folders cost milliseconds each. A pipe or device in the
+    folder's place is refused, not waited on.
     """
     if path is None:
         return None, None
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:
             size = fh.seek(0, os.SEEK_END)
-            span = 8192
-            while True:
-                fh.seek(max(0, size - span))
-                data = fh.read()
-                at_start = data.rfind(b'{"type": "start"')
-                if at_start >= 0 or span >= min(size, limit):
-                    break
-                span *= 8
+            floor = max(0, size - limit)
+            at_step = _last(fh, b'{"type": "step"', size, floor=floor)
+            at_start = _last(fh, b'{"type": "start"', size, floor=floor)
+            start = _record_at(fh, at_start)
+            last = _record_at(fh, at_step) if at_step > at_start else None   # no step yet in a new run
     except OSError:
         return None, None
-    at_step = data.rfind(b'{"type": "step"')
-    last = _line_at(data, at_step) if at_step > at_start else None   # no step yet in a new run
-    return (_line_at(data, at_start) if at_start >= 0 else None), last
+    return start, last
 
 
-def _line_at(data: bytes, pos: int) -> dict[str, Any] | None:
-    if pos < 0:
-        return None
-    end = data.find(b"\n", pos)
-    return _one(data[pos:end if end >= 0 else len(data)])
-
-
-def _one(raw: bytes) -> dict[str, Any] | None:
-    found = _lines(raw)
-    return found[0] if found else None
+def iter_records(path: Path, clean: Callable[[Any], dict[str, Any] | None] = clean_record) -> Iterator[dict[str, Any]]:
+    """Every usable record of a JSONL file, streamed (a line over LINE_BYTES is skipped whole),
+    each passed through ``clean`` (default: the Monitor's record types checked).
+    ``OSError`` when it cannot be opened or is not a regular file."""
+    with open_regular(path) as fh:
+        while True:
+            raw = fh.readline(LINE_BYTES)
+            if not raw:
+                return
+            if len(raw) == LINE_BYTES and not raw.endswith(b"\n"):
+                while raw and not raw.endswith(b"\n"):      # the rest of an overlong line
+                    raw = fh.readline(LINE_BYTES)
+                continue
+            rec = _parse(raw, clean)
+            if rec is not None:
+                yield rec
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
     """Every record of metrics.jsonl (for the report), unreadable lines skipped."""
     try:
-        return _lines(path.read_bytes())
+        return list(iter_records(path))
     except OSError:
         return []

@@ -19,12 +19,15 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
-from scaletrain.errors import SlurmError
+from scaletrain.errors import SlurmError, printable
 from scaletrain.jobs import runfolder
 from scaletrain.jobs.runfolder import RunFolder
-from scaletrain.slurm.parse import FINAL_STATES, base_state, parse_duration_seconds, parse_time_seconds
+from scaletrain.slurm.parse import FINAL_STATES, base_state, is_count, parse_duration_seconds, parse_time_seconds
+from scaletrain.slurm.poll import PATIENCE, Waited, poll_until
+
+QUERY_TIMEOUT_S = 10.0     # commands.QUERY_TIMEOUT_S (not imported: that module is loaded only to ask Slurm)
 
 
 @dataclass(kw_only=True)
@@ -102,13 +105,42 @@ def slurm_states(job_ids: Sequence[str], *, env: Mapping[str, str] | None = None
 
 
 def collect_states(job_ids: Sequence[str], *, env: Mapping[str, str] | None = None,
-                   timeout: float = 10.0) -> dict[str, str]:
+                   timeout: float = QUERY_TIMEOUT_S) -> dict[str, str]:
     """``{job id: Slurm state}`` from the same two calls (squeue, then sacct); unknown ids absent."""
     queue, acct, _ = slurm_states(job_ids, env=env, timeout=timeout)
     out = {j: base_state(row.get("State", "")) for j, row in queue.items()}
     for j, runs in acct.items():
         out.setdefault(j, base_state(runs[-1].get("State", "")))
     return out
+
+
+def job_state(job_id: str, *, env: Mapping[str, str] | None = None, timeout: float | None = None) -> str:
+    """Slurm's state of one job; ``UNKNOWN`` only when the queue answered and has forgotten it
+    (and accounting knows nothing). ``SlurmError`` when Slurm did not answer: silence is not a state.
+    ``timeout``: seconds per Slurm call (default QUERY_TIMEOUT_S)."""
+    queue, acct, notes = slurm_states([job_id], env=env, timeout=QUERY_TIMEOUT_S if timeout is None else timeout)
+    if job_id in queue:
+        return base_state(queue[job_id].get("State", ""))
+    if job_id in acct:
+        return base_state(acct[job_id][-1].get("State", ""))
+    unanswered = [n for n in notes if n.startswith("squeue:")]
+    if unanswered:
+        raise SlurmError(unanswered[0], "check 'squeue' and 'sinfo'")
+    return "UNKNOWN"
+
+
+def ended(state: str) -> bool:
+    """True for a final state, or a job Slurm has forgotten (nothing more will be known of it)."""
+    return state in FINAL_STATES or state == "UNKNOWN"
+
+
+def wait_for(job_id: str, *, timeout: float | None, poll: float, max_poll: float | None = None,
+             env: Mapping[str, str] | None = None, patience: int = PATIENCE,
+             on_note: Callable[[str], None] | None = None) -> Waited[str]:
+    """Poll the job's state (squeue, then sacct) through the one wait loop until it has
+    :func:`ended` or ``timeout`` seconds have passed; Slurm's silences are retried."""
+    return poll_until(lambda: job_state(job_id, env=env), ended, timeout=timeout, poll=poll,
+                      max_poll=max_poll, patience=patience, on_note=on_note)
 
 
 def _limit_seconds(text: str | None) -> int | None:
@@ -124,7 +156,7 @@ def _from_queue(status: RunStatus, row: Mapping[str, str]) -> None:
     status.elapsed_s = parse_duration_seconds(row.get("TimeUsed"))
     status.limit_s = _limit_seconds(row.get("TimeLimit"))
     restarts = row.get("RestartCnt", "")
-    status.restarts = int(restarts) if restarts.isdigit() else 0
+    status.restarts = int(restarts) if is_count(restarts) else 0
     reason = row.get("Reason", "")
     status.reason = "" if reason in {"None", "(null)"} else reason
     status.nodes = row.get("NodeList", "") if status.state == "RUNNING" else ""
@@ -158,10 +190,19 @@ def _float(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
+def _open(path: str | Path) -> RunStatus:
+    """One folder's row; a folder that cannot be read at all is a row with a note, not an end
+    to every other folder's line."""
+    try:
+        return RunStatus(run=runfolder.open_run(path))
+    except (OSError, ValueError, RecursionError) as exc:
+        return RunStatus(run=runfolder.RunFolder(path=Path(path), notes=[f"cannot read this folder: {exc}"]))
+
+
 def collect(paths: Sequence[str | Path], *, env: Mapping[str, str] | None = None,
-            timeout: float = 10.0) -> list[RunStatus]:
+            timeout: float = QUERY_TIMEOUT_S) -> list[RunStatus]:
     """The status of every run folder in ``paths`` (in that order), with two Slurm calls in all."""
-    rows = [RunStatus(run=runfolder.open_run(p)) for p in paths]
+    rows = [_open(p) for p in paths]
     ids = [r.run.job_id for r in rows if r.run.job_id]
     queue, acct, notes = slurm_states(ids, env=env, timeout=timeout) if ids else ({}, {}, [])
     for row in rows:
@@ -180,7 +221,10 @@ def collect(paths: Sequence[str | Path], *, env: Mapping[str, str] | None = None
             row.state = "UNKNOWN"
             row.forgotten = not any(n.startswith("squeue:") for n in notes)   # the queue answered without it
             row.notes += notes or [f"Slurm no longer knows job {job} (and keeps no accounting of it)"]
-        _progress(row)
+        try:
+            _progress(row)
+        except (OSError, ValueError, RecursionError) as exc:
+            row.notes.append(f"cannot read its records: {exc}")
     return rows
 
 
@@ -210,16 +254,20 @@ def format_row(s: RunStatus) -> str:
     if s.nodes:
         parts.append(f"on {s.nodes}")
     parts += s.notes
-    return " | ".join(str(p) for p in parts)
+    # folder names, Slurm's words and notes come from outside: one line, nothing for the terminal to act on
+    return printable(" | ".join(str(p) for p in parts))
 
 
 def watch(paths: Sequence[str | Path], *, interval: float, out: Any, tty: bool,
           env: Mapping[str, str] | None = None, rounds: int | None = None) -> None:
-    """Refresh until every job has ended: in place on a terminal, else a line per change."""
+    """Refresh until every job has ended: in place on a terminal, else a line per change.
+    The rounds run in the one wait loop (:func:`scaletrain.slurm.poll.poll_until`)."""
     shown: dict[str, str] = {}
     n = 0
-    while True:
-        rows = collect(paths, env=env)
+
+    def refresh() -> bool:
+        nonlocal n
+        rows = collect(paths, env=env)       # Slurm's silence is a note on the rows, not an end
         lines = [format_row(r) for r in rows]
         if tty:
             out.write("\x1b[H\x1b[2J" + time.strftime("%H:%M:%S ") + "scaletrain status (Ctrl-C to stop)\n"
@@ -231,6 +279,6 @@ def watch(paths: Sequence[str | Path], *, interval: float, out: Any, tty: bool,
                     out.write(line + "\n")
         out.flush()
         n += 1
-        if all(r.finished for r in rows) or (rounds is not None and n >= rounds):
-            return
-        time.sleep(interval)
+        return all(r.finished for r in rows) or (rounds is not None and n >= rounds)
+
+    poll_until(refresh, bool, timeout=None, poll=interval)

@@ -13,14 +13,17 @@ finished job stays visible for ``MinJobAge`` seconds (300 by default), which is 
 from __future__ import annotations
 
 import os
+import re
+import selectors
 import shutil
+import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from scaletrain.errors import SlurmError
+from scaletrain.errors import SlurmError, printable
 from scaletrain.slurm.parse import (
     FINAL_STATES,
     SACCT_FIELDS,
@@ -32,7 +35,15 @@ from scaletrain.slurm.parse import (
     parse_records,
 )
 
+JOB_ID = re.compile(r"[0-9]{1,20}(?:_[0-9]{1,20})?")   # ASCII only: str.isdigit() takes '²' and '٣'
+
+
+def is_job_id(text: str) -> bool:
+    """True for a Slurm job id as sbatch prints it (``123``, an array task ``123_4``), ASCII digits only."""
+    return isinstance(text, str) and JOB_ID.fullmatch(text) is not None
+
 _WAIT_RETRIES = 5  # consecutive scontrol failures tolerated while waiting
+MAX_OUTPUT = 64 * 1024 * 1024  # bytes read from one stream of one command: squeue of a huge queue is far less
 QUERY_TIMEOUT_S = 10.0  # squeue/sacct/scancel for the after-submit verbs: a stuck slurmctld is one line
 
 _INSTALL_HINT = ("run this on a Slurm login node (or load Slurm's module); "
@@ -59,23 +70,78 @@ def _one_line(text: str) -> str:
     return lines[-1]
 
 
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """End the command and whatever it started (its own session), then reap it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        pass
+    proc.wait()
+
+
+def _capture(proc: subprocess.Popen[bytes], name: str, timeout: float) -> tuple[bytes, bytes]:
+    """stdout and stderr, each at most MAX_OUTPUT bytes, within ``timeout`` seconds, else SlurmError."""
+    assert proc.stdout is not None and proc.stderr is not None
+    bufs = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
+    deadline = time.monotonic() + timeout
+    with selectors.DefaultSelector() as sel:
+        for fd in bufs:
+            sel.register(fd, selectors.EVENT_READ)
+        while sel.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise subprocess.TimeoutExpired(name, timeout)
+            for key, _ in sel.select(left):
+                chunk = os.read(key.fd, 1 << 16)
+                if not chunk:
+                    sel.unregister(key.fd)
+                    continue
+                bufs[key.fd] += chunk
+                if len(bufs[key.fd]) > MAX_OUTPUT:
+                    raise SlurmError(f"'{name}' printed more than {MAX_OUTPUT >> 20} MiB: not read further",
+                                     "ask about fewer jobs or nodes; check the command by hand")
+    try:
+        proc.wait(max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        raise subprocess.TimeoutExpired(name, timeout) from None
+    return bytes(bufs[proc.stdout.fileno()]), bytes(bufs[proc.stderr.fileno()])
+
+
+def decode(data: bytes) -> str:
+    """Slurm's bytes as text: not-UTF-8 bytes replaced, control characters shown as escapes
+    (lines and tabs kept), so what it says cannot drive the terminal or break a parser."""
+    return printable(data.decode("utf-8", errors="replace").replace("\r\n", "\n"), keep="\n\t")
+
+
 def run_command(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
                 cwd: str | Path | None = None, timeout: float = 60.0) -> str:
-    """Run a Slurm command and return its stdout; any failure is one ``SlurmError`` line."""
+    """Run a Slurm command and return its stdout; any failure is one ``SlurmError`` line.
+
+    Bounded: ``timeout`` seconds and MAX_OUTPUT bytes per stream; the command runs in its own
+    session so that, past either bound, everything it started is ended with it.
+    """
     exe = which(argv[0], env)
+    name = " ".join(argv)[:200]
     try:
-        proc = subprocess.run([exe, *argv[1:]], capture_output=True, text=True,
-                              env=dict(env) if env is not None else None,
-                              cwd=str(cwd) if cwd is not None else None, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise SlurmError(f"'{' '.join(argv)}' did not answer within {timeout:.0f} s",
-                         "is slurmctld up? try 'sinfo' or 'scontrol ping'") from None
+        proc = subprocess.Popen([exe, *argv[1:]], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env=dict(env) if env is not None else None,
+                                cwd=str(cwd) if cwd is not None else None, start_new_session=True)
     except OSError as exc:
         raise SlurmError(f"cannot run {argv[0]}: {exc.strerror}", _INSTALL_HINT) from None
+    try:
+        out, err = _capture(proc, name, timeout)
+    except subprocess.TimeoutExpired:
+        raise SlurmError(f"'{printable(name)}' did not answer within {timeout:.0f} s",
+                         "is slurmctld up? try 'sinfo' or 'scontrol ping'") from None
+    finally:
+        if proc.poll() is None:
+            _stop(proc)
+        proc.stdout.close()  # type: ignore[union-attr]
+        proc.stderr.close()  # type: ignore[union-attr]
     if proc.returncode != 0:
-        raise SlurmError(f"{argv[0]} failed: {_one_line(proc.stderr or proc.stdout)}",
+        raise SlurmError(f"{argv[0]} failed: {_one_line(decode(err) or decode(out))}",
                          "fix the request (see the message from Slurm) or check 'sinfo'")
-    return proc.stdout
+    return decode(out)
 
 
 def sbatch_parsable(script_path: str | Path, *, cwd: str | Path | None = None,
@@ -150,46 +216,38 @@ def job_info(job_id: str, *, env: Mapping[str, str] | None = None) -> JobInfo:
 
 def wait(job_id: str, *, timeout: float | None = None, poll: float = 1.0,
          max_poll: float = 10.0, env: Mapping[str, str] | None = None,
-         on_change: Callable[[JobInfo], None] | None = None) -> JobInfo:
+         on_change: Callable[[JobInfo], None] | None = None,
+         on_note: Callable[[str], None] | None = None) -> JobInfo:
     """Poll until the job reaches a final state and return it; ``on_change`` sees each new state.
 
-    Polling starts every ``poll`` seconds and slows down by 20 % a round up to ``max_poll``:
-    sites ask users not to hammer slurmctld, and a long job needs no second-by-second check.
-    A few failed ``scontrol`` calls in a row (a busy slurmctld times out) are retried.
-    ``timeout`` (seconds, None = forever) raises ``SlurmError`` with the job still in the
-    queue: waiting gives up, the job is not cancelled.
+    The loop is :func:`scaletrain.slurm.poll.poll_until`: polling slows from ``poll`` to
+    ``max_poll`` seconds, a few failed ``scontrol`` calls in a row (a busy slurmctld times out)
+    are retried and said through ``on_note``. ``timeout`` (seconds, None = forever) raises
+    ``SlurmError`` with the job still in the queue: waiting gives up, the job is not cancelled.
     """
-    deadline = None if timeout is None else time.monotonic() + timeout
-    last_state = ""
-    failures = 0
-    delay = poll
-    while True:
-        try:
-            info = job_info(job_id, env=env)
-            failures = 0
-        except SlurmError:
-            failures += 1
-            if failures >= _WAIT_RETRIES:
-                raise
-            time.sleep(delay)
-            continue
-        if info.state != last_state:
-            last_state = info.state
-            if on_change is not None:
-                on_change(info)
-        if info.finished:
-            return info
-        if deadline is not None and time.monotonic() > deadline:
-            raise SlurmError(f"job {job_id} still {info.state} after {timeout:.0f} s",
-                             f"it keeps running; follow it with 'squeue -j {job_id}' "
-                             f"or stop it with 'scancel {job_id}'")
-        time.sleep(delay)
-        delay = min(max_poll, delay * 1.2)
+    from scaletrain.slurm.poll import poll_until
+
+    seen: list[str] = []
+
+    def fetch() -> JobInfo:
+        info = job_info(job_id, env=env)
+        if on_change is not None and seen[-1:] != [info.state]:
+            seen.append(info.state)
+            on_change(info)
+        return info
+
+    waited = poll_until(fetch, lambda info: info.finished, timeout=timeout, poll=poll, max_poll=max_poll,
+                        patience=_WAIT_RETRIES, on_note=on_note)
+    if not waited.done:
+        raise SlurmError(f"job {job_id} still {waited.value.state} after {waited.seconds:.0f} s",
+                         f"it keeps running; follow it with 'squeue -j {job_id}' "
+                         f"or stop it with 'scancel {job_id}'")
+    return waited.value
 
 
 def cancel(job_id: str, *, env: Mapping[str, str] | None = None) -> None:
     """Cancel a job with ``scancel`` (no error if it already ended)."""
-    run_command(["scancel", str(job_id)], env=env)
+    run_command(["scancel", str(job_id)], env=env, timeout=QUERY_TIMEOUT_S)
 
 
 def send_signal(job_id: str, signal_name: str, *, batch: bool,
@@ -204,7 +262,7 @@ def send_signal(job_id: str, signal_name: str, *, batch: bool,
 
 def _job_list(job_ids: Sequence[str]) -> str:
     ids = [str(j) for j in job_ids]
-    bad = [j for j in ids if not j.replace("_", "").isdigit()]
+    bad = [j for j in ids if not is_job_id(j)]
     if bad:
         raise SlurmError(f"not a job id: {bad[0]!r}", "a job id is a number, as sbatch printed it")
     return ",".join(dict.fromkeys(ids))

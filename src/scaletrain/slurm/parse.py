@@ -82,7 +82,7 @@ def parse_gres(text: str | None) -> list[Gres]:
         count = 1
         if len(parts) >= 2:
             last = parts[-1]
-            digits = re.match(r"(\d+)([KMGTP]?)$", last)
+            digits = re.match(r"([0-9]+)([KMGTP]?)$", last)
             if digits:
                 count = int(digits.group(1))
                 if len(parts) >= 3:
@@ -100,7 +100,7 @@ def gpu_gres(text: str | None) -> tuple[int, str | None]:
     return sum(g.count for g in gpus), (types.pop() if len(types) == 1 else None)
 
 
-_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+_TIME = re.compile(r"^(?:([0-9]+)-)?([0-9]+)(?::([0-9]+))?(?::([0-9]+))?$")
 
 
 def parse_time_seconds(text: str | None) -> int | None:
@@ -129,7 +129,7 @@ def parse_time_seconds(text: str | None) -> int | None:
     return (nums[0] * 60 + nums[1]) * 60 + nums[2]
 
 
-_MEM = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*$", re.IGNORECASE)
+_MEM = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)(?:i?B)?\s*$", re.IGNORECASE)
 _MEM_UNITS_MIB = {"K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0 * 1024.0}
 
 
@@ -161,9 +161,15 @@ def parse_limit(text: str | None) -> int | None:
     if text is None:
         return None
     text = text.strip()
-    if not text.isdigit():
+    if not is_count(text):
         return None
     return int(text)
+
+
+def is_count(text: str) -> bool:
+    """True for a plain decimal number in ASCII digits (``str.isdigit`` also takes ``²`` and ``٣``,
+    which ``int`` then refuses or reads as another number)."""
+    return text.isascii() and text.isdigit()
 
 
 def parse_exit_code(text: str | None) -> tuple[int, int]:
@@ -171,10 +177,9 @@ def parse_exit_code(text: str | None) -> tuple[int, int]:
     if not text:
         return 0, 0
     code, _, sig = text.partition(":")
-    try:
-        return int(code), int(sig or 0)
-    except ValueError:
+    if not is_count(code) or not is_count(sig or "0"):
         return 0, 0
+    return int(code), int(sig or 0)
 
 
 def parse_job_id(text: str) -> str:
@@ -182,7 +187,7 @@ def parse_job_id(text: str) -> str:
     for line in text.splitlines():
         line = line.strip()
         head = line.split(";", 1)[0]
-        if head.isdigit():
+        if is_count(head):
             return head
     raise ValueError(f"no job id in sbatch output: {text.strip()!r}")
 
@@ -216,7 +221,7 @@ def parse_duration_seconds(text: str | None) -> int | None:
     if not text:
         return None
     text = text.strip().split(".", 1)[0]
-    match = re.match(r"^(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)$", text)
+    match = re.match(r"^(?:([0-9]+)-)?(?:([0-9]+):)?([0-9]+):([0-9]+)$", text)
     if not match:
         return None
     days, hours, minutes, seconds = (int(g) if g else 0 for g in match.groups())

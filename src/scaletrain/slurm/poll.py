@@ -1,0 +1,96 @@
+"""The one loop that waits on a job's state: ``submit --wait``, ``Job.wait()``, ``cancel --save``
+and ``logs --follow`` all poll through :func:`poll_until`.
+
+What the loop owns, so that no caller gets it wrong again:
+
+- the bound: ``timeout`` is checked (a number, finite, not negative) before anything runs;
+- the pace: polling starts every ``poll`` seconds and slows by 20 % a round up to ``max_poll``
+  (sites ask users not to hammer slurmctld, and a long job needs no second-by-second check);
+- Slurm not answering is not an answer: a failed query (``SlurmError``) is retried, said once
+  through ``on_note``, and only ``patience`` failures in a row end the wait, with Slurm's own
+  last line. A job's state is never guessed from silence.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable, Generic, TypeVar
+
+from scaletrain.errors import SlurmError, UsageError
+
+T = TypeVar("T")
+
+PATIENCE = 5        # consecutive unanswered queries before a wait gives up
+
+
+def check_seconds(value: object, name: str, *, allow_none: bool = False, positive: bool = False) -> float | None:
+    """``value`` as seconds, or ``TypeError``/``UsageError`` naming ``name`` (nan, inf, negative, text)."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds{' or None' if allow_none else ''}, "
+                        f"not {type(value).__name__}")
+    seconds = float(value)
+    if not math.isfinite(seconds) or seconds < 0 or (positive and seconds == 0):
+        raise UsageError(f"{name} must be a finite number of seconds {'above' if positive else 'from'} 0, "
+                         f"not {value!r}", f"e.g. {name}=60" + (" (or None to wait for ever)" if allow_none else ""))
+    return seconds
+
+
+@dataclass(frozen=True, kw_only=True)
+class Waited(Generic[T]):
+    """How a wait ended: the last value seen, whether it was final, and the seconds it took."""
+
+    value: T
+    done: bool
+    seconds: float
+
+
+def poll_until(fetch: Callable[[], T], done: Callable[[T], bool], *, timeout: float | None,
+               poll: float, max_poll: float | None = None, patience: int = PATIENCE,
+               on_change: Callable[[T], None] | None = None, on_note: Callable[[str], None] | None = None,
+               clock: Callable[[], float] = time.monotonic,
+               sleep: Callable[[float], None] = time.sleep) -> Waited[T]:
+    """Call ``fetch`` until ``done(value)`` or ``timeout`` seconds (None: no limit) have passed.
+
+    Returns :class:`Waited` (``done`` False when time ran out: the caller words that). A fetch
+    that raises ``SlurmError`` is retried; ``patience`` failures in a row, or time running out
+    before any answer, raise ``SlurmError`` saying how long Slurm was silent.
+    """
+    limit = check_seconds(timeout, "timeout", allow_none=True)
+    delay = check_seconds(poll, "poll", positive=True) or 1.0
+    ceiling = delay if max_poll is None else max(delay, check_seconds(max_poll, "max_poll", positive=True) or delay)
+    start = clock()
+    last: list[T] = []
+    failures = 0
+    while True:
+        try:
+            value = fetch()
+        except SlurmError as exc:
+            failures += 1
+            waited = clock() - start
+            if failures >= patience or (limit is not None and waited >= limit):
+                raise SlurmError(f"Slurm did not answer {failures} time{'s' * (failures > 1)} in a row "
+                                 f"over {waited:.0f} s: {exc.message}",
+                                 "the job itself may be fine: check 'squeue' or 'sinfo', then wait again") from None
+            if on_note is not None and failures == 1:
+                on_note(f"Slurm did not answer ({exc.message}); still waiting, retrying up to "
+                        f"{patience - 1} more times")
+            sleep(delay)
+            delay = min(ceiling, delay * 1.2)
+            continue
+        if failures and on_note is not None:
+            on_note("Slurm answers again")
+        failures = 0
+        if on_change is not None and (not last or last[0] != value):
+            on_change(value)
+        last[:] = [value]
+        waited = clock() - start
+        if done(value):
+            return Waited(value=value, done=True, seconds=waited)
+        if limit is not None and waited >= limit:
+            return Waited(value=value, done=False, seconds=waited)
+        sleep(delay if limit is None else max(0.0, min(delay, limit - waited)))
+        delay = min(ceiling, delay * 1.2)
