@@ -103,3 +103,31 @@ def ordered_parameters(function: Callable[..., Any]) -> tuple[str, ...]:
         return tuple(inspect.signature(function).parameters)
     except (TypeError, ValueError):
         return ()
+
+
+@lru_cache(maxsize=None)
+def schedule_scales_grads(schedule_cls: Any) -> bool:
+    """Whether a ``torch.distributed.pipelining`` schedule takes ``scale_grads`` (from 2.7.1:
+    it divides each gradient by the number of micro-batches, so a mean loss gives the
+    gradient of the batch's mean). 2.6.0's schedules sum the micro-batches' gradients."""
+    return "scale_grads" in ordered_parameters(schedule_cls.__init__)
+
+
+def schedule_step_parameters(schedule: Any) -> frozenset[str]:
+    """The parameters of a pipelining schedule's ``step`` (a schedule or its class).
+    ``return_outputs``: from 2.10.0; before it, ``step`` hands every keyword it does not know
+    to the model's ``forward``."""
+    return frozenset(ordered_parameters(schedule.step))
+
+
+def schedule_has_eval(schedule: Any) -> bool:
+    """Whether a pipelining schedule has ``eval`` (a forward-only pass): from 2.9.1."""
+    return callable(getattr(schedule, "eval", None))
+
+
+def fsdp_on_cpu() -> bool:
+    """Whether FSDP2 (``fully_shard``) can run on the CPU (gloo): its CPU "streams" have the
+    ``record_event``/``wait_event`` it calls from 2.7.1; on 2.6.0 FSDP2 runs on GPUs only."""
+    import torch
+
+    return hasattr(torch.cpu.Stream, "record_event")

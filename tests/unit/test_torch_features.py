@@ -9,10 +9,12 @@ import dataclasses
 import os
 import re
 import signal
+import types
 import warnings
 from pathlib import Path
 
 import pytest
+import torch
 
 from scaletrain import torch_features
 from scaletrain.launch import agent_speed, local, signals
@@ -95,8 +97,8 @@ def test_an_agent_without_a_signal_list_leaves_sigterm_to_the_launcher(monkeypat
     from torch.distributed.elastic.multiprocessing import api
     from torch.distributed.elastic.multiprocessing.api import SignalException
 
-    monkeypatch.setattr(torch_features, "launch_config_fields", lambda: frozenset({"min_nodes"}))
-    monkeypatch.setattr(torch_features, "agent_reads_signals_env", lambda: False)
+    monkeypatch.setattr(signals, "launch_config_fields", lambda: frozenset({"min_nodes"}))
+    monkeypatch.setattr(signals, "agent_reads_signals_env", lambda: False)
     torchs = api._terminate_process_handler
     seen, previous = _forwarding_handler()
     try:
@@ -112,20 +114,22 @@ def test_an_agent_without_a_signal_list_leaves_sigterm_to_the_launcher(monkeypat
 
 
 def test_an_agent_that_reads_the_list_from_the_environment_is_told_there(monkeypatch):
-    monkeypatch.setattr(torch_features, "launch_config_fields", lambda: frozenset({"min_nodes"}))
-    monkeypatch.setattr(torch_features, "agent_reads_signals_env", lambda: True)
+    monkeypatch.setattr(signals, "launch_config_fields", lambda: frozenset({"min_nodes"}))
+    monkeypatch.setattr(signals, "agent_reads_signals_env", lambda: True)
     monkeypatch.delenv(torch_features.SIGNALS_ENV, raising=False)
     with signals.torch_leaves_forwarded_signals():
         assert os.environ[torch_features.SIGNALS_ENV] == signals.TORCH_SIGNALS
     assert torch_features.SIGNALS_ENV not in os.environ
 
 
-def test_this_torchs_agent_is_asked_through_the_launch_config_or_the_environment():
-    # the fallback that swaps torch's handler is only for a torch that has neither
+def test_this_torch_leaves_sigterm_to_the_launcher_one_way_or_another():
+    """Run on the oldest and newest torch by CI: the config field, the variable, or the handler
+    that the fallback wraps - one of them exists, or SIGTERM would stop the workers at once."""
+    from torch.distributed.elastic.multiprocessing import api
+
     assert ("signals_to_handle" in torch_features.launch_config_fields()
             or torch_features.agent_reads_signals_env()
-            or hasattr(__import__("torch.distributed.elastic.multiprocessing.api",
-                                  fromlist=["x"]), "_terminate_process_handler"))
+            or callable(getattr(api, "_terminate_process_handler", None)))
 
 
 def test_the_prompt_tailer_replaces_an_older_tailer_with_fewer_arguments(monkeypatch):
@@ -149,7 +153,6 @@ def test_the_prompt_tailer_replaces_an_older_tailer_with_fewer_arguments(monkeyp
 @pytest.mark.parametrize("has_no_dist", [True, False])
 def test_a_sharded_save_and_load_without_a_group_on_either_dcp(monkeypatch, tmp_path, has_no_dist):
     """torch 2.6's DCP has no ``no_dist``: it is left out and DCP infers it, quietly."""
-    import torch
 
     from scaletrain.checkpoint import sharded
 
@@ -185,3 +188,73 @@ def test_pinned_dcp_staging_needs_dcps_stager_and_falls_back_to_dcps_copy(monkey
     stager = staging.Stager(pin=True)
     assert stager.for_dcp({"w": 1}) is None
     stager.close()
+
+
+class _OldSchedule:
+    """A pipelining schedule as torch 2.6 has it: no scale_grads, no return_outputs, no eval."""
+
+    def __init__(self, stage, n_microbatches, loss_fn=None):
+        self.model = stage
+
+    def step(self, *args, target=None, losses=None, **kwargs):
+        assert not kwargs, f"handed to the model's forward: {kwargs}"
+        for p in self.model.parameters():
+            p.grad = torch.full_like(p, 4.0)  # the sum over 2 micro-batches of gradient 2
+        if losses is not None:
+            losses += [torch.tensor(1.0), torch.tensor(3.0)]
+
+
+class _NewSchedule(_OldSchedule):
+    def __init__(self, stage, n_microbatches, loss_fn=None, scale_grads=True):
+        super().__init__(stage, n_microbatches, loss_fn)
+
+    def step(self, *args, target=None, losses=None, return_outputs=True, **kwargs):
+        assert return_outputs is False
+        super().step(*args, target=target, losses=losses, **kwargs)
+
+    def eval(self, *args, target=None, losses=None):
+        return None
+
+
+def _one_stage(schedule_cls, *, divide: bool):
+    from scaletrain.parallel.pipeline_model import PipelineModel
+
+    pipe = object.__new__(PipelineModel)  # one stage of one: only what step() touches
+    pipe.wrapped = pipe.module = torch.nn.Linear(3, 1)
+    pipe.stage_index, pipe.n_stages, pipe.n_microbatches, pipe.dp_size = 0, 1, 2, 1
+    pipe.schedule, pipe.optimizer = schedule_cls(pipe.wrapped, 2), None
+    pipe.stage = types.SimpleNamespace(device=torch.device("cpu"))
+    pipe.broadcast_loss, pipe.traced_batch, pipe.divide_grads = False, None, divide
+    return pipe
+
+
+def test_pipeline_schedule_features_are_read_from_the_schedule():
+    from torch.distributed.pipelining import ScheduleGPipe
+
+    assert not torch_features.schedule_scales_grads(_OldSchedule)
+    assert torch_features.schedule_scales_grads(_NewSchedule)
+    assert "return_outputs" not in torch_features.schedule_step_parameters(_OldSchedule)
+    assert "return_outputs" in torch_features.schedule_step_parameters(_NewSchedule)
+    assert not torch_features.schedule_has_eval(_OldSchedule(None, 2))
+    # this torch's own schedule: whatever it has, the answers agree with each other
+    assert {"args", "target", "losses"} <= torch_features.schedule_step_parameters(ScheduleGPipe)
+
+
+@pytest.mark.parametrize("schedule_cls", [_OldSchedule, _NewSchedule])
+def test_a_pipeline_step_gives_the_mean_gradient_on_either_schedule(schedule_cls):
+    """torch 2.6 sums the micro-batches' gradients (step divides them itself) and its step
+    takes no return_outputs (left out, or the model's forward would get it)."""
+    pipe = _one_stage(schedule_cls, divide=not torch_features.schedule_scales_grads(schedule_cls))
+    loss = pipe.step(torch.zeros(4, 3), torch.zeros(4))
+    assert float(loss) == 2.0
+    expected = 2.0 if schedule_cls is _OldSchedule else 4.0  # the new one's own scaling is faked away
+    assert all(torch.all(p.grad == expected) for p in pipe.wrapped.parameters())
+
+
+def test_pipeline_evaluate_without_eval_names_the_torch_it_needs():
+    from scaletrain.errors import StrategyError
+
+    pipe = _one_stage(_OldSchedule, divide=True)
+    with pytest.raises(StrategyError, match=r"needs torch 2\.9 or newer") as info:
+        pipe.evaluate(torch.zeros(4, 3), torch.zeros(4))
+    assert "\n" not in str(info.value).split("HINT")[0].strip()

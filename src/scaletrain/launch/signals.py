@@ -29,6 +29,7 @@ from typing import Any
 
 from scaletrain.contract import EXIT_STOPPED, FORWARDED_SIGNALS
 from scaletrain.launch.reaper import children, send
+from scaletrain.torch_features import SIGNALS_ENV, agent_reads_signals_env, launch_config_fields
 
 FORWARDED = tuple(signal.Signals["SIG" + name] for name in FORWARDED_SIGNALS)
 # Seconds the workers get after a forwarded SIGTERM to save and exit on their own, before the
@@ -132,12 +133,10 @@ def torch_leaves_forwarded_signals() -> Iterator[None]:
     reads the list from ``TORCHELASTIC_SIGNALS_TO_HANDLE`` only is told that way. An older one
     (2.6 to 2.9) installs its stop-now handler for SIGTERM too when the workers start, which would
     end them without a chance to save: there, its handler passes the signals we forward to the
-    handler that was in place when the block began (:func:`forward_stop_signals`'). Where even
+    handler that was in place when the block began (:func:`forward_stop_signals`'s). Where even
     that handler cannot be found, torch is left as it is: a SIGTERM then stops the workers at
     once, as torchrun would. Enter after ``forward_stop_signals``, in the main thread.
     """
-    from scaletrain.torch_features import SIGNALS_ENV, agent_reads_signals_env, launch_config_fields
-
     if "signals_to_handle" in launch_config_fields():
         yield
         return
