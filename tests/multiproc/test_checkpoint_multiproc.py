@@ -26,7 +26,9 @@ import torch
 from helpers import marker_checksums
 from workers import run_workers
 
-from scaletrain.torch_features import fsdp_on_cpu
+from torch.distributed.pipelining import Schedule1F1B
+
+from scaletrain.torch_features import fsdp_on_cpu, schedule_scales_grads
 
 pytestmark = pytest.mark.multiproc
 
@@ -37,6 +39,12 @@ STRATEGIES = ("ddp", "zero1", "zero3") if FSDP else ("ddp", "zero1")
 # async_save: background writes while training goes on
 ASYNC = ("zero1:async", "zero3:async") if FSDP else ("zero1:async",)
 needs_fsdp = pytest.mark.skipif(not FSDP, reason="zero3 (FSDP2) on the CPU needs torch 2.7 or newer")
+# The pipeline phase's Schedule1F1B over gloo hung in its steady state on torch 2.6 (whose
+# schedules have no scale_grads) after the phases before it; not understood yet
+# (docs/torch-support.md). Skipped there, with that reason, rather than hang the range run.
+PIPELINE = schedule_scales_grads(Schedule1F1B)
+needs_pipeline = pytest.mark.skipif(not PIPELINE, reason="the pipeline phase hangs on torch 2.6's "
+                                    "pipelining over gloo (docs/torch-support.md)")
 
 
 def _launch(nproc: int, *args: str) -> None:
@@ -50,7 +58,7 @@ def runs(tmp_path_factory) -> dict:
     ck, out = root / "ck", root / "out"
     labels = ",".join(STRATEGIES + ASYNC)
     # the first half saves every 4 steps too (4, 8: async ones overlap the next steps), then 10
-    phases = "straight,first,reshard-save,pipeline" if FSDP else "straight,first,pipeline"
+    phases = ",".join(["straight", "first"] + ["reshard-save"] * FSDP + ["pipeline"] * PIPELINE)
     _launch(2, "--phase", phases, "--strategies", labels,
             "--every-steps", "4", "--dir", ck, "--out", out)
     _launch(2, "--phase", "resume", "--strategies", labels, "--dir", ck, "--out", out)
@@ -167,6 +175,7 @@ def test_export_gives_plain_full_state_dict(resharded, world):
     _assert_equal(params, dict(model.named_parameters()), f"export on {world} ranks")
 
 
+@needs_pipeline
 @pytest.mark.parametrize("rank", [0, 1])
 def test_pipeline_stages_save_and_load(runs, rank):
     result = json.loads((runs["out"] / f"pipeline-rank{rank}.json").read_text())
