@@ -26,9 +26,7 @@ import torch
 from helpers import marker_checksums
 from workers import run_workers
 
-from torch.distributed.pipelining import Schedule1F1B
-
-from scaletrain.torch_features import fsdp_on_cpu, schedule_scales_grads
+from scaletrain.torch_features import fsdp_on_cpu
 
 pytestmark = pytest.mark.multiproc
 
@@ -39,12 +37,12 @@ STRATEGIES = ("ddp", "zero1", "zero3") if FSDP else ("ddp", "zero1")
 # async_save: background writes while training goes on
 ASYNC = ("zero1:async", "zero3:async") if FSDP else ("zero1:async",)
 needs_fsdp = pytest.mark.skipif(not FSDP, reason="zero3 (FSDP2) on the CPU needs torch 2.7 or newer")
-# The pipeline phase's Schedule1F1B over gloo hung in its steady state on torch 2.6 (whose
-# schedules have no scale_grads) after the phases before it; not understood yet
-# (docs/torch-support.md). Skipped there, with that reason, rather than hang the range run.
-PIPELINE = schedule_scales_grads(Schedule1F1B)
-needs_pipeline = pytest.mark.skipif(not PIPELINE, reason="the pipeline phase hangs on torch 2.6's "
-                                    "pipelining over gloo (docs/torch-support.md)")
+# Open (docs/torch-support.md): on torch 2.6 these 2-rank runs hang - in Checkpointer.close on
+# the checkpointer's gloo group, and in the pipeline phase's Schedule1F1B. A known hang of one
+# release, not an API difference: the module skips there, named by its version.
+if torch.__version__.startswith("2.6."):
+    pytest.skip("the 2-rank checkpoint runs hang on torch 2.6 (open, docs/torch-support.md)",
+                allow_module_level=True)
 
 
 def _launch(nproc: int, *args: str) -> None:
@@ -58,7 +56,7 @@ def runs(tmp_path_factory) -> dict:
     ck, out = root / "ck", root / "out"
     labels = ",".join(STRATEGIES + ASYNC)
     # the first half saves every 4 steps too (4, 8: async ones overlap the next steps), then 10
-    phases = ",".join(["straight", "first"] + ["reshard-save"] * FSDP + ["pipeline"] * PIPELINE)
+    phases = "straight,first,reshard-save,pipeline" if FSDP else "straight,first,pipeline"
     _launch(2, "--phase", phases, "--strategies", labels,
             "--every-steps", "4", "--dir", ck, "--out", out)
     _launch(2, "--phase", "resume", "--strategies", labels, "--dir", ck, "--out", out)
@@ -175,7 +173,6 @@ def test_export_gives_plain_full_state_dict(resharded, world):
     _assert_equal(params, dict(model.named_parameters()), f"export on {world} ranks")
 
 
-@needs_pipeline
 @pytest.mark.parametrize("rank", [0, 1])
 def test_pipeline_stages_save_and_load(runs, rank):
     result = json.loads((runs["out"] / f"pipeline-rank{rank}.json").read_text())

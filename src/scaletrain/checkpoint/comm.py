@@ -53,10 +53,6 @@ class Comm:
             dist = live_dist()
             if dist is not None:  # not when the program destroyed its group first
                 try:
-                    # every rank's last work on the group is done before any rank drops it:
-                    # on torch 2.6 a rank whose peer destroyed the group first hung in its
-                    # own destroy (found running the checkpoint tests on the oldest torch)
-                    dist.barrier(group=self.group)
                     dist.destroy_process_group(self.group)
                 except (RuntimeError, ValueError):
                     pass
