@@ -115,6 +115,17 @@ def _module_state() -> dict[tuple[str, str], tuple[object, object]]:
     return found
 
 
+def _changed_module_state(before: dict[tuple[str, str], tuple[object, object]]) -> bool:
+    """True when a module attribute of ``before`` now holds another object or other contents."""
+    after = _module_state()
+    for key, (old_value, old_contents) in before.items():
+        if key in after:
+            value = after[key][0]
+            if value is not old_value or (old_contents is not None and value != old_contents):
+                return True
+    return False
+
+
 def _restore_module_state(before: dict[tuple[str, str], tuple[object, object]]) -> list[str]:
     """Put every module attribute back as ``before`` had it; the leaks among the changes."""
     leaks = []
@@ -196,6 +207,13 @@ def _hygiene():
                 pass
         problems.append(f"child processes leaked: {leaked_kids}")
 
+    if _changed_module_state(modules_before):
+        # a Checkpointer that raised inside pytest.raises lives on in a cycle (the exception's
+        # traceback holds the test's frame, which holds the exception) and releases its stop
+        # listener only when collected: collect before judging
+        import gc
+
+        gc.collect()
     leaked_state = _restore_module_state(modules_before)
     if leaked_state:
         problems.append(f"module state left set: {leaked_state}")
