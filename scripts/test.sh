@@ -3,6 +3,8 @@
 #   tier 1 (unit) and tier 2 (multi-process, gloo on CPU) always run;
 #   tier 3 (real Slurm) starts a throw-away cluster from tests/slurm/harness and stops it by PID.
 #   Tiers 2 and 3 run from a copy of the tree in a folder named scaletrain (see the end).
+#   Then the torch range: tiers 1 and 2's launch/strategy/checkpoint tests and the README's example
+#   on the oldest supported torch and on the newest available (scripts/test_torch_range.sh).
 #   Slurm is installed from Debian's packages when missing and we are root; otherwise those tests skip with a reason.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -63,4 +65,8 @@ status=0
 echo "scaletrain tests: multi-process and Slurm tiers from $named" >&2
 (cd "$named" && PYTHONPATH="$named/src${PYTHONPATH:+:$PYTHONPATH}" \
   "$PY" -m pytest -q -p no:cacheprovider --durations=25 tests/multiproc tests/slurm) || status=$?
+# The supported torch range: the unit tier, the launch/strategy/checkpoint tests and the example
+# again on the oldest supported torch and the newest available, each in its own venv
+echo "scaletrain tests: the torch range (scripts/test_torch_range.sh)" >&2
+(cd "$named" && bash scripts/test_torch_range.sh) || status=$?
 exit "$status"

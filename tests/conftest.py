@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import alive as _alive, is_launcher_var
+from helpers import NO_GPUS, alive as _alive, is_launcher_var
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -244,3 +244,19 @@ def pytest_report_header(config: pytest.Config) -> str:
     also = (f"and the guides in {GUIDES}" if GUIDES.is_dir() else
             f"(the guides themselves are read too where present: {GUIDES} or $SCALETRAIN_TEST_SEEDS)")
     return f"centre guides' jobs: {OURS.relative_to(REPO)} {also}"
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    """This test sees a machine without GPUs, as a CPU-only CI machine is: the variables of
+    helpers.NO_GPUS for itself and its child processes, and torch.cuda answering "none" in
+    this process (the variables alone do not hide a GPU from a process whose CUDA is already
+    initialised, and initialising it under them would hide the GPU from the GPU tests that
+    follow here). Returns monkeypatch."""
+    import torch
+
+    for name, value in NO_GPUS.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    return monkeypatch

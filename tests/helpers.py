@@ -25,6 +25,14 @@ LAUNCHER_VARS: frozenset[str] = frozenset({
 })
 
 
+# Hides every GPU from a process started with these variables (CUDA, ROCm's runtime and HIP
+# read them; so does scaletrain's own GPU count, before nvidia-smi or /dev/nvidiaN). A test that
+# assumes a machine without GPUs starts its processes with them, so the suite means the same on
+# a GPU workstation as here.
+NO_GPUS: dict[str, str] = {"CUDA_VISIBLE_DEVICES": "", "ROCR_VISIBLE_DEVICES": "",
+                           "HIP_VISIBLE_DEVICES": ""}
+
+
 def is_launcher_var(name: str) -> bool:
     """True for a variable that places a process in a job (see LAUNCHER_VARS)."""
     return name in LAUNCHER_VARS or name.startswith(LAUNCHER_PREFIXES)

@@ -26,11 +26,23 @@ import torch
 from helpers import marker_checksums
 from workers import run_workers
 
+from scaletrain.torch_features import fsdp_on_cpu
+
 pytestmark = pytest.mark.multiproc
 
 WORKER = Path(__file__).with_name("ckpt_worker.py")
-STRATEGIES = ("ddp", "zero1", "zero3")
-ASYNC = ("zero1:async", "zero3:async")  # async_save: background writes while training goes on
+# zero3 (FSDP2) runs on the CPU from torch 2.7: on 2.6 its cases skip with that reason
+FSDP = fsdp_on_cpu()
+STRATEGIES = ("ddp", "zero1", "zero3") if FSDP else ("ddp", "zero1")
+# async_save: background writes while training goes on
+ASYNC = ("zero1:async", "zero3:async") if FSDP else ("zero1:async",)
+needs_fsdp = pytest.mark.skipif(not FSDP, reason="zero3 (FSDP2) on the CPU needs torch 2.7 or newer")
+# Open (docs/torch-support.md): on torch 2.6 these 2-rank runs hang - in Checkpointer.close on
+# the checkpointer's gloo group, and in the pipeline phase's Schedule1F1B. A known hang of one
+# release, not an API difference: the module skips there, named by its version.
+if torch.__version__.startswith("2.6."):
+    pytest.skip("the 2-rank checkpoint runs hang on torch 2.6 (open, docs/torch-support.md)",
+                allow_module_level=True)
 
 
 def _launch(nproc: int, *args: str) -> None:
@@ -44,7 +56,8 @@ def runs(tmp_path_factory) -> dict:
     ck, out = root / "ck", root / "out"
     labels = ",".join(STRATEGIES + ASYNC)
     # the first half saves every 4 steps too (4, 8: async ones overlap the next steps), then 10
-    _launch(2, "--phase", "straight,first,reshard-save,pipeline", "--strategies", labels,
+    phases = "straight,first,reshard-save,pipeline" if FSDP else "straight,first,pipeline"
+    _launch(2, "--phase", phases, "--strategies", labels,
             "--every-steps", "4", "--dir", ck, "--out", out)
     _launch(2, "--phase", "resume", "--strategies", labels, "--dir", ck, "--out", out)
     return {"ck": ck, "out": out}
@@ -106,6 +119,7 @@ def test_stop_was_mid_epoch_and_layout_as_documented(runs):
         assert marker["objects"]["model"]["sharded"] == (strategy == "zero3")
 
 
+@needs_fsdp
 def test_flipped_byte_in_a_shard_falls_back_on_every_rank(runs, tmp_path):
     """One flipped byte in rank 1's DCP shard of the newest step: rank 1 finds it (its
     share of the checksums), every rank falls back to step 8 together, rank 0 names the file,
@@ -130,6 +144,7 @@ def test_flipped_byte_in_a_shard_falls_back_on_every_rank(runs, tmp_path):
     assert [p.name for p in folder.iterdir() if p.name.startswith("damaged-step-00000010-")]
 
 
+@needs_fsdp
 @pytest.mark.parametrize("world", [1, 3])
 def test_zero3_reshards_from_2_ranks(resharded, world):
     saved = _load(resharded["out"] / "reshard-save-w2.pt")
@@ -144,6 +159,7 @@ def test_zero3_reshards_from_2_ranks(resharded, world):
     assert diff <= 1e-6, f"after one step on {world} ranks: max diff {diff}"
 
 
+@needs_fsdp
 @pytest.mark.parametrize("world", [1, 2, 3])
 def test_export_gives_plain_full_state_dict(resharded, world):
     import torch.nn as nn

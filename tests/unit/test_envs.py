@@ -3,6 +3,7 @@ away from one, the in-job guards that name the real cause, and ``scaletrain env 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -180,6 +181,8 @@ def test_create_cli_dry_run_and_bad_input(capsys, tmp_path: Path) -> None:
 def test_create_builds_a_venv_that_imports_its_own_scaletrain(capsys, tmp_path: Path) -> None:
     """A stand-in cluster whose 'module' is this interpreter (it has torch): the venv sees torch
     through --system-site-packages and has its own copy of scaletrain."""
+    if importlib.util.find_spec("ensurepip") is None:  # e.g. Ubuntu's python3 without python3-venv
+        pytest.skip("needs `python -m venv` with pip (ensurepip), which this Python lacks")
     data = {"name": "standin", "gpus_per_node": 1, "cores_per_node": 2, "mem_per_node_gb": 4,
             "python": sys.executable, "partitions": {"p": {"default": True}}}
     profile_file = tmp_path / "standin.toml"

@@ -54,5 +54,9 @@ def test_scancel_is_bounded_like_the_other_queries(monkeypatch):
 
 
 def test_venv_hint_is_quoted(capsys, tmp_path):
+    # a name the shell would run is refused outright (issue 29 item 2); one with a space is
+    # allowed and its hint must still paste as one word
+    code, _, err = run_cli(capsys, "env", "create", "--cluster", "roihu", "--dry-run", str(tmp_path / "a b"))
+    assert code == 0 and f"--venv '{tmp_path}/a b'" in err
     code, _, err = run_cli(capsys, "env", "create", "--cluster", "roihu", "--dry-run", str(tmp_path / "a b;$(x)"))
-    assert code == 0 and f"--venv '{tmp_path}/a b;$(x)'" in err
+    assert code == 2 and "HINT" in err and "Traceback" not in err

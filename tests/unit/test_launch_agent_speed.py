@@ -24,7 +24,8 @@ from scaletrain.launch.agent_speed import (cheap_rendezvous_event_names, no_firs
 
 def _context(tails: list) -> object:
     ctx = object.__new__(api.SubprocessContext)  # no workers: only what close() touches
-    ctx._tail_logs = tails
+    ctx._tail_logs = tails  # torch 2.10 and newer; 2.6 to 2.9 have the two below
+    ctx._stdout_tail, ctx._stderr_tail = (list(tails) + [None, None])[:2]
     ctx.filtered_stdout = ctx.filtered_stderr = None
     ctx._close = lambda **_: None
     return ctx

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers import NO_GPUS
 
 from scaletrain.errors import UsageError
 from scaletrain.launch import group_check
@@ -29,10 +30,11 @@ def test_slurm_vars_follow_the_guides_rank_arithmetic():
 
 def test_scaletrain_detects_an_emulated_task_like_a_real_one(clean_env):
     v = slurm_vars(Place(rank=3, world=4, nodes=2, job_id="77"))
-    env = detect({**v, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "12345"})
+    # as on a CPU-only machine: on a GPU node 2 tasks would not fit the 1 GPU found there
+    env = detect({**v, **NO_GPUS, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "12345"})
     assert (env.launcher, env.rank, env.local_rank, env.world_size, env.node_rank,
             env.num_nodes, env.local_world_size) == ("slurm", 3, 1, 4, 1, 2, 2)
-    mpi = detect({**mpi_vars(Place(rank=2, world=4, nodes=2)), "MASTER_ADDR": "127.0.0.1",
+    mpi = detect({**mpi_vars(Place(rank=2, world=4, nodes=2)), **NO_GPUS, "MASTER_ADDR": "127.0.0.1",
                   "MASTER_PORT": "12345"})
     assert (mpi.launcher, mpi.rank, mpi.local_rank, mpi.world_size) == ("openmpi", 2, 0, 4)
 

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from helpers import NO_GPUS
 from workers import REPO, worker_env
 
 from scaletrain.clusters.profile import load_profile
@@ -75,8 +76,9 @@ def test_report_names_what_a_bug_report_needs(monkeypatch):
 
 
 def test_doctor_cli_fails_with_hint_on_unresolvable_master():
+    # 2 local ranks of a CPU-only machine (on a 1-GPU node the GPU count would fail them first)
     env = worker_env({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
-                      "MASTER_ADDR": "no-such-host.invalid", "MASTER_PORT": "29999"})
+                      "MASTER_ADDR": "no-such-host.invalid", "MASTER_PORT": "29999", **NO_GPUS})
     proc = subprocess.run([sys.executable, "-m", "scaletrain.doctor", "--timeout", "2"], env=env,
                           capture_output=True, text=True, timeout=60, cwd=REPO)
     assert proc.returncode == 1, proc.stdout + proc.stderr

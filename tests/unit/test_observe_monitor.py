@@ -59,7 +59,7 @@ def _records(path):
     return [r for r in (json.loads(line) for line in path.read_text().splitlines()) if r["type"] != "start"]
 
 
-def test_jsonl_throughput_matches_wall_time(tmp_path):
+def test_jsonl_throughput_matches_wall_time(tmp_path, no_gpu):  # peak memory: this process's RSS
     mon = Monitor(tmp_path, total_steps=30, console=False, every=7, warmup=0, device_sampler=None)
     wall = _loop(mon, 30, fetch_s=0.004, work_s=0.006)
     summary = mon.close()
@@ -164,8 +164,9 @@ def test_busy_device_not_flagged(tmp_path):
     assert mon.close()["findings"] == []
 
 
-def test_gpu_sampling_absent_is_reported_not_raised():
-    backend, reason = open_backend("nvidia")  # no NVIDIA driver or nvidia-ml-py on this machine
+def test_gpu_sampling_absent_is_reported_not_raised(no_gpu):
+    no_gpu.setitem(sys.modules, "pynvml", None)  # nvidia-ml-py missing: `import pynvml` fails
+    backend, reason = open_backend("nvidia")
     assert backend is None and "nvidia-ml-py" in reason
     sampler = DeviceSampler(None, reason=reason)
     assert sampler.snapshot() == {"available": False, "reason": reason}

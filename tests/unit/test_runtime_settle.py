@@ -55,7 +55,10 @@ def test_shutdown_leaves_no_busy_gloo_worker(clean_env):
     dist.all_gather_object([None], {"x": 1})
     dist.all_reduce(t)
     dist.barrier()
-    assert rt._gloo_worker_tids(), "c10d names its gloo workers pt_gloo_runloop"
+    if not rt._gloo_worker_tids():  # a feature of torch, not of scaletrain (docs/torch-support.md)
+        rt.shutdown()
+        pytest.skip("this torch does not name gloo's worker threads pt_gloo_runloop (torch 2.11 "
+                    "and newer do): the exit wait has nothing to find")
     rt.shutdown()
     assert not dist.is_initialized()
     assert rt._settle_gloo_workers(timeout_s=0.5) is True

@@ -16,12 +16,16 @@ Loading goes through :mod:`scaletrain.checkpoint.safeio` (no pickle executed).
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from scaletrain.checkpoint.collect import Entry, is_zero
 from scaletrain.checkpoint.safeio import read_dcp_metadata, safe_planner, safe_reader
 from scaletrain.runtime.current import live_dist
+from scaletrain.torch_features import dcp_parameters
 
 SUBDIR = "sharded"
 
@@ -73,6 +77,22 @@ def collect(entries: list[Entry]) -> dict[str, Any]:
     return out
 
 
+@contextmanager
+def _dcp_call(name: str, kwargs: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The arguments this torch's ``dcp.<name>`` takes, of ``kwargs`` plus ``no_dist``.
+
+    Where ``no_dist`` is no argument (torch 2.6), DCP infers it from the same fact - whether a
+    process group is up. Either way DCP warns that a save without a group is "assumed" to be
+    one process's: it is, on purpose, so the warning is kept quiet in the block. Where
+    ``async_stager`` is no argument, DCP stages with its own copy (see staging.Stager.for_dcp).
+    """
+    accepted = dcp_parameters(name)
+    wanted = {**kwargs, "no_dist": live_dist() is None}
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"torch\.distributed is .*in a single process")
+        yield {k: v for k, v in wanted.items() if k in accepted}
+
+
 def _writer(folder: Path, crcs: dict[str, str]) -> Any:
     """DCP's default file writer (fsync on), with a CRC-32 taken of every file it writes."""
     import torch.distributed.checkpoint as dcp
@@ -90,8 +110,8 @@ def save(state: dict[str, Any], folder: Path, group: Any) -> dict[str, str]:
     import torch.distributed.checkpoint as dcp
 
     crcs: dict[str, str] = {}
-    dcp.save(state, storage_writer=_writer(folder, crcs), process_group=group,
-             no_dist=live_dist() is None)
+    with _dcp_call("save", {"storage_writer": _writer(folder, crcs), "process_group": group}) as kw:
+        dcp.save(state, **kw)
     return crcs
 
 
@@ -104,8 +124,9 @@ def async_save(state: dict[str, Any], folder: Path, group: Any, *,
     import torch.distributed.checkpoint as dcp
 
     crcs: dict[str, str] = {}
-    future = dcp.async_save(state, storage_writer=_writer(folder, crcs), process_group=group,
-                            async_stager=stager, no_dist=live_dist() is None)
+    with _dcp_call("async_save", {"storage_writer": _writer(folder, crcs), "process_group": group,
+                                  "async_stager": stager}) as kw:
+        future = dcp.async_save(state, **kw)
     return future, crcs
 
 
@@ -148,10 +169,10 @@ def _load(wanted: list[Entry], path: Path, *, step: int, group: Any, groups: dic
     # again onto itself. Decided before the load, from the objects' own storages.
     in_place = {e.name for e in wanted if e.kind in ("model", "optimizer") and not e.named
                 and _aliases_live(e, target[e.name])}
-    dcp.load(target, storage_reader=safe_reader(path, step=step, fallback=fallback,
-                                                metadata=metadata),
-             planner=safe_planner(step=step, path=path), process_group=group,
-             no_dist=live_dist() is None)
+    reader = safe_reader(path, step=step, fallback=fallback, metadata=metadata)
+    with _dcp_call("load", {"storage_reader": reader, "planner": safe_planner(step=step, path=path),
+                            "process_group": group}) as kw:
+        dcp.load(target, **kw)
     for e in wanted:
         if e.kind == "model" and e.name not in in_place:
             set_model_state_dict(e.obj, target[e.name])

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from scaletrain.torch_features import dcp_default_stager
+
 
 def on_accelerator(obj: Any) -> bool:
     """Whether ``obj`` (a nested state of dicts, lists and tuples) holds a tensor off the CPU."""
@@ -114,8 +116,8 @@ class Stager:
     def for_dcp(self, state: Any) -> Any:
         """The ``async_stager`` for ``dcp.async_save`` of ``state``: DCP's stager with pinned,
         non-blocking copies when the state is on an accelerator, None (DCP's default) otherwise."""
-        if not (self.pin and on_accelerator(state)):
-            return None
+        if not (self.pin and on_accelerator(state)) or not dcp_default_stager():
+            return None  # (a torch before 2.9 has no DefaultStager: DCP's own staging copy)
         if self._dcp is None:
             from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 

@@ -18,13 +18,14 @@ it leaves torch as it is.
 
 from __future__ import annotations
 
-import inspect
 import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from threading import Event
 from typing import Any, TextIO
+
+from scaletrain.torch_features import ordered_parameters, tail_logfile_parameters
 
 
 def cheap_rendezvous_event_names() -> None:
@@ -62,7 +63,7 @@ def stop_tailers_together() -> None:
         return
 
     def close_together(self: Any, death_sig: Any = None, timeout: int = 30) -> None:
-        tails = list(getattr(self, "_tail_logs", ()))
+        tails = _tailers(self)
         events = [e for tail in tails for e in getattr(tail, "_finished_events", {}).values()]
         end_workers = self._close
 
@@ -81,6 +82,15 @@ def stop_tailers_together() -> None:
     api.PContext.close = close_together  # type: ignore[method-assign]
 
 
+def _tailers(context: Any) -> list[Any]:
+    """A worker context's log tailers: a list ``_tail_logs`` from torch 2.10, the two attributes
+    ``_stdout_tail`` and ``_stderr_tail`` (either may be None) in 2.6 to 2.9."""
+    tails = getattr(context, "_tail_logs", None)
+    if tails is None:
+        tails = [getattr(context, name, None) for name in ("_stdout_tail", "_stderr_tail")]
+    return [tail for tail in tails if tail is not None]
+
+
 def prompt_tailers() -> None:
     """Make torch's log tailers wait for "finished" on its event, not in ``time.sleep``.
 
@@ -95,8 +105,9 @@ def prompt_tailers() -> None:
     original = getattr(tail_log, "tail_logfile", None)
     if not callable(original) or getattr(original, "_scaletrain", False):
         return
-    if list(inspect.signature(original).parameters) != list(inspect.signature(tail_logfile).parameters):
-        return  # torch's tailer changed: ours would not be a drop-in
+    theirs, mine = tail_logfile_parameters(), ordered_parameters(tail_logfile)
+    if not theirs or mine[:len(theirs)] != theirs:
+        return  # torch's tailer takes what ours does not: ours would not be a drop-in
     tail_log.tail_logfile = tail_logfile  # TailLog.start looks the name up in the module
 
 

@@ -21,7 +21,7 @@ import tempfile
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from scaletrain.contract import EXIT_STOPPED, GROUP_RECORD_VAR
 from scaletrain.errors import LaunchError
@@ -38,11 +38,13 @@ from scaletrain.launch.ports import check_port_free
 from scaletrain.launch.reaper import ending_with_run
 from scaletrain.launch.crash import crash_stack
 from scaletrain.launch.rundir import read_errors, read_finished
-from scaletrain.launch.signals import TORCH_SIGNALS, forward_stop_signals, stop_outcome
+from scaletrain.launch.signals import (TORCH_SIGNALS, forward_stop_signals, stop_outcome,
+                                       torch_leaves_forwarded_signals)
 from scaletrain.launch.spec import LaunchPlan
 from scaletrain.runtime.masteraddr import Target, resolve_or_fail, wait_limit
 from scaletrain.launch.supervise import run_folder, supervised_agent, worker_environ
 from scaletrain.launch.worker import worker_args
+from scaletrain.torch_features import launch_config_fields
 
 if TYPE_CHECKING:
     from torch.distributed.launcher.api import LaunchConfig
@@ -95,6 +97,14 @@ def _config(plan: LaunchPlan, logs_specs: object) -> LaunchConfig:
         run_id = os.environ.get("SLURM_JOB_ID", "scaletrain")  # the same on every node
     else:
         run_id = uuid.uuid4().hex
+    # Fields newer torch added (torch_features.launch_config_fields): passed where torch has
+    # them. Without shutdown_timeout the agent waits its own 30 s before SIGKILL; without
+    # signals_to_handle, signals.torch_leaves_forwarded_signals keeps SIGTERM ours.
+    optional: dict[str, Any] = {
+        "shutdown_timeout": _shutdown_timeout(),
+        "signals_to_handle": TORCH_SIGNALS,  # SIGTERM: forwarded so workers can save (signals.py)
+    }
+    fields = launch_config_fields()
     return LaunchConfig(
         min_nodes=plan.nnodes, max_nodes=plan.nnodes, nproc_per_node=plan.nproc_per_node,
         run_id=run_id, role="default", rdzv_endpoint=plan.rdzv_endpoint,
@@ -102,8 +112,7 @@ def _config(plan: LaunchPlan, logs_specs: object) -> LaunchConfig:
         max_restarts=plan.max_restarts, monitor_interval=MONITOR_INTERVAL_S,
         start_method="spawn", log_line_prefix_template=prefix_template(plan.ranks),
         local_addr=plan.local_addr, logs_specs=logs_specs,  # type: ignore[arg-type]
-        shutdown_timeout=_shutdown_timeout(),
-        signals_to_handle=TORCH_SIGNALS,  # SIGTERM: forwarded so workers can save (signals.py)
+        **{name: value for name, value in optional.items() if name in fields},
     )
 
 
@@ -194,7 +203,7 @@ def launch(plan: LaunchPlan) -> int:
                 run_folder(plan.run_dir) as run_dir, \
                 _scoped_environ({**plan.worker_env, **mps_env, **worker_environ(run_dir),
                                  GROUP_RECORD_VAR: records}), \
-                _scoped_signal_handlers(), \
+                _scoped_signal_handlers(), torch_leaves_forwarded_signals(), \
                 no_first_join_skew(plan.rdzv_backend == "c10d" and plan.nnodes == 1), \
                 supervised_agent(run_dir, failures, plan.nproc_per_node * plan.nnodes):
             config = _config(plan, logs_specs)

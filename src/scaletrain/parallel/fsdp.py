@@ -23,6 +23,7 @@ from scaletrain.errors import StrategyError
 from scaletrain.parallel import optim
 from scaletrain.parallel.options import PrecisionSpec, StrategyOptions, StrategySpec
 from scaletrain.parallel.precision import fsdp_mp_policy
+from scaletrain.torch_features import fsdp_on_cpu
 from scaletrain.parallel.strategy import Context, Sharding
 
 if TYPE_CHECKING:
@@ -74,6 +75,11 @@ def shard(model: Any, mesh: Any, *, spec: StrategySpec, options: StrategyOptions
     import torch
     from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
 
+    if getattr(mesh, "device_type", None) == "cpu" and not fsdp_on_cpu():
+        raise StrategyError(
+            f"strategy {spec.name!r} on the CPU needs torch 2.7 or newer (FSDP2 on the CPU; "
+            f"this is torch {torch.__version__})",
+            hint="torch 2.6 runs it on GPUs; on the CPU use ddp or zero1, or a newer torch")
     if spec.offload:
         # Pinned host memory speeds up copies to a GPU; without an accelerator it cannot exist.
         offload: Any = CPUOffloadPolicy(pin_memory=torch.cuda.is_available())

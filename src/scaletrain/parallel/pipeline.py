@@ -51,6 +51,7 @@ from scaletrain.parallel.pipeline_split import microbatch_of, split_model
 from scaletrain.parallel.precision import wrap_forward_autocast
 from scaletrain.parallel.strategy import Context, Layout, Sharding, build_mesh
 from scaletrain.runtime.current import group_rank_world, live_dist
+from scaletrain.torch_features import schedule_scales_grads
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
@@ -175,13 +176,16 @@ def _build(model: nn.Module | None, optimizer: torch.optim.Optimizer | None, *,
 
     stage = PipelineStage(wrapped, stage_index, n_stages, device,
                           group=mesh.get_group("pipeline"))
+    # torch 2.6's schedules take no scale_grads and sum the micro-batches' gradients: then
+    # PipelineModel.step divides them itself (the same division torch's stage makes)
+    scales = schedule_scales_grads(schedule_cls)
     sched = schedule_cls(stage, n_microbatches=n_microbatches, loss_fn=loss_fn,
-                         scale_grads=True)
+                         **({"scale_grads": True} if scales else {}))
     pipe = PipelineModel(split=split, stage_index=stage_index, dp_size=dims.data_parallel,
                          dp_rank=dp_rank, module=module, wrapped=wrapped, stage=stage,
                          schedule=sched, optimizer=new_optimizer,
                          n_microbatches=n_microbatches, mesh=mesh,
-                         broadcast_loss=broadcast_loss,
+                         broadcast_loss=broadcast_loss, divide_grads=not scales,
                          traced_batch=batch_size(example_input)
                          if split.method == "traced" else None)
     return pipe, new_optimizer

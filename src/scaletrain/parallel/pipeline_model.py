@@ -16,6 +16,7 @@ from torch import nn
 
 from scaletrain.errors import StrategyError
 from scaletrain.parallel.pipeline_split import StageSplit
+from scaletrain.torch_features import schedule_has_eval, schedule_step_parameters
 
 __all__ = ["PipelineModel", "batch_size", "check_divisible"]
 
@@ -48,12 +49,15 @@ class PipelineModel:
         schedule: the ``ScheduleGPipe``/``Schedule1F1B`` driving it.
         optimizer: the optimizer over this stage's parameters (``step()`` uses it).
         stage_of: the model's parameter name -> the stage that owns it.
+        divide_grads: ``step()`` divides the gradients by ``n_microbatches`` itself (a torch
+            whose schedules take no ``scale_grads``: 2.6).
     """
 
     def __init__(self, *, split: StageSplit, stage_index: int, dp_size: int, dp_rank: int,
                  module: nn.Module, wrapped: nn.Module, stage: Any, schedule: Any,
                  optimizer: torch.optim.Optimizer | None, n_microbatches: int,
-                 mesh: Any, broadcast_loss: bool, traced_batch: int | None = None) -> None:
+                 mesh: Any, broadcast_loss: bool, traced_batch: int | None = None,
+                 divide_grads: bool = False) -> None:
         self.stage_index = stage_index
         self.n_stages = split.n_stages
         self.dp_size = dp_size
@@ -68,6 +72,7 @@ class PipelineModel:
         self.broadcast_loss = broadcast_loss
         self.method = split.method
         self.traced_batch = traced_batch
+        self.divide_grads = divide_grads
         self.stage_of: dict[str, int] = split.owner_of()
         self._local_names: dict[str, str] = dict(split.param_names[stage_index])
 
@@ -132,11 +137,18 @@ class PipelineModel:
         args = (inputs if isinstance(inputs, tuple) else (inputs,)) if self.is_first else ()
         device = self.stage.device
         args = tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
+        # no merged outputs wanted; a torch before 2.10 has no return_outputs (and would hand it
+        # to the model's forward)
+        quiet = ({"return_outputs": False}
+                 if "return_outputs" in schedule_step_parameters(self.schedule) else {})
         if self.is_last and targets is not None:  # checked above: the last stage has them
-            self.schedule.step(*args, target=targets.to(device), losses=losses,
-                               return_outputs=False)
+            self.schedule.step(*args, target=targets.to(device), losses=losses, **quiet)
         else:
-            self.schedule.step(*args, return_outputs=False)
+            self.schedule.step(*args, **quiet)
+        if self.divide_grads:  # what scale_grads=True does in torch's stage, for a torch without
+            for p in self.wrapped.parameters():
+                if p.grad is not None:
+                    p.grad.div_(self.n_microbatches)
         if self.optimizer is not None:
             self.optimizer.step()
         loss = torch.stack([l.detach() for l in losses]).mean() if self.is_last else None
@@ -165,6 +177,12 @@ class PipelineModel:
         if self.is_last and targets is None:
             raise StrategyError("the last pipeline stage needs the targets",
                                 hint="call pipe.evaluate(inputs, targets) on every rank")
+        if not schedule_has_eval(self.schedule):
+            raise StrategyError(
+                "pipe.evaluate() needs torch 2.9 or newer, whose pipeline schedules have "
+                f"eval() (this is torch {torch.__version__})",
+                hint="use a newer torch for pipelined validation, or evaluate the whole "
+                     "model outside the pipeline")
         device = self.stage.device
         args = (inputs if isinstance(inputs, tuple) else (inputs,)) if self.is_first else ()
         args = tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)

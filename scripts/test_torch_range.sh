@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# The supported torch range in CI (docs/torch-support.md): on the oldest torch scaletrain supports
+# and on the newest the package index offers (constraints/torch-oldest.txt, torch-newest.txt),
+# each in a venv of its own, run
+#   1. the unit tier,
+#   2. the multi-process launch, strategy and checkpoint tests (MULTIPROC below),
+#   3. the README's example: scaletrain run --nproc-per-node 2 examples/cifar10_cnn.py --epochs 1.
+# The venvs live outside the tree, in ${SCALETRAIN_CI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/scaletrain-ci},
+# one per pin (named by the torch and a hash of the pin, the packages and this Python). A complete
+# one is reused; otherwise it is built in a temporary folder beside it and renamed into place when
+# its last package is in, so an interrupted build is never used.
+# Install and tier times go to the log. Exit status: non-zero when any step failed on any torch.
+# Usage: scripts/test_torch_range.sh [--venvs-only] [CONSTRAINTS_FILE ...]   (default: both pins)
+#   --venvs-only: build (or find) the venvs and print their paths; run no test.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+CACHE=${SCALETRAIN_CI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/scaletrain-ci}
+TIER_TIMEOUT_S=${SCALETRAIN_RANGE_TIMEOUT_S:-2400}
+# What the selected tests import (mypy, accelerate, lightning, tensorboard are not installed:
+# the tests that need them skip with a reason, and they do not depend on the torch release).
+PACKAGES=(numpy crc32c pytest hypothesis)
+# Multi-process tests that meet the torch APIs which differ inside the range: the launcher's
+# config, its signal handling (SIGTERM forwarded to the workers), DDP/FSDP/ZeRO strategies and
+# DCP checkpoints. The rest of tier 2 exercises scaletrain's own code the same way on any torch.
+# (The example's own test and the strategies' numeric equivalence stay in tier 2 only: the
+# example step below trains on each torch, and the equivalence runs the same torch calls as
+# the strategy tests, for ~3 more minutes per torch. The helper test deselected checks the test
+# harness's retry, not torch.)
+MULTIPROC=(tests/multiproc/test_launch_contract.py tests/multiproc/test_launch_failure.py
+           tests/multiproc/test_preempt_multiproc.py tests/multiproc/test_strategy_interface.py
+           tests/multiproc/test_checkpoint_multiproc.py
+           --deselect tests/multiproc/test_launch_failure.py::test_workers_helper_reruns_a_native_crash_once)
+venvs_only=0
+if [ "${1:-}" = --venvs-only ]; then venvs_only=1; shift; fi
+pins=("$@")
+[ ${#pins[@]} -gt 0 ] || pins=(constraints/torch-oldest.txt constraints/torch-newest.txt)
+
+say() { echo "scaletrain tests: $*" >&2; }
+now() { date +%s; }
+
+# venv_for PIN: the venv for the pin (built when missing), its path on stdout; non-zero if it failed.
+venv_for() {
+  local pin version key dir tmp start
+  pin="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
+  version=$(sed -n 's/^torch==\([^ ]*\).*/\1/p' "$pin" | head -n 1)
+  if [ -z "$version" ]; then
+    say "$pin pins no torch (a line torch==X.Y.Z)"; return 1
+  fi
+  key=$({ grep -v '^#' "$pin"; echo "${PACKAGES[*]}"; "$PY" -c 'import sys; print(sys.version)'; } | sha256sum | cut -c1-12)
+  dir="$CACHE/torch-$version-$key"
+  if [ -f "$dir/.complete" ]; then
+    say "torch $version: venv reused ($dir), install 0 s"
+    echo "$dir"; return 0
+  fi
+  mkdir -p "$CACHE" || return 1
+  [ -d "$dir" ] && rm -rf -- "$dir"   # ours, and never completed
+  # what an interrupted build left (a build takes minutes, not hours)
+  find "$CACHE" -maxdepth 1 -name ".build-torch-*" -mmin +180 -exec rm -rf -- {} + 2>/dev/null
+  tmp=$(mktemp -d "$CACHE/.build-torch-$version-XXXXXX") || return 1
+  start=$(now)
+  local extra=()
+  if ! command -v nvidia-smi >/dev/null 2>&1 && ! command -v rocm-smi >/dev/null 2>&1; then
+    mapfile -t extra < <("$PY" scripts/torch_index.py)   # PyTorch's CPU wheels when reachable
+  fi
+  # PIP_CONSTRAINT names the pin alone: it replaces any constraints file of the machine's own pip
+  # configuration (which may cap torch below the newest release the index offers).
+  if "$PY" -m venv "$tmp" \
+      && PIP_CONSTRAINT="$pin" "$tmp/bin/python" -m pip install -q --disable-pip-version-check \
+           "${extra[@]}" torch "${PACKAGES[@]}" >"$tmp/install.log" 2>&1 \
+      && touch "$tmp/.complete" && mv -T "$tmp" "$dir"; then
+    say "torch $version: venv built in $(( $(now) - start )) s ($dir)"
+    echo "$dir"; return 0
+  fi
+  say "torch $version: the venv could not be built ($(( $(now) - start )) s); last lines of pip:"
+  tail -n 15 "$tmp/install.log" >&2 2>/dev/null
+  rm -rf -- "$tmp"
+  return 1
+}
+
+# tier NAME VENV VERSION ARGS...: pytest ARGS on the venv's Python; no test collected is a failure.
+tier() {
+  local name=$1 venv=$2 version=$3 start rc
+  shift 3
+  start=$(now)
+  PYTHONPATH="$PWD/src" timeout "$TIER_TIMEOUT_S" "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@"
+  rc=$?
+  [ $rc -eq 5 ] && say "torch $version: $name collected no tests"
+  say "torch $version: $name $(( $(now) - start )) s, exit $rc"
+  return $rc
+}
+
+# example VENV VERSION: the README's example trains one epoch on 2 processes.
+example() {
+  local venv=$1 version=$2 start rc out
+  start=$(now)
+  out=$(PYTHONPATH="$PWD/src" timeout 600 "$venv/bin/python" -m scaletrain run --nproc-per-node 2 \
+          examples/cifar10_cnn.py --epochs 1 2>&1)
+  rc=$?
+  if [ $rc -eq 0 ] && ! grep -q "epoch 1/1 loss" <<<"$out"; then
+    say "torch $version: the example printed no epoch line"; rc=1
+  fi
+  [ $rc -eq 0 ] || tail -n 30 <<<"$out" >&2
+  say "torch $version: example (scaletrain run --nproc-per-node 2 examples/cifar10_cnn.py --epochs 1) $(( $(now) - start )) s, exit $rc"
+  return $rc
+}
+
+status=0
+summary=()
+for pin in "${pins[@]}"; do
+  if ! venv=$(venv_for "$pin"); then
+    status=1; summary+=("$pin: no venv"); continue
+  fi
+  if [ $venvs_only = 1 ]; then echo "$venv"; continue; fi
+  version=$("$venv/bin/python" -c 'import torch; print(torch.__version__)' 2>/dev/null) || version="?"
+  say "torch $version ($pin): unit tier, launch/strategy/checkpoint tests, example"
+  results=""
+  tier "unit tier" "$venv" "$version" tests/unit; rc=$?; results+=" unit=$rc"; [ $rc -eq 0 ] || status=1
+  tier "multi-process tests" "$venv" "$version" "${MULTIPROC[@]}"; rc=$?; results+=" multiproc=$rc"; [ $rc -eq 0 ] || status=1
+  example "$venv" "$version"; rc=$?; results+=" example=$rc"; [ $rc -eq 0 ] || status=1
+  summary+=("torch $version:$results")
+done
+for line in "${summary[@]}"; do say "range: $line"; done
+exit "$status"
