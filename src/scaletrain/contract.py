@@ -3,8 +3,12 @@
 A generated batch script (``plan``), the local launcher (``scaletrain run``), the linter and the
 per-process runtime (``scaletrain.init()``) each need the same few facts: how MASTER_PORT is
 derived from a Slurm job id, which ``SCALETRAIN_*`` variables carry a choice from the launcher to
-its workers, and which exit code means "stopped on purpose, state saved, requeue me". They live
-here, in one leaf module that imports nothing of scaletrain, so no side has to reach into another.
+its workers, and which exit code means "stopped on purpose, state saved, requeue me". The
+after-submit verbs (``status``, ``logs``, ``cancel``, ``report``) read back what ``submit``, the
+batch script and the training program wrote: the run folder's file names and the batch shell's
+trap. They live here, in one leaf module that imports nothing of scaletrain, so no side has to
+reach into another. Every ``SCALETRAIN_*`` name is spelt here only (a unit test holds it);
+everything else imports it.
 """
 
 from __future__ import annotations
@@ -36,6 +40,24 @@ TIMEOUT_VAR = "SCALETRAIN_TIMEOUT"            # collective timeout in seconds on
 RUN_DIR_VAR = "SCALETRAIN_RUN_DIR"            # `scaletrain run`'s folder: error records, stacks/
 AGENT_PID_VAR = "SCALETRAIN_AGENT_PID"        # the launcher's PID: workers die with it
 STOP_SIGNALS_VAR = "SCALETRAIN_STOP_SIGNALS"  # format_stop_signals(...) or "none"
+# Read by the runtime and the launcher only, set by the user to wait longer for a slow start.
+RESOLVE_WAIT_VAR = "SCALETRAIN_RESOLVE_TIMEOUT"        # seconds to retry a MASTER_ADDR that does not resolve
+RENDEZVOUS_WAIT_VAR = "SCALETRAIN_RENDEZVOUS_TIMEOUT"  # seconds to wait for every rank to join
+NESTED_VAR = "SCALETRAIN_NESTED_SPAWN"   # "1" in the workers a worker spawns itself
+# The port of the agent's store, as the worker was started with it (inherited, never rewritten,
+# by the processes the program spawns): a rendezvous elsewhere is the program's own.
+AGENT_PORT_VAR = "SCALETRAIN_AGENT_STORE_PORT"
+# Read by scaletrain wherever it runs (plan, lint, clusters), set by the user.
+CLUSTERS_DIR_VAR = "SCALETRAIN_CLUSTERS_DIR"   # the user's own cluster profiles
+# Exported by a generated script that writes framework configs (plan/jobfiles.py), for the
+# program and its launcher: the job's folder for them, and each config's path.
+JOB_FILES_VAR = "SCALETRAIN_JOB_FILES"
+ACCELERATE_CONFIG_VAR = "SCALETRAIN_ACCELERATE_CONFIG"
+DEEPSPEED_CONFIG_VAR = "SCALETRAIN_DEEPSPEED_CONFIG"
+# Not variables but words of a generated script: the end of a config's here-document, and where
+# the node-local disk goes in a config's text until the job fills it in.
+HEREDOC_END = "SCALETRAIN_EOF"
+SCRATCH_PLACEHOLDER = "@SCALETRAIN_SCRATCH@"
 
 # Exit code of a process that stopped on purpose at a time limit or preemption after its
 # state was saved: "try again later" (BSD sysexits EX_TEMPFAIL). A batch script requeues the
@@ -55,6 +77,37 @@ PREEMPT_SIGNAL = "TERM"
 FORWARDED_SIGNALS = ("USR1", "USR2", "TERM")
 DEFAULT_STOP_SIGNALS: dict[str, str] = {TIME_LIMIT_SIGNAL: "time_limit", PREEMPT_SIGNAL: "preempted",
                                         SAVE_AND_STOP_SIGNAL: "requested"}   # scaletrain cancel --save
+
+
+def trap_action(name: str, *, keep: bool = False) -> str:
+    """What the batch shell of a --requeue script runs on signal ``name``: relay it to the tasks;
+    ``keep``: and remember not to requeue the job afterwards."""
+    return f"{'_scaletrain_keep=1; ' if keep else ''}_scaletrain_stop {name}"
+
+
+def trap_line(name: str, *, keep: bool = False) -> str:
+    """The script line that sets :func:`trap_action` for signal ``name``."""
+    return f"trap '{trap_action(name, keep=keep)}' {name}"
+
+
+# `plan --requeue` traps SAVE_AND_STOP_SIGNAL with this; `scaletrain cancel --save` looks for it in
+# the run folder's job.sh to send the signal to the batch shell rather than straight to the tasks.
+SAVE_AND_STOP_TRAP = trap_action(SAVE_AND_STOP_SIGNAL, keep=True)
+
+# The run folder `submit` makes and the after-submit verbs read (jobs/runfolder.py), and the
+# files the training program's Monitor and Checkpointer write into the folders it chooses.
+RUNS_DIR = "runs"                  # where run folders go by default, relative to the caller's folder
+JOB_SCRIPT = "job.sh"              # the batch script, written whole before sbatch
+JOB_ID_FILE = "job_id"             # the id sbatch gave, written once sbatch answered
+JOB_LOG = "%x-%j.out"              # the job's output (sbatch's pattern), in the run folder when submitted
+METRICS_FILE = "metrics.jsonl"     # the Monitor's records, a line per event
+SUMMARY_FILE = "summary.json"      # the Monitor's summary at close
+TENSORBOARD_DIR = "tensorboard"    # the Monitor's TensorBoard events
+GPU_SAMPLES_PREFIX = "gpus-"       # the node sampler's gpus-<host>.jsonl (plan --sample-gpus)
+STOP_RECORD = "stop.json"          # in the Checkpointer's folder: why and at which step it stopped
+STEP_DIR_PREFIX = "step-"          # a committed checkpoint's folder, step-00001200 (checkpoint/layout.py)
+COMMIT_MARKER = "COMMIT.json"      # in each step-N folder: the checkpoint is complete
+SCALING_REPORT = "scaling.json"    # `bench scaling --out`'s report, which `plan --explain` reads too
 
 
 def format_stop_signals(signals: Mapping[str, str]) -> str:

@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 import scaletrain
+from scaletrain.checkpoint.stoprecord import write_stop_record
 from scaletrain.contract import EXIT_STOPPED
 from scaletrain.runtime import preempt
 from scaletrain.runtime.agreement import StopAgreement
@@ -73,7 +74,7 @@ for step in range(1, args.steps + 1):
                       signal=preempt.requested_by())
         (args.out / f"rank{env.rank}.json").write_text(json.dumps(record))
         if env.rank == 0:
-            preempt.write_stop_record(args.out, reason=reason, step=step)
+            write_stop_record(args.out, reason=reason, step=step)
         agreement.close()
         sys.exit(EXIT_STOPPED)
     if args.sleep:

@@ -37,12 +37,13 @@ STRATEGIES = ("ddp", "zero1", "zero3") if FSDP else ("ddp", "zero1")
 # async_save: background writes while training goes on
 ASYNC = ("zero1:async", "zero3:async") if FSDP else ("zero1:async",)
 needs_fsdp = pytest.mark.skipif(not FSDP, reason="zero3 (FSDP2) on the CPU needs torch 2.7 or newer")
-# Open (docs/torch-support.md): on torch 2.6 these 2-rank runs hang - in Checkpointer.close on
-# the checkpointer's gloo group, and in the pipeline phase's Schedule1F1B. A known hang of one
-# release, not an API difference: the module skips there, named by its version.
-if torch.__version__.startswith("2.6."):
-    pytest.skip("the 2-rank checkpoint runs hang on torch 2.6 (open, docs/torch-support.md)",
-                allow_module_level=True)
+# Open (docs/torch-support.md): on torch 2.6 the pipeline phase's first Schedule1F1B step hangs
+# over gloo in this worker (the strategy tests' pipelines pass there): a hang of one release,
+# not an API difference, so that phase and its test are left out there, named by the version.
+# (The Checkpointer's close used to hang there too: it now keeps one checkpoint group.)
+PIPELINE = not torch.__version__.startswith("2.6.")
+needs_pipeline = pytest.mark.skipif(not PIPELINE, reason="Schedule1F1B over gloo hangs in this "
+                                    "worker on torch 2.6 (open, docs/torch-support.md)")
 
 
 def _launch(nproc: int, *args: str) -> None:
@@ -56,7 +57,8 @@ def runs(tmp_path_factory) -> dict:
     ck, out = root / "ck", root / "out"
     labels = ",".join(STRATEGIES + ASYNC)
     # the first half saves every 4 steps too (4, 8: async ones overlap the next steps), then 10
-    phases = "straight,first,reshard-save,pipeline" if FSDP else "straight,first,pipeline"
+    phases = "straight,first,reshard-save" if FSDP else "straight,first"
+    phases += ",pipeline" if PIPELINE else ""
     _launch(2, "--phase", phases, "--strategies", labels,
             "--every-steps", "4", "--dir", ck, "--out", out)
     _launch(2, "--phase", "resume", "--strategies", labels, "--dir", ck, "--out", out)
@@ -174,6 +176,7 @@ def test_export_gives_plain_full_state_dict(resharded, world):
 
 
 @pytest.mark.parametrize("rank", [0, 1])
+@needs_pipeline
 def test_pipeline_stages_save_and_load(runs, rank):
     result = json.loads((runs["out"] / f"pipeline-rank{rank}.json").read_text())
     assert result["stage"] == rank and result["step"] == 3

@@ -19,6 +19,7 @@ from torch.utils.data import TensorDataset
 
 import scaletrain
 from scaletrain.checkpoint.comm import Comm
+from scaletrain.checkpoint.stoprecord import write_stop_record
 from scaletrain.fileio import atomic_write
 from scaletrain.runtime import preempt
 from scaletrain.runtime.agreement import StopAgreement
@@ -85,7 +86,7 @@ for _ in range(3):
 agreement.close()
 rec["agreed"] = seen
 if rank == 0:
-    stop = json.loads(preempt.write_stop_record(out / "stop", reason="requested", step=1, log=False).read_text())
+    stop = json.loads(write_stop_record(out / "stop", reason="requested", step=1, log=False).read_text())
     rec["stop_rank_count"] = stop["rank_count"]
 
 monitor = scaletrain.Monitor(out / "monitor", console=False, device_sampler=None)

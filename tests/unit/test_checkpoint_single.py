@@ -529,20 +529,20 @@ def _resumed_run(folder: Path, *, raise_inside: bool = False) -> None:
 
 def test_a_later_run_that_ends_normally_marks_the_old_stop_superseded(tmp_path, clean_env):
     """stop.json described a stop at step 5 after a later run had trained to step 10 and ended."""
-    from scaletrain.runtime import preempt
+    from scaletrain.checkpoint import stoprecord
 
     folder = tmp_path / "ck"
     model, opt, sched = _objects()
     with scaletrain.Checkpointer(folder) as ckpt:
         ckpt.save(5, _state(model, opt, sched))
-    preempt.write_stop_record(folder, reason="time_limit", step=5, log=False)
+    stoprecord.write_stop_record(folder, reason="time_limit", step=5, log=False)
     _resumed_run(folder, raise_inside=True)          # a failure is not a normal end: untouched
     assert "superseded" not in json.loads((folder / "stop.json").read_text())
     _resumed_run(folder)
     record = json.loads((folder / "stop.json").read_text())
     assert (record["reason"], record["step"]) == ("time_limit", 5)      # the history is kept
     assert record["superseded"]["step"] == 10
-    assert preempt.mark_superseded(folder, step=12) is None             # marked once
+    assert stoprecord.mark_superseded(folder, step=12) is None             # marked once
 
 
 def test_checksum_algorithms_are_the_standard_ones():

@@ -12,6 +12,7 @@ import textwrap
 
 import pytest
 
+from scaletrain.checkpoint.stoprecord import write_stop_record
 from scaletrain.contract import EXIT_STOPPED, STOP_SIGNALS_VAR
 from scaletrain.errors import UsageError
 from scaletrain.runtime import preempt
@@ -165,7 +166,7 @@ def test_sync_interval_follows_the_step_time(handlers, monkeypatch):
 def test_stop_record_and_message(tmp_path, handlers, clean_env, capsys):
     clean_env.setenv("SLURM_RESTART_COUNT", "2")
     preempt.install()
-    path = preempt.write_stop_record(tmp_path / "ckpt", reason="time_limit", step=1234)
+    path = write_stop_record(tmp_path / "ckpt", reason="time_limit", step=1234)
     record = json.loads(path.read_text())
     assert path.name == "stop.json"
     assert record["reason"] == "time_limit" and record["step"] == 1234
@@ -174,7 +175,7 @@ def test_stop_record_and_message(tmp_path, handlers, clean_env, capsys):
     err = capsys.readouterr().err
     assert "time limit near (SIGUSR1): state saved at step 1234" in err
     assert f"exit code {EXIT_STOPPED}" in err
-    preempt.write_stop_record(tmp_path / "ckpt", reason="preempted", step=7, log=False)
+    write_stop_record(tmp_path / "ckpt", reason="preempted", step=7, log=False)
     assert json.loads(path.read_text())["signal"] == "SIGTERM"
     assert "preempted" in preempt.stop_message("preempted", 7)
     assert list((tmp_path / "ckpt").iterdir()) == [path]  # no temporary file left

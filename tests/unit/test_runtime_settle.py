@@ -8,6 +8,7 @@ import threading
 import pytest
 
 from scaletrain.runtime import init as rt
+from scaletrain.runtime.settle import gloo_worker_tids, settle_gloo_workers, thread_activity, wait_idle
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -31,9 +32,9 @@ def test_busy_thread_is_not_idle_and_blocked_thread_is():
     while not tid:
         pass
     try:
-        assert rt._wait_idle(tid, timeout_s=0.3) is False
+        assert wait_idle(tid, timeout_s=0.3) is False
         stop.set()
-        assert rt._wait_idle(tid, timeout_s=5.0) is True
+        assert wait_idle(tid, timeout_s=5.0) is True
     finally:
         stop.set()
         parked.set()
@@ -41,8 +42,8 @@ def test_busy_thread_is_not_idle_and_blocked_thread_is():
 
 
 def test_gone_thread_counts_as_idle():
-    assert rt._thread_activity("999999999") is None
-    assert rt._wait_idle(["999999999"], timeout_s=0.1) is True
+    assert thread_activity("999999999") is None
+    assert wait_idle(["999999999"], timeout_s=0.1) is True
 
 
 def test_shutdown_leaves_no_busy_gloo_worker(clean_env):
@@ -55,10 +56,10 @@ def test_shutdown_leaves_no_busy_gloo_worker(clean_env):
     dist.all_gather_object([None], {"x": 1})
     dist.all_reduce(t)
     dist.barrier()
-    if not rt._gloo_worker_tids():  # a feature of torch, not of scaletrain (docs/torch-support.md)
+    if not gloo_worker_tids():  # a feature of torch, not of scaletrain (docs/torch-support.md)
         rt.shutdown()
         pytest.skip("this torch does not name gloo's worker threads pt_gloo_runloop (torch 2.11 "
                     "and newer do): the exit wait has nothing to find")
     rt.shutdown()
     assert not dist.is_initialized()
-    assert rt._settle_gloo_workers(timeout_s=0.5) is True
+    assert settle_gloo_workers(timeout_s=0.5) is True

@@ -9,7 +9,9 @@ it should take, or maps a name onto a framework setting that shards something el
 from __future__ import annotations
 
 import argparse
+import ast
 import typing
+from pathlib import Path
 
 import pytest
 
@@ -126,6 +128,36 @@ def test_accelerate_settings_shard_what_ours_shard(name: str) -> None:
         assert fsdp["fsdp_offload_params"] == spec.offload
 
 
-def test_setup_type_hint_lists_every_data_parallel_name() -> None:
-    hinted = set(typing.get_args(setup.DataParallelName))
-    assert hinted == {n for n in OUR_NAMES if resolve_strategy(n).engine != "pipeline"}
+def test_setup_type_hints_spell_the_vocabulary_exactly() -> None:
+    """setup()'s Literal types are the one copy of the names a type checker needs: every
+    strategy then every alias of options.py, in its order, split by what setup() returns."""
+    names = [*STRATEGIES, *ALIASES]
+    pipeline = tuple(n for n in names if resolve_strategy(n).engine == "pipeline")
+    assert pipeline
+    assert typing.get_args(setup.DataParallelName) == tuple(n for n in names if n not in pipeline)
+    assert typing.get_args(setup.PipelineName) == pipeline
+    tree = ast.parse(Path(setup.__file__).read_text(encoding="utf-8"))
+    hints = [ast.unparse(arg.annotation) for node in tree.body
+             if isinstance(node, ast.FunctionDef) and node.name == "setup"
+             and any(ast.unparse(d) == "overload" for d in node.decorator_list)
+             for arg in node.args.kwonlyargs if arg.arg == "strategy" and arg.annotation is not None]
+    assert hints[:2] == ["PipelineName", "DataParallelName"]   # the overloads use them
+
+
+@pytest.mark.parametrize("name", sorted(OUR_NAMES))
+def test_framework_generators_take_every_name_of_ours_they_can_express(name: str) -> None:
+    """A strategy or alias added to options.py reaches the DeepSpeed and Accelerate configs by
+    what it shards, with no list of names there to extend; one neither can express is refused."""
+    spec = resolve_strategy(name)
+    if spec.shard_optimizer and not spec.hybrid:
+        assert deepspeed.deepspeed_config(name)["zero_optimization"]["stage"] == _zero_stage(name)
+        assert name in deepspeed.STRATEGIES or name in ALIASES
+    else:
+        with pytest.raises(UsageError, match="no equivalent"):
+            deepspeed.deepspeed_config(name)
+    if spec.engine == "fsdp" or (spec.engine == "ddp" and not spec.shard_optimizer):
+        assert accelerate.accelerate_config(name)["distributed_type"] in ("MULTI_GPU", "FSDP")
+        assert name in accelerate.STRATEGIES
+    else:
+        with pytest.raises(UsageError, match="no equivalent"):
+            accelerate.accelerate_config(name)

@@ -12,8 +12,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+from scaletrain.contract import SCALING_REPORT
 from scaletrain.extras import install_hint
 from scaletrain.fileio import atomic_write
+
+SCALING_HTML = "scaling.html"    # beside contract.SCALING_REPORT: the page and the plot
+SCALING_PNG = "scaling.png"
 
 
 def format_table(doc: dict[str, Any]) -> str:
@@ -185,7 +189,7 @@ def write_report(doc: dict[str, Any], out_dir: str | Path) -> list[str]:
     """Write scaling.json, scaling.html and (with matplotlib) scaling.png; returns notes."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write(out / "scaling.json", json.dumps(doc, indent=2) + "\n")
-    atomic_write(out / "scaling.html", render_html(doc))
-    note = write_png(doc, out / "scaling.png")
+    atomic_write(out / SCALING_REPORT, json.dumps(doc, indent=2) + "\n")
+    atomic_write(out / SCALING_HTML, render_html(doc))
+    note = write_png(doc, out / SCALING_PNG)
     return [note] if note else []

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from scaletrain.bench.scaling import ScalingRequest, build_document, profile_links, worker_args
 from scaletrain.bench.slurm_jobs import SizeJob, cancel_unfinished, ended, hangup_is_interrupt, wait_all
+from scaletrain.contract import JOB_LOG
 from scaletrain.errors import ScaletrainError, SlurmError, UsageError
 
 if TYPE_CHECKING:
@@ -87,7 +88,7 @@ def plan_size(req: ScalingRequest, slurm: SlurmScaling, profile: ClusterProfile,
         cluster=profile.name, script="-m", script_args=(WORKER, *worker_args(req, job_dir / RESULT)),
         nodes=nodes, gpus_per_node=slurm.gpus_per_node, account=slurm.account, partition=slurm.partition,
         time=slurm.time or DEFAULT_TIME, device=slurm.device, job_name=f"bench-scaling-{nodes}n",
-        command=slurm.command, chdir=str(job_dir), log=str(job_dir / "%x-%j.out"),
+        command=slurm.command, chdir=str(job_dir), log=str(job_dir / JOB_LOG),
         profile_file=str(Path(slurm.cluster).expanduser().absolute()) if is_file else None)
     return make_plan(request, profile)
 

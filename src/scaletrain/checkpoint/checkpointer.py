@@ -184,9 +184,9 @@ class Checkpointer:
             self.wait()
             if ended_normally and self._stop_reason is None and self._last_step is not None \
                     and self._comm is not None and self._comm.rank == 0:
-                from scaletrain.runtime import preempt
+                from scaletrain.checkpoint.stoprecord import mark_superseded
 
-                preempt.mark_superseded(self.directory, step=self._last_step)
+                mark_superseded(self.directory, step=self._last_step)
         finally:
             self._closed = True
             if self._agreement is not None:
@@ -267,15 +267,15 @@ class Checkpointer:
         return False
 
     def _stop(self, step: int, state: MutableMapping[str, Any], reason: str) -> bool:
+        from scaletrain.checkpoint.stoprecord import write_stop_record
         from scaletrain.contract import EXIT_STOPPED
-        from scaletrain.runtime import preempt
 
         if self._last_saved != step:
             self.save(step, state)
         self.wait()
         self._stop_reason = reason
         if self._get_comm().rank == 0:
-            preempt.write_stop_record(self.directory, reason=reason, step=step)
+            write_stop_record(self.directory, reason=reason, step=step)
         if self.exit_on_stop:
             self.close()
             raise SystemExit(EXIT_STOPPED)

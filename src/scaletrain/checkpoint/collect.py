@@ -89,13 +89,11 @@ _SPLIT_LAYOUTS = ("sharded", "partitioned", "staged")
 
 def reported_layout(obj: Any) -> str | None:
     """The layout ``setup()`` reports for ``obj`` through the Strategy interface
-    (``scaletrain.parallel.describe``), or None (not set up, or an older scaletrain)."""
+    (``scaletrain.parallel.describe``), or None (not set up by ``setup()``)."""
     if obj is None:
         return None
-    try:
-        from scaletrain.parallel import describe
-    except ImportError:
-        return None
+    from scaletrain.parallel import describe
+
     sharding = describe(obj)
     return str(sharding.layout_of(obj)) if sharding is not None else None
 

@@ -22,8 +22,7 @@ class Comm:
         self.distributed = world > 1
         self.rank = rank if self.distributed else 0
         self.world_size = world
-        # Every rank creates the group at the same call (the first save or load).
-        self.group: Any = dist.new_group(backend="gloo") if self.distributed else None
+        self.group: Any = _checkpoint_group(dist) if self.distributed else None
 
     def broadcast(self, obj: Any) -> Any:
         """Rank 0's ``obj`` on every rank."""
@@ -46,14 +45,21 @@ class Comm:
         return out
 
     def close(self) -> None:
-        """Destroy the group (at the Checkpointer's close; all ranks call it)."""
-        if self.group is not None:
-            from scaletrain.runtime.current import live_dist
+        """Let go of the group (at the Checkpointer's close). It stays for the next
+        Checkpointer of the process and ends with the process group it belongs to."""
+        self.group = None
 
-            dist = live_dist()
-            if dist is not None:  # not when the program destroyed its group first
-                try:
-                    dist.destroy_process_group(self.group)
-                except (RuntimeError, ValueError):
-                    pass
-            self.group = None
+
+# One gloo group for every Checkpointer of the process, made at the first one's first save or
+# load (every rank makes it at the same call, as new_group requires) and kept while the default
+# group it was made under lives. A group per Checkpointer, destroyed at its close, hung on torch
+# 2.6: a rank whose peer had destroyed the group and gone on waited in its own destroy.
+_GROUP: tuple[Any, Any] | None = None   # (the default group it was made under, the group)
+
+
+def _checkpoint_group(dist: Any) -> Any:
+    global _GROUP
+    world = dist.group.WORLD
+    if _GROUP is None or _GROUP[0] is not world:
+        _GROUP = (world, dist.new_group(backend="gloo"))
+    return _GROUP[1]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from scaletrain.contract import STEP_DIR_PREFIX
 from scaletrain.errors import ScaletrainError
 
 
@@ -23,7 +24,7 @@ def unreadable(step: int | None, path: Path, reason: str, *, fallback: int | Non
         CheckpointError:
     """The error for a file of a committed checkpoint that cannot be read safely."""
     where = f"checkpoint step {step}" if step is not None else "checkpoint"
-    folder = path.parent if path.parent.name.startswith("step-") else path.parent.parent
+    folder = path.parent if path.parent.name.startswith(STEP_DIR_PREFIX) else path.parent.parent
     if fallback is not None:
         hint = (f"the file was damaged after it was written; move {folder} aside to resume "
                 f"from the previous checkpoint (step {fallback})")

@@ -36,6 +36,7 @@ from typing import Any
 
 from scaletrain.checkpoint import marker
 from scaletrain.checkpoint.marker import MARKER
+from scaletrain.contract import STEP_DIR_PREFIX
 from scaletrain.errors import UsageError
 from scaletrain.fileio import atomic_write, fsync_dir
 
@@ -44,15 +45,15 @@ OWNER = ".owner.json"
 FORMAT = marker.CHECKSUMS_SINCE  # version of the folder layout; a reader refuses newer ones
 # (2: every listed file has its checksum; 1: checksums optional, as before they existed)
 
-_STEP_DIR = re.compile(r"^step-(\d{8,})$")
-_PARTIAL_DIR = re.compile(r"^\.partial-step-(\d{8,})-[0-9a-f]+$")
+_STEP_DIR = re.compile(rf"^{STEP_DIR_PREFIX}(\d{{8,}})$")
+_PARTIAL_DIR = re.compile(rf"^\.partial-{STEP_DIR_PREFIX}(\d{{8,}})-[0-9a-f]+$")
 # a committed folder moved aside while the same step is saved again (see commit())
-_REPLACED_DIR = re.compile(r"^\.replaced-step-(\d{8,})-[0-9a-f]+$")
+_REPLACED_DIR = re.compile(rf"^\.replaced-{STEP_DIR_PREFIX}(\d{{8,}})-[0-9a-f]+$")
 
 
 def step_dirname(step: int) -> str:
     """``step-00001200``: zero-padded so names sort like steps in a file browser."""
-    return f"step-{step:08d}"
+    return f"{STEP_DIR_PREFIX}{step:08d}"
 
 
 def partial_dirname(step: int, token: str | None = None) -> str:
@@ -137,7 +138,7 @@ def committed(directory: Path) -> list[Committed]:
         if marker is None or marker["step"] != step:
             continue
         item = Committed(step=step, path=Path(entry.path), marker=marker)
-        (found if entry.name.startswith("step-") else replaced)[step] = item
+        (found if entry.name.startswith(STEP_DIR_PREFIX) else replaced)[step] = item
     for step, item in replaced.items():
         found.setdefault(step, item)
     return [found[s] for s in sorted(found)]

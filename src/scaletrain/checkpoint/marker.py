@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from scaletrain.checkpoint.checksum import ALGORITHMS
+from scaletrain.contract import COMMIT_MARKER
 from scaletrain.fileio import read_bounded
 
-MARKER = "COMMIT.json"
+MARKER = COMMIT_MARKER   # the contract's name: status and report read it too
 MISSING, GARBAGE = "missing", "garbage"  # what load() returns instead of JSON
 _HEX8 = re.compile(r"^[0-9a-f]{8}$")
 CHECKSUMS_SINCE = 2  # the marker format from which every listed file must have a checksum

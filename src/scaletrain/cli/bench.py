@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from scaletrain.contract import SCALING_REPORT
 from scaletrain.errors import LaunchError, ScaletrainError, UsageError
 
 if TYPE_CHECKING:
@@ -100,7 +101,7 @@ def _slurm_request(args: argparse.Namespace) -> SlurmScaling:
 
 def run_scaling_cli(args: argparse.Namespace) -> int:
     """CLI body of ``bench scaling``: local processes (``--nproc``) or Slurm jobs (``--nodes``)."""
-    from scaletrain.bench.report import format_table, write_report
+    from scaletrain.bench.report import SCALING_HTML, SCALING_PNG, format_table, write_report
     from scaletrain.bench.scaling import ScalingRequest, parse_nproc, run_scaling
     from scaletrain.bench.workloads import WORKLOADS
 
@@ -122,7 +123,7 @@ def run_scaling_cli(args: argparse.Namespace) -> int:
 
             load_profile(args.cluster)  # unknown names fail now, not after the runs
     if args.out:
-        _check_out(Path(args.out).expanduser(), "scaling.json")
+        _check_out(Path(args.out).expanduser(), SCALING_REPORT)
     req = ScalingRequest(workload=args.workload, nproc=parse_nproc(args.nproc or "1,2"), strategy=args.strategy,
                          mode=args.mode, steps=args.steps, warmup=args.warmup, batch=args.batch,
                          cluster=args.cluster, timeout_s=args.timeout)
@@ -139,7 +140,7 @@ def run_scaling_cli(args: argparse.Namespace) -> int:
         for note in write_report(doc, args.out):
             print(f"scaletrain bench: {note}", file=sys.stderr)
         out = Path(args.out).expanduser()
-        written = [out / "scaling.json", out / "scaling.html"] + [p for p in [out / "scaling.png"] if p.exists()]
+        written = [out / SCALING_REPORT, out / SCALING_HTML] + [p for p in [out / SCALING_PNG] if p.exists()]
         print("scaletrain bench: wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
     failed = doc.get("failed") or []
     if failed:

@@ -14,13 +14,14 @@ import argparse
 import json
 from typing import TYPE_CHECKING
 
+from scaletrain.contract import CLUSTERS_DIR_VAR
 from scaletrain.errors import UsageError
 
 if TYPE_CHECKING:
     from scaletrain.clusters.profile import Partition
 
-DESCRIPTION = """\
-List the cluster profiles scaletrain knows (shipped, plus your own in $SCALETRAIN_CLUSTERS_DIR
+DESCRIPTION = f"""\
+List the cluster profiles scaletrain knows (shipped, plus your own in ${CLUSTERS_DIR_VAR}
 or ~/.config/scaletrain/clusters), show one in full, or probe the Slurm cluster you are on
 and write a profile for it."""
 

@@ -22,6 +22,7 @@ files: regular files of at most 4 MiB (a bigger one is refused, not cut)
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``lint`` verb."""
     from scaletrain.cli.args import name, text
+    from scaletrain.contract import CLUSTER_VAR
 
     p = subparsers.add_parser(
         "lint", help="check Slurm batch scripts for launch and resource mistakes",
@@ -30,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("files", nargs="+", type=text(), metavar="FILE", help="batch script(s) to check")
     p.add_argument("--cluster", type=name, metavar="NAME",
-                   help="cluster profile to check against (default: detected, or $SCALETRAIN_CLUSTER)")
+                   help=f"cluster profile to check against (default: detected, or ${CLUSTER_VAR})")
     p.add_argument("--profile", type=text(), metavar="FILE", help="a cluster profile file instead of a named cluster")
     p.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
     p.set_defaults(func=run)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from scaletrain.cli import args as A
-from scaletrain.contract import TIME_LIMIT_SIGNAL
+from scaletrain.contract import DATA_VAR, DEVICE_VAR, TIME_LIMIT_SIGNAL
 from scaletrain.errors import UsageError
 
 if TYPE_CHECKING:
@@ -105,11 +105,11 @@ def _add_how_it_runs(parser: argparse.ArgumentParser) -> None:
     r.add_argument("--launcher", choices=LAUNCHERS, default="scaletrain",
                    help="launch mode (default scaletrain; see below)")
     r.add_argument("--device", choices=("auto", "cpu"), default="auto",
-                   help="cpu: run on the CPU even where GPUs were allocated (SCALETRAIN_DEVICE=cpu)")
+                   help=f"cpu: run on the CPU even where GPUs were allocated ({DEVICE_VAR}=cpu)")
     r.add_argument("--container", type=A.text(), metavar="IMG", help="run the program in this Apptainer/Singularity image")
     r.add_argument("--stage-data", type=A.data_path, metavar="PATH",
                    help="copy/extract a dataset (dir, .tar, .tar.gz, .zip) to node-local scratch first; "
-                        "the program finds it in $SCALETRAIN_DATA")
+                        f"the program finds it in ${DATA_VAR}")
     r.add_argument("--sample-gpus", type=A.count(low=1, high=3600), metavar="S",
                    help="start one GPU sampler per node (NVML/AMD SMI) reading every S seconds into the job's "
                         "folder, for 'scaletrain report' on programs without the Monitor")

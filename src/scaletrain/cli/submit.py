@@ -26,8 +26,8 @@ import sys
 import time
 from pathlib import Path
 
+from scaletrain.contract import JOB_SCRIPT
 from scaletrain.errors import UsageError
-from scaletrain.slurm.submit import SCRIPT_NAME
 
 EXAMPLES = """\
 examples:
@@ -105,7 +105,7 @@ def run_submit(args: argparse.Namespace) -> int:
     run_dir, script = prepared.run_dir, prepared.script
     if args.dry_run:
         print(f"scaletrain: dry run: wrote {script}; not submitted "
-              f"(submit it with: cd {run_dir} && sbatch {SCRIPT_NAME})", file=sys.stderr)
+              f"(submit it with: cd {run_dir} && sbatch {JOB_SCRIPT})", file=sys.stderr)
         print(script)
         return 0
     job_id = send(prepared)

@@ -28,6 +28,7 @@ from scaletrain.clusters.model import (  # noqa: F401 - re-exported
     format_time,
     parse_time,
 )
+from scaletrain.contract import CLUSTERS_DIR_VAR
 from scaletrain.errors import ProfileError
 
 if sys.version_info >= (3, 11):
@@ -43,7 +44,7 @@ def _shipped_dir() -> Path:
 
 def user_dir() -> Path:
     """The user's profile directory: ``$SCALETRAIN_CLUSTERS_DIR`` or ~/.config/scaletrain/clusters."""
-    env = os.environ.get("SCALETRAIN_CLUSTERS_DIR")
+    env = os.environ.get(CLUSTERS_DIR_VAR)
     if env:
         return Path(env).expanduser()
     base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")

@@ -9,21 +9,51 @@ from __future__ import annotations
 from typing import Any
 
 from scaletrain.errors import UsageError
+from scaletrain.parallel.options import ALIASES as OUR_ALIASES, STRATEGIES as OUR_STRATEGIES, StrategySpec
 
-# name -> (Accelerate distributed_type, FSDP sharding strategy, offload parameters). The names
-# say what Accelerate is told: FSDP's sharding strategies, not DeepSpeed's ZeRO stages; each one
-# is one of our strategies (parallel/options.py) or what one of ALIASES' names stands for, and a
-# unit test checks that the settings agree with what our strategy of that name shards.
-_STRATEGIES: dict[str, tuple[str, str | None, bool]] = {
-    "ddp": ("MULTI_GPU", None, False),
+# What Accelerate is told: (distributed_type, FSDP sharding strategy, offload parameters).
+_Settings = tuple[str, str | None, bool]
+
+
+def settings(spec: StrategySpec) -> _Settings | None:
+    """Accelerate's settings for what our strategy shards, or None where Accelerate has no
+    equivalent (zero1 shards only the optimizer; none, pipeline and auto are not a layout)."""
+    if spec.engine == "ddp" and not spec.shard_optimizer:
+        return ("MULTI_GPU", None, False)
+    if spec.engine != "fsdp":
+        return None
+    return ("FSDP", "HYBRID_SHARD" if spec.hybrid else "FULL_SHARD" if spec.shard_params
+            else "SHARD_GRAD_OP", spec.offload)
+
+
+# Accelerate's own names, FSDP's sharding strategies: a config is written under these rather than
+# under our ZeRO-looking names, which would read as DeepSpeed. Our other names keep their own.
+_OWN: dict[str, _Settings] = {
     "fsdp-shard-grad-op": ("FSDP", "SHARD_GRAD_OP", False),
     "fsdp-full-shard": ("FSDP", "FULL_SHARD", False),
     "fsdp-offload": ("FSDP", "FULL_SHARD", True),
-    "hsdp": ("FSDP", "HYBRID_SHARD", False),
 }
-# the older names, kept so existing commands keep working (zero2/zero3 were never DeepSpeed here)
-ALIASES: dict[str, str] = {"zero2": "fsdp-shard-grad-op", "zero3": "fsdp-full-shard",
-                           "fsdp": "fsdp-full-shard", "offload": "fsdp-offload"}
+
+
+def _names() -> tuple[dict[str, _Settings], dict[str, str]]:
+    """(the config's name -> settings, our other names -> the config's name), from our
+    strategies and aliases (parallel/options.py) that Accelerate expresses."""
+    found: dict[str, _Settings] = {}
+    aliases: dict[str, str] = {}
+    for name in (*OUR_STRATEGIES, *OUR_ALIASES):
+        value = settings(OUR_STRATEGIES[OUR_ALIASES.get(name, name)])
+        if value is None:
+            continue
+        own = next((own for own, known in _OWN.items() if known == value), name)
+        found.setdefault(own, value)
+        if own != name:
+            aliases[name] = own
+    # as the hints list them: replicated, then sharded, then hybrid
+    ordered = sorted(found.items(), key=lambda item: (item[1][1] is not None, item[1][1] == "HYBRID_SHARD"))
+    return dict(ordered), aliases
+
+
+_STRATEGIES, ALIASES = _names()   # ALIASES: zero3 -> fsdp-full-shard
 STRATEGIES: tuple[str, ...] = tuple(_STRATEGIES) + tuple(ALIASES)
 
 

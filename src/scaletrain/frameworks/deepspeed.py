@@ -12,13 +12,28 @@ import json
 from typing import Any
 
 from scaletrain.errors import UsageError
-from scaletrain.parallel.options import PRECISIONS
+from scaletrain.parallel.options import ALIASES, PRECISIONS, STRATEGIES as OUR_STRATEGIES, StrategySpec
 
-# our strategy name -> DeepSpeed's ZeRO stage (the names are those of parallel/options.py, which
-# a unit test checks, with the stage matching what each one shards), plus DeepSpeed's own:
-_STAGE = {"zero1": 1, "zero2": 2, "zero3": 3, "fsdp": 3, "offload": 3, "nvme": 3}
-OWN_NAMES: tuple[str, ...] = ("nvme",)   # ZeRO-3 offloaded to node-local disk: no PyTorch engine
-STRATEGIES: tuple[str, ...] = ("zero1", "zero2", "zero3", "offload", "nvme")
+
+def zero_stage(spec: StrategySpec) -> int | None:
+    """DeepSpeed's ZeRO stage for what our strategy shards, or None where ZeRO has no equivalent
+    (ddp and none replicate, hsdp replicates across nodes, pipeline and auto are not a layout)."""
+    if spec.hybrid or not spec.shard_optimizer:
+        return None
+    return 3 if spec.shard_params else 2 if spec.shard_grads else 1
+
+
+# Names of DeepSpeed's own, beside ours: ZeRO-3 offloaded to node-local disk (no PyTorch engine).
+_OWN_STAGE: dict[str, int] = {"nvme": 3}
+OWN_NAMES: tuple[str, ...] = tuple(_OWN_STAGE)
+# name -> ZeRO stage: our strategies (parallel/options.py) that ZeRO can express, each followed
+# by its aliases, then DeepSpeed's own names
+_STAGE: dict[str, int] = {
+    alias: stage
+    for name, spec in OUR_STRATEGIES.items() if (stage := zero_stage(spec)) is not None
+    for alias in (name, *(a for a, target in ALIASES.items() if target == name))}
+_STAGE.update(_OWN_STAGE)
+STRATEGIES: tuple[str, ...] = (*(n for n in _STAGE if n in OUR_STRATEGIES), *OWN_NAMES)
 
 
 def deepspeed_config(strategy: str, *, micro_batch_per_gpu: int | None = 1,
@@ -43,7 +58,8 @@ def deepspeed_config(strategy: str, *, micro_batch_per_gpu: int | None = 1,
                          "e.g. nvme_path='$LOCAL_SCRATCH' (CSC) or '$SLURM_TMPDIR' (Alliance)")
     zero: dict[str, Any] = {"stage": _STAGE[strategy], "overlap_comm": True,
                             "contiguous_gradients": True}
-    if strategy == "offload":
+    ours = OUR_STRATEGIES.get(ALIASES.get(strategy, strategy))
+    if ours is not None and ours.offload:
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
         zero["offload_param"] = {"device": "cpu", "pin_memory": True}
     elif strategy == "nvme":

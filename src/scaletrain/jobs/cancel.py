@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from scaletrain.contract import SAVE_AND_STOP_SIGNAL
+from scaletrain.contract import SAVE_AND_STOP_SIGNAL, SAVE_AND_STOP_TRAP, STOP_RECORD
 from scaletrain.errors import SlurmError, UsageError
 from scaletrain.jobs import runfolder, status
 from scaletrain.jobs.runfolder import RunFolder
@@ -24,7 +24,6 @@ from scaletrain.slurm.poll import Waited, check_seconds
 SAVE_WAIT_S = 300.0
 CANCEL_WAIT_S = 30.0      # after a plain scancel: the state it settles in
 POLL_S = 2.0
-_TRAP = f"_scaletrain_keep=1; _scaletrain_stop {SAVE_AND_STOP_SIGNAL}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,7 +40,7 @@ class CancelResult:
         """One line for the terminal."""
         text = f"job {self.job_id} {self.action}; now {self.state}"
         if self.stop:
-            text += f"; saved step {self.stop.get('step')} (stop.json: {self.stop.get('reason')})"
+            text += f"; saved step {self.stop.get('step')} ({STOP_RECORD}: {self.stop.get('reason')})"
         elif self.saved_step is not None:
             text += f"; latest checkpoint step {self.saved_step}"
         return text
@@ -79,7 +78,7 @@ def cancel(run_dir: str | Path, *, save: bool = False, wait_s: float = SAVE_WAIT
         commands.cancel(job_id, env=env)
         action = "cancelled" + (" (it had not started: nothing to save)" if save else "")
         return CancelResult(job_id=job_id, action=action, state=_settle(job_id, env, CANCEL_WAIT_S, log).value)
-    trapped = run.script is not None and _TRAP in _read(run.script)
+    trapped = run.script is not None and has_save_trap(_read(run.script))
     commands.send_signal(job_id, SAVE_AND_STOP_SIGNAL, batch=trapped, env=env)
     if log is not None:
         log(f"scaletrain: asked job {job_id} to save and stop ({SAVE_AND_STOP_SIGNAL}); "
@@ -95,6 +94,12 @@ def cancel(run_dir: str | Path, *, save: bool = False, wait_s: float = SAVE_WAIT
     return CancelResult(job_id=job_id, action="saved and stopped", state=final,
                         saved_step=runfolder.latest_checkpoint(run.checkpoints),
                         stop=runfolder.stop_record(run.checkpoints))
+
+
+def has_save_trap(script: str) -> bool:
+    """True for a batch script whose shell traps the save-and-stop signal (``plan --requeue``):
+    the signal then goes to the batch shell, which relays it and does not requeue."""
+    return SAVE_AND_STOP_TRAP in script
 
 
 def _read(path: Path) -> str:

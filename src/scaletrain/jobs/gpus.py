@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scaletrain.contract import GPU_SAMPLES_PREFIX
 from scaletrain.jobs.runfolder import SEARCH_DEPTH, as_object, iter_records, walk
 
 IDLE_PCT = 30.0          # a GPU busier than this on average is not called idle
@@ -34,11 +35,6 @@ class GpuSeries:
         values = [u for _, u, _ in self.points if u is not None]
         return sum(values) / len(values) if values else None
 
-    def max_mem(self) -> float | None:
-        """Highest memory in use."""
-        values = [m for _, _, m in self.points if m is not None]
-        return max(values) if values else None
-
     def busy_hours(self) -> float:
         """GPU-hours busy: each reading's utilisation over its sampling interval."""
         return sum((u or 0.0) / 100 * self.interval_s for _, u, _ in self.points) / 3600
@@ -48,7 +44,7 @@ def sampler_files(run_dir: Path) -> list[Path]:
     """Every ``gpus-*.jsonl`` in the run folder and two levels below."""
     found: list[Path] = []
     for folder in walk(run_dir, SEARCH_DEPTH):
-        found += sorted(folder.glob("gpus-*.jsonl"))
+        found += sorted(folder.glob(f"{GPU_SAMPLES_PREFIX}*.jsonl"))
     return found
 
 
@@ -57,7 +53,7 @@ def read_samplers(files: list[Path]) -> tuple[list[GpuSeries], list[str]]:
     series: dict[tuple[str, str], GpuSeries] = {}
     notes: list[str] = []
     for path in files:
-        host, interval = path.stem[len("gpus-"):], 10.0
+        host, interval = path.stem[len(GPU_SAMPLES_PREFIX):], 10.0
         try:
             records = list(iter_records(path, as_object))      # streamed; a pipe or device in its place is skipped
         except OSError:

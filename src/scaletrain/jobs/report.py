@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from scaletrain.contract import COMMIT_MARKER, STEP_DIR_PREFIX
 from scaletrain.errors import SlurmError, UsageError, printable
 from scaletrain.jobs import gpus as gpu_files
 from scaletrain.jobs import runfolder
@@ -130,8 +131,8 @@ def _committed(folder: Path | None) -> list[int]:
     if folder is None:
         return []
     steps = []
-    for marker in sorted(folder.glob(f"step-*/{runfolder.COMMIT}")):
-        digits = marker.parent.name[len("step-"):]
+    for marker in sorted(folder.glob(f"{STEP_DIR_PREFIX}*/{COMMIT_MARKER}")):
+        digits = marker.parent.name[len(STEP_DIR_PREFIX):]
         if is_count(digits) and runfolder.marker_step(runfolder.read_json(marker)) == int(digits):
             steps.append(int(digits))
     return steps

@@ -22,14 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Callable, Iterator
 
+from scaletrain.checkpoint.stoprecord import has_stop_record, read_stop_record
+from scaletrain.contract import (COMMIT_MARKER, JOB_ID_FILE, JOB_SCRIPT, METRICS_FILE, RUNS_DIR, STEP_DIR_PREFIX,
+                                 TENSORBOARD_DIR)
 from scaletrain.fileio import open_regular, read_bounded, read_json_object
 from scaletrain.slurm.parse import is_count
-from scaletrain.slurm.submit import JOB_ID_FILE, RUNS_DIR, SCRIPT_NAME
-
-METRICS = "metrics.jsonl"
-SUMMARY = "summary.json"
-STOP_RECORD = "stop.json"        # runtime.preempt.STOP_RECORD (not imported: that module is runtime)
-COMMIT = "COMMIT.json"           # checkpoint.layout.MARKER
 SEARCH_DEPTH = 2                 # sub-folder levels searched for the Monitor's and Checkpointer's files
 TAIL_BYTES = 256 * 1024          # what status reads of metrics.jsonl at first: the last steps and the run's start
 SCAN_BYTES = 1024 * 1024 * 1024  # how far back it looks for the run's start line in a long run, 1 MiB at a time
@@ -71,7 +68,7 @@ def default_runs(base: Path = Path(RUNS_DIR)) -> list[Path]:
         return []
 
     def when(p: Path) -> float:
-        for name in (JOB_ID_FILE, SCRIPT_NAME):
+        for name in (JOB_ID_FILE, JOB_SCRIPT):
             try:
                 return (p / name).stat().st_mtime
             except OSError:
@@ -93,7 +90,7 @@ def walk(root: Path, depth: int) -> list[Path]:
             try:
                 with os.scandir(folder) as it:
                     nxt += [Path(e.path) for e in it if e.is_dir(follow_symlinks=False)
-                            and not e.name.startswith((".", "step-", "tensorboard"))]
+                            and not e.name.startswith((".", STEP_DIR_PREFIX, TENSORBOARD_DIR))]
             except OSError:
                 continue
         out += sorted(nxt)
@@ -117,8 +114,8 @@ def open_run(path: str | Path) -> RunFolder:
         pass
     except OSError as exc:
         run.notes.append(f"cannot read {JOB_ID_FILE}: {exc.strerror}")
-    if _is_file(run.path / SCRIPT_NAME):
-        run.script = run.path / SCRIPT_NAME
+    if _is_file(run.path / JOB_SCRIPT):
+        run.script = run.path / JOB_SCRIPT
     try:
         logs = sorted(run.path.glob("*.out"), key=lambda p: (_mtime(p), p.name))
     except OSError:
@@ -128,8 +125,8 @@ def open_run(path: str | Path) -> RunFolder:
         run.notes.append(f"{len(logs) - MAX_LOG_FILES} older output files left out ({logs[0].name} to "
                          f"{logs[-MAX_LOG_FILES - 1].name}); the newest {MAX_LOG_FILES} are read")
     for folder in walk(run.path, SEARCH_DEPTH):
-        if run.metrics is None and _is_file(folder / METRICS):
-            run.metrics = folder / METRICS
+        if run.metrics is None and _is_file(folder / METRICS_FILE):
+            run.metrics = folder / METRICS_FILE
         if run.checkpoints is None and _has_checkpoints(folder):
             run.checkpoints = folder
     return run
@@ -151,10 +148,10 @@ def _mtime(p: Path) -> float:
 
 
 def _has_checkpoints(folder: Path) -> bool:
-    if _is_file(folder / STOP_RECORD):
+    if has_stop_record(folder):
         return True
     try:
-        return any(folder.glob(f"step-*/{COMMIT}"))
+        return any(folder.glob(f"{STEP_DIR_PREFIX}*/{COMMIT_MARKER}"))
     except OSError:
         return False
 
@@ -170,14 +167,14 @@ def latest_checkpoint(folder: Path | None) -> int | None:
         return None
     best = None
     try:
-        names = [p.name for p in folder.iterdir() if p.name.startswith("step-")]
+        names = [p.name for p in folder.iterdir() if p.name.startswith(STEP_DIR_PREFIX)]
     except OSError:
         return None
     for name in names:
-        digits = name[len("step-"):]
+        digits = name[len(STEP_DIR_PREFIX):]
         if not is_count(digits) or (best is not None and int(digits) <= best):
             continue
-        if marker_step(read_json(folder / name / COMMIT)) == int(digits):
+        if marker_step(read_json(folder / name / COMMIT_MARKER)) == int(digits):
             best = int(digits)
     return best
 
@@ -190,20 +187,8 @@ def marker_step(marker: dict[str, Any] | None) -> int | None:
 
 def stop_record(folder: Path | None) -> dict[str, Any] | None:
     """The Checkpointer's ``stop.json`` (why the job stopped on purpose, at which step), its
-    fields of the types the verbs show (a hand-edited value of another type is dropped or shown as text)."""
-    record = read_json(folder / STOP_RECORD) if folder is not None else None
-    if record is None:
-        return None
-    for key in ("reason", "signal"):
-        if key in record and not isinstance(record[key], str):
-            record[key] = json.dumps(record[key], default=str)[:200]
-    for key in ("step", "restart_count"):
-        if key in record and marker_step({"step": record[key]}) is None:
-            del record[key]
-    later = record.get("superseded")
-    if "superseded" in record and not (isinstance(later, dict) and marker_step(later) is not None):
-        del record["superseded"]
-    return record
+    fields of the types the verbs show (:func:`scaletrain.checkpoint.stoprecord.read_stop_record`)."""
+    return read_stop_record(folder)
 
 
 # The Monitor's fields that the after-submit verbs compute with, and what each must be. A

@@ -48,7 +48,8 @@ def prepare(request: JobRequest, profile: ClusterProfile, *, run_dir: str | os.P
     from scaletrain.envs.detect import with_running_environment
     from scaletrain.plan.planner import job_name_for, make_plan
     from scaletrain.plan.render import render_script
-    from scaletrain.slurm.submit import account_or_env, in_run_dir, make_run_dir, write_script
+    from scaletrain.plan.request import in_run_dir
+    from scaletrain.slurm.submit import account_or_env, make_run_dir, write_script
 
     env = os.environ if environ is None else environ
     request = dataclasses.replace(request, account=account_or_env(request.account, env),

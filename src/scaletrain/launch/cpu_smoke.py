@@ -27,6 +27,7 @@ import sys
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
+from scaletrain.contract import CPU_SMOKE_VAR
 from scaletrain.launch import cpu_cuda, cpu_map, frames
 
 BANNER = ("CPU smoke test (--cpu): CUDA calls run on CPU processes and NCCL is gloo; "
@@ -51,7 +52,7 @@ UNSUPPORTED: dict[str, str] = {
     "torch.cuda.jiterator": "it compiles CUDA source at run time",
 }
 UNSUPPORTED_HINT = ("run this part on a GPU node, or guard it with "
-                    "'if os.environ.get(\"SCALETRAIN_CPU_SMOKE\") != \"1\"'")
+                    f"'if os.environ.get(\"{CPU_SMOKE_VAR}\") != \"1\"'")
 
 
 def unsupported_error(name: str) -> Exception:

@@ -28,12 +28,9 @@ import threading
 from types import ModuleType
 from typing import Any
 
+from scaletrain.contract import AGENT_PORT_VAR, NESTED_VAR, RENDEZVOUS_WAIT_VAR
+
 RENDEZVOUS_WAIT_S = 300.0
-RENDEZVOUS_WAIT_VAR = "SCALETRAIN_RENDEZVOUS_TIMEOUT"
-NESTED_VAR = "SCALETRAIN_NESTED_SPAWN"  # set in the workers a worker spawns itself
-# The port of the agent's store, as the worker was started with it (inherited, never rewritten,
-# by the processes the program spawns): a rendezvous elsewhere is the program's own.
-AGENT_PORT_VAR = "SCALETRAIN_AGENT_STORE_PORT"
 _USE_AGENT_STORE = "TORCHELASTIC_USE_AGENT_STORE"
 EXIT_RENDEZVOUS = 3  # a DistEnvError's exit code: the environment, not the program
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Mapping
 
-from scaletrain.contract import generated_for
+from scaletrain.contract import CLUSTER_VAR, generated_for
 from scaletrain.errors import UsageError
 from scaletrain.lint import rules_cluster, rules_launch, rules_program, rules_sbatch, rules_shell  # noqa: F401  (registers rules)
 from scaletrain.lint.findings import ERROR, RULES, Finding, LintContext
@@ -129,10 +129,7 @@ def matching_profiles(script: BatchScript) -> tuple[list[str], str]:
     job = read_request(script)
     if not job.partition:
         return [], ""
-    try:
-        profiles = _all_profiles()
-    except ImportError:
-        return [], ""
+    profiles = _all_profiles()
     by_partition = [p for p in profiles if job.partition in p.partitions]
     if len(by_partition) == 1:
         return [by_partition[0].name], f"detected from partition '{job.partition}'"
@@ -167,8 +164,8 @@ def choose_profile(script: BatchScript, *, cluster: str | None = None, profile_p
             return load_profile(profile_path), "--profile"
         return load_profile(cluster), "--cluster"  # type: ignore[arg-type]
     name, how = detect_cluster(script)
-    if name is None and env.get("SCALETRAIN_CLUSTER"):
-        name, how = env["SCALETRAIN_CLUSTER"], "$SCALETRAIN_CLUSTER"
+    if name is None and env.get(CLUSTER_VAR):
+        name, how = env[CLUSTER_VAR], f"${CLUSTER_VAR}"
     if name is None:
         return None, ""
     from scaletrain.clusters.profile import load_profile

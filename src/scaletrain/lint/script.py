@@ -13,13 +13,9 @@ from dataclasses import dataclass
 from scaletrain.lint.shell import split_commands
 # the word types, importable from here as before (they live in lint/words.py, which the shell
 # splitter imports too)
-from scaletrain.lint.words import (  # noqa: F401 - re-exported
+from scaletrain.lint.words import (
     ASSIGN_RE,
-    EXPANDS,
-    NAME_RE,
     Command,
-    Expansion,
-    Heredoc,
     Word,
     assignment_value,
 )

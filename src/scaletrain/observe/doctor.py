@@ -165,9 +165,9 @@ def run_checks(env_before: Any, *, timeout_s: float, size_mb: float, out: Callab
     import torch
     import torch.distributed as dist
 
-    import scaletrain
+    from scaletrain.runtime.init import init
 
-    env = scaletrain.init(timeout_s=timeout_s)
+    env = init(timeout_s=timeout_s)
     passed.append(f"{env.world_size} ranks joined ({env.backend})")
     infos: list[Any] = [None] * env.world_size
     group = dist.new_group(backend="gloo") if env.backend != "gloo" else None

@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from scaletrain.contract import SCALING_REPORT, SUMMARY_FILE
 from scaletrain.errors import UsageError
 from scaletrain.observe.scaling import (DEFAULT_THRESHOLD, Links, StepProfile, billed_gpus, links_from_profile,
                                         predict, recommend, sizes_up_to, time_to_solution)
@@ -28,7 +29,7 @@ def load_measurement(path: str, *, params: float | None = None) -> tuple[StepPro
     p = Path(path).expanduser()
     try:
         if p.is_dir():
-            for name in ("summary.json", "scaling.json"):
+            for name in (SUMMARY_FILE, SCALING_REPORT):
                 if (p / name).is_file():
                     p = p / name
                     break

@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from scaletrain.contract import SUMMARY_FILE
 from scaletrain.fileio import atomic_write
 from scaletrain.observe.commwait import CommWait, attach
 from scaletrain.observe.config import MonitorConfig, make_config
@@ -347,7 +348,7 @@ class Monitor:
         self._close_writer(summary)
         if self.rank == 0 and self.run_dir is not None:
             try:
-                atomic_write(self.run_dir / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
+                atomic_write(self.run_dir / SUMMARY_FILE, json.dumps(summary, indent=2, default=str) + "\n")
             except OSError as exc:
                 self._write_failed_once(exc)
         return summary

@@ -27,9 +27,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Sequence
 
+from scaletrain.contract import GPU_SAMPLES_PREFIX
 from scaletrain.observe.devices import Backend, open_backend
 
-PREFIX = "gpus-"
 VENDORS = ("nvidia", "amd")
 
 
@@ -51,7 +51,7 @@ def sample_loop(out_dir: Path, interval_s: float, backend: Backend | None, *, ve
     host = host or socket.gethostname()
     stop = stop or threading.Event()
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{PREFIX}{host}.jsonl"
+    path = out_dir / f"{GPU_SAMPLES_PREFIX}{host}.jsonl"
     head: dict[str, Any] = {"type": "sampler", "host": host, "interval_s": interval_s}
     head.update({"backend": vendor} if backend is not None else {"reason": reason or "no GPU backend"})
     with open(path, "a", encoding="utf-8") as fh:

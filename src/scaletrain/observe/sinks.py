@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Collection, Protocol, TextIO
 
+from scaletrain.contract import METRICS_FILE, SUMMARY_FILE, TENSORBOARD_DIR
 from scaletrain.errors import UsageError
 from scaletrain.extras import install_hint
 from scaletrain.observe.config import MonitorConfig
@@ -304,9 +305,9 @@ def build_sinks(run_dir: Path | None, config: MonitorConfig, *, rank: int, start
         if run_dir is not None:
             check_run_dir(run_dir)
             if config.jsonl:
-                sinks.append(JsonlSink(run_dir / "metrics.jsonl", every=config.jsonl_every, start=start))
+                sinks.append(JsonlSink(run_dir / METRICS_FILE, every=config.jsonl_every, start=start))
             if config.tensorboard:
-                sinks.append(TensorBoardSink(run_dir / "tensorboard"))
+                sinks.append(TensorBoardSink(run_dir / TENSORBOARD_DIR))
     elif config.tensorboard:  # same error on every rank when the extra is missing
         try:
             import tensorboard as _tb  # noqa: F401
@@ -317,6 +318,6 @@ def build_sinks(run_dir: Path | None, config: MonitorConfig, *, rank: int, start
 
 def run_files(run_dir: Path | None, sinks: list[Sink]) -> Record:
     """The run folder and what the sinks write there (for the summary's last line)."""
-    names = [name for sink, name in ((JsonlSink, "metrics.jsonl"), (TensorBoardSink, "tensorboard/"))
+    names = [name for sink, name in ((JsonlSink, METRICS_FILE), (TensorBoardSink, f"{TENSORBOARD_DIR}/"))
              if any(isinstance(s, sink) for s in sinks)]
-    return {"run_dir": str(run_dir), "files": [*names, "summary.json"]}
+    return {"run_dir": str(run_dir), "files": [*names, SUMMARY_FILE]}

@@ -83,6 +83,13 @@ ALIASES: dict[str, str] = {"fsdp": "zero3", "fsdp2": "zero3", "zero": "zero3", "
 AUTO_ORDER: tuple[str, ...] = ("ddp", "zero2", "zero3", "offload")
 
 
+def world_sized(spec: StrategySpec) -> bool:
+    """True when the world size alone decides the strategy's layout: DDP and the ZeRO/FSDP family
+    on one mesh dimension (hsdp also needs the node size, pipeline the stage count; none is one
+    process and auto a choice among these)."""
+    return spec.engine in ("ddp", "fsdp") and not spec.hybrid
+
+
 def resolve_strategy(name: str) -> StrategySpec:
     """The spec for ``name`` (case-insensitive, aliases allowed); StrategyError lists the names."""
     if not isinstance(name, str):

@@ -66,9 +66,12 @@ if TYPE_CHECKING:
     # or ZeroRedundancyOptimizer for zero1), None when none was given
     _Opt = TypeVar("_Opt", torch.optim.Optimizer, None, default=None)
 
-# The strategies that return a torch.nn.Module (everything but the pipeline).
+# The strategies that return a torch.nn.Module (everything but the pipeline), and the one that
+# returns a PipelineModel. A typing Literal must spell the names; a unit test ties both, name for
+# name and in order, to parallel/options.py's STRATEGIES and ALIASES.
 DataParallelName = Literal["none", "ddp", "zero1", "zero2", "zero3", "hsdp", "offload", "auto",
                            "fsdp", "fsdp2", "zero", "single"]
+PipelineName = Literal["pipeline"]
 
 _OPTION_NAMES = ("bucket_cap_mb", "static_graph", "find_unused_parameters", "min_params", "wrap",
                  "mesh_shape")
@@ -76,7 +79,7 @@ _OPTION_NAMES = ("bucket_cap_mb", "static_graph", "find_unused_parameters", "min
 
 @overload
 def setup(model: torch.nn.Module | None,  # type: ignore[overload-overlap]
-          optimizer: _Opt = ..., *, strategy: Literal["pipeline"], precision: str = ...,
+          optimizer: _Opt = ..., *, strategy: PipelineName, precision: str = ...,
           env: Env | None = ..., verbose: bool = ..., **options: object
           ) -> tuple[PipelineModel, _Opt]: ...
 @overload

@@ -22,20 +22,18 @@ import shlex
 from dataclasses import dataclass
 
 from scaletrain.clusters.profile import ClusterProfile
+from scaletrain.contract import (ACCELERATE_CONFIG_VAR as ACCELERATE_VAR, DEEPSPEED_CONFIG_VAR as DEEPSPEED_VAR,
+                                 HEREDOC_END as _EOF, JOB_FILES_VAR as FILES_VAR,
+                                 SCRATCH_PLACEHOLDER as _SCRATCH)
 from scaletrain.errors import PlanError, UsageError
 from scaletrain.frameworks.accelerate import ALIASES, accelerate_config, to_yaml
 from scaletrain.frameworks.deepspeed import STRATEGIES as DEEPSPEED_STRATEGIES, deepspeed_config, to_json
-from scaletrain.parallel.options import PRECISIONS
+from scaletrain.parallel.options import PRECISIONS, STRATEGIES
 from scaletrain.plan.request import JobRequest
 
 q = shlex.quote
 
-ACCELERATE_VAR = "SCALETRAIN_ACCELERATE_CONFIG"
-DEEPSPEED_VAR = "SCALETRAIN_DEEPSPEED_CONFIG"
 LIGHTNING_DEEPSPEED_VAR = "PL_DEEPSPEED_CONFIG_PATH"   # read by Lightning's DeepSpeedStrategy
-FILES_VAR = "SCALETRAIN_JOB_FILES"
-_SCRATCH = "@SCALETRAIN_SCRATCH@"      # where the node-local disk goes in a config's text
-_EOF = "SCALETRAIN_EOF"
 # ZeRO-3 offload to NVMe keeps fp32 master weights and Adam's two moments (12 bytes a parameter)
 # and the 16-bit parameters (2) on the disk, sharded over the nodes; a quarter more for DeepSpeed's
 # swap buffers, and never less than the guides' usual request
@@ -117,7 +115,7 @@ def _accelerate(request: JobRequest, profile: ClusterProfile, *, nodes: int, wor
             + (f", {config['fsdp_config']['fsdp_sharding_strategy']}" if "fsdp_config" in config else "")
             + f", mixed_precision {config['mixed_precision']}) and passes it with --config_file")
     notes: tuple[str, ...] = (note,)
-    if value in ALIASES and value != "fsdp":   # the ZeRO-looking names: say what they really are
+    if value in ALIASES and value in STRATEGIES:   # our ZeRO-looking names: say what they really are
         notes += (f"--accelerate-config {value} is the older name of {ALIASES[value]}: PyTorch FSDP through "
                   f"Accelerate, not DeepSpeed ZeRO (for that: --launcher deepspeed --deepspeed-config {value})",)
     return FrameworkFiles(
@@ -157,10 +155,11 @@ def _deepspeed(request: JobRequest, profile: ClusterProfile, *, nodes: int) -> F
         notes.append("deepspeed: train_micro_batch_size_per_gpu is 1 in the written config; give your per-GPU "
                      "batch with --micro-batch N")
     zero = config["zero_optimization"]
-    where = {"offload": "optimizer state and parameters offloaded to CPU memory",
+    where = {"cpu": "optimizer state and parameters offloaded to CPU memory",
              "nvme": f"optimizer state and parameters offloaded to node-local NVMe ({scratch}/deepspeed-nvme)"}
+    offload = zero.get("offload_param", {}).get("device")
     notes.append(f"deepspeed: the job writes a ZeRO stage {zero['stage']} config"
-                 + (f" ({where[value]})" if value in where else "")
+                 + (f" ({where[offload]})" if offload in where else "")
                  + ("" if own_args else "; the program gets --deepspeed --deepspeed_config FILE, as in the "
                     "centres' DeepSpeed examples"))
     extra = () if own_args else ("--deepspeed", "--deepspeed_config", f'"${DEEPSPEED_VAR}"')

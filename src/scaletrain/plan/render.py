@@ -16,7 +16,7 @@ from scaletrain._version import __version__
 
 # one formula for MASTER_PORT and the variable names, shared with the runtime and lint
 from scaletrain.contract import (CLUSTER_VAR, DATA_VAR, EXIT_STOPPED, GENERATED_BY, PORT_SHELL_EXPR,
-                                 PREEMPT_SIGNAL, SAVE_AND_STOP_SIGNAL, TIME_LIMIT_SIGNAL)
+                                 PREEMPT_SIGNAL, SAVE_AND_STOP_SIGNAL, TIME_LIMIT_SIGNAL, trap_line)
 from scaletrain.errors import DistEnvError
 from scaletrain.plan.jobfiles import folder_word
 from scaletrain.plan.jobfiles import shell_lines as job_file_lines
@@ -189,10 +189,10 @@ def _requeue_block(plan: Plan) -> list[str]:
         f"# {EXIT_STOPPED}; only then is the job put back in the queue (at most {bound} times).",
         '_scaletrain_stop() { echo "scaletrain: job $SLURM_JOB_ID got SIG$1; the tasks save and stop" >&2;',
         '  kill -"$1" "$SRUN_PID" 2>/dev/null || true; }',
-        f"trap '_scaletrain_stop {TIME_LIMIT_SIGNAL}' {TIME_LIMIT_SIGNAL}",
-        f"trap '_scaletrain_stop {PREEMPT_SIGNAL}' {PREEMPT_SIGNAL}",
+        trap_line(TIME_LIMIT_SIGNAL),
+        trap_line(PREEMPT_SIGNAL),
         f"# {SAVE_AND_STOP_SIGNAL} from 'scaletrain cancel --save': the tasks save and stop, and the job is not requeued",
-        f"trap '_scaletrain_keep=1; _scaletrain_stop {SAVE_AND_STOP_SIGNAL}' {SAVE_AND_STOP_SIGNAL}",
+        trap_line(SAVE_AND_STOP_SIGNAL, keep=True),   # what `scaletrain cancel --save` looks for
         f"{launch_command(plan)} &",
         "SRUN_PID=$!",
         "set +e",

@@ -9,10 +9,14 @@ without any I/O, checking only what depends on the cluster.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import os
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
+from scaletrain.contract import JOB_LOG
 from scaletrain.errors import UsageError
 from scaletrain.plan.values import MAX_COUNT, check_request_values
 from scaletrain.slurm.parse import parse_mem_mib
@@ -130,6 +134,18 @@ class JobRequest:
     def per_node_launcher(self) -> bool:
         """True when the launcher runs one task per node (torchrun, accelerate, deepspeed)."""
         return self.launcher in PER_NODE_LAUNCHERS
+
+
+def in_run_dir(request: JobRequest, run_dir: Path, *, cwd: str | None = None) -> JobRequest:
+    """``request`` as submitted from ``run_dir``: the job runs where the user is (``cwd``, unless
+    it names its own folder), its script's path survives any ``cd``, the files the job writes
+    (framework configs) and its output go to the run folder. Reads the current folder when
+    ``cwd`` is not given."""
+    script = request.script
+    if script != "-m":
+        script = os.path.abspath(os.path.expanduser(script))
+    return dataclasses.replace(request, script=script, chdir=request.chdir or cwd or os.getcwd(),
+                               files_dir=str(run_dir), log=request.log or str(run_dir / JOB_LOG))
 
 
 def parse_mem_gb(text: str) -> float:

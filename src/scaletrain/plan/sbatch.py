@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from scaletrain.clusters.profile import ClusterProfile, format_time
-from scaletrain.contract import TIME_LIMIT_SIGNAL
+from scaletrain.contract import JOB_LOG, TIME_LIMIT_SIGNAL
 from scaletrain.errors import UsageError
 from scaletrain.plan.request import JOB_OPTIONS, JobRequest
 
@@ -92,7 +92,7 @@ def sbatch_options(request: JobRequest, profile: ClusterProfile, *, job_name: st
     lines += [(opt, getattr(request, field)) for opt, field in JOB_OPTIONS if getattr(request, field)]
     if request.chdir:
         lines.append(("chdir", request.chdir))
-    lines.append(("output", request.log or "%x-%j.out"))
+    lines.append(("output", request.log or JOB_LOG))
     if request.error_log:
         lines.append(("error", request.error_log))
     lines += _extra(request)

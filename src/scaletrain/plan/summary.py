@@ -10,14 +10,12 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from scaletrain.parallel.options import STRATEGIES
+from scaletrain.contract import DATA_VAR, DEVICE_VAR, GPU_CPU_MAP_VAR
+from scaletrain.parallel.options import STRATEGIES, world_sized
 from scaletrain.plan.planner import Plan
 
-# The strategies whose layout the world size alone decides: DDP and the ZeRO/FSDP family on one
-# mesh dimension. hsdp also needs the node size, pipeline the stage count; none is one process
-# and auto a choice among these.
-TABLE_STRATEGIES: tuple[str, ...] = tuple(
-    name for name, spec in STRATEGIES.items() if spec.engine in ("ddp", "fsdp") and not spec.hybrid)
+# The strategies whose layout the world size alone decides (the plan knows no more).
+TABLE_STRATEGIES: tuple[str, ...] = tuple(name for name, spec in STRATEGIES.items() if world_sized(spec))
 # Activations, buffers and the allocator need room too: a strategy "fits" at 80% of the device.
 FIT_FRACTION = 0.8
 
@@ -88,7 +86,7 @@ def unconfirmed_relied(plan: Plan) -> list[tuple[str, str]]:
     relied.add(f"wheels.{plan.launcher}")
     if plan.disk_gb or any(f.scratch for f in plan.job_files):
         relied |= {"scratch_var", "scratch_max_gb", "scratch_in_memory"}
-    if plan.cpu_bind or any(k == "SCALETRAIN_GPU_CPU_MAP" for k, _ in plan.env):
+    if plan.cpu_bind or any(k == GPU_CPU_MAP_VAR for k, _ in plan.env):
         relied.add("gpu_cpu_map")
     if plan.stage is not None:
         relied |= {"scratch_var", "scratch_max_gb", "scratch_gres"}
@@ -128,10 +126,10 @@ def render_summary(plan: Plan) -> str:
                      + (f" ({used:g} used)" if abs(used - p.gpu_hours) > 0.005 else "")
                      + (f" (one billed GPU-hour = {unit} {p.profile.gpu_model}s for an hour)" if unit > 1 else ""))
     if p.device == "cpu" and p.scheduler == "slurm":
-        lines.append("  device: cpu (SCALETRAIN_DEVICE=cpu; GPUs, if any, are left unused)")
+        lines.append(f"  device: cpu ({DEVICE_VAR}=cpu; GPUs, if any, are left unused)")
     if p.stage is not None:
         lines.append(f"  data: {p.stage.source} -> {p.stage.scratch_var}/{p.stage.dest_name} on each node "
-                     "($SCALETRAIN_DATA)"
+                     f"(${DATA_VAR})"
                      + (f", {p.stage.disk_gb} GB node-local disk requested" if p.stage.disk_gb else ""))
     if p.scheduler == "slurm" and p.software:
         lines.append(f"  software: {p.software}")

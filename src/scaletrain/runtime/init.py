@@ -41,12 +41,8 @@ from scaletrain.runtime.detect import detect_placement
 from scaletrain.runtime.device import gpu_view, normalize_request, torch_gpus
 from scaletrain.runtime.env import Env, Placement
 from scaletrain.runtime.masteraddr import Target, resolve_or_fail, wait_limit
-from scaletrain.runtime.settle import SETTLE_TIMEOUT_S  # noqa: F401 - re-exported
-from scaletrain.runtime.settle import gloo_worker_tids as _gloo_worker_tids  # noqa: F401
 from scaletrain.runtime.settle import settle_gloo_workers as _settle_gloo_workers
-from scaletrain.runtime.settle import thread_activity as _thread_activity  # noqa: F401
-from scaletrain.runtime.settle import wait_idle as _wait_idle  # noqa: F401
-from scaletrain.runtime.resolve import (CpuPlan, Request, choose_backend, choose_device,
+from scaletrain.runtime.resolve import (CPU_HINT, CpuPlan, Request, choose_backend, choose_device,
                                         normalize_backend, plan_cpus, read_request)
 from scaletrain.runtime import errorhook, session, timeouts
 from scaletrain.runtime.threads import allowed_cpus, apply_threads
@@ -181,8 +177,7 @@ def _resolve_on_torch(placement: Placement, request: Request,
                            "install an official torch wheel")
     if request.device == "mps" and not torch.backends.mps.is_available():
         raise DistEnvError("device='mps' asked for but this torch sees no MPS device",
-                           "set SCALETRAIN_DEVICE=cpu or call scaletrain.init(device='cpu') "
-                           "to run on the CPU")
+                           CPU_HINT)
     count, build = torch_gpus() if request.device not in ("cpu", "mps") else (0, "")
     device = choose_device(placement, request, gpu_view(environ, probe=False),
                            torch_gpus=count, build=build,

@@ -18,11 +18,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from scaletrain.contract import RESOLVE_WAIT_VAR
 from scaletrain.errors import DistEnvError
 
 # Seconds to keep retrying a name that does not resolve (SCALETRAIN_RESOLVE_TIMEOUT overrides).
 RESOLVE_WAIT_S = 15.0
-RESOLVE_WAIT_VAR = "SCALETRAIN_RESOLVE_TIMEOUT"
 _RETRY_EVERY_S = 1.0
 
 

@@ -23,29 +23,22 @@ the default behaviour: the first such signal still ends it, as before.
 
 from __future__ import annotations
 
-import datetime
-import json
 import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from scaletrain.contract import DEFAULT_STOP_SIGNALS, EXIT_STOPPED, STOP_SIGNALS_VAR, format_stop_signals
 from scaletrain.errors import UsageError
-from scaletrain.fileio import atomic_write, read_bounded
-from scaletrain.runtime.current import group_rank_world
 
 # The reasons a stop can have, in increasing urgency: when ranks disagree (one got USR1, another
 # TERM), the reduction's MAX picks the most urgent. Code 0 means "no stop".
 REASONS = ("requested", "time_limit", "preempted")
 _CODE = {reason: i + 1 for i, reason in enumerate(REASONS)}
 DEFAULT_SIGNALS: dict[str, str] = {"SIG" + name: reason for name, reason in DEFAULT_STOP_SIGNALS.items()}
-STOP_RECORD = "stop.json"
 
 # How the log line names each reason.
 _WHAT = {"time_limit": "time limit near", "preempted": "job preempted",
@@ -246,14 +239,15 @@ def _reset_for_tests() -> None:
 def stop_message(reason: str, step: int, directory: str | os.PathLike[str] | None = None) -> str:
     """The one line rank 0 logs when the job stops on purpose."""
     what = _WHAT.get(reason, reason)
-    sig = _signal_for(reason)
+    sig = signal_for(reason)
     where = f" in {directory}" if directory is not None else ""
     return (f"scaletrain: {what}{f' ({sig})' if sig else ''}: state saved at step {step}{where}; "
             f"exit code {EXIT_STOPPED}. A script from 'scaletrain plan --requeue' requeues "
             "itself; otherwise submit the job again: it resumes from this step")
 
 
-def _signal_for(reason: str) -> str:
+def signal_for(reason: str) -> str:
+    """The signal that asked for a stop with ``reason`` (``"SIGUSR1"``), or "" when unknown."""
     request_ = _request
     if request_ is not None and request_.reason == reason and request_.signal:
         return request_.signal
@@ -261,56 +255,3 @@ def _signal_for(reason: str) -> str:
         if name == reason:
             return signal.Signals(signum).name
     return ""
-
-
-def write_stop_record(directory: str | os.PathLike[str], *, reason: str, step: int,
-                      log: bool = True) -> Path:
-    """Write ``stop.json`` (why, step, time, signal, ranks, restarts) atomically; returns its path.
-
-    Called on rank 0 by the Checkpointer once the stop's checkpoint is committed; also logs
-    :func:`stop_message` on stderr unless ``log=False``.
-    """
-    folder = Path(directory)
-    folder.mkdir(parents=True, exist_ok=True)
-    ranks = group_rank_world()[1]   # the processes that agreed on this stop
-    restart = os.environ.get("SLURM_RESTART_COUNT", "0").strip()
-    record = {
-        "reason": reason,
-        "step": int(step),
-        "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "signal": _signal_for(reason) or None,
-        "rank_count": ranks,
-        "restart_count": int(restart) if restart.isdigit() else 0,
-    }
-    path = atomic_write(folder / STOP_RECORD, json.dumps(record, indent=2) + "\n")
-    if log:
-        print(stop_message(reason, step, folder), file=sys.stderr, flush=True)
-    return path
-
-
-def mark_superseded(directory: str | os.PathLike[str], *, step: int) -> Path | None:
-    """Say in ``stop.json`` that a later run went on past its stop and ended without one.
-
-    The record of the last stop is kept (a report needs it), with ``superseded`` added, so that
-    nobody reads an old stop as the state of a job that has since finished. Returns the path, or
-    None when there is no record, it is already marked, or it is not older than ``step``.
-    """
-    path = Path(directory) / STOP_RECORD
-    try:
-        record = json.loads(read_bounded(path))     # a pipe in its place is refused, not waited on
-    except (OSError, ValueError):
-        return None
-    if not isinstance(record, dict) or "superseded" in record:
-        return None
-    old = record.get("step")
-    if not isinstance(old, int) or isinstance(old, bool) or old >= step:
-        return None
-    record["superseded"] = {
-        "step": int(step),
-        "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "by": "a later run went on past this stop and ended without stopping",
-    }
-    try:
-        return atomic_write(path, json.dumps(record, indent=2) + "\n")
-    except OSError:   # a read-only or full disk: the old record stays, nothing is lost
-        return None

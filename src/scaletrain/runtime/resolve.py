@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from scaletrain.contract import (BACKEND_VAR, GPU_CPU_MAP_VAR, PROCS_PER_GPU_VAR, format_cores,
+from scaletrain.contract import (BACKEND_VAR, DEVICE_VAR, GPU_CPU_MAP_VAR, PROCS_PER_GPU_VAR, format_cores,
                                  parse_gpu_cpu_map)
 from scaletrain.errors import DistEnvError, UsageError
 from scaletrain.runtime.affinity import Binding, binding_mode, plan_binding, ranks_share_cpuset
@@ -28,7 +28,7 @@ from scaletrain.runtime.env import Placement
 from scaletrain.runtime.threads import ThreadChoice, choose_threads
 
 BACKENDS = ("gloo", "nccl", "mpi", "ucc", "xccl")
-_CPU_HINT = "set SCALETRAIN_DEVICE=cpu or call scaletrain.init(device='cpu') to run on the CPU"
+CPU_HINT = f"set {DEVICE_VAR}=cpu or call scaletrain.init(device='cpu') to run on the CPU"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,12 +94,12 @@ def choose_device(placement: Placement, request: Request, view: GpuView, *,
     if n == 0:
         if request.device.startswith("cuda"):
             raise DistEnvError(f"device={request.device!r} asked for but {who} sees no GPU "
-                               f"({view.source})", _CPU_HINT)
+                               f"({view.source})", CPU_HINT)
         if torch_gpus is not None and view.from_env and view.count and (under_slurm
                                                                           or view.allocated):
             raise DistEnvError(
                 f"GPUs were allocated ({view.source}) but {build} has no GPU support",
-                f"install a CUDA or ROCm build of torch, or {_CPU_HINT}")
+                f"install a CUDA or ROCm build of torch, or {CPU_HINT}")
         return "cpu"
     # the count decides; keep the variable's text for messages
     source = view.source if view.from_env or torch_gpus is None else \

@@ -20,17 +20,11 @@ import datetime as _dt
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping
+from typing import Mapping
 
+from scaletrain.contract import JOB_ID_FILE, JOB_SCRIPT, RUNS_DIR
 from scaletrain.errors import ScaletrainError, SlurmError, UsageError
 from scaletrain.fileio import atomic_write, fresh_dir
-
-if TYPE_CHECKING:
-    from scaletrain.plan.request import JobRequest
-
-SCRIPT_NAME = "job.sh"
-JOB_ID_FILE = "job_id"
-RUNS_DIR = "runs"               # where run folders go by default, relative to the caller's folder
 
 
 def default_run_dir(job_name: str, base: Path = Path(RUNS_DIR)) -> Path:
@@ -47,7 +41,7 @@ def make_run_dir(wanted: str | os.PathLike[str] | None, job_name: str, *, flag: 
     try:
         if wanted:
             run_dir = Path(wanted).expanduser()
-            taken = [n for n in (SCRIPT_NAME, JOB_ID_FILE) if (run_dir / n).exists()]
+            taken = [n for n in (JOB_SCRIPT, JOB_ID_FILE) if (run_dir / n).exists()]
             if taken:
                 raise UsageError(f"{flag} {wanted} already holds a job ({', '.join(taken)})",
                                  f"give a new {flag}, or leave it out for a fresh "
@@ -58,19 +52,6 @@ def make_run_dir(wanted: str | os.PathLike[str] | None, job_name: str, *, flag: 
     except OSError as exc:
         raise UsageError(f"cannot write the job script into {wanted or RUNS_DIR + '/'}: "
                          f"{exc.strerror or exc}", f"choose a writable {flag}") from None
-
-
-def in_run_dir(request: JobRequest, run_dir: Path, *, cwd: str | None = None) -> JobRequest:
-    """``request`` as submitted from ``run_dir``: the job runs where the user is (``cwd``, unless
-    it names its own folder), its script's path survives any ``cd``, the files the job writes
-    (framework configs) and its output go to the run folder."""
-    import dataclasses
-
-    script = request.script
-    if script != "-m":
-        script = os.path.abspath(os.path.expanduser(script))
-    return dataclasses.replace(request, script=script, chdir=request.chdir or cwd or os.getcwd(),
-                               files_dir=str(run_dir), log=request.log or str(run_dir / "%x-%j.out"))
 
 
 def write_file(run_dir: Path, name: str, data: str | bytes, mode: int = 0o644) -> Path:
@@ -84,7 +65,7 @@ def write_file(run_dir: Path, name: str, data: str | bytes, mode: int = 0o644) -
 
 def write_script(run_dir: Path, script: str) -> Path:
     """``job.sh`` in the run folder (executable); returns its path."""
-    return write_file(run_dir, SCRIPT_NAME, script.encode("utf-8"), mode=0o755)
+    return write_file(run_dir, JOB_SCRIPT, script.encode("utf-8"), mode=0o755)
 
 
 def require_sbatch(hint: str, env: Mapping[str, str] | None = None) -> None:
@@ -106,7 +87,7 @@ def sbatch_run_dir(run_dir: Path, *, env: Mapping[str, str] | None = None) -> st
     """
     from scaletrain.slurm import commands
 
-    job_id = commands.sbatch_parsable(SCRIPT_NAME, cwd=run_dir, env=env)
+    job_id = commands.sbatch_parsable(JOB_SCRIPT, cwd=run_dir, env=env)
     try:
         atomic_write(run_dir / JOB_ID_FILE, f"{job_id}\n")
     except OSError as exc:
