@@ -12,12 +12,12 @@ from workers import REPO, worker_env
 
 from scaletrain.clusters.profile import load_profile
 from scaletrain.observe import envreport
-from scaletrain.observe.doctor import (DoctorError, RankInfo, bus_bandwidth, check_mapping,
+from scaletrain.observe.doctor import (DoctorError, RankReport, bus_bandwidth, check_mapping,
                                        expected_bandwidth, judge_bandwidth, reach_master, resolve_master)
 
 
 def _info(rank, host, device, gpu, backend="nccl"):
-    return RankInfo(rank=rank, local_rank=rank, host=host, device=device, physical_gpu=gpu,
+    return RankReport(rank=rank, local_rank=rank, host=host, device=device, physical_gpu=gpu,
                     backend=backend, affinity="0-7")
 
 

@@ -1,17 +1,23 @@
 """What a cluster offers and how a job asks for it: the profile's data types, no loading.
 
-:mod:`scaletrain.clusters.profile` finds and reads the TOML files and
-:mod:`scaletrain.clusters.schema` turns their tables into these objects; both import this
-module, neither imports the other at load time. Nothing here imports torch.
+Each field is declared once, here: its type, its default, what it means (``doc``) and the shape its
+value must have (``check``, from :mod:`scaletrain.clusters.validate`). :mod:`scaletrain.clusters.schema`
+derives the TOML file's keys, their types and their checks from these declarations;
+:mod:`scaletrain.clusters.profile` finds and reads the files. Nothing here imports torch.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+import os
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, Callable
 
+from scaletrain.clusters.validate import (MAX_CORES_PER_NODE, MAX_COUNT, MAX_GB, MAX_GPUS_PER_NODE, Check,
+                                          COMMAND, COMMAND_WORD, ENV_NAME, HOST_SUFFIX, IMAGE, SCRATCH, WORD,
+                                          date, each, line, mapping, number, one_of, parse_time, pattern,
+                                          rule, slurm_time)
 from scaletrain.errors import ProfileError
-from scaletrain.slurm.parse import format_time, parse_time_seconds  # Slurm's time syntax, one parser
+from scaletrain.slurm.parse import format_time  # Slurm's time syntax, one parser
 
 __all__ = ["GPU_REQUESTS", "JOB_PACKAGES", "MEM_REQUESTS", "ClusterProfile", "Partition", "format_time",
            "parse_time"]
@@ -20,30 +26,65 @@ GPU_REQUESTS = ("gres_typed", "gres", "gpus_per_node", "gpus_per_node_typed", "g
 MEM_REQUESTS = ("proportional", "whole_node", "none")
 # In ``python_env_lines``: the wheels the job's venv installs (torch, or the launcher's framework)
 JOB_PACKAGES = "@PACKAGES@"
+# ``absent`` for ``name``: a file without one is named by its file name
+FILE_STEM = "file stem"
+
+
+def fact(doc: str, *, default: Any = MISSING, factory: Callable[[], Any] | None = None,
+         check: Check | None = None, toml: bool = True, absent: Any = None,
+         read: Callable[[Any], Any] | None = None) -> Any:
+    """One profile field: its default, ``doc`` (what it means), ``check`` (the shape of its value).
+
+    ``toml``: the file may set it (``path`` is set by the loader); ``absent``: what a file that
+    leaves it out gets when that is not the default (a function of the fields read before it);
+    ``read``: how the file's value becomes the field's (``cores_per_node = 0``: this machine's).
+    A field without a default must be in the file.
+    """
+    meta = {"doc": doc, "check": check, "toml": toml, "absent": absent, "read": read}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def usable_cores() -> int:
+    """The cores this process may use (a cgroup or taskset narrows them), not the whole box."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - non-Linux
+        return os.cpu_count() or 1
+
+
+_TEXT = line()
+_LINES = each(line())
+_COUNT = number(0, MAX_COUNT)
+_GB = number(0, MAX_GB)
+_COMMAND = "a command with plain options, e.g. '{}'"
 
 
 @dataclass(frozen=True, kw_only=True)
 class Partition:
     """One Slurm partition and the limits a plan must respect."""
 
-    name: str
-    gpus: bool = True                   # a GPU partition
-    max_gpus: int | None = None         # per job (Mahti gpusmall: 2; Roihu gpumedium: 4)
-    min_gpus: int | None = None         # per job (Roihu gpularge: 4)
-    max_nodes: int | None = None
-    min_nodes: int | None = None
-    # the node limit for an account without an allocation (Trillium: 5 on a def- account, 25
-    # with a RAC allocation); which accounts have none: ClusterProfile.no_allocation_accounts
-    max_nodes_no_allocation: int | None = None
-    cores_per_node: int | None = None   # the partition's nodes, when not the profile's (LUMI-C small: 128)
-    whole_node: bool = False            # only whole nodes are allocated (LUMI standard-g)
-    max_time: str | None = None         # "HH:MM:SS" or "D-HH:MM:SS"
-    default: bool = False
+    name: str = fact("the partition's name (its table's key in the file)", toml=False)
+    gpus: bool = fact("a GPU partition", default=True)
+    max_gpus: int | None = fact("GPUs per job at most (Mahti gpusmall: 2; Roihu gpumedium: 4)", default=None,
+                                check=_COUNT)
+    min_gpus: int | None = fact("GPUs per job at least (Roihu gpularge: 4)", default=None, check=_COUNT)
+    max_nodes: int | None = fact("nodes per job at most", default=None, check=_COUNT)
+    min_nodes: int | None = fact("nodes per job at least", default=None, check=_COUNT)
+    max_nodes_no_allocation: int | None = fact(
+        "the node limit for an account without an allocation (Trillium: 5 on a def- account, 25 with a RAC "
+        "allocation); which accounts have none: ClusterProfile.no_allocation_accounts", default=None, check=_COUNT)
+    cores_per_node: int | None = fact("the partition's nodes, when not the profile's (LUMI-C small: 128)",
+                                      default=None, check=number(1, MAX_CORES_PER_NODE))
+    whole_node: bool = fact("only whole nodes are allocated (LUMI standard-g)", default=False)
+    max_time: str | None = fact('the time limit, "HH:MM:SS" or "D-HH:MM:SS"', default=None, check=slurm_time())
+    default: bool = fact("the partition a job gets when it names none", default=False)
     # additions beyond the shared contract
-    test: bool = False                  # a short test/debug queue: chosen only when named
-    implicit: bool = False              # the scheduler routes jobs itself: no --partition line
-    description: str = ""
-    access: str = ""                    # a condition for using it, said in the plan (Roihu gpularge)
+    test: bool = fact("a short test/debug queue: chosen only when named", default=False)
+    implicit: bool = fact("the scheduler routes jobs itself: no --partition line", default=False)
+    description: str = fact("what the partition is for", default="", check=_TEXT)
+    access: str = fact("a condition for using it, said in the plan (Roihu gpularge)", default="", check=_TEXT)
 
     @property
     def max_seconds(self) -> int | None:
@@ -55,76 +96,128 @@ class Partition:
 class ClusterProfile:
     """Everything scaletrain knows about one cluster (see the module docstring for the source)."""
 
-    name: str
-    description: str
-    site: str
-    gpus_per_node: int
-    gpu_model: str
-    gpu_memory_gb: float
-    gpu_vendor: str                     # "nvidia" | "amd" | "none"
-    cores_per_node: int                 # usable by jobs
-    mem_per_node_gb: float              # requestable
-    partitions: dict[str, Partition]    # in file order
-    gpu_request: str                    # "gres_typed" | "gres" | "gpus_per_node" | "gpus_per_task"
-    gres_type: str | None               # "v100", "a100", ...
-    account_required: bool
-    scratch_var: str | None             # "$LOCAL_SCRATCH", "$SLURM_TMPDIR", "$TMPDIR"
-    setup_lines: tuple[str, ...]        # module loads etc.
-    container: str | None               # wrapper command for containers, or None
-    env: dict[str, str]                 # e.g. {"NCCL_SOCKET_IFNAME": "hsn"} on LUMI
-    master_addr_suffix: str             # "i" on JUWELS (InfiniBand host names), else ""
-    gpu_cpu_map: dict[int, tuple[int, ...]] | None   # GPU index -> nearest cores (LUMI GCD->CCD)
-    intra_node_gbps: float | None       # Gbit/s between two GPUs of a node (peak, per GPU)
-    inter_node_gbps: float | None       # Gbit/s between nodes (peak, per node, all NICs)
-    sources: tuple[str, ...]            # where values came from (seed file or centre doc URL)
-    # additions beyond the shared contract (all defaulted)
-    scheduler: str = "slurm"            # "slurm" | "none" (the local machine)
-    python: str = "python3"             # interpreter the set-up lines provide
-    mem_request: str = "proportional"   # "proportional" | "whole_node" (--mem=0) | "none" (no --mem)
-    mem_per_gpu_gb: float | None = None  # the per-GPU share to request; None: mem_per_node/gpus
-    gpu_request_accepts: tuple[str, ...] = ()  # every GPU syntax the cluster takes (for lint)
-    exec_wrapper: str | None = None     # prefix for launchers the module does not wrap (deepspeed)
-    scratch_gres: str | None = None     # GRES that buys node-local disk ("nvme" on Puhti/Mahti)
-    scratch_max_gb: float | None = None  # node-local disk a job may fill, as the centre states it (Roihu: 150 GiB per user)
-    scratch_in_memory: bool = False     # node-local "scratch" is a RAM disk (LUMI-G /tmp): no NVMe offload
-    default_time: str = "01:00:00"
-    notes: tuple[str, ...] = ()
-    path: str = ""                      # the file the profile was read from
+    name: str = fact("the cluster's name, as --cluster takes it", absent=FILE_STEM,
+                     check=pattern(WORD, "a plain name (letters, digits, _ . + -)", empty_ok=False))
+    description: str = fact("the cluster in a few words", default="", check=_TEXT)
+    site: str = fact("the centre that runs it", default="", check=_TEXT)
+    gpus_per_node: int = fact("GPUs per node (0: a CPU-only machine)",
+                              check=number(0, MAX_GPUS_PER_NODE, none_ok=False))
+    gpu_model: str = fact("the GPU's model, in words", default="", check=_TEXT)
+    gpu_memory_gb: float = fact("one GPU's memory, GB", default=0.0, check=number(0, MAX_GB, none_ok=False))
+    gpu_vendor: str = fact('"nvidia" | "amd" | "none"', default="nvidia", check=_TEXT)
+    cores_per_node: int = fact("cores a job may use per node (0 in the file: this machine's, for the local profile)",
+                               read=lambda n: n or usable_cores(),
+                               check=number(1, MAX_CORES_PER_NODE, none_ok=False))
+    mem_per_node_gb: float = fact("memory a job may request per node, GB", check=number(0, MAX_GB, none_ok=False))
+    partitions: dict[str, Partition] = fact(
+        "the partitions, in file order ([partitions.NAME] tables)", factory=dict,
+        check=mapping(key=pattern(WORD, "a partition name (letters, digits, _ . + -)", empty_ok=False)))
+    gpu_request: str = fact('how a job asks for GPUs: "gres_typed" | "gres" | "gpus_per_node" | '
+                            '"gpus_per_node_typed" | "gpus_per_task"', default="gres", check=one_of(GPU_REQUESTS))
+    gres_type: str | None = fact('the GPUs\' GRES type: "v100", "a100", ...', default=None,
+                                 check=pattern(WORD, "a GRES type such as v100"))
+    account_required: bool = fact("a job must name the project billed (--account)", default=False)
+    scratch_var: str | None = fact('node-local scratch: "$LOCAL_SCRATCH", "$SLURM_TMPDIR", "$TMPDIR"', default=None,
+                                   check=pattern(SCRATCH, "a variable such as '$LOCAL_SCRATCH' or an absolute "
+                                                 "path of plain characters"))
+    setup_lines: tuple[str, ...] = fact("shell lines that set up the software (module loads etc.)", default=(),
+                                        check=_LINES)
+    container: str | None = fact("the wrapper command for containers, or None", default=None,
+                                 check=pattern(COMMAND, _COMMAND.format("apptainer exec --nv")))
+    env: dict[str, str] = fact('exported in every job, e.g. {"NCCL_SOCKET_IFNAME": "hsn"} on LUMI', factory=dict,
+                               check=mapping(key=pattern(ENV_NAME, "a variable name (letters, digits and _)",
+                                                         empty_ok=False), value=_TEXT, per_key=True))
+    master_addr_suffix: str = fact('"i" on JUWELS (InfiniBand host names), else ""', default="",
+                                   check=pattern(HOST_SUFFIX, "host-name characters (letters, digits, '.' and "
+                                                 "'-'), e.g. 'i'"))
+    gpu_cpu_map: dict[int, tuple[int, ...]] | None = fact(
+        "GPU index -> its nearest cores (LUMI GCD->CCD)", default=None,
+        check=mapping(key=number(0, MAX_GPUS_PER_NODE, none_ok=False),
+                      value=each(number(0, MAX_CORES_PER_NODE, none_ok=False))))
+    intra_node_gbps: float | None = fact("Gbit/s between two GPUs of a node (peak, per GPU)", default=None,
+                                         check=_GB)
+    inter_node_gbps: float | None = fact("Gbit/s between nodes (peak, per node, all NICs)", default=None, check=_GB)
+    sources: tuple[str, ...] = fact("where the values came from (seed file or centre doc URL)", default=(),
+                                    check=_LINES)
+    # additions beyond the shared contract
+    scheduler: str = fact('"slurm" | "none" (the local machine)', default="slurm", check=one_of(("slurm", "none")))
+    python: str = fact("the interpreter the set-up lines provide", default="python3",
+                       check=pattern(COMMAND_WORD, "one command word such as python3 or /appl/bin/python",
+                                     empty_ok=False))
+    mem_request: str = fact('"proportional" | "whole_node" (--mem=0) | "none" (no --mem)', default="proportional",
+                            check=one_of(MEM_REQUESTS))
+    mem_per_gpu_gb: float | None = fact("the per-GPU memory share to request; None: mem_per_node/gpus",
+                                        default=None, check=_GB)
+    gpu_request_accepts: tuple[str, ...] = fact(
+        "every GPU syntax the cluster takes (for lint); a file without it: gpu_request's", default=(),
+        absent=lambda read: (read["gpu_request"],), check=one_of(GPU_REQUESTS))
+    exec_wrapper: str | None = fact("prefix for launchers the module does not wrap (deepspeed)", default=None,
+                                    check=pattern(COMMAND, _COMMAND.format("apptainer_wrapper exec")))
+    scratch_gres: str | None = fact('the GRES that buys node-local disk ("nvme" on Puhti/Mahti)', default=None,
+                                    check=pattern(WORD, "a GRES name such as nvme"))
+    scratch_max_gb: float | None = fact("node-local disk a job may fill, as the centre states it (Roihu: 150 GiB "
+                                        "per user)", default=None, check=_GB)
+    scratch_in_memory: bool = fact('node-local "scratch" is a RAM disk (LUMI-G /tmp): no NVMe offload',
+                                   default=False)
+    default_time: str = fact("the time limit a job gets when it names none", default="01:00:00",
+                             check=slurm_time())
+    notes: tuple[str, ...] = fact("what a user of the cluster should know", default=(), check=_LINES)
+    path: str = fact("the file the profile was read from", default="", toml=False)
     # the centre's per-GPU share of a shared node, and what happens beyond it (clusters/resources.py)
-    max_cores_per_gpu: int | None = None
-    max_mem_per_gpu_gb: float | None = None
-    gpu_share_policy: str = "billed"    # "enforced": refused beyond the share; "billed": charged for it
-    billing: str = "gpus"               # "gpus": GPU x hours; "max_share": max(GPUs, cores/share, mem/share)
+    max_cores_per_gpu: int | None = fact("cores per GPU within the share", default=None,
+                                         check=number(1, MAX_CORES_PER_NODE))
+    max_mem_per_gpu_gb: float | None = fact("memory per GPU within the share, GB", default=None, check=_GB)
+    gpu_share_policy: str = fact('"enforced": refused beyond the share; "billed": charged for it',
+                                 default="billed", check=one_of(("enforced", "billed")))
+    billing: str = fact('"gpus": GPU x hours; "max_share": max(GPUs, cores/share, mem/share)', default="gpus",
+                        check=one_of(("gpus", "max_share")))
     # containers: what `apptainer exec` needs on this cluster (bind mounts, set-up before it)
-    container_binds: tuple[str, ...] = ()
-    container_setup_lines: tuple[str, ...] = ()
-    # the Python environment a job gets when it names none (--venv/--conda): e.g. a virtualenv
-    # built on each node from the centre's wheels (Alliance)
-    python_env_lines: tuple[str, ...] = ()
-    # the job's software by default: the centre's modules, or a container image (default_image)
-    # run with the ``container`` wrapper (LUMI AI Factory images with "singularity exec")
-    software: str = "module"            # "module" | "container"
-    default_image: str | None = None
-    cpu_arch: str = "x86_64"            # "aarch64" on GH200 (Grace) nodes: one CPU per GPU
-    module_multinode_warning: str = ""  # said when a multi-node job uses the modules (LUMI: CSC's module)
-    tensorflow_setup_lines: tuple[str, ...] = ()   # the centre's TensorFlow set-up (CSC: module load tensorflow)
-    missing_launchers: dict[str, str] = field(default_factory=dict)  # launcher -> why the centre's software lacks it
-    cpu_mem_per_core_gb: float | None = None       # CPU-only jobs: the CPU nodes' memory per core
-    gpus_per_billing_unit: int = 1      # GPUs in one billed GPU-hour (LUMI: 2 GCDs = one MI250X)
-    gpus_per_node_allowed: tuple[int, ...] = ()   # the only per-node GPU counts taken (Trillium: 1, 4)
-    no_allocation_accounts: tuple[str, ...] = ()  # account prefixes without an allocation (Alliance: "def-")
-    cpu_jobs: str = ""                  # where CPU-only jobs go when this profile's nodes take none
-    # framework -> its pip name in the centre's wheelhouse (the Alliance: tensorflow, horovod),
-    # installed with --no-index into the job's venv (python_env_lines) or by 'env create --with'
-    wheels: dict[str, str] = field(default_factory=dict)
+    container_binds: tuple[str, ...] = fact("bind mounts for the container", default=(), check=_LINES)
+    container_setup_lines: tuple[str, ...] = fact("shell lines run before the container", default=(),
+                                                  check=_LINES)
+    python_env_lines: tuple[str, ...] = fact(
+        "the Python environment a job gets when it names none (--venv/--conda): e.g. a virtualenv built on each "
+        "node from the centre's wheels (Alliance)", default=(), check=_LINES)
+    software: str = fact('the job\'s software by default: "module" (the centre\'s modules) | "container" '
+                         '(default_image run with the ``container`` wrapper: LUMI AI Factory images)',
+                         default="module", check=one_of(("module", "container")))
+    default_image: str | None = fact("the image a job gets when it names none", default=None,
+                                     check=pattern(IMAGE, "an image path or URI of plain characters, e.g. "
+                                                   "/appl/local/containers/pytorch.sif"))
+    cpu_arch: str = fact('"x86_64" | "aarch64" (GH200 (Grace) nodes: one CPU per GPU)', default="x86_64",
+                         check=one_of(("x86_64", "aarch64")))
+    module_multinode_warning: str = fact("said when a multi-node job uses the modules (LUMI: CSC's module)",
+                                         default="")
+    tensorflow_setup_lines: tuple[str, ...] = fact("the centre's TensorFlow set-up (CSC: module load tensorflow)",
+                                                   default=())
+    missing_launchers: dict[str, str] = fact("launcher -> why the centre's software lacks it", factory=dict)
+    cpu_mem_per_core_gb: float | None = fact("CPU-only jobs: the CPU nodes' memory per core", default=None)
+    gpus_per_billing_unit: int = fact("GPUs in one billed GPU-hour (LUMI: 2 GCDs = one MI250X)", default=1,
+                                      check=rule(lambda n: n >= 1, "must be at least 1"))
+    gpus_per_node_allowed: tuple[int, ...] = fact(
+        "the only per-node GPU counts taken (Trillium: 1, 4)", default=(),
+        check=rule(lambda counts: all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in counts),
+                   "must list positive GPU counts, e.g. [1, 4]"))
+    no_allocation_accounts: tuple[str, ...] = fact(
+        'account prefixes without an allocation (Alliance: "def-")', default=(),
+        check=each(pattern(WORD, "an account prefix such as def-", empty_ok=False)))
+    cpu_jobs: str = fact("where CPU-only jobs go when this profile's nodes take none", default="", check=_TEXT)
+    wheels: dict[str, str] = fact(
+        "framework -> its pip name in the centre's wheelhouse (the Alliance: tensorflow, horovod), installed with "
+        "--no-index into the job's venv (python_env_lines) or by 'env create --with'", factory=dict,
+        check=mapping(key=pattern(WORD, "a framework name such as tensorflow", empty_ok=False),
+                      value=pattern(WORD, "a pip package name such as tensorflow", empty_ok=False)))
     # provenance: the date the centre's documentation was read, each fact's source, and the
     # facts that could not be confirmed ("FIELD: why"; FIELD as in the file, partitions.NAME.KEY)
-    checked: str = ""
-    facts: dict[str, str] = field(default_factory=dict)
-    unconfirmed: tuple[str, ...] = ()
+    checked: str = fact("the date the centre's documentation was read, YYYY-MM-DD", default="", check=date())
+    facts: dict[str, str] = fact("FIELD -> the source of its value", factory=dict)
+    unconfirmed: tuple[str, ...] = fact(
+        '"FIELD: why" for each fact no document confirmed', default=(),
+        check=each(rule(lambda e: ":" in e, "entry {value!r} must read 'FIELD: why it is unconfirmed'")))
     # a system that no longer takes jobs: kept so lint can read old scripts
-    retired: str | None = None          # the date it stopped taking jobs
-    successor: str | None = None        # the profile to port scripts to
+    retired: str | None = fact("the date it stopped taking jobs, YYYY-MM-DD", default=None, check=date())
+    successor: str | None = fact("the profile to port scripts to", default=None,
+                                 check=pattern(WORD, "a profile name such as roihu"))
 
     @property
     def unconfirmed_facts(self) -> dict[str, str]:
@@ -168,13 +261,21 @@ class ClusterProfile:
             ) from None
 
 
-def parse_time(text: str) -> int:
-    """Slurm time ``[D-]HH:MM:SS`` (also ``MM``, ``MM:SS``, ``D-HH``, ``D-HH:MM``) to seconds."""
-    try:
-        seconds = parse_time_seconds(str(text))
-    except ValueError:
-        seconds = None
-    if seconds is None:  # malformed, or a limit word such as UNLIMITED where a time is needed
-        raise ProfileError(f"bad time {str(text).strip()!r}",
-                           "write it as HH:MM:SS or D-HH:MM:SS, e.g. 01:30:00")
-    return seconds
+def _unknown_named(profile: ClusterProfile) -> str | None:
+    known = {f.name for f in fields(ClusterProfile) if f.metadata["toml"]}
+    named = [*profile.facts, *(e.partition(":")[0].strip() for e in profile.unconfirmed)]
+    bad = [key for key in named if key.split(".", 1)[0] not in known]
+    return f"facts/unconfirmed name {bad[0]!r}, which is not a profile field" if bad else None
+
+
+# The rules between fields, checked after each field's own ``check``: each says what is wrong
+# with the profile read, or None.
+RULES: tuple[Callable[[ClusterProfile], str | None], ...] = (
+    lambda p: "gpu_request 'gres_typed' needs gres_type (e.g. 'v100')"
+    if p.gpu_request == "gres_typed" and not p.gres_type else None,
+    lambda p: "software 'container' needs default_image (the image a job gets when it names none)"
+    if p.software == "container" and not p.default_image else None,
+    _unknown_named,
+    lambda p: "successor goes with retired (the date the system stopped taking jobs)"
+    if p.successor and not p.retired else None,
+)

@@ -18,8 +18,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-# the data types live in clusters/model.py (so that schema.py, which builds them, and this
-# module, which loads the files, do not import each other); importable from here as before
+# the data types and their fields' declarations live in clusters/model.py; schema.py derives the
+# file's keys from them. This module loads the files; importable from here as before
 from scaletrain.clusters.model import (  # noqa: F401 - re-exported
     GPU_REQUESTS,
     MEM_REQUESTS,
@@ -109,18 +109,15 @@ def profile_from_dict(data: dict[str, Any], *, path: str = "", default_name: str
 
 
 def profile_to_dict(profile: ClusterProfile) -> dict[str, Any]:
-    """A JSON-friendly dict of the profile (partitions as dicts, map keys as strings)."""
+    """A JSON-friendly dict of the profile (partitions as dicts, lists for tuples, map keys as strings)."""
     from dataclasses import asdict
 
-    out = asdict(profile)
-    out["partitions"] = {k: asdict(v) for k, v in profile.partitions.items()}
-    if profile.gpu_cpu_map is not None:
-        out["gpu_cpu_map"] = {str(k): list(v) for k, v in profile.gpu_cpu_map.items()}
-    for key in ("setup_lines", "sources", "notes", "gpu_request_accepts", "container_binds",
-                "container_setup_lines", "python_env_lines", "unconfirmed", "tensorflow_setup_lines",
-                "gpus_per_node_allowed"):
-        out[key] = list(out[key])
-    return out
+    def plain(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {str(k): plain(v) for k, v in value.items()}
+        return [plain(v) for v in value] if isinstance(value, (tuple, list)) else value
+
+    return dict(plain(asdict(profile)))
 
 
 __all__ = [

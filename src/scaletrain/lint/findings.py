@@ -12,7 +12,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Callable, Iterable
 
 from scaletrain.lint.invocation import Invocation, classify
-from scaletrain.lint.job import JobRequest, parse_int, read_request
+from scaletrain.lint.job import ScriptJob, parse_int, read_request
 from scaletrain.lint.script import BatchScript, Command, Word
 from scaletrain.lint.shell import split_commands
 
@@ -86,7 +86,7 @@ class LintContext:
     findings: list[Finding] = field(default_factory=list)
 
     @cached_property
-    def job(self) -> JobRequest:
+    def job(self) -> ScriptJob:
         """The #SBATCH request folded into per-node numbers."""
         return read_request(self.script)
 

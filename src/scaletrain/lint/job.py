@@ -1,7 +1,7 @@
 """The resources a batch script asks for, read from its ``#SBATCH`` options.
 
 Slurm lets the same request be spelt several ways (``--gres=gpu:v100:4``, ``--gpus-per-node=4``,
-``--gpus-per-task=1`` with 4 tasks per node, ``--gpus=8`` over 2 nodes). ``JobRequest`` folds them
+``--gpus-per-task=1`` with 4 tasks per node, ``--gpus=8`` over 2 nodes). ``ScriptJob`` folds them
 into per-node numbers, so the rules compare like with like. ``None`` means "not stated".
 """
 
@@ -88,7 +88,7 @@ def gpu_specs(script: BatchScript) -> list[GpuSpec]:
 
 
 @dataclass(frozen=True, kw_only=True)
-class JobRequest:
+class ScriptJob:
     """Per-job and per-node numbers of a batch script (None when the script does not say)."""
 
     nodes: int | None
@@ -141,8 +141,8 @@ class JobRequest:
         return next((g.gpu_type for g in self.gpus if g.gpu_type), None)
 
 
-def read_request(script: BatchScript) -> JobRequest:
-    """Fold the #SBATCH options of ``script`` into a ``JobRequest``."""
+def read_request(script: BatchScript) -> ScriptJob:
+    """Fold the #SBATCH options of ``script`` into a ``ScriptJob``."""
     def val(name: str) -> str | None:
         opt = script.option(name)
         return None if opt is None else opt.value
@@ -163,7 +163,7 @@ def read_request(script: BatchScript) -> JobRequest:
             gpn = spec.count * tpn
         elif spec.option == "gpus" and gpn is None:
             gpn = math.ceil(spec.count / node_count)
-    return JobRequest(
+    return ScriptJob(
         nodes=nodes, ntasks=ntasks, ntasks_per_node=ntpn,
         cpus_per_task=parse_int(val("cpus-per-task")), cpus_per_gpu=parse_int(val("cpus-per-gpu")),
         gpus=specs, gpus_per_node=gpn,

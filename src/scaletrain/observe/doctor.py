@@ -34,7 +34,7 @@ class DoctorError(ScaletrainError):
 
 
 @dataclass(frozen=True, kw_only=True)
-class RankInfo:
+class RankReport:
     """What one rank reports about itself."""
 
     rank: int
@@ -78,7 +78,7 @@ def reach_master(addr: str, port: int, *, timeout_s: float, sleep: Callable[[flo
                       "interface the other nodes can reach")
 
 
-def check_mapping(infos: list[RankInfo]) -> None:
+def check_mapping(infos: list[RankReport]) -> None:
     """Raise when two ranks on one host drive the same GPU with NCCL (NCCL refuses that)."""
     seen: dict[tuple[str, Any], int] = {}
     for info in sorted(infos, key=lambda i: i.rank):
@@ -120,11 +120,11 @@ def judge_bandwidth(measured: float, expected: float | None) -> tuple[str, str |
     return line, None
 
 
-def _info(env: Any) -> RankInfo:
+def _info(env: Any) -> RankReport:
     from scaletrain.observe.envreport import collect
     from scaletrain.runtime.device import physical_gpu
 
-    return RankInfo(rank=env.rank, local_rank=env.local_rank, host=socket.gethostname(), device=env.device,
+    return RankReport(rank=env.rank, local_rank=env.local_rank, host=socket.gethostname(), device=env.device,
                     physical_gpu=physical_gpu(env.device, os.environ), backend=env.backend,
                     affinity=collect(with_torch=False)["cpu_affinity"])
 
@@ -172,7 +172,7 @@ def run_checks(env_before: Any, *, timeout_s: float, size_mb: float, out: Callab
     infos: list[Any] = [None] * env.world_size
     group = dist.new_group(backend="gloo") if env.backend != "gloo" else None
     dist.all_gather_object(infos, asdict(_info(env)), group=group)
-    ranks = [RankInfo(**i) for i in infos]
+    ranks = [RankReport(**i) for i in infos]
     if env.rank == 0:
         out("rank  local  host                  device    gpu  cores")
         for r in ranks:

@@ -51,7 +51,7 @@ class RankWindow:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Finding:
+class HealthFinding:
     """Something a user should know about, with the rank, host and a hint."""
 
     kind: str                          # "straggler" | "idle"
@@ -131,9 +131,9 @@ class HealthTracker:
     _streak: dict[int, int] = field(default_factory=dict)
     _reported: set[tuple[str, int]] = field(default_factory=set)
 
-    def update(self, windows: list[RankWindow], *, step: int = 0) -> list[Finding]:
+    def update(self, windows: list[RankWindow], *, step: int = 0) -> list[HealthFinding]:
         """Findings from this window (each kind and rank reported once per run)."""
-        out: list[Finding] = []
+        out: list[HealthFinding] = []
         slow = {w.rank: factor for w, factor in stragglers(windows, ratio=self.ratio)}
         for w in windows:
             self._streak[w.rank] = self._streak.get(w.rank, 0) + 1 if w.rank in slow else 0
@@ -142,7 +142,7 @@ class HealthTracker:
                 what = "busy time" if w.comm_wait_s is not None else "step time"
                 cause = (f"; it waits for data {w.data_wait_frac * 100:.0f}% of the time"
                          if w.data_wait_frac >= 0.2 else "")
-                out.append(Finding(
+                out.append(HealthFinding(
                     kind="straggler", rank=w.rank, host=w.host, step=step,
                     message=(f"rank {w.rank} on {w.host} ({w.device}) is a straggler: its {what} "
                              f"{w.busy_s * 1000:.1f} ms is {slow[w.rank]:.1f}x the other ranks' "
@@ -156,7 +156,7 @@ class HealthTracker:
                 self._reported.add(("idle", w.rank))
                 cause, hint = idle_cause(w)
                 gpu = f" (GPU {w.device_id} of the node)" if w.device_id is not None else ""
-                out.append(Finding(
+                out.append(HealthFinding(
                     kind="idle", rank=w.rank, host=w.host, step=step,
                     message=(f"rank {w.rank} on {w.host}: {w.device}{gpu} is busy only {w.util_pct:.0f}% "
                              f"of the time; likely cause: {cause}"),

@@ -46,7 +46,7 @@ from scaletrain.observe.config import MonitorConfig, make_config
 from scaletrain.observe.devices import (DeviceSampler, device_key, device_peak_flops, lookup, peak_memory_gb,
                                         rank_sampler)
 from scaletrain.observe.inputs import check_loss, check_samples, warn_write_failure
-from scaletrain.observe.health import Finding, HealthTracker, RankWindow, attach_samples
+from scaletrain.observe.health import HealthFinding, HealthTracker, RankWindow, attach_samples
 from scaletrain.observe.records import NEVER, Record, StepBatch, retune
 from scaletrain.observe.sinks import JsonlSink, Sink, build_sinks, run_files, start_record
 from scaletrain.observe.steplog import StepColumns
@@ -117,7 +117,7 @@ class Monitor:
         self._exchanged_at = 0
         self._next_exchange = self.every
         self._stats = StepStats(cfg.warmup)   # the window and the run, folded in off the step path
-        self._findings: list[Finding] = []
+        self._findings: list[HealthFinding] = []
         self._peak_mem = 0.0
         self._closed = False
         self._loss_class: type | None = None  # the loss type last checked (check_loss)

@@ -5,7 +5,8 @@ per GPU itself), whether the job needs scaletrain importable on the cluster, wha
 must read to find its rank, the comment the script carries, and how the launch line is built.
 The planner reads ``per_node``; the renderer calls ``build(plan)``; the CLI lists ``describe``.
 
-Launch lines read only the ``Plan`` (never the profile or the request). Values evaluated on
+Launch lines read only the ``Plan``'s launch facts (never the profile or the request), named here
+by ``LaunchFacts`` so that this module imports nothing of the planner that imports it. Values evaluated on
 each node (``$SLURM_NODEID``) sit in the single-quoted program of a ``bash -c``, and the user's
 words reach it as ``"$@"``, so nothing the user typed is parsed twice.
 """
@@ -14,12 +15,34 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
-
-if TYPE_CHECKING:
-    from scaletrain.plan.planner import Plan
+from typing import Callable, Protocol
 
 q = shlex.quote
+
+
+class LaunchFacts(Protocol):
+    """What a launch line reads of the plan (``scaletrain.plan.planner.Plan`` has each)."""
+
+    @property
+    def nodes(self) -> int: ...
+    @property
+    def procs_per_node(self) -> int: ...
+    @property
+    def world_size(self) -> int: ...
+    @property
+    def device(self) -> str: ...
+    @property
+    def cpu_bind(self) -> str | None: ...
+    @property
+    def container(self) -> str: ...
+    @property
+    def python(self) -> str: ...
+    @property
+    def exec_wrapper(self) -> str | None: ...
+    @property
+    def program_words(self) -> str: ...
+    @property
+    def accelerate_config(self) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -31,7 +54,7 @@ class LauncherSpec:
     needs_scaletrain: bool  # the job imports scaletrain: the script checks for it before launching
     program_reads: str      # what the training program reads to find its rank (help, docs)
     comment: str            # the "# launch:" comment in the script
-    build: Callable[[Plan], str]
+    build: Callable[[LaunchFacts], str]
     # --requeue needs the USR1 to reach the workers and their exit code 75 to reach srun; a third-
     # party per-node agent dies of the USR1 and exits 1 when its workers stop on purpose
     requeue_ok: bool = True
@@ -39,7 +62,7 @@ class LauncherSpec:
     one_process: bool = False
 
 
-def srun_prefix(plan: Plan) -> str:
+def srun_prefix(plan: LaunchFacts) -> str:
     """``srun`` with the plan's binding; every task ends if one fails."""
     srun = "srun --kill-on-bad-exit=1"
     if plan.cpu_bind:
@@ -47,22 +70,22 @@ def srun_prefix(plan: Plan) -> str:
     return srun
 
 
-def _per_node(plan: Plan, inner: str) -> str:
+def _per_node(plan: LaunchFacts, inner: str) -> str:
     """Run ``inner`` (fixed text, evaluated on each node) with the user's words as "$@"."""
     return f"{srun_prefix(plan)} bash -c {q(inner)} bash {plan.program_words}"
 
 
-def _python(plan: Plan) -> str:
+def _python(plan: LaunchFacts) -> str:
     return f"{srun_prefix(plan)} {plan.container}{plan.python} -u {plan.program_words}"
 
 
-def _srun_env(plan: Plan) -> str:
+def _srun_env(plan: LaunchFacts) -> str:
     inner = ('export RANK="$SLURM_PROCID" LOCAL_RANK="$SLURM_LOCALID" WORLD_SIZE="$SLURM_NTASKS" '
              f'LOCAL_WORLD_SIZE={plan.procs_per_node}; exec {plan.container}{plan.python} -u "$@"')
     return _per_node(plan, inner)
 
 
-def _torchrun(plan: Plan) -> str:
+def _torchrun(plan: LaunchFacts) -> str:
     # As the centres' guides write it: torch's own launcher, nothing of scaletrain needed.
     # Several nodes meet by c10d rendezvous on the first node; torchrun numbers them itself.
     run = f"{plan.container}{plan.python} -m torch.distributed.run"
@@ -74,7 +97,7 @@ def _torchrun(plan: Plan) -> str:
             f"{plan.program_words}")
 
 
-def _scaletrain_run(plan: Plan) -> str:
+def _scaletrain_run(plan: LaunchFacts) -> str:
     run = f"{plan.container}{plan.python} -m scaletrain run"
     g = plan.procs_per_node
     if plan.nodes == 1:
@@ -84,7 +107,7 @@ def _scaletrain_run(plan: Plan) -> str:
     return _per_node(plan, inner)
 
 
-def _accelerate(plan: Plan) -> str:
+def _accelerate(plan: LaunchFacts) -> str:
     n, g = plan.nodes, plan.procs_per_node
     if plan.accelerate_config:
         # the config (the user's, or the one the job wrote) decides the strategy (FSDP, DeepSpeed,
@@ -103,7 +126,7 @@ def _accelerate(plan: Plan) -> str:
     return _per_node(plan, inner)
 
 
-def _deepspeed(plan: Plan) -> str:
+def _deepspeed(plan: LaunchFacts) -> str:
     n, g = plan.nodes, plan.procs_per_node
     wrap = f"{plan.exec_wrapper} " if plan.exec_wrapper and not plan.container else plan.container
     if n == 1:
@@ -114,7 +137,7 @@ def _deepspeed(plan: Plan) -> str:
     return _per_node(plan, inner)
 
 
-def _tensorflow(plan: Plan) -> str:
+def _tensorflow(plan: LaunchFacts) -> str:
     # TF_CONFIG lists every task of the step; each task finds its own index (SLURM_PROCID), so it
     # is computed on the node. A failure there stops the task with the module's own message.
     py = f"{plan.container}{plan.python}"

@@ -19,9 +19,9 @@ from scaletrain.plan import layout, software
 from scaletrain.plan.jobfiles import JobFile, framework_files
 from scaletrain.plan.launchers import SPECS
 from scaletrain.plan.layout import StagePlan
-from scaletrain.plan.request import DEVICES, LAUNCHERS, JobRequest
+from scaletrain.plan.request import JobRequest
 from scaletrain.plan.sbatch import sbatch_options
-from scaletrain.plan.values import MAX_COUNT, check_text
+from scaletrain.plan.values import MAX_COUNT
 
 # Seconds of warning before the time limit when --requeue is asked (a checkpoint must fit).
 REQUEUE_WARNING_S = 300
@@ -92,7 +92,7 @@ class Plan:
 def job_name_for(request: JobRequest) -> str:
     """The request's job name, else the training script's file stem made Slurm-safe."""
     if request.job_name:
-        return check_text("--job-name", request.job_name)
+        return request.job_name
     stem = request.script.rsplit("/", 1)[-1]
     for ext in (".py", ".sh"):
         if stem.endswith(ext):
@@ -119,11 +119,9 @@ def check_live(profile: ClusterProfile) -> None:
 
 
 def _check_request(req: JobRequest, profile: ClusterProfile) -> None:
+    """What the request asks of this cluster, and how its flags combine (each value was checked
+    when the request was made)."""
     check_live(profile)
-    if req.launcher not in LAUNCHERS:
-        raise UsageError(f"unknown launcher {req.launcher!r}", "use one of: " + ", ".join(LAUNCHERS))
-    if req.device not in DEVICES:
-        raise UsageError(f"unknown device {req.device!r}", "use --device auto or --device cpu")
     if req.cpus is not None and profile.cpu_jobs:
         raise PlanError(f"the {profile.name} profile's nodes take no CPU-only jobs (--cpus)", profile.cpu_jobs)
     if req.cpus is not None:
@@ -136,16 +134,6 @@ def _check_request(req: JobRequest, profile: ClusterProfile) -> None:
                          "e.g. --gpus 8, or --nodes 2 --gpus-per-node 4")
     if req.gpus_per_node is not None and req.nodes is None:
         raise UsageError("--gpus-per-node goes with --nodes", "use --nodes M --gpus-per-node G, or --gpus N")
-    for flag, value in (("--gpus", req.gpus), ("--nodes", req.nodes),
-                        ("--gpus-per-node", req.gpus_per_node), ("--cpus-per-gpu", req.cpus_per_gpu),
-                        ("--cpus", req.cpus), ("--gpus-per-proc", req.gpus_per_proc),
-                        ("--procs-per-gpu", req.procs_per_gpu)):
-        if value is not None and value < 1:
-            raise UsageError(f"{flag} must be at least 1, got {value}", f"give {flag} a positive number")
-        if value is not None and value > MAX_COUNT:
-            raise UsageError(f"{flag} {value} is more than {MAX_COUNT:,}", f"give {flag} a real job's size")
-    if not req.script:
-        raise UsageError("no training script given", "put it after '--': ... -- train.py --epochs 3")
     if profile.account_required and not req.account:
         raise PlanError(f"cluster {profile.name!r} requires --account (the project billed for the job)",
                         "add --account <project>, or export SBATCH_ACCOUNT=<project>")
@@ -251,7 +239,7 @@ def make_plan(request: JobRequest, profile: ClusterProfile) -> Plan:
         warnings=tuple(software.warnings(request, profile, needs_scaletrain=spec.needs_scaletrain)),
         master_addr_suffix=profile.master_addr_suffix, accelerate_config=fw.accelerate_word,
         job_files=fw.files, disk_gb=disk,
-        files_dir=check_text("the run folder", request.files_dir) if request.files_dir else None,
+        files_dir=request.files_dir or None,
     )
 
 

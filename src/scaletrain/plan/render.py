@@ -1,8 +1,8 @@
 """``render_script(plan)``: the Slurm batch script (or, without Slurm, a bash script) as text.
 
 Pure: a Plan in, a string out, reading nothing but the Plan (the planner decided everything).
-Every value is checked and quoted on the way out (``scaletrain.plan.values``): ``#SBATCH``
-values for sbatch's reader, shell words with ``shlex.quote``. Values that must be evaluated on
+Every value was checked when the request was made (``JobRequest``); here each is quoted on the
+way out (``scaletrain.plan.values``): ``#SBATCH`` values for sbatch's reader, shell words with ``shlex.quote``. Values that must be evaluated on
 each node (``$SLURM_NODEID``) sit inside single quotes of a fixed ``bash -c`` program, and the
 user's arguments reach that program as positional parameters (``"$@"``), so nothing the user
 typed is ever re-parsed.
@@ -22,7 +22,7 @@ from scaletrain.plan.jobfiles import folder_word
 from scaletrain.plan.jobfiles import shell_lines as job_file_lines
 from scaletrain.plan.launchers import spec
 from scaletrain.plan.planner import Plan, StagePlan
-from scaletrain.plan.values import check_env_name, check_text, sbatch_line
+from scaletrain.plan.values import sbatch_line
 
 q = shlex.quote
 EXIT_ENV = DistEnvError.exit_code   # 3: the environment is not what the job needs
@@ -54,7 +54,7 @@ def _header(plan: Plan) -> list[str]:
         f"# command: {_comment_safe(command)}",
         f"# job: {what}",
     ]
-    # every value checked and quoted for sbatch's own #SBATCH reader (scaletrain.plan.values)
+    # every value quoted for sbatch's own #SBATCH reader (checked when the request was made)
     lines += [sbatch_line(k, v) for k, v in plan.sbatch]
     return lines
 
@@ -99,7 +99,7 @@ def _guards(plan: Plan) -> list[str]:
 def _environment(plan: Plan) -> list[str]:
     out = ["", f"# environment: the cluster ({CLUSTER_VAR}, for scaletrain's tools in the job) "
            "and what the runtime needs from its profile"]
-    out += [f"export {check_env_name(k)}={q(check_text(k, v))}" for k, v in plan.env]
+    out += [f"export {k}={q(v)}" for k, v in plan.env]
     if plan.scheduler == "slurm":
         out += [
             "# srun does not inherit --cpus-per-task from sbatch (Slurm >= 22.05)",
@@ -117,7 +117,7 @@ def _environment(plan: Plan) -> list[str]:
 
 def _stage(plan: Plan, stage: StagePlan) -> list[str]:
     dest = f'{stage.scratch_var}/{stage.dest_name}'
-    src = q(check_text("--stage-data", stage.source))
+    src = q(stage.source)
     if stage.kind == "dir":
         body = 'mkdir -p "$1" && cp -r "$0"/. "$1"/'
     elif stage.kind == "zip":

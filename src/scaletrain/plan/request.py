@@ -1,8 +1,10 @@
 """What the user asked for: a ``JobRequest``, and the parsing of its flag values.
 
-The request is plain data. ``scaletrain plan`` and ``scaletrain submit`` build it from the same
-flags (``scaletrain.cli.plan.add_plan_arguments`` / ``request_from_args``); the planner turns it
-and a cluster profile into a ``Plan`` without any I/O.
+The request is plain data, validated once when it is made (``JobRequest.__post_init__``): every
+value it carries to a script, its counts, its launcher and device. ``scaletrain plan`` and
+``scaletrain submit`` build it from the same flags (``scaletrain.cli.plan.add_plan_arguments`` /
+``request_from_args``); the planner trusts it and turns it and a cluster profile into a ``Plan``
+without any I/O, checking only what depends on the cluster.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 
 from scaletrain.contract import JOB_LOG
 from scaletrain.errors import UsageError
+from scaletrain.plan.values import MAX_COUNT, check_request_values
 from scaletrain.slurm.parse import parse_mem_mib
 
 # Launch modes and their facts live in one table (scaletrain.plan.launchers).
@@ -23,6 +26,10 @@ from scaletrain.plan.launchers import LAUNCHERS, SPECS
 
 PER_NODE_LAUNCHERS: frozenset[str] = frozenset(n for n, s in SPECS.items() if s.per_node)
 DEVICES: tuple[str, ...] = ("auto", "cpu")
+# The job options with their own flags: (sbatch option, request field).
+JOB_OPTIONS = (("mail-type", "mail_type"), ("mail-user", "mail_user"), ("array", "array"),
+               ("constraint", "constraint"), ("dependency", "dependency"),
+               ("reservation", "reservation"), ("qos", "qos"))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,6 +98,37 @@ class JobRequest:
     procs_per_gpu: int = 1              # --procs-per-gpu K: K processes share each GPU (NVIDIA MPS)
     cpus: int | None = None             # --cpus N without GPUs: a CPU-only job, N cores per process
     expand_args: bool = False           # --expand-args: $NAME in program arguments expands on the node
+
+    def __post_init__(self) -> None:
+        # Checked once, here: the planner and the renderer trust every value (one line + hint, exit 2).
+        if self.launcher not in LAUNCHERS:
+            raise UsageError(f"unknown launcher {self.launcher!r}", "use one of: " + ", ".join(LAUNCHERS))
+        if self.device not in DEVICES:
+            raise UsageError(f"unknown device {self.device!r}", "use --device auto or --device cpu")
+        for flag, value in (("--gpus", self.gpus), ("--nodes", self.nodes),
+                            ("--gpus-per-node", self.gpus_per_node), ("--cpus-per-gpu", self.cpus_per_gpu),
+                            ("--cpus", self.cpus), ("--gpus-per-proc", self.gpus_per_proc),
+                            ("--procs-per-gpu", self.procs_per_gpu)):
+            if value is not None and value < 1:
+                raise UsageError(f"{flag} must be at least 1, got {value}", f"give {flag} a positive number")
+            if value is not None and value > MAX_COUNT:
+                raise UsageError(f"{flag} {value} is more than {MAX_COUNT:,}", f"give {flag} a real job's size")
+        if not self.script:
+            raise UsageError("no training script given", "put it after '--': ... -- train.py --epochs 3")
+        optional = (("--job-name", self.job_name), ("--container", self.container), ("--venv", self.venv),
+                    ("--conda", self.conda), ("the job's Python", self.python), ("the run folder", self.files_dir),
+                    ("--stage-data", self.stage_data), ("--profile", self.profile_file),
+                    ("--accelerate-config", self.accelerate_config),
+                    ("--deepspeed-config", self.deepspeed_config))
+        sbatch = (("account", self.account), *((opt, getattr(self, f)) for opt, f in JOB_OPTIONS),
+                  ("chdir", self.chdir), ("output", self.log), ("error", self.error_log),
+                  *((name.lstrip("-"), value) for name, value in self.sbatch_extra))
+        check_request_values(
+            texts=[("the training script", self.script),
+                   *((f"program argument {i + 1}", a) for i, a in enumerate(self.script_args)),
+                   *((what, v) for what, v in optional if v), *(("--module", m) for m in self.modules),
+                   *(("--setup", cmd) for cmd in self.setup)],
+            env=self.env, sbatch=[(opt, v) for opt, v in sbatch if v])
 
     @property
     def per_node_launcher(self) -> bool:

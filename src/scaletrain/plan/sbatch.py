@@ -1,4 +1,4 @@
-"""The ``#SBATCH`` options of a plan, in order, each value checked (``scaletrain.plan.values``).
+"""The ``#SBATCH`` options of a plan, in order (the request's values were checked when it was made).
 
 The layout options come from the plan's arithmetic; the job options (mail, array, constraint,
 dependency, reservation, QOS, log names, working directory) from their own flags; anything else
@@ -7,11 +7,12 @@ from ``--sbatch OPTION[=VALUE]``, refused when it would contradict what the plan
 
 from __future__ import annotations
 
+import re
+
 from scaletrain.clusters.profile import ClusterProfile, format_time
 from scaletrain.contract import JOB_LOG, TIME_LIMIT_SIGNAL
 from scaletrain.errors import UsageError
-from scaletrain.plan.request import JobRequest
-from scaletrain.plan.values import check_sbatch
+from scaletrain.plan.request import JOB_OPTIONS, JobRequest
 
 # Options the plan computes, and the flag that sets each (None: the plan decides it alone).
 COMPUTED: dict[str, str | None] = {
@@ -27,10 +28,8 @@ COMPUTED: dict[str, str | None] = {
     "reservation": "--reservation", "qos": "--qos", "wrap": None, "export": "--env",
 }
 
-# The job options with their own flags: (sbatch option, request field).
-_JOB_OPTIONS = (("mail-type", "mail_type"), ("mail-user", "mail_user"), ("array", "array"),
-                ("constraint", "constraint"), ("dependency", "dependency"),
-                ("reservation", "reservation"), ("qos", "qos"))
+# An option name as an #SBATCH line writes it (after the --).
+_OPTION_NAME = re.compile(r"^[a-z][a-z0-9-]*$")
 
 
 def gpu_options(profile: ClusterProfile, *, gpn: int, gpus_per_task: int,
@@ -59,7 +58,9 @@ def _extra(request: JobRequest) -> list[tuple[str, str]]:
                              f"use {flag} instead" if flag else "leave it out: the plan sets it")
         if len(name) < 2:
             raise UsageError(f"--sbatch {name}: give the long option name", "e.g. --sbatch begin=now+1hour")
-        out.append((name, check_sbatch(name, value)))
+        if not _OPTION_NAME.match(name):
+            raise UsageError(f"#SBATCH option {name!r} is not an option name", "e.g. mail-type")
+        out.append((name, value))
     return out
 
 
@@ -88,7 +89,7 @@ def sbatch_options(request: JobRequest, profile: ClusterProfile, *, job_name: st
     lines += gpu_options(profile, gpn=gpn, gpus_per_task=gpus_per_task, disk=disk)
     if request.exclusive:
         lines.append(("exclusive", ""))
-    lines += [(opt, getattr(request, field)) for opt, field in _JOB_OPTIONS if getattr(request, field)]
+    lines += [(opt, getattr(request, field)) for opt, field in JOB_OPTIONS if getattr(request, field)]
     if request.chdir:
         lines.append(("chdir", request.chdir))
     lines.append(("output", request.log or JOB_LOG))
@@ -99,7 +100,4 @@ def sbatch_options(request: JobRequest, profile: ClusterProfile, *, job_name: st
         lines.append(("signal", f"B:{TIME_LIMIT_SIGNAL}@{signal_s}"))
         lines.append(("requeue", ""))
         lines.append(("open-mode", "append"))  # a requeued run must not truncate the first's log
-    for name, value in lines:
-        if value:
-            check_sbatch(name, value)
     return tuple(lines)

@@ -27,7 +27,6 @@ from scaletrain.contract import (BACKEND_VAR, CLUSTER_VAR, DEVICE_VAR, GPU_CPU_M
                                  PROCS_PER_GPU_VAR, format_gpu_cpu_map)
 from scaletrain.errors import UsageError
 from scaletrain.plan.request import JobRequest
-from scaletrain.plan.values import check_env_name, check_text
 
 q = shlex.quote
 
@@ -39,11 +38,11 @@ def image(request: JobRequest, profile: ClusterProfile) -> str | None:
     module on LUMI, on request only).
     """
     if request.container:
-        return check_text("--container", request.container)
+        return request.container
     if request.launcher == "tensorflow" and profile.tensorflow_setup_lines:
         return None   # the centre's TensorFlow module (CSC's on LUMI), not the PyTorch image
     if profile.software == "container" and profile.default_image and not request.modules:
-        return check_text(f"the {profile.name} profile's default_image", profile.default_image)
+        return profile.default_image
     return None
 
 
@@ -58,7 +57,7 @@ def setup_lines(request: JobRequest, profile: ClusterProfile) -> tuple[str, ...]
     if image(request, profile):
         lines += profile.container_setup_lines
         if request.venv:   # a venv made in the image: its bin first on the container's PATH
-            bin_dir = q(check_text("--venv", request.venv).rstrip("/") + "/bin")
+            bin_dir = q(request.venv.rstrip("/") + "/bin")
             lines += [f"export SINGULARITYENV_PREPEND_PATH={bin_dir}",
                       f"export APPTAINERENV_PREPEND_PATH={bin_dir}"]
     else:
@@ -67,12 +66,12 @@ def setup_lines(request: JobRequest, profile: ClusterProfile) -> tuple[str, ...]
             base = list(profile.tensorflow_setup_lines)   # the centre's TensorFlow, not its PyTorch
         if request.modules:
             base = [ln for ln in base if not ln.lstrip().startswith("module load")]
-            base.append("module load " + " ".join(q(check_text("--module", m)) for m in request.modules))
+            base.append("module load " + " ".join(q(m) for m in request.modules))
         lines += base
         if request.venv:
-            lines.append(f"source {q(check_text('--venv', request.venv).rstrip('/') + '/bin/activate')}")
+            lines.append(f"source {q(request.venv.rstrip('/') + '/bin/activate')}")
         elif request.conda:
-            lines += ['eval "$(conda shell.bash hook)"', f"conda activate {q(check_text('--conda', request.conda))}"]
+            lines += ['eval "$(conda shell.bash hook)"', f"conda activate {q(request.conda)}"]
         else:
             wheels = job_wheels(request, profile)
             lines += [ln.replace(JOB_PACKAGES, wheels) for ln in profile.python_env_lines]
@@ -81,7 +80,7 @@ def setup_lines(request: JobRequest, profile: ClusterProfile) -> tuple[str, ...]
         lines += ['export CUDA_MPS_PIPE_DIRECTORY="/tmp/nvidia-mps-$SLURM_JOB_ID"',
                   'export CUDA_MPS_LOG_DIRECTORY="/tmp/nvidia-log-$SLURM_JOB_ID"',
                   "nvidia-cuda-mps-control -d"]
-    lines += [check_text("--setup", cmd) for cmd in request.setup]
+    lines += request.setup
     return tuple(lines)
 
 
@@ -111,7 +110,7 @@ LAUNCHER_PACKAGES = {"accelerate": "accelerate", "deepspeed": "deepspeed", "ligh
 def python_of(request: JobRequest, profile: ClusterProfile) -> str:
     """The interpreter the job runs: the one that runs scaletrain on the login node, else the profile's."""
     if request.python and not image(request, profile):
-        return q(check_text("the job's Python", request.python))
+        return q(request.python)
     return profile.python
 
 
@@ -177,8 +176,7 @@ def environment(request: JobRequest, profile: ClusterProfile, *, threads: int,
         env[PROCS_PER_GPU_VAR] = str(request.procs_per_gpu)
         env[BACKEND_VAR] = "gloo"
     env.update(sorted(profile.env.items()))
-    for key, value in request.env:
-        env[check_env_name(key)] = check_text(f"--env {key}", value)
+    env.update(request.env)
     return tuple(env.items())
 
 
@@ -192,8 +190,7 @@ def program_words(request: JobRequest) -> str:
     backquotes, ``$(...)`` and every other character stay literal. Per-task values
     (``$SLURM_PROCID``...) would be the batch shell's, not each task's: they are refused.
     """
-    words = [check_text("the training script", request.script)]
-    words += [check_text(f"program argument {i + 1}", a) for i, a in enumerate(request.script_args)]
+    words = [request.script, *request.script_args]
     if not request.expand_args:
         return " ".join(q(w) for w in words)
     return " ".join(_expanding(w) for w in words)

@@ -1,4 +1,4 @@
-"""Render-time checks and quoting of every value that reaches a generated batch script.
+"""The checks and quoting of every value that reaches a generated batch script.
 
 A batch script is read twice: sbatch reads its ``#SBATCH`` header, bash reads the rest. A value
 the user typed must mean the same thing to both and can never end a line early, so every value
@@ -14,13 +14,15 @@ passes through here on its way out:
 - Shell words are quoted with ``shlex.quote`` by the renderer; ``check_env_name`` guards the
   left side of ``export NAME=...``.
 
-The CLI calls the same functions to refuse bad input early (one line + hint, exit 2); the
-renderer calls them again, so a library caller who builds a ``JobRequest`` by hand is covered.
+A ``JobRequest`` is checked once, when it is made (``check_request_values``, called by its
+``__post_init__``), so a library caller who builds one by hand is covered as the CLI is; the planner
+and the renderer trust it and only quote. The CLI calls the same functions on single flags.
 """
 
 from __future__ import annotations
 
 import re
+from typing import Iterable
 
 from scaletrain.errors import UsageError
 
@@ -91,12 +93,11 @@ def sbatch_word(value: str) -> str:
 
 
 def sbatch_line(option: str, value: str) -> str:
-    """One checked and quoted ``#SBATCH`` line (``value`` "" writes a bare flag)."""
-    if not re.match(r"^[a-z][a-z0-9-]*$", option):
-        raise UsageError(f"#SBATCH option {option!r} is not an option name", "e.g. mail-type")
+    """One quoted ``#SBATCH`` line (``value`` "" writes a bare flag); the option and its value
+    were checked when the request was made (``check_request_values``) or computed by the planner."""
     if value == "":
         return f"#SBATCH --{option}"
-    return f"#SBATCH --{option}={sbatch_word(check_sbatch(option, value))}"
+    return f"#SBATCH --{option}={sbatch_word(value)}"
 
 
 def check_env_name(name: str) -> str:
@@ -107,4 +108,21 @@ def check_env_name(name: str) -> str:
     return name
 
 
-__all__ = ["MAX_COUNT", "has_control", "check_text", "check_sbatch", "sbatch_word", "sbatch_line", "check_env_name"]
+def check_request_values(*, texts: Iterable[tuple[str, str]], env: Iterable[tuple[str, str]],
+                         sbatch: Iterable[tuple[str, str]]) -> None:
+    """Every value a request carries to a script, checked once (UsageError on the first bad one).
+
+    ``texts``: (what, value) pairs free of control characters; ``env``: (NAME, value) pairs bash
+    can export; ``sbatch``: (option, value) pairs as an ``#SBATCH`` line takes them.
+    """
+    for what, value in texts:
+        check_text(what, value)
+    for name, value in env:
+        check_env_name(name)
+        check_text(f"--env {name}", value)
+    for option, value in sbatch:
+        check_sbatch(option, value)
+
+
+__all__ = ["MAX_COUNT", "has_control", "check_text", "check_sbatch", "sbatch_word", "sbatch_line",
+           "check_env_name", "check_request_values"]
