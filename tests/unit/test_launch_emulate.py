@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from scaletrain.launch.emulate import Place, slurm_vars
+from scaletrain.launch.inproc.emulate import Place, slurm_vars
 from scaletrain.launch.failure import FailedRank, missing_variable_hint, worker_failed_error
 from scaletrain.launch.spec import RunRequest, plan_launch
 
@@ -71,7 +71,7 @@ def test_the_worker_error_carries_the_named_variable():
 
 def test_a_rendezvous_at_the_programs_own_port_hosts_its_own_store():
     """Issue 29 item 11: a process mp.spawn started inherits TORCHELASTIC_USE_AGENT_STORE."""
-    from scaletrain.launch.rendezvous import AGENT_PORT_VAR, own_store, remember_agent_store
+    from scaletrain.launch.inproc.rendezvous import AGENT_PORT_VAR, own_store, remember_agent_store
 
     worker = {"TORCHELASTIC_USE_AGENT_STORE": "True", "MASTER_PORT": "41000"}
     remember_agent_store(worker)
@@ -94,7 +94,7 @@ def test_a_rendezvous_of_one_process_is_bounded_too():
 
     code = (
         "import sys, time, types\n"
-        "from scaletrain.launch.rendezvous import patch_c10d\n"
+        "from scaletrain.launch.inproc.rendezvous import patch_c10d\n"
         "c10d = types.ModuleType('c10d')\n"
         "c10d.init_process_group = lambda *a, **k: time.sleep(60)\n"
         "patch_c10d(c10d)\n"
@@ -113,7 +113,7 @@ def test_lone_workers_that_stepped_and_crashed_are_named(tmp_path):
     """Issue 29 item 12: no group, optimizer steps, then a crash: the note shows."""
     import json
 
-    from scaletrain.launch import group_check
+    from scaletrain.launch.inproc import group_check
 
     for rank in ("0", "1"):
         (tmp_path / f"step-rank{rank}-pid1.json").write_text(json.dumps({"rank": rank}))
@@ -131,7 +131,7 @@ def test_lone_workers_that_stepped_and_crashed_are_named(tmp_path):
 def test_the_first_optimizer_step_is_recorded_once(tmp_path, monkeypatch):
     import types
 
-    from scaletrain.launch import group_check
+    from scaletrain.launch.inproc import group_check
 
     hooks: list = []
 

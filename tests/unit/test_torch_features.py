@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from scaletrain import torch_features
-from scaletrain.launch import agent_speed, local, signals
+from scaletrain.launch import local, patches, signals
 from scaletrain.launch.spec import RunRequest, plan_launch
 
 REPO = Path(__file__).resolve().parents[2]
@@ -97,12 +97,12 @@ def test_an_agent_without_a_signal_list_leaves_sigterm_to_the_launcher(monkeypat
     from torch.distributed.elastic.multiprocessing import api
     from torch.distributed.elastic.multiprocessing.api import SignalException
 
-    monkeypatch.setattr(signals, "launch_config_fields", lambda: frozenset({"min_nodes"}))
-    monkeypatch.setattr(signals, "agent_reads_signals_env", lambda: False)
+    monkeypatch.setattr(patches, "launch_config_fields", lambda: frozenset({"min_nodes"}))
+    monkeypatch.setattr(patches, "agent_reads_signals_env", lambda: False)
     torchs = api._terminate_process_handler
     seen, previous = _forwarding_handler()
     try:
-        with signals.torch_leaves_forwarded_signals():
+        with patches.torch_leaves_forwarded_signals():
             installed = api._terminate_process_handler  # what PContext.start would install
             installed(signal.SIGTERM, None)
             assert seen == [signal.SIGTERM]
@@ -114,10 +114,10 @@ def test_an_agent_without_a_signal_list_leaves_sigterm_to_the_launcher(monkeypat
 
 
 def test_an_agent_that_reads_the_list_from_the_environment_is_told_there(monkeypatch):
-    monkeypatch.setattr(signals, "launch_config_fields", lambda: frozenset({"min_nodes"}))
-    monkeypatch.setattr(signals, "agent_reads_signals_env", lambda: True)
+    monkeypatch.setattr(patches, "launch_config_fields", lambda: frozenset({"min_nodes"}))
+    monkeypatch.setattr(patches, "agent_reads_signals_env", lambda: True)
     monkeypatch.delenv(torch_features.SIGNALS_ENV, raising=False)
-    with signals.torch_leaves_forwarded_signals():
+    with patches.torch_leaves_forwarded_signals():
         assert os.environ[torch_features.SIGNALS_ENV] == signals.TORCH_SIGNALS
     assert torch_features.SIGNALS_ENV not in os.environ
 
@@ -142,11 +142,11 @@ def test_the_prompt_tailer_replaces_an_older_tailer_with_fewer_arguments(monkeyp
         raise AssertionError("kept")
 
     monkeypatch.setattr(tail_log, "tail_logfile", older)
-    agent_speed.prompt_tailers()
-    assert tail_log.tail_logfile is agent_speed.tail_logfile
+    patches.prompt_tailers()
+    assert tail_log.tail_logfile is patches.tail_logfile
     torch_features.tail_logfile_parameters.cache_clear()
     monkeypatch.setattr(tail_log, "tail_logfile", other)
-    agent_speed.prompt_tailers()
+    patches.prompt_tailers()
     assert tail_log.tail_logfile is other
 
 
