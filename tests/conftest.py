@@ -98,7 +98,7 @@ _MODULE_STATE: tuple[tuple[str, str, bool], ...] = (
     ("scaletrain.parallel.precision", "_ACTIVE", False),
     ("scaletrain.data.lr", "_warned", False),
     ("scaletrain.launch.inproc.hang", "_ENABLED_BY_US", False),
-    ("scaletrain.launch.inproc.group_check", "_STATE", False),
+    ("scaletrain.launch.inproc.group_record", "_STATE", False),
     ("scaletrain.launch.inproc.cpu_cuda", "_DEFAULT_STREAMS", False),
 )
 

@@ -8,7 +8,8 @@ import pytest
 from helpers import NO_GPUS
 
 from scaletrain.errors import UsageError
-from scaletrain.launch.inproc import group_check
+from scaletrain.launch import group_check
+from scaletrain.launch.inproc import group_record
 from scaletrain.launch.inproc.emulate import Place, mpi_vars, slurm_vars
 from scaletrain.launch.spec import RunRequest, plan_launch
 from scaletrain.runtime.detect import detect
@@ -72,7 +73,7 @@ def _records(tmp_path, groups=None, exits=None):
         (tmp_path / f"group-rank{rank}-pid1.json").write_text(json.dumps({"rank": rank, "world_size": world}))
     for rank, extra in (exits or {}).items():
         (tmp_path / f"exit-rank{rank}-pid1.json").write_text(json.dumps({"rank": rank, **extra}))
-    return group_check.read_records(tmp_path)
+    return group_record.read_records(tmp_path)
 
 
 def test_verdict_quiet_when_all_joined_one_group(tmp_path):

@@ -113,25 +113,26 @@ def test_lone_workers_that_stepped_and_crashed_are_named(tmp_path):
     """Issue 29 item 12: no group, optimizer steps, then a crash: the note shows."""
     import json
 
-    from scaletrain.launch.inproc import group_check
+    from scaletrain.launch import group_check
+    from scaletrain.launch.inproc import group_record
 
     for rank in ("0", "1"):
         (tmp_path / f"step-rank{rank}-pid1.json").write_text(json.dumps({"rank": rank}))
-    text = group_check.verdict(group_check.read_records(tmp_path), expected_world=2,
+    text = group_check.verdict(group_record.read_records(tmp_path), expected_world=2,
                                local_ranks=["0", "1"], crashed=True)
     assert text is not None and text.startswith(
         "the 2 workers did not form one process group before they failed (2 of 2 never "
         "started torch.distributed, 2 of them took optimizer steps)"), text
     (tmp_path / "step-rank0-pid1.json").unlink()
     (tmp_path / "step-rank1-pid1.json").unlink()
-    assert group_check.verdict(group_check.read_records(tmp_path), expected_world=2,
+    assert group_check.verdict(group_record.read_records(tmp_path), expected_world=2,
                                local_ranks=["0", "1"], crashed=True) is None
 
 
 def test_the_first_optimizer_step_is_recorded_once(tmp_path, monkeypatch):
     import types
 
-    from scaletrain.launch.inproc import group_check
+    from scaletrain.launch.inproc import group_record
 
     hooks: list = []
 
@@ -146,11 +147,11 @@ def test_the_first_optimizer_step_is_recorded_once(tmp_path, monkeypatch):
         hooks.append(fn)
         return Handle(fn)
 
-    monkeypatch.setattr(group_check, "_STATE", {"folder": str(tmp_path), "rank": "1",
-                                                "world": None})
-    group_check.patch_optimizer(types.SimpleNamespace(register_optimizer_step_post_hook=register))
+    monkeypatch.setattr(group_record, "_STATE", {"folder": str(tmp_path), "rank": "1",
+                                                 "world": None})
+    group_record.patch_optimizer(types.SimpleNamespace(register_optimizer_step_post_hook=register))
     assert len(hooks) == 1
     hooks[0](None, (), {})
     assert hooks == []  # removed after the first step
-    assert group_check.read_records(tmp_path).stepped == {"1"}
-    group_check.patch_optimizer(types.SimpleNamespace())  # an old torch: nothing to hook
+    assert group_record.read_records(tmp_path).stepped == {"1"}
+    group_record.patch_optimizer(types.SimpleNamespace())  # an old torch: nothing to hook

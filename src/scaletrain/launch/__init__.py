@@ -9,7 +9,8 @@ without torch), ``threads`` (CPU threads per worker), ``ports`` (fixed-port chec
 ``output`` (rank prefixes, ``--ranks 0``, captured stderr), ``failure`` (the error for a failed
 worker), ``crash`` (a native crash's stack), ``mps`` (CUDA MPS daemon for ``--procs-per-gpu``),
 ``local`` (runs a plan with ``elastic_launch``), ``signals`` (stop signals passed on),
-``reaper`` (every descendant ends with the run), ``rundir`` (the run folder both sides share),
+``reaper`` (every descendant ends with the run), ``group_check`` (did the workers form one
+process group), ``rundir`` (the run folder both sides share),
 ``frames`` (whose code a frame runs, both sides), ``supervise`` (restart policy and the
 agent/process-context hooks). ``patches``: every patch of torch's internals, each beside the
 feature test that guards it; ``lean``: the launcher process's collector and exit.

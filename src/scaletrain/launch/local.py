@@ -28,7 +28,8 @@ from scaletrain.errors import LaunchError
 from scaletrain.launch.inproc.cpu_smoke import BANNER
 from scaletrain.launch.failure import (FailedRank, collect_failures, render_tail, root_cause,
                                        worker_failed_error)
-from scaletrain.launch.inproc.group_check import read_records, verdict
+from scaletrain.launch.group_check import verdict
+from scaletrain.launch.inproc.group_record import read_records
 from scaletrain.launch.mps import mps_daemon
 from scaletrain.launch import lean
 from scaletrain.launch.patches import (cheap_rendezvous_event_names, no_first_join_skew,

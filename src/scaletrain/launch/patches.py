@@ -1,11 +1,17 @@
 """Every patch `scaletrain run` makes to torch's internals (and the one CPython private it
 calls), in one place, each beside the feature test that guards it.
 
-The launcher's own process only: the workers' patches of torch are the features of
-:mod:`scaletrain.launch.inproc` (``--cpu``, the bounded rendezvous, the group records) and
-stay there, where the program imports torch. Each patch here changes how long the agent takes
-or which signals it handles, never what it does; each asks :mod:`scaletrain.torch_features`
-whether torch still has what it replaces and, where it does not, leaves torch as it is.
+The launcher's own process only. Each patch here changes how long the agent takes or which
+signals it handles, never what it does; each asks :mod:`scaletrain.torch_features` whether
+torch still has what it replaces and, where it does not, leaves torch as it is. Inside the
+workers, patching torch *is* the feature (``--cpu``, the bounded rendezvous, the group
+records), so those patches stay with their features in :mod:`scaletrain.launch.inproc`; every
+one of them is installed in one place, ``inproc.worker_shim.activate``, when the program
+imports the torch module it patches: ``rendezvous.patch_c10d``/``patch_multiprocessing``,
+``group_record.patch_c10d``/``patch_optimizer``, ``cpu_smoke.patch_torch``/``patch_c10d``/
+``patch_device_mesh`` (with ``cpu_cuda`` and ``cpu_map`` under them), and at start-up
+``cpu_smoke.clip_affinity`` (``os.sched_setaffinity``) and ``install_cuda_missing_hook``
+(``sys.excepthook``).
 
 =============================================  ==========================================================
 patch (what it replaces)                       guard (scaletrain.torch_features)

@@ -13,12 +13,13 @@ only the two modules both sides share, :mod:`~scaletrain.launch.rundir` (the run
 A sub-package rather than a sibling of ``launch``: nothing else starts this code, the launcher
 imports the few names it needs to start and read its workers (``worker.worker_args``,
 ``worker_shim.launcher_env``, ``emulate.MODES``, ``cpu_smoke.BANNER``, ``hang.diagnose_dead``,
-``group_check.read_records``/``verdict``), and `scaletrain run` stays one folder.
+``group_record.read_records``), and `scaletrain run` stays one folder.
 
 Modules: ``worker`` (the entry: dies with its agent, ScaletrainErrors as records, timeout
 diagnosis), ``worker_shim`` (what runs before the program's first line), ``hang`` (stacks on
 request, who did not arrive), ``rendezvous`` (the program's own rendezvous resolves and ends),
-``group_check`` (each worker's process-group records, and the launcher's verdict on them),
+``group_record`` (each worker's process-group records; the launcher judges them in
+``launch.group_check``),
 ``emulate`` (srun's or mpirun's variables), ``cpu_smoke``/``cpu_cuda``/``cpu_map`` (``--cpu``:
 a CUDA/NCCL program on CPU processes).
 """

@@ -5,7 +5,7 @@ its workers' PYTHONPATH only (the user's environment is never changed). It reads
 launcher asked for from ``SCALETRAIN_*`` variables (:mod:`scaletrain.contract`):
 
 - ``SCALETRAIN_GROUP_RECORD``: record the process group each worker forms, so the launcher can
-  say when N workers finished without ever forming one group of N (:mod:`group_check`);
+  say when N workers finished without ever forming one group of N (:mod:`group_record`);
 - ``SCALETRAIN_EMULATE``: give the worker srun's or mpirun's variables (:mod:`emulate`);
 - ``SCALETRAIN_CPU_SMOKE``: run a CUDA/NCCL program on the CPU (:mod:`cpu_smoke`).
 
@@ -124,12 +124,12 @@ def activate(environ: MutableMapping[str, str] | None = None) -> None:
             lambda module: rendezvous.patch_multiprocessing(module, world, rank)]
         record = env.get(GROUP_RECORD_VAR)
         if record:
-            from scaletrain.launch.inproc import group_check
+            from scaletrain.launch.inproc import group_record
 
-            group_check.start_recording(record, rank)
+            group_record.start_recording(record, rank)
             hooks.setdefault("torch.distributed.distributed_c10d", []).append(
-                group_check.patch_c10d)
-            hooks.setdefault("torch.optim.optimizer", []).append(group_check.patch_optimizer)
+                group_record.patch_c10d)
+            hooks.setdefault("torch.optim.optimizer", []).append(group_record.patch_optimizer)
         if env.get(CPU_SMOKE_VAR) == "1":
             from scaletrain.launch.inproc import cpu_smoke
 
