@@ -133,9 +133,10 @@ def fsdp_on_cpu() -> bool:
     return hasattr(torch.cpu.Stream, "record_event")
 
 
-# The launcher's patches of the elastic agent (scaletrain.launch.patches) each replace a name
-# torch has had in every release checked (2.6.0 to 2.15.0); these ask again at each patch, not
-# cached, so a torch that drops one is left as it is.
+# What the launcher's patches of the elastic agent (scaletrain.launch.patches) replace: each is
+# asked at each patch, not cached (tests replace these names), and where torch lacks one the
+# patch leaves torch as it is. All are present in the installed release the tests run on
+# (tests/unit/test_torch_features.py says so when one goes missing).
 
 def rendezvous_names_events() -> bool:
     """Whether the dynamic rendezvous names its log events with ``get_method_name``."""

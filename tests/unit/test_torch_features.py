@@ -258,3 +258,25 @@ def test_pipeline_evaluate_without_eval_names_the_torch_it_needs():
     with pytest.raises(StrategyError, match=r"needs torch 2\.9 or newer") as info:
         pipe.evaluate(torch.zeros(4, 3), torch.zeros(4))
     assert "\n" not in str(info.value).split("HINT")[0].strip()
+
+
+def test_this_torch_has_what_every_launcher_patch_replaces():
+    """A torch that drops one of these names silently loses that patch (its speed-up, or on
+    2.6 to 2.9 the SIGTERM forwarding): say so here, where the fallback would hide it."""
+    guards = {name: getattr(torch_features, name)() for name in (
+        "rendezvous_names_events", "rendezvous_skews_first_join", "pcontext_closes",
+        "subprocess_context_closes", "agent_monitors_workers")}
+    assert all(guards.values()), guards
+    # the stop-now handler is looked up by name only where the agent takes no signal list
+    if "signals_to_handle" not in torch_features.launch_config_fields() \
+            and not torch_features.agent_reads_signals_env():
+        assert torch_features.agent_terminate_handler()
+
+
+def test_a_missing_name_turns_its_patch_off(monkeypatch):
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous as rdzv
+
+    monkeypatch.delattr(rdzv, "_delay")
+    assert not torch_features.rendezvous_skews_first_join()
+    with patches.no_first_join_skew(True):
+        assert not hasattr(rdzv, "_delay")
