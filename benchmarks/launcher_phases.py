@@ -62,7 +62,7 @@ def _process_start() -> float:
 
 def driver(which: str, argv: list[str]) -> None:
     """Run one launcher in this process, writing its phase timestamps to $PHASE_OUT at exit."""
-    from scaletrain.launch.worker_shim import after_import  # no torch
+    from scaletrain.launch.inproc.worker_shim import after_import  # no torch
 
     started = _process_start()
     marks: dict[str, float] = {}

@@ -97,9 +97,9 @@ _MODULE_STATE: tuple[tuple[str, str, bool], ...] = (
     ("scaletrain.checkpoint.checksum", "_zip_users", True),
     ("scaletrain.parallel.precision", "_ACTIVE", False),
     ("scaletrain.data.lr", "_warned", False),
-    ("scaletrain.launch.hang", "_ENABLED_BY_US", False),
-    ("scaletrain.launch.group_check", "_STATE", False),
-    ("scaletrain.launch.cpu_cuda", "_DEFAULT_STREAMS", False),
+    ("scaletrain.launch.inproc.hang", "_ENABLED_BY_US", False),
+    ("scaletrain.launch.inproc.group_record", "_STATE", False),
+    ("scaletrain.launch.inproc.cpu_cuda", "_DEFAULT_STREAMS", False),
 )
 
 

@@ -47,7 +47,7 @@ def agent_reads_signals_env() -> bool:
 
     Read from the method's source: its behaviour cannot be observed without starting workers.
     Where the source cannot be read (a frozen build), the answer is False and the launcher's
-    fallback (:func:`scaletrain.launch.signals.torch_leaves_forwarded_signals`) applies, which
+    fallback (:func:`scaletrain.launch.patches.torch_leaves_forwarded_signals`) applies, which
     is correct either way.
     """
     from torch.distributed.elastic.multiprocessing import api
@@ -131,3 +131,54 @@ def fsdp_on_cpu() -> bool:
     import torch
 
     return hasattr(torch.cpu.Stream, "record_event")
+
+
+# What the launcher's patches of the elastic agent (scaletrain.launch.patches) replace: each is
+# asked at each patch, not cached (tests replace these names), and where torch lacks one the
+# patch leaves torch as it is. All are present in the installed release the tests run on
+# (tests/unit/test_torch_features.py says so when one goes missing).
+
+def rendezvous_names_events() -> bool:
+    """Whether the dynamic rendezvous names its log events with ``get_method_name``."""
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous as rdzv
+
+    return callable(getattr(rdzv, "get_method_name", None))
+
+
+def rendezvous_skews_first_join() -> bool:
+    """Whether the dynamic rendezvous pauses through its module's ``_delay`` (a random
+    ``(0, 0.3)`` s before its first join)."""
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous as rdzv
+
+    return callable(getattr(rdzv, "_delay", None))
+
+
+def pcontext_closes() -> bool:
+    """Whether the agent's worker context has ``PContext.close`` (which ends the workers
+    through ``_close``, then stops its log tailers)."""
+    from torch.distributed.elastic.multiprocessing import api
+
+    return callable(getattr(api.PContext, "close", None))
+
+
+def agent_terminate_handler() -> bool:
+    """Whether the worker context installs its stop-now handler by the module-level name
+    ``_terminate_process_handler`` (looked up when ``PContext.start`` runs)."""
+    from torch.distributed.elastic.multiprocessing import api
+
+    return callable(getattr(api, "_terminate_process_handler", None))
+
+
+def subprocess_context_closes() -> bool:
+    """Whether the subprocess worker context stops its workers in ``_close``."""
+    from torch.distributed.elastic.multiprocessing import api
+
+    return callable(getattr(api.SubprocessContext, "_close", None))
+
+
+def agent_monitors_workers() -> bool:
+    """Whether ``elastic_launch`` builds the ``LocalElasticAgent`` it finds in
+    ``torch.distributed.launcher.api`` and polls its workers through ``_monitor_workers``."""
+    import torch.distributed.launcher.api as api
+
+    return callable(getattr(getattr(api, "LocalElasticAgent", None), "_monitor_workers", None))

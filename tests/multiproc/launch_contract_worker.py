@@ -33,7 +33,7 @@ record = {
     "dist_rank": rank, "dist_world": world,
     "sum": total.item(), "vector": vector.tolist(), "max": biggest.item(),
     "threads": torch.get_num_threads(), "argv": passed, "pid": os.getpid(),
-    # the worker entry (scaletrain.launch.worker) is loaded; nothing of the runtime is
+    # the worker entry (scaletrain.launch.worker, scaletrain.launch.inproc) is loaded; nothing of the runtime is
     "scaletrain_runtime_imported": any(m.startswith(("scaletrain.runtime", "scaletrain.parallel",
                                                      "scaletrain.data")) for m in sys.modules),
 }

@@ -17,7 +17,7 @@ _PROBE = textwrap.dedent("""
     import json, os, sys, threading
     os.environ["LOCAL_WORLD_SIZE"] = "2"
     import torch
-    from scaletrain.launch import cpu_smoke
+    from scaletrain.launch.inproc import cpu_smoke
     cpu_smoke.patch_torch(torch)
     out = {}
 

@@ -9,7 +9,8 @@ from helpers import NO_GPUS
 
 from scaletrain.errors import UsageError
 from scaletrain.launch import group_check
-from scaletrain.launch.emulate import Place, mpi_vars, slurm_vars
+from scaletrain.launch.inproc import group_record
+from scaletrain.launch.inproc.emulate import Place, mpi_vars, slurm_vars
 from scaletrain.launch.spec import RunRequest, plan_launch
 from scaletrain.runtime.detect import detect
 
@@ -54,7 +55,7 @@ def test_emulated_nodes_are_local_workers(_plan):
     assert (plan.nproc_per_node, plan.nnodes, plan.emulated_nodes) == (6, 1, 3)
     assert plan.rdzv_backend == "c10d"
     assert plan.worker_env["SCALETRAIN_EMULATE"] == "slurm"
-    assert plan.worker_env["PYTHONPATH"].split(":")[0].endswith("launch/shim")
+    assert plan.worker_env["PYTHONPATH"].split(":")[0].endswith("launch/inproc/shim")
     with pytest.raises(UsageError, match="--node-rank"):
         _plan(nproc_per_node=2, nnodes=2, node_rank=1, emulate="slurm")
     with pytest.raises(UsageError, match="not one of"):
@@ -72,7 +73,7 @@ def _records(tmp_path, groups=None, exits=None):
         (tmp_path / f"group-rank{rank}-pid1.json").write_text(json.dumps({"rank": rank, "world_size": world}))
     for rank, extra in (exits or {}).items():
         (tmp_path / f"exit-rank{rank}-pid1.json").write_text(json.dumps({"rank": rank, **extra}))
-    return group_check.read_records(tmp_path)
+    return group_record.read_records(tmp_path)
 
 
 def test_verdict_quiet_when_all_joined_one_group(tmp_path):
@@ -119,7 +120,7 @@ def test_verdict_after_a_crash_speaks_only_on_evidence_of_lone_training(tmp_path
 
 
 def test_emulation_keeps_the_torchrun_variables_the_user_exported(_plan):
-    from scaletrain.launch.worker_shim import _emulate
+    from scaletrain.launch.inproc.worker_shim import _emulate
 
     plan = _plan(nproc_per_node=2, emulate="slurm",
                  environ={"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "PATH": "/bin"})
@@ -138,7 +139,7 @@ def test_emulation_keeps_the_torchrun_variables_the_user_exported(_plan):
                          ids=["exported", "flag"])
 def test_emulation_leaves_the_programs_port_to_the_program(_plan, environ, flag):
     """The launcher's own store binds a free port; the program's MASTER_PORT is the user's."""
-    from scaletrain.launch.worker_shim import _emulate
+    from scaletrain.launch.inproc.worker_shim import _emulate
 
     plan = _plan(nproc_per_node=2, nnodes=2, emulate="slurm", master_port=flag,
                  environ={**environ, "MASTER_ADDR": "emu-node1"})
@@ -156,7 +157,7 @@ def test_emulation_leaves_the_programs_port_to_the_program(_plan, environ, flag)
 
 
 def test_emulated_host_names_are_recognised():
-    from scaletrain.launch.emulate import is_emulated_host, node_names
+    from scaletrain.launch.inproc.emulate import is_emulated_host, node_names
 
     _, first, hosts = node_names(3)
     assert first == "emu-node1" and all(is_emulated_host(h) for h in hosts)

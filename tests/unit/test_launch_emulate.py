@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from scaletrain.launch.emulate import Place, slurm_vars
+from scaletrain.launch.inproc.emulate import Place, slurm_vars
 from scaletrain.launch.failure import FailedRank, missing_variable_hint, worker_failed_error
 from scaletrain.launch.spec import RunRequest, plan_launch
 
@@ -71,7 +71,7 @@ def test_the_worker_error_carries_the_named_variable():
 
 def test_a_rendezvous_at_the_programs_own_port_hosts_its_own_store():
     """Issue 29 item 11: a process mp.spawn started inherits TORCHELASTIC_USE_AGENT_STORE."""
-    from scaletrain.launch.rendezvous import AGENT_PORT_VAR, own_store, remember_agent_store
+    from scaletrain.launch.inproc.rendezvous import AGENT_PORT_VAR, own_store, remember_agent_store
 
     worker = {"TORCHELASTIC_USE_AGENT_STORE": "True", "MASTER_PORT": "41000"}
     remember_agent_store(worker)
@@ -94,7 +94,7 @@ def test_a_rendezvous_of_one_process_is_bounded_too():
 
     code = (
         "import sys, time, types\n"
-        "from scaletrain.launch.rendezvous import patch_c10d\n"
+        "from scaletrain.launch.inproc.rendezvous import patch_c10d\n"
         "c10d = types.ModuleType('c10d')\n"
         "c10d.init_process_group = lambda *a, **k: time.sleep(60)\n"
         "patch_c10d(c10d)\n"
@@ -114,24 +114,25 @@ def test_lone_workers_that_stepped_and_crashed_are_named(tmp_path):
     import json
 
     from scaletrain.launch import group_check
+    from scaletrain.launch.inproc import group_record
 
     for rank in ("0", "1"):
         (tmp_path / f"step-rank{rank}-pid1.json").write_text(json.dumps({"rank": rank}))
-    text = group_check.verdict(group_check.read_records(tmp_path), expected_world=2,
+    text = group_check.verdict(group_record.read_records(tmp_path), expected_world=2,
                                local_ranks=["0", "1"], crashed=True)
     assert text is not None and text.startswith(
         "the 2 workers did not form one process group before they failed (2 of 2 never "
         "started torch.distributed, 2 of them took optimizer steps)"), text
     (tmp_path / "step-rank0-pid1.json").unlink()
     (tmp_path / "step-rank1-pid1.json").unlink()
-    assert group_check.verdict(group_check.read_records(tmp_path), expected_world=2,
+    assert group_check.verdict(group_record.read_records(tmp_path), expected_world=2,
                                local_ranks=["0", "1"], crashed=True) is None
 
 
 def test_the_first_optimizer_step_is_recorded_once(tmp_path, monkeypatch):
     import types
 
-    from scaletrain.launch import group_check
+    from scaletrain.launch.inproc import group_record
 
     hooks: list = []
 
@@ -146,11 +147,11 @@ def test_the_first_optimizer_step_is_recorded_once(tmp_path, monkeypatch):
         hooks.append(fn)
         return Handle(fn)
 
-    monkeypatch.setattr(group_check, "_STATE", {"folder": str(tmp_path), "rank": "1",
-                                                "world": None})
-    group_check.patch_optimizer(types.SimpleNamespace(register_optimizer_step_post_hook=register))
+    monkeypatch.setattr(group_record, "_STATE", {"folder": str(tmp_path), "rank": "1",
+                                                 "world": None})
+    group_record.patch_optimizer(types.SimpleNamespace(register_optimizer_step_post_hook=register))
     assert len(hooks) == 1
     hooks[0](None, (), {})
     assert hooks == []  # removed after the first step
-    assert group_check.read_records(tmp_path).stepped == {"1"}
-    group_check.patch_optimizer(types.SimpleNamespace())  # an old torch: nothing to hook
+    assert group_record.read_records(tmp_path).stepped == {"1"}
+    group_record.patch_optimizer(types.SimpleNamespace())  # an old torch: nothing to hook

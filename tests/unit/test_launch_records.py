@@ -11,7 +11,8 @@ import pytest
 
 from scaletrain.contract import EXIT_STOPPED, RUN_DIR_VAR
 from scaletrain.errors import UsageError
-from scaletrain.launch import frames, hang, rundir, supervise, worker
+from scaletrain.launch import frames, rundir, supervise
+from scaletrain.launch.inproc import hang, worker
 from scaletrain.launch.failure import (FailedRank, exit_code_for, render_tail, root_cause,
                                        worker_failed_error)
 from scaletrain.launch.spec import RunRequest, plan_launch
@@ -215,7 +216,7 @@ def test_worker_keeps_user_tracebacks_without_its_own_frames(entry, capsys):
     assert worker.main([str(script)]) == 1
     err = capsys.readouterr().err
     assert "Traceback" in err and "ValueError: mine" in err and 'train.py", line 3' in err
-    assert "runpy" not in err and "launch/worker.py" not in err
+    assert "runpy" not in err and "worker.py" not in err
     assert not (entry / "run" / "errors").exists()
 
 

@@ -84,7 +84,7 @@ def test_wait_limit(text, expected):
 
 
 def test_rank_and_world_are_read_from_init_process_group_arguments(monkeypatch):
-    from scaletrain.launch.rendezvous import _who
+    from scaletrain.launch.inproc.rendezvous import _who
 
     monkeypatch.setenv("RANK", "7")
     monkeypatch.setenv("WORLD_SIZE", "8")

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from scaletrain import torch_features
-from scaletrain.launch import agent_speed, local, signals
+from scaletrain.launch import local, patches, signals
 from scaletrain.launch.spec import RunRequest, plan_launch
 
 REPO = Path(__file__).resolve().parents[2]
@@ -97,12 +97,12 @@ def test_an_agent_without_a_signal_list_leaves_sigterm_to_the_launcher(monkeypat
     from torch.distributed.elastic.multiprocessing import api
     from torch.distributed.elastic.multiprocessing.api import SignalException
 
-    monkeypatch.setattr(signals, "launch_config_fields", lambda: frozenset({"min_nodes"}))
-    monkeypatch.setattr(signals, "agent_reads_signals_env", lambda: False)
+    monkeypatch.setattr(patches, "launch_config_fields", lambda: frozenset({"min_nodes"}))
+    monkeypatch.setattr(patches, "agent_reads_signals_env", lambda: False)
     torchs = api._terminate_process_handler
     seen, previous = _forwarding_handler()
     try:
-        with signals.torch_leaves_forwarded_signals():
+        with patches.torch_leaves_forwarded_signals():
             installed = api._terminate_process_handler  # what PContext.start would install
             installed(signal.SIGTERM, None)
             assert seen == [signal.SIGTERM]
@@ -114,10 +114,10 @@ def test_an_agent_without_a_signal_list_leaves_sigterm_to_the_launcher(monkeypat
 
 
 def test_an_agent_that_reads_the_list_from_the_environment_is_told_there(monkeypatch):
-    monkeypatch.setattr(signals, "launch_config_fields", lambda: frozenset({"min_nodes"}))
-    monkeypatch.setattr(signals, "agent_reads_signals_env", lambda: True)
+    monkeypatch.setattr(patches, "launch_config_fields", lambda: frozenset({"min_nodes"}))
+    monkeypatch.setattr(patches, "agent_reads_signals_env", lambda: True)
     monkeypatch.delenv(torch_features.SIGNALS_ENV, raising=False)
-    with signals.torch_leaves_forwarded_signals():
+    with patches.torch_leaves_forwarded_signals():
         assert os.environ[torch_features.SIGNALS_ENV] == signals.TORCH_SIGNALS
     assert torch_features.SIGNALS_ENV not in os.environ
 
@@ -142,11 +142,11 @@ def test_the_prompt_tailer_replaces_an_older_tailer_with_fewer_arguments(monkeyp
         raise AssertionError("kept")
 
     monkeypatch.setattr(tail_log, "tail_logfile", older)
-    agent_speed.prompt_tailers()
-    assert tail_log.tail_logfile is agent_speed.tail_logfile
+    patches.prompt_tailers()
+    assert tail_log.tail_logfile is patches.tail_logfile
     torch_features.tail_logfile_parameters.cache_clear()
     monkeypatch.setattr(tail_log, "tail_logfile", other)
-    agent_speed.prompt_tailers()
+    patches.prompt_tailers()
     assert tail_log.tail_logfile is other
 
 
@@ -258,3 +258,25 @@ def test_pipeline_evaluate_without_eval_names_the_torch_it_needs():
     with pytest.raises(StrategyError, match=r"needs torch 2\.9 or newer") as info:
         pipe.evaluate(torch.zeros(4, 3), torch.zeros(4))
     assert "\n" not in str(info.value).split("HINT")[0].strip()
+
+
+def test_this_torch_has_what_every_launcher_patch_replaces():
+    """A torch that drops one of these names silently loses that patch (its speed-up, or on
+    2.6 to 2.9 the SIGTERM forwarding): say so here, where the fallback would hide it."""
+    guards = {name: getattr(torch_features, name)() for name in (
+        "rendezvous_names_events", "rendezvous_skews_first_join", "pcontext_closes",
+        "subprocess_context_closes", "agent_monitors_workers")}
+    assert all(guards.values()), guards
+    # the stop-now handler is looked up by name only where the agent takes no signal list
+    if "signals_to_handle" not in torch_features.launch_config_fields() \
+            and not torch_features.agent_reads_signals_env():
+        assert torch_features.agent_terminate_handler()
+
+
+def test_a_missing_name_turns_its_patch_off(monkeypatch):
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous as rdzv
+
+    monkeypatch.delattr(rdzv, "_delay")
+    assert not torch_features.rendezvous_skews_first_join()
+    with patches.no_first_join_skew(True):
+        assert not hasattr(rdzv, "_delay")

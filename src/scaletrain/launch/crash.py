@@ -3,7 +3,7 @@
 A rank killed by SIGSEGV or SIGABRT raises no Python exception: its stderr ends with one line
 from the C library ("malloc(): unaligned tcache chunk detected", "Segmentation fault") and says
 nothing about which line of the program ran. The worker entry enables ``faulthandler`` into the
-rank's stack file in the run folder (:func:`scaletrain.launch.hang.install_stack_dump`), so a
+rank's stack file in the run folder (:func:`scaletrain.launch.inproc.hang.install_stack_dump`), so a
 fatal signal leaves a "Fatal Python error" dump there; :func:`crash_stack` reads the frames of
 the thread that crashed (or, when the crash came from a thread that runs no Python - a
 communication library's own thread - the main thread's), and the launcher prints them under the

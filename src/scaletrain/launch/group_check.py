@@ -5,43 +5,15 @@ processes there are, an example that skips ``init_process_group`` when it sees n
 worker then trains alone (world size 1), and the run exits 0 - N independent trainings, found
 out after the GPU hours are spent. No launcher tells; ``scaletrain run`` does.
 
-Worker side (through the worker shim): ``init_process_group`` is wrapped to record the group's
-size as soon as it is formed (so a program that destroys its group early still counts), the
-first optimizer step is recorded (a worker that stepped outside a group of all trained alone,
-even when it crashed later), and at exit each worker records which frameworks it had imported.
-Launcher side: :func:`verdict` reads those records once the workers have finished and returns
-a warning, or None when every worker joined one group of the run's size.
+Launcher side: once the workers have finished, :func:`verdict` judges what they recorded
+(:mod:`scaletrain.launch.inproc.group_record`, the worker side) and returns a warning, or None
+when every worker joined one group of the run's size.
 """
 
 from __future__ import annotations
 
-import atexit
-import functools
-import json
-import os
-import sys
-from dataclasses import dataclass
-from pathlib import Path
-from types import ModuleType
-from typing import Any
+from scaletrain.launch.inproc.group_record import FRAMEWORK_HINTS, Records
 
-from scaletrain.fileio import atomic_write
-
-# Framework modules worth naming in the warning, and the setting that usually causes it.
-FRAMEWORK_HINTS: dict[str, str] = {
-    "accelerate": "Accelerate on CPU needs its CPU setting ('accelerate launch --cpu', "
-                  "'use_cpu: true' in the config, or Accelerator(cpu=True)); without it each "
-                  "process runs alone",
-    "lightning": "Lightning starts its own processes unless the Trainer matches the launcher: "
-                 "Trainer(devices=<workers per node>, num_nodes=<nodes>, strategy='ddp')",
-    "pytorch_lightning": "Lightning starts its own processes unless the Trainer matches the "
-                         "launcher: Trainer(devices=<workers per node>, num_nodes=<nodes>, "
-                         "strategy='ddp')",
-    "deepspeed": "DeepSpeed needs deepspeed.init_distributed() (or deepspeed.initialize) in "
-                 "every process",
-    "horovod": "Horovod forms its group through MPI: start it with mpirun or srun, not "
-               "scaletrain run",
-}
 _GENERIC_HINT = ("the program may skip torch.distributed when it sees no GPU "
                  "(try 'scaletrain run --cpu' for a CPU smoke test), or call "
                  "init_process_group only under a launcher it recognises")
@@ -49,125 +21,6 @@ _GENERIC_HINT = ("the program may skip torch.distributed when it sees no GPU "
 _GENERIC_HINT_CPU = ("the program calls init_process_group only under a launcher it "
                      "recognises, or skips it on a path the CPU smoke test does not cover: look "
                      "for the condition around its init_process_group call")
-
-_STATE: dict[str, Any] = {}
-
-
-def start_recording(folder: str, rank: str) -> None:
-    """Worker side: remember where to record, and record the frameworks at exit."""
-    _STATE.update(folder=folder, rank=rank, world=None)
-    atexit.register(_record_exit)
-
-
-def _write(kind: str, payload: dict[str, Any]) -> None:
-    folder = _STATE.get("folder")
-    if not folder:
-        return
-    path = Path(folder) / f"{kind}-rank{_STATE['rank']}-pid{os.getpid()}.json"
-    try:
-        atomic_write(path, json.dumps(payload))
-    except OSError:  # the launcher's folder is gone (it stopped): nothing to tell it
-        pass
-
-
-def _record_group(dist: ModuleType) -> None:
-    try:
-        world = int(dist.get_world_size())
-    except Exception:  # noqa: BLE001 - a record must never break the program
-        return
-    _STATE["world"] = world
-    _write("group", {"rank": _STATE.get("rank"), "world_size": world})
-
-
-def patch_optimizer(optimizer: ModuleType) -> None:  # torch.optim.optimizer
-    """Record the worker's first optimizer step, then stop listening (a global hook of torch's,
-    removed at once: the steps after the first cost nothing)."""
-    register = getattr(optimizer, "register_optimizer_step_post_hook", None)
-    if register is None:  # feature test: torch without global optimizer hooks
-        return
-    handles: list[Any] = []
-
-    def first_step(*_: Any) -> None:
-        for handle in handles:
-            handle.remove()
-        handles.clear()
-        _write("step", {"rank": _STATE.get("rank"), "world_size": _STATE.get("world")})
-
-    handles.append(register(first_step))
-
-
-def _framework_worlds() -> dict[str, int]:
-    """The process count a framework itself trained with, where it can be read.
-
-    Accelerate forms a torch group of all workers and still trains each one alone
-    (``DistributedType.NO``, ``num_processes == 1``) when its CPU setting is missing on a
-    machine without GPUs: the torch group alone does not show it.
-    """
-    out: dict[str, int] = {}
-    state = sys.modules.get("accelerate.state")
-    shared = getattr(getattr(state, "PartialState", None), "_shared_state", None)
-    if isinstance(shared, dict) and isinstance(shared.get("num_processes"), int):
-        out["accelerate"] = shared["num_processes"]
-    return out
-
-
-def _record_exit() -> None:
-    found = sorted(name for name in FRAMEWORK_HINTS if name in sys.modules)
-    _write("exit", {"rank": _STATE.get("rank"), "frameworks": found,
-                    "world_size": _STATE.get("world"), "framework_worlds": _framework_worlds()})
-
-
-def patch_c10d(c10d: Any) -> None:  # torch.distributed.distributed_c10d, patched
-    """Wrap ``init_process_group`` in torch.distributed.distributed_c10d to record the size."""
-    original = getattr(c10d, "init_process_group")
-    if getattr(original, "_scaletrain_recorded", False):
-        return
-
-    @functools.wraps(original)
-    def init_process_group(*args: Any, **kwargs: Any) -> Any:
-        result = original(*args, **kwargs)
-        _record_group(c10d)
-        return result
-
-    setattr(init_process_group, "_scaletrain_recorded", True)
-    setattr(c10d, "init_process_group", init_process_group)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Records:
-    """What the workers of one node recorded."""
-
-    groups: dict[str, int]              # launcher rank -> size of the group it formed
-    exited: set[str]                    # launcher ranks that reached a normal exit
-    stepped: set[str]                   # launcher ranks that took an optimizer step
-    frameworks: set[str]
-    framework_worlds: dict[str, dict[str, int]]  # launcher rank -> {framework: its process count}
-
-
-def read_records(folder: str | os.PathLike[str]) -> Records:
-    """Collect the workers' records (unreadable ones are skipped)."""
-    groups: dict[str, int] = {}
-    exited: set[str] = set()
-    stepped: set[str] = set()
-    frameworks: set[str] = set()
-    framework_worlds: dict[str, dict[str, int]] = {}
-    for path in sorted(Path(folder).glob("*.json")):
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        rank = str(data.get("rank"))
-        if path.name.startswith("group-") and isinstance(data.get("world_size"), int):
-            groups[rank] = max(groups.get(rank, 0), data["world_size"])
-        elif path.name.startswith("step-"):
-            stepped.add(rank)
-        elif path.name.startswith("exit-"):
-            exited.add(rank)
-            frameworks.update(str(f) for f in data.get("frameworks", ()))
-            worlds = data.get("framework_worlds") or {}
-            framework_worlds[rank] = {str(k): v for k, v in worlds.items() if isinstance(v, int)}
-    return Records(groups=groups, exited=exited, stepped=stepped, frameworks=frameworks,
-                   framework_worlds=framework_worlds)
 
 
 def verdict(records: Records, *, expected_world: int, local_ranks: list[str],

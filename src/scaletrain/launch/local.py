@@ -25,25 +25,26 @@ from typing import TYPE_CHECKING, Any
 
 from scaletrain.contract import EXIT_STOPPED, GROUP_RECORD_VAR
 from scaletrain.errors import LaunchError
-from scaletrain.launch.cpu_smoke import BANNER
+from scaletrain.launch.inproc.cpu_smoke import BANNER
 from scaletrain.launch.failure import (FailedRank, collect_failures, render_tail, root_cause,
                                        worker_failed_error)
-from scaletrain.launch.group_check import read_records, verdict
+from scaletrain.launch.group_check import verdict
+from scaletrain.launch.inproc.group_record import read_records
 from scaletrain.launch.mps import mps_daemon
 from scaletrain.launch import lean
-from scaletrain.launch.agent_speed import (cheap_rendezvous_event_names, no_first_join_skew,
-                                           prompt_tailers, stop_tailers_together)
+from scaletrain.launch.patches import (cheap_rendezvous_event_names, no_first_join_skew,
+                                       prompt_tailers, stop_tailers_together,
+                                       torch_leaves_forwarded_signals)
 from scaletrain.launch.output import make_logs_specs, prefix_template
 from scaletrain.launch.ports import check_port_free
 from scaletrain.launch.reaper import ending_with_run
 from scaletrain.launch.crash import crash_stack
 from scaletrain.launch.rundir import read_errors, read_finished
-from scaletrain.launch.signals import (TORCH_SIGNALS, forward_stop_signals, stop_outcome,
-                                       torch_leaves_forwarded_signals)
+from scaletrain.launch.signals import TORCH_SIGNALS, forward_stop_signals, stop_outcome
 from scaletrain.launch.spec import LaunchPlan
 from scaletrain.runtime.masteraddr import Target, resolve_or_fail, wait_limit
 from scaletrain.launch.supervise import run_folder, supervised_agent, worker_environ
-from scaletrain.launch.worker import worker_args
+from scaletrain.launch.inproc.worker import worker_args
 from scaletrain.torch_features import launch_config_fields
 
 if TYPE_CHECKING:
@@ -99,7 +100,7 @@ def _config(plan: LaunchPlan, logs_specs: object) -> LaunchConfig:
         run_id = uuid.uuid4().hex
     # Fields newer torch added (torch_features.launch_config_fields): passed where torch has
     # them. Without shutdown_timeout the agent waits its own 30 s before SIGKILL; without
-    # signals_to_handle, signals.torch_leaves_forwarded_signals keeps SIGTERM ours.
+    # signals_to_handle, patches.torch_leaves_forwarded_signals keeps SIGTERM ours.
     optional: dict[str, Any] = {
         "shutdown_timeout": _shutdown_timeout(),
         "signals_to_handle": TORCH_SIGNALS,  # SIGTERM: forwarded so workers can save (signals.py)

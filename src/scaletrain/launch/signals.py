@@ -29,7 +29,6 @@ from typing import Any
 
 from scaletrain.contract import EXIT_STOPPED, FORWARDED_SIGNALS
 from scaletrain.launch.reaper import children, send
-from scaletrain.torch_features import SIGNALS_ENV, agent_reads_signals_env, launch_config_fields
 
 FORWARDED = tuple(signal.Signals["SIG" + name] for name in FORWARDED_SIGNALS)
 # Seconds the workers get after a forwarded SIGTERM to save and exit on their own, before the
@@ -123,51 +122,6 @@ def forward_stop_signals(stop_timeout_s: float = STOP_TIMEOUT_S) -> Iterator[For
                 signal.signal(s, handler if handler is not None else signal.SIG_DFL)
             except (ValueError, TypeError):
                 pass
-
-
-@contextmanager
-def torch_leaves_forwarded_signals() -> Iterator[None]:
-    """Within the block, torch's agent handles only :data:`TORCH_SIGNALS`, on every torch.
-
-    A torch whose LaunchConfig has ``signals_to_handle`` is told by ``_config``. One whose agent
-    reads the list from ``TORCHELASTIC_SIGNALS_TO_HANDLE`` only is told that way. An older one
-    (2.6 to 2.9) installs its stop-now handler for SIGTERM too when the workers start, which would
-    end them without a chance to save: there, its handler passes the signals we forward to the
-    handler that was in place when the block began (:func:`forward_stop_signals`'s). Where even
-    that handler cannot be found, torch is left as it is: a SIGTERM then stops the workers at
-    once, as torchrun would. Enter after ``forward_stop_signals``, in the main thread.
-    """
-    if "signals_to_handle" in launch_config_fields():
-        yield
-        return
-    if agent_reads_signals_env():
-        saved = os.environ.get(SIGNALS_ENV)
-        os.environ[SIGNALS_ENV] = TORCH_SIGNALS
-        try:
-            yield
-        finally:
-            if saved is None:
-                os.environ.pop(SIGNALS_ENV, None)
-            else:
-                os.environ[SIGNALS_ENV] = saved
-        return
-    from torch.distributed.elastic.multiprocessing import api
-
-    torchs = getattr(api, "_terminate_process_handler", None)
-    ours = {s: h for s in FORWARDED if callable(h := signal.getsignal(s))}
-    if not callable(torchs) or not ours:
-        yield
-        return
-
-    def handler(signum: int, frame: Any) -> None:
-        mine = ours.get(signal.Signals(signum))
-        (mine if mine is not None else torchs)(signum, frame)
-
-    api._terminate_process_handler = handler  # PContext.start looks the name up when it runs
-    try:
-        yield
-    finally:
-        api._terminate_process_handler = torchs
 
 
 def stop_outcome(state: Forwarding, exit_codes: Iterable[int]) -> tuple[int, str] | None:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 
 from scaletrain.contract import BACKEND_VAR, DEFAULT_PORT, PROCS_PER_GPU_VAR, TIMEOUT_VAR
 from scaletrain.errors import UsageError
-from scaletrain.launch.emulate import MODES
+from scaletrain.launch.inproc.emulate import MODES
 from scaletrain.launch.threads import ThreadBudget, thread_budget
 from scaletrain.runtime.threads import allowed_cpus
 
@@ -32,7 +32,7 @@ from scaletrain.runtime.threads import allowed_cpus
 # process with torch loaded, ~300 MB): refused before anything is spawned.
 WORKERS_PER_CORE = 4
 MIN_WORKER_BOUND = 8
-from scaletrain.launch.worker_shim import launcher_env
+from scaletrain.launch.inproc.worker_shim import launcher_env
 # Variables the runtime (scaletrain.init) reads; the launcher sets them only when asked.
 
 

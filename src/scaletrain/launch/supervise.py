@@ -11,8 +11,8 @@ failures are worth a restart, and the environment that lets workers die with the
   wrong). Those end the run at once instead of burning the restarts.
 
 torch builds its ``LocalElasticAgent`` inside ``elastic_launch``; :func:`supervised_agent`
-substitutes a subclass for the duration of one launch (the launcher is its own process, and
-the substitution is undone on return).
+has a subclass substituted for the duration of one launch (the launcher is its own process,
+and the substitution is undone on return; the patch itself is in :mod:`scaletrain.launch.patches`).
 """
 
 from __future__ import annotations
@@ -22,15 +22,17 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
 from scaletrain.contract import AGENT_PID_VAR, EXIT_STOPPED, RUN_DIR_VAR
 from scaletrain.fileio import writable_dir
-from scaletrain.launch import hang, rundir
+from scaletrain.launch import rundir
+from scaletrain.launch.inproc import hang
 from scaletrain.launch.failure import FailedRank, describe, root_cause
 from scaletrain.launch.output import tail_lines
+from scaletrain.launch.patches import agent_hooks
 
 # A record of these exit codes means the same input would fail the same way again.
 _DETERMINISTIC = (2, 3)
@@ -99,54 +101,37 @@ def diagnose_before_close(handlers: Mapping[int, Any], stderrs: Mapping[int, str
     return False
 
 
-@contextmanager
 def supervised_agent(run_dir: str, failures: Callable[[Mapping[int, object]], list[FailedRank]],
-                     world_size: int) -> Iterator[None]:
+                     world_size: int) -> AbstractContextManager[None]:
     """Make ``elastic_launch`` use an agent that skips pointless restarts and says when it
-    restarts, and a process context that diagnoses silent timeouts before it stops workers.
+    restarts, and a process context that diagnoses silent timeouts before it stops workers
+    (installed by :func:`scaletrain.launch.patches.agent_hooks`).
 
     ``failures(report)`` turns the agent's report (global rank -> ProcessFailure) into
     FailedRanks with their stderr tails and records.
     """
-    import torch.distributed.elastic.multiprocessing.api as mp_api
-    import torch.distributed.launcher.api as api
 
-    base = api.LocalElasticAgent
-    base_close = getattr(mp_api.SubprocessContext, "_close", None)
-
-    def _close(ctx, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def before_close(ctx: Any) -> None:
         try:
             diagnose_before_close(getattr(ctx, "subprocess_handlers", {}),
                                   getattr(ctx, "stderrs", {}), run_dir, world_size)
         except Exception as exc:  # forensics must never stop the shutdown
             print(f"scaletrain: could not collect the ranks' stacks: {exc}", file=sys.stderr)
-        return base_close(ctx, *args, **kwargs)  # type: ignore[misc]
 
-    class _Agent(base):  # type: ignore[misc, valid-type]
-        def _monitor_workers(self, worker_group: Any) -> Any:
-            result = super()._monitor_workers(worker_group)
-            remaining: int = getattr(self, "_remaining_restarts")
-            if result.is_failed() and remaining > 0:
-                reason = no_restart_reason(result.failures, run_dir)
-                if reason is not None:
-                    self._remaining_restarts = 0
-                    print(f"scaletrain: {reason}", file=sys.stderr, flush=True)
-                else:
-                    left = remaining - 1
-                    cause = describe(root_cause(failures(result.failures)))
-                    print(f"scaletrain: {cause}; restarting all workers "
-                          f"({left} restart(s) left after this one; a script with a "
-                          "Checkpointer resumes from its latest checkpoint)",
-                          file=sys.stderr, flush=True)
-                    rundir.clear_errors(run_dir)
-            return result
+    def after_monitor(agent: Any, result: Any) -> None:
+        remaining: int = getattr(agent, "_remaining_restarts")
+        if result.is_failed() and remaining > 0:
+            reason = no_restart_reason(result.failures, run_dir)
+            if reason is not None:
+                agent._remaining_restarts = 0
+                print(f"scaletrain: {reason}", file=sys.stderr, flush=True)
+            else:
+                left = remaining - 1
+                cause = describe(root_cause(failures(result.failures)))
+                print(f"scaletrain: {cause}; restarting all workers "
+                      f"({left} restart(s) left after this one; a script with a "
+                      "Checkpointer resumes from its latest checkpoint)",
+                      file=sys.stderr, flush=True)
+                rundir.clear_errors(run_dir)
 
-    setattr(api, "LocalElasticAgent", _Agent)
-    if base_close is not None:
-        setattr(mp_api.SubprocessContext, "_close", _close)
-    try:
-        yield
-    finally:
-        setattr(api, "LocalElasticAgent", base)
-        if base_close is not None:
-            setattr(mp_api.SubprocessContext, "_close", base_close)
+    return agent_hooks(after_monitor, before_close)

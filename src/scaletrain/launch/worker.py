@@ -1,172 +1,19 @@
-"""The entry of every worker `scaletrain run` starts: ``python -m scaletrain.launch.worker [-m] TARGET ARGS``.
+"""``python -m scaletrain.launch.worker [-m] TARGET ARGS``: the command line of every worker
+`scaletrain run` starts (as ``ps`` and py-spy show it, and as docs/benchmarks.md names it).
 
-It runs the user's script (or module) exactly as ``python SCRIPT ARGS`` would (``__main__``,
-``sys.argv``, ``sys.path[0]``), with five additions that only a process of our own can give:
-
-- it dies with its agent: ``PR_SET_PDEATHSIG`` makes the kernel SIGKILL the worker when
-  `scaletrain run` dies, even by ``kill -9`` (torch's agent puts workers in their own session,
-  so nothing else would reach them and they would train on as orphans);
-- it answers a stack request (:mod:`scaletrain.launch.hang`), for hang forensics;
-- a ``ScaletrainError`` (a bad strategy, batch size, environment) becomes a structured record
-  in the run folder, rendered by the launcher as one line, a HINT and its exit code; the
-  user's own errors keep their full traceback (minus this wrapper's frames);
-- a collective that times out is diagnosed: the record names the ranks that did not arrive;
-- when the program returns it marks the run folder (a crash after that happened while Python
-  shut down) and waits for gloo's worker threads to go idle, so the exit cannot abort under them.
-
-Nothing here imports torch; the script does.
+The entry's code runs inside the user's process, so it lives with the rest of that side in
+:mod:`scaletrain.launch.inproc.worker`; this module only hands over to it. Its frames are
+dropped from the user's tracebacks there, as that module's own are.
 """
 
 from __future__ import annotations
 
-import ctypes
-import os
-import runpy
-import signal
 import sys
-import traceback
-from types import TracebackType
-
-from scaletrain.contract import AGENT_PID_VAR, RUN_DIR_VAR
-from scaletrain.errors import ScaletrainError
-from scaletrain.launch import frames, hang, rundir
-
-_PR_SET_PDEATHSIG = 1
-# The frames above the user's program: this file and runpy's (by their real paths, so a user's
-# own "myrunpy.py" is never taken for one of them)
-_OUR_FILES = frozenset({os.path.realpath(__file__), os.path.realpath(runpy.__file__ or "runpy.py"),
-                        "<frozen runpy>"})
-
-
-def worker_args(args: tuple[str, ...]) -> tuple[str, ...]:
-    """The interpreter arguments that run ``args`` (``-u SCRIPT ...`` / ``-u -m MOD ...``) here."""
-    rest = args[1:] if args[:1] == ("-u",) else args
-    return ("-u", "-m", "scaletrain.launch.worker", *rest)
-
-
-def die_with_parent(environ: dict[str, str] | os._Environ[str] = os.environ) -> bool:
-    """Ask the kernel to SIGKILL this process when its parent (the agent) dies. Linux only.
-
-    The agent may have died between our fork and this call: then our parent is already
-    someone else (init or a subreaper) and we exit at once.
-    """
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0:
-            return False
-    except (OSError, AttributeError):  # not Linux
-        return False
-    expected = environ.get(AGENT_PID_VAR, "")
-    if expected.isdigit() and os.getppid() != int(expected):
-        os._exit(128 + int(signal.SIGKILL))
-    return True
-
-
-def _user_traceback(tb: TracebackType | None) -> TracebackType | None:
-    """Drop this wrapper's and runpy's frames from the top of a traceback."""
-    while tb is not None and _is_wrapper(tb.tb_frame.f_code.co_filename):
-        tb = tb.tb_next
-    return tb
-
-
-def _is_wrapper(path: str) -> bool:
-    return path in _OUR_FILES or (not path.startswith("<") and os.path.realpath(path) in _OUR_FILES)
-
-
-def _where(tb: TracebackType | None) -> str:
-    """The user's line: the innermost frame outside scaletrain's and torch's installed folders."""
-    for frame in reversed(traceback.extract_tb(tb)):
-        if frames.is_user_frame(frame.filename):
-            return f"{frames.short_path(frame.filename)}:{frame.lineno} in {frame.name}"
-    return ""
-
-
-def _report(record: rundir.ErrorRecord, run_dir: str | None, text: str) -> None:
-    """Leave ``record`` for the launcher; print ``text`` only when no launcher will read it."""
-    if run_dir:
-        try:
-            rundir.write_error(run_dir, record)
-            return
-        except OSError:
-            pass
-    print(text, file=sys.stderr, flush=True)
-
-
-def _run(target: list[str]) -> None:
-    if target[:1] == ["-m"]:
-        module, argv = target[1], target[2:]
-        sys.argv = [module, *argv]  # run_module(alter_sys=True) sets argv[0] to the file
-        runpy.run_module(module, run_name="__main__", alter_sys=True)
-    else:
-        script, argv = target[0], target[1:]
-        sys.argv = [script, *argv]
-        sys.path[0] = os.path.dirname(os.path.abspath(script))  # as `python SCRIPT` does
-        runpy.run_path(script, run_name="__main__")
-
-
-def main(target: list[str]) -> int:
-    """Run ``target`` (``SCRIPT ARGS`` or ``-m MODULE ARGS``); returns the exit code."""
-    die_with_parent()
-    run_dir = os.environ.get(RUN_DIR_VAR) or None
-    rank = int(os.environ.get("RANK", "0") or 0)
-    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
-    stack_file = hang.install_stack_dump(run_dir, rank, attempt) if run_dir else None
-    try:
-        _run(target)
-    except SystemExit as exc:
-        if exc.code is None or exc.code == 0:
-            _finished(run_dir, rank)
-        raise
-    except ScaletrainError as exc:
-        tb = _user_traceback(exc.__traceback__)
-        _report(rundir.ErrorRecord(rank=rank, kind="error", type=type(exc).__name__,
-                                   message=exc.message, hint=exc.hint, exit_code=exc.exit_code,
-                                   where=_where(tb), attempt=attempt),
-                run_dir, exc.render())
-        return exc.exit_code
-    except KeyboardInterrupt:
-        raise
-    except BaseException as exc:
-        tb = _user_traceback(exc.__traceback__)
-        if run_dir and hang.is_collective_timeout(exc):
-            world = int(os.environ.get("WORLD_SIZE", "1") or 1)
-            record = hang.diagnose(exc.with_traceback(tb), run_dir=run_dir, rank=rank,
-                                   world_size=world, attempt=attempt, own_stack=stack_file,
-                                   waited_s=_configured_timeout())
-            stack_file = None  # it holds the dump: keep it
-            _report(record, run_dir, f"scaletrain: error: {record.message}\n  HINT: {record.hint}")
-        sys.excepthook(type(exc), exc.with_traceback(tb), tb)  # printers read __traceback__
-        return 1
-    finally:
-        hang.remove_if_empty(stack_file)
-    _finished(run_dir, rank)
-    return 0
-
-
-def _finished(run_dir: str | None, rank: int) -> None:
-    """The program returned: say so in the run folder (a crash from now on happened while the
-    interpreter shut down), then let gloo's worker threads go idle before it does (torch
-    aborts the process when one is still releasing work at exit, see runtime/settle.py)."""
-    if run_dir:
-        try:
-            rundir.write_finished(run_dir, rank)
-        except OSError:
-            pass
-    # imported only now: while the program runs, nothing of scaletrain's runtime is loaded in it
-    from scaletrain.runtime import settle
-
-    settle.settle_gloo_workers()
-
-
-def _configured_timeout() -> float | None:
-    timeouts = sys.modules.get("scaletrain.runtime.timeouts")
-    if timeouts is None:
-        return None
-    return timeouts.current_step_timeout() if timeouts.is_started() else None
-
 
 if __name__ == "__main__":
     if len(sys.argv) < 2 or (sys.argv[1] == "-m" and len(sys.argv) < 3):
         print("usage: python -m scaletrain.launch.worker [-m] TARGET [ARGS...]", file=sys.stderr)
         sys.exit(2)
+    from scaletrain.launch.inproc.worker import main
+
     sys.exit(main(sys.argv[1:]))

@@ -1,6 +1,6 @@
 """A ``ScaletrainError`` that escapes the user's program: one line, its hint, its exit code.
 
-Under ``scaletrain run`` the worker catches it (launch/worker.py). A program started by
+Under ``scaletrain run`` the worker catches it (launch/inproc/worker.py). A program started by
 ``srun python3 -u train.py`` (what the default launcher writes), by torchrun or directly has no
 such wrapper: Python printed a traceback and exited 1. :func:`install` (called first thing by
 ``scaletrain.init()``) chains an excepthook that renders our errors the way the CLI does and

@@ -7,7 +7,7 @@ start can be slow on a cluster), then stops with one line naming the variable.
 
 :func:`rendezvous_target` reads the address and port a call to ``init_process_group`` will
 use, so a rendezvous that never completes can be reported with them
-(:mod:`scaletrain.launch.rendezvous`). Pure standard library; no torch.
+(:mod:`scaletrain.launch.inproc.rendezvous`). Pure standard library; no torch.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """What ``scaletrain run`` does inside each worker before the program's first line.
 
-Activated by the ``sitecustomize`` in :mod:`scaletrain.launch.shim`, which the launcher puts on
+Activated by the ``sitecustomize`` in :mod:`scaletrain.launch.inproc.shim`, which the launcher puts on
 its workers' PYTHONPATH only (the user's environment is never changed). It reads what the
 launcher asked for from ``SCALETRAIN_*`` variables (:mod:`scaletrain.contract`):
 
 - ``SCALETRAIN_GROUP_RECORD``: record the process group each worker forms, so the launcher can
-  say when N workers finished without ever forming one group of N (:mod:`group_check`);
+  say when N workers finished without ever forming one group of N (:mod:`group_record`);
 - ``SCALETRAIN_EMULATE``: give the worker srun's or mpirun's variables (:mod:`emulate`);
 - ``SCALETRAIN_CPU_SMOKE``: run a CUDA/NCCL program on the CPU (:mod:`cpu_smoke`).
 
@@ -77,7 +77,7 @@ def after_import(hooks: dict[str, list[Hook]]) -> None:
 
 
 def _emulate(mode: str, environ: MutableMapping[str, str]) -> None:
-    from scaletrain.launch.emulate import TORCHRUN_VARS, Place, emulated_vars
+    from scaletrain.launch.inproc.emulate import TORCHRUN_VARS, Place, emulated_vars
 
     world = int(environ["WORLD_SIZE"])
     nodes = int(environ.get(EMULATE_NODES_VAR, "1") or 1)
@@ -116,7 +116,7 @@ def activate(environ: MutableMapping[str, str] | None = None) -> None:
     world = env.get("WORLD_SIZE", "")
     hooks: dict[str, list[Hook]] = {}
     try:
-        from scaletrain.launch import rendezvous
+        from scaletrain.launch.inproc import rendezvous
 
         rendezvous.remember_agent_store(env)
         hooks["torch.distributed.distributed_c10d"] = [rendezvous.patch_c10d]
@@ -124,14 +124,14 @@ def activate(environ: MutableMapping[str, str] | None = None) -> None:
             lambda module: rendezvous.patch_multiprocessing(module, world, rank)]
         record = env.get(GROUP_RECORD_VAR)
         if record:
-            from scaletrain.launch import group_check
+            from scaletrain.launch.inproc import group_record
 
-            group_check.start_recording(record, rank)
+            group_record.start_recording(record, rank)
             hooks.setdefault("torch.distributed.distributed_c10d", []).append(
-                group_check.patch_c10d)
-            hooks.setdefault("torch.optim.optimizer", []).append(group_check.patch_optimizer)
+                group_record.patch_c10d)
+            hooks.setdefault("torch.optim.optimizer", []).append(group_record.patch_optimizer)
         if env.get(CPU_SMOKE_VAR) == "1":
-            from scaletrain.launch import cpu_smoke
+            from scaletrain.launch.inproc import cpu_smoke
 
             cpu_smoke.clip_affinity()
             cpu_smoke.install_cuda_missing_hook(rank, mapped=True)
@@ -141,7 +141,7 @@ def activate(environ: MutableMapping[str, str] | None = None) -> None:
             hooks.setdefault("torch.distributed.device_mesh", []).append(
                 cpu_smoke.patch_device_mesh)
         else:
-            from scaletrain.launch.cpu_smoke import install_cuda_missing_hook
+            from scaletrain.launch.inproc.cpu_smoke import install_cuda_missing_hook
 
             install_cuda_missing_hook(rank)
         mode = env.get(EMULATE_VAR)
@@ -167,7 +167,7 @@ def launcher_env(*, environ: Mapping[str, str], emulate: str | None, nodes: int,
     path = environ.get("PYTHONPATH", "")
     out = {"PYTHONPATH": shim + (os.pathsep + path if path else "")}
     if emulate:
-        from scaletrain.launch.emulate import USER_KEPT_VARS
+        from scaletrain.launch.inproc.emulate import USER_KEPT_VARS
 
         exported = {name: environ[name] for name in USER_KEPT_VARS if name in environ}
         out.update({EMULATE_VAR: emulate, EMULATE_NODES_VAR: str(nodes), EMULATE_JOB_VAR: job_id,

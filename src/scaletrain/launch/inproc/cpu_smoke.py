@@ -28,7 +28,8 @@ from types import ModuleType, SimpleNamespace
 from typing import Any
 
 from scaletrain.contract import CPU_SMOKE_VAR
-from scaletrain.launch import cpu_cuda, cpu_map, frames
+from scaletrain.launch import frames
+from scaletrain.launch.inproc import cpu_cuda, cpu_map
 
 BANNER = ("CPU smoke test (--cpu): CUDA calls run on CPU processes and NCCL is gloo; "
           "it checks that the program runs and its ranks agree, not its speed or GPU numbers")

@@ -2,7 +2,7 @@
 
 ``scaletrain run`` puts this folder first on its workers' PYTHONPATH; Python imports
 ``sitecustomize`` from it before the program runs. It hands over to
-:mod:`scaletrain.launch.worker_shim` (which reads what the launcher asked for from
+:mod:`scaletrain.launch.inproc.worker_shim` (which reads what the launcher asked for from
 ``SCALETRAIN_*`` variables), then runs the next ``sitecustomize`` on the path, if any, so a
 site's own customisation still happens. Nothing here imports torch.
 """
@@ -36,7 +36,7 @@ def _activate() -> None:
     """
     before = {name for name in sys.modules if name == "scaletrain" or name.startswith("scaletrain.")}
     try:
-        from scaletrain.launch.worker_shim import activate
+        from scaletrain.launch.inproc.worker_shim import activate
     except ImportError:  # scaletrain not importable in this interpreter: leave the program alone
         return
     try:

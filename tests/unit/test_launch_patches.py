@@ -17,8 +17,8 @@ from torch.distributed.elastic.multiprocessing.tail_log import TailLog  # noqa: 
 from torch.distributed.elastic.multiprocessing import tail_log  # noqa: E402
 from torch.distributed.elastic.rendezvous import dynamic_rendezvous as rdzv  # noqa: E402
 
-from scaletrain.launch import agent_speed  # noqa: E402
-from scaletrain.launch.agent_speed import (cheap_rendezvous_event_names, no_first_join_skew,  # noqa: E402
+from scaletrain.launch import patches  # noqa: E402
+from scaletrain.launch.patches import (cheap_rendezvous_event_names, no_first_join_skew,  # noqa: E402
                                            prompt_tailers, stop_tailers_together)
 
 
@@ -122,7 +122,7 @@ def test_the_tailer_waits_on_finished_and_reads_to_the_end(tmp_path, monkeypatch
             return len(text)
 
     log.write_text("a\nb\n")
-    agent_speed.tail_logfile("[rank 0] ", str(log), _Growing(), finished, 0.1,
+    patches.tail_logfile("[rank 0] ", str(log), _Growing(), finished, 0.1,
                              log_line_filter=lambda line: line != "b\n")
     assert lines == ["[rank 0] a\n", "[rank 0] c\n", "[rank 0] d\n"]
 
@@ -130,7 +130,7 @@ def test_the_tailer_waits_on_finished_and_reads_to_the_end(tmp_path, monkeypatch
 def test_the_tailer_waits_for_its_file_and_leaves_if_it_never_comes(tmp_path):
     finished = _NoSleep()
     threading.Timer(0, finished.set).start()
-    agent_speed.tail_logfile("[rank 0] ", str(tmp_path / "never.log"), io.StringIO(), finished, 0.1)
+    patches.tail_logfile("[rank 0] ", str(tmp_path / "never.log"), io.StringIO(), finished, 0.1)
     assert finished.is_set()
 
 
@@ -138,7 +138,7 @@ def test_torchs_tailers_use_ours_and_lose_no_line(tmp_path, monkeypatch):
     monkeypatch.setattr(tail_log, "tail_logfile", tail_log.tail_logfile)  # restored after the test
     prompt_tailers()
     prompt_tailers()  # idempotent
-    assert tail_log.tail_logfile is agent_speed.tail_logfile  # torch's arguments are ours
+    assert tail_log.tail_logfile is patches.tail_logfile  # torch's arguments are ours
     files = {r: tmp_path / f"{r}.log" for r in range(2)}
     for r, path in files.items():
         path.write_text("".join(f"line {i} of rank {r}\n" for i in range(50)))
@@ -184,7 +184,7 @@ def test_the_tailer_copies_bytes_exactly_with_one_prefix_per_line(tmp_path):
     finished = _NoSleep()
     finished.set()
     out = _Bytes()
-    agent_speed.tail_logfile("[rank 0] ", str(log), out, finished, 0.1)
+    patches.tail_logfile("[rank 0] ", str(log), out, finished, 0.1)
     out.flush()
     got = out.buffer.getvalue()
     lines = data.split(b"\n")
@@ -192,13 +192,13 @@ def test_the_tailer_copies_bytes_exactly_with_one_prefix_per_line(tmp_path):
 
 
 def test_a_line_in_pieces_gets_one_prefix_and_a_filtered_line_stays_out_whole(tmp_path, monkeypatch):
-    monkeypatch.setattr(agent_speed, "_PIECE", 4)   # every line arrives in pieces of 4 bytes
+    monkeypatch.setattr(patches, "_PIECE", 4)   # every line arrives in pieces of 4 bytes
     log = tmp_path / "0.log"
     log.write_bytes(b"keep this line\nhide this line\nkeep\n")
     finished = _NoSleep()
     finished.set()
     out = _Bytes()
-    agent_speed.tail_logfile("[r0] ", str(log), out, finished, 0.1,
+    patches.tail_logfile("[r0] ", str(log), out, finished, 0.1,
                              log_line_filter=lambda line: not line.startswith("hide"))
     out.flush()
     assert out.buffer.getvalue() == b"[r0] keep this line\n[r0] keep\n"

@@ -1,8 +1,41 @@
-"""Slow spots of torch's elastic agent that `scaletrain run` works around in its own process.
+"""Every patch `scaletrain run` makes to torch's internals (and the one CPython private it
+calls), in one place, each beside the feature test that guards it.
 
-Each is worth tens to hundreds of milliseconds of every local launch (issue 23: the launcher at
-or under torchrun's wall time), and each changes only how long the agent takes, never what it
-does:
+The launcher's own process only. Each patch here changes how long the agent takes or which
+signals it handles, never what it does; each asks :mod:`scaletrain.torch_features` whether
+torch still has what it replaces and, where it does not, leaves torch as it is. Inside the
+workers, patching torch *is* the feature (``--cpu``, the bounded rendezvous, the group
+records), so those patches stay with their features in :mod:`scaletrain.launch.inproc`; every
+one of them is installed in one place, ``inproc.worker_shim.activate``, when the program
+imports the torch module it patches: ``rendezvous.patch_c10d``/``patch_multiprocessing``,
+``group_record.patch_c10d``/``patch_optimizer``, ``cpu_smoke.patch_torch``/``patch_c10d``/
+``patch_device_mesh`` (with ``cpu_cuda`` and ``cpu_map`` under them), and at start-up
+``cpu_smoke.clip_affinity`` (``os.sched_setaffinity``) and ``install_cuda_missing_hook``
+(``sys.excepthook``).
+
+=============================================  ==========================================================
+patch (what it replaces)                       guard (scaletrain.torch_features)
+=============================================  ==========================================================
+:func:`cheap_rendezvous_event_names`           ``rendezvous_names_events()``
+(``dynamic_rendezvous.get_method_name``)
+:func:`stop_tailers_together`                  ``pcontext_closes()``
+(``PContext.close``)
+:func:`prompt_tailers`                         ``tail_logfile_parameters()`` a prefix of ours
+(``tail_log.tail_logfile``)
+:func:`no_first_join_skew`                     ``rendezvous_skews_first_join()``
+(``dynamic_rendezvous._delay``, one block)
+:func:`torch_leaves_forwarded_signals`         ``launch_config_fields()``, ``agent_reads_signals_env()``,
+(``api._terminate_process_handler``)           ``agent_terminate_handler()``
+:func:`agent_hooks` (``LocalElasticAgent``,    ``agent_monitors_workers()``, ``subprocess_context_closes()``
+``SubprocessContext._close``, one block)
+=============================================  ==========================================================
+
+Not patches, kept with their owners: ``lean.leave`` calls CPython's ``threading._shutdown``
+and ``atexit._run_exitfuncs`` where they exist (else a plain ``sys.exit``), and ``local._config``
+passes only the ``LaunchConfig`` fields torch has.
+
+Speed (issue 23: the launcher at or under torchrun's wall time); each is worth tens to
+hundreds of milliseconds of every local launch:
 
 - the rendezvous names its log events with ``inspect.stack()``, twice per event, which builds
   every frame's source context (reading source files) to get one function name;
@@ -12,27 +45,34 @@ does:
 - the first join of a c10d rendezvous waits a random 0-0.3 s so that many nodes do not reach
   the store at once; with one node there is no one to spread out.
 
-Each patch is idempotent and checks that torch still has what it replaces; where it does not,
-it leaves torch as it is.
+Behaviour: the agent leaves the signals the launcher forwards to it (:mod:`.signals`), and
+runs the launcher's restart policy and hang forensics (:mod:`.supervise`). Each patch is
+idempotent, or undone when its block ends.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from threading import Event
 from typing import Any, TextIO
 
-from scaletrain.torch_features import ordered_parameters, tail_logfile_parameters
+from scaletrain.launch.signals import FORWARDED, TORCH_SIGNALS
+from scaletrain.torch_features import (SIGNALS_ENV, agent_monitors_workers, agent_reads_signals_env,
+                                       agent_terminate_handler, launch_config_fields,
+                                       ordered_parameters, pcontext_closes, rendezvous_names_events,
+                                       rendezvous_skews_first_join, subprocess_context_closes,
+                                       tail_logfile_parameters)
 
 
 def cheap_rendezvous_event_names() -> None:
     """Give the rendezvous's ``get_method_name`` a frame lookup instead of ``inspect.stack()``."""
     from torch.distributed.elastic.rendezvous import dynamic_rendezvous as rdzv
 
-    if not callable(getattr(rdzv, "get_method_name", None)) or getattr(rdzv.get_method_name, "_scaletrain", False):
+    if not rendezvous_names_events() or getattr(rdzv.get_method_name, "_scaletrain", False):
         return
 
     def get_method_name(depth: int = 2) -> str:
@@ -58,9 +98,9 @@ def stop_tailers_together() -> None:
     """
     from torch.distributed.elastic.multiprocessing import api
 
-    close = getattr(api.PContext, "close", None)
-    if close is None or getattr(close, "_scaletrain_together", False):
+    if not pcontext_closes() or getattr(api.PContext.close, "_scaletrain_together", False):
         return
+    close = api.PContext.close
 
     def close_together(self: Any, death_sig: Any = None, timeout: int = 30) -> None:
         tails = _tailers(self)
@@ -173,10 +213,10 @@ def no_first_join_skew(one_node: bool) -> Iterator[None]:
     """
     from torch.distributed.elastic.rendezvous import dynamic_rendezvous as rdzv
 
-    delay = getattr(rdzv, "_delay", None)
-    if not one_node or not callable(delay):
+    if not one_node or not rendezvous_skews_first_join():
         yield
         return
+    delay = rdzv._delay
 
     def no_random_delay(seconds: float | tuple[float, float]) -> None:
         if not isinstance(seconds, tuple):  # a (low, high) range is the first join's skew
@@ -187,3 +227,85 @@ def no_first_join_skew(one_node: bool) -> Iterator[None]:
         yield
     finally:
         rdzv._delay = delay
+
+
+@contextmanager
+def torch_leaves_forwarded_signals() -> Iterator[None]:
+    """Within the block, torch's agent handles only :data:`~.signals.TORCH_SIGNALS`, on every torch.
+
+    A torch whose LaunchConfig has ``signals_to_handle`` is told by ``local._config``. One whose
+    agent reads the list from ``TORCHELASTIC_SIGNALS_TO_HANDLE`` only is told that way. An older
+    one (2.6 to 2.9) installs its stop-now handler for SIGTERM too when the workers start, which
+    would end them without a chance to save: there, its handler passes the signals we forward to
+    the handler that was in place when the block began (``signals.forward_stop_signals``'s).
+    Where even that handler cannot be found, torch is left as it is: a SIGTERM then stops the
+    workers at once, as torchrun would. Enter after ``forward_stop_signals``, in the main thread.
+    """
+    if "signals_to_handle" in launch_config_fields():
+        yield
+        return
+    if agent_reads_signals_env():
+        saved = os.environ.get(SIGNALS_ENV)
+        os.environ[SIGNALS_ENV] = TORCH_SIGNALS
+        try:
+            yield
+        finally:
+            if saved is None:
+                os.environ.pop(SIGNALS_ENV, None)
+            else:
+                os.environ[SIGNALS_ENV] = saved
+        return
+    ours = {s: h for s in FORWARDED if callable(h := signal.getsignal(s))}
+    if not agent_terminate_handler() or not ours:
+        yield
+        return
+    from torch.distributed.elastic.multiprocessing import api
+
+    torchs = api._terminate_process_handler
+
+    def handler(signum: int, frame: Any) -> None:
+        mine = ours.get(signal.Signals(signum))
+        (mine if mine is not None else torchs)(signum, frame)
+
+    api._terminate_process_handler = handler  # PContext.start looks the name up when it runs
+    try:
+        yield
+    finally:
+        api._terminate_process_handler = torchs
+
+
+@contextmanager
+def agent_hooks(after_monitor: Callable[[Any, Any], None],
+                before_close: Callable[[Any], None]) -> Iterator[None]:
+    """Within the block, ``elastic_launch`` builds an agent that hands each result of its
+    ``_monitor_workers`` to ``after_monitor(agent, result)``, and the worker process context
+    calls ``before_close(context)`` before it stops its workers (each where torch has the
+    method; what they decide is :mod:`.supervise`'s)."""
+    import torch.distributed.elastic.multiprocessing.api as mp_api
+    import torch.distributed.launcher.api as api
+
+    base = api.LocalElasticAgent
+    base_close = mp_api.SubprocessContext._close if subprocess_context_closes() else None
+
+    def _close(ctx, *args, **kwargs):  # type: ignore[no-untyped-def]
+        before_close(ctx)
+        return base_close(ctx, *args, **kwargs)  # type: ignore[misc]
+
+    class _Agent(base):  # type: ignore[misc, valid-type]
+        def _monitor_workers(self, worker_group: Any) -> Any:
+            result = super()._monitor_workers(worker_group)
+            after_monitor(self, result)
+            return result
+
+    monitors = agent_monitors_workers()
+    if monitors:
+        setattr(api, "LocalElasticAgent", _Agent)
+    if base_close is not None:
+        setattr(mp_api.SubprocessContext, "_close", _close)
+    try:
+        yield
+    finally:
+        if monitors:
+            setattr(api, "LocalElasticAgent", base)
+        if base_close is not None:
+            setattr(mp_api.SubprocessContext, "_close", base_close)

@@ -110,7 +110,7 @@ def _masteraddr() -> tuple[Any, Any, Any]:
 
 def _on_emulated_node(host: str) -> bool:
     from scaletrain.contract import EMULATE_VAR
-    from scaletrain.launch.emulate import is_emulated_host
+    from scaletrain.launch.inproc.emulate import is_emulated_host
 
     return bool(os.environ.get(EMULATE_VAR)) and is_emulated_host(host)
 

@@ -64,7 +64,7 @@ def node_names(nodes: int) -> tuple[str, str, list[str]]:
     Several emulated nodes get names that do not resolve (``emu-node[1-2]``); programs that
     need an address use MASTER_ADDR, which the launcher exports as a batch script would. A
     program that computes MASTER_ADDR from the node list gets ``emu-node1``: the worker shim
-    turns a rendezvous there into one on loopback (:mod:`scaletrain.launch.rendezvous`).
+    turns a rendezvous there into one on loopback (:mod:`scaletrain.launch.inproc.rendezvous`).
     """
     if nodes == 1:
         return "localhost", "localhost", ["localhost"]

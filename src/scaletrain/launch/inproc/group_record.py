@@ -1,0 +1,158 @@
+"""Each worker's record of the process group it formed, for the launcher's check that the
+workers of a run formed one group of all of them (:mod:`scaletrain.launch.group_check`).
+
+Worker side (through the worker shim): ``init_process_group`` is wrapped to record the group's
+size as soon as it is formed (so a program that destroys its group early still counts), the
+first optimizer step is recorded (a worker that stepped outside a group of all trained alone,
+even when it crashed later), and at exit each worker records which frameworks it had imported.
+The records' format is declared once, here: :func:`read_records` is what the launcher reads
+them with once the workers have finished.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from scaletrain.fileio import atomic_write
+
+# Framework modules worth naming in the warning, and the setting that usually causes it.
+FRAMEWORK_HINTS: dict[str, str] = {
+    "accelerate": "Accelerate on CPU needs its CPU setting ('accelerate launch --cpu', "
+                  "'use_cpu: true' in the config, or Accelerator(cpu=True)); without it each "
+                  "process runs alone",
+    "lightning": "Lightning starts its own processes unless the Trainer matches the launcher: "
+                 "Trainer(devices=<workers per node>, num_nodes=<nodes>, strategy='ddp')",
+    "pytorch_lightning": "Lightning starts its own processes unless the Trainer matches the "
+                         "launcher: Trainer(devices=<workers per node>, num_nodes=<nodes>, "
+                         "strategy='ddp')",
+    "deepspeed": "DeepSpeed needs deepspeed.init_distributed() (or deepspeed.initialize) in "
+                 "every process",
+    "horovod": "Horovod forms its group through MPI: start it with mpirun or srun, not "
+               "scaletrain run",
+}
+_STATE: dict[str, Any] = {}
+
+
+def start_recording(folder: str, rank: str) -> None:
+    """Worker side: remember where to record, and record the frameworks at exit."""
+    _STATE.update(folder=folder, rank=rank, world=None)
+    atexit.register(_record_exit)
+
+
+def _write(kind: str, payload: dict[str, Any]) -> None:
+    folder = _STATE.get("folder")
+    if not folder:
+        return
+    path = Path(folder) / f"{kind}-rank{_STATE['rank']}-pid{os.getpid()}.json"
+    try:
+        atomic_write(path, json.dumps(payload))
+    except OSError:  # the launcher's folder is gone (it stopped): nothing to tell it
+        pass
+
+
+def _record_group(dist: ModuleType) -> None:
+    try:
+        world = int(dist.get_world_size())
+    except Exception:  # noqa: BLE001 - a record must never break the program
+        return
+    _STATE["world"] = world
+    _write("group", {"rank": _STATE.get("rank"), "world_size": world})
+
+
+def patch_optimizer(optimizer: ModuleType) -> None:  # torch.optim.optimizer
+    """Record the worker's first optimizer step, then stop listening (a global hook of torch's,
+    removed at once: the steps after the first cost nothing)."""
+    register = getattr(optimizer, "register_optimizer_step_post_hook", None)
+    if register is None:  # feature test: torch without global optimizer hooks
+        return
+    handles: list[Any] = []
+
+    def first_step(*_: Any) -> None:
+        for handle in handles:
+            handle.remove()
+        handles.clear()
+        _write("step", {"rank": _STATE.get("rank"), "world_size": _STATE.get("world")})
+
+    handles.append(register(first_step))
+
+
+def _framework_worlds() -> dict[str, int]:
+    """The process count a framework itself trained with, where it can be read.
+
+    Accelerate forms a torch group of all workers and still trains each one alone
+    (``DistributedType.NO``, ``num_processes == 1``) when its CPU setting is missing on a
+    machine without GPUs: the torch group alone does not show it.
+    """
+    out: dict[str, int] = {}
+    state = sys.modules.get("accelerate.state")
+    shared = getattr(getattr(state, "PartialState", None), "_shared_state", None)
+    if isinstance(shared, dict) and isinstance(shared.get("num_processes"), int):
+        out["accelerate"] = shared["num_processes"]
+    return out
+
+
+def _record_exit() -> None:
+    found = sorted(name for name in FRAMEWORK_HINTS if name in sys.modules)
+    _write("exit", {"rank": _STATE.get("rank"), "frameworks": found,
+                    "world_size": _STATE.get("world"), "framework_worlds": _framework_worlds()})
+
+
+def patch_c10d(c10d: Any) -> None:  # torch.distributed.distributed_c10d, patched
+    """Wrap ``init_process_group`` in torch.distributed.distributed_c10d to record the size."""
+    original = getattr(c10d, "init_process_group")
+    if getattr(original, "_scaletrain_recorded", False):
+        return
+
+    @functools.wraps(original)
+    def init_process_group(*args: Any, **kwargs: Any) -> Any:
+        result = original(*args, **kwargs)
+        _record_group(c10d)
+        return result
+
+    setattr(init_process_group, "_scaletrain_recorded", True)
+    setattr(c10d, "init_process_group", init_process_group)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Records:
+    """What the workers of one node recorded."""
+
+    groups: dict[str, int]              # launcher rank -> size of the group it formed
+    exited: set[str]                    # launcher ranks that reached a normal exit
+    stepped: set[str]                   # launcher ranks that took an optimizer step
+    frameworks: set[str]
+    framework_worlds: dict[str, dict[str, int]]  # launcher rank -> {framework: its process count}
+
+
+def read_records(folder: str | os.PathLike[str]) -> Records:
+    """Collect the workers' records (unreadable ones are skipped)."""
+    groups: dict[str, int] = {}
+    exited: set[str] = set()
+    stepped: set[str] = set()
+    frameworks: set[str] = set()
+    framework_worlds: dict[str, dict[str, int]] = {}
+    for path in sorted(Path(folder).glob("*.json")):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        rank = str(data.get("rank"))
+        if path.name.startswith("group-") and isinstance(data.get("world_size"), int):
+            groups[rank] = max(groups.get(rank, 0), data["world_size"])
+        elif path.name.startswith("step-"):
+            stepped.add(rank)
+        elif path.name.startswith("exit-"):
+            exited.add(rank)
+            frameworks.update(str(f) for f in data.get("frameworks", ()))
+            worlds = data.get("framework_worlds") or {}
+            framework_worlds[rank] = {str(k): v for k, v in worlds.items() if isinstance(v, int)}
+    return Records(groups=groups, exited=exited, stepped=stepped, frameworks=frameworks,
+                   framework_worlds=framework_worlds)
