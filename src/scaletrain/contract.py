@@ -157,7 +157,7 @@ def port_from_job_id(job_id: str) -> int:
     number = int(text) if text.isdigit() else zlib.crc32(text.encode())
     return PORT_BASE + number % PORT_SPAN
 
-# `scaletrain run` -> its workers, read by the worker shim (scaletrain/launch/worker_shim.py).
+# `scaletrain run` -> its workers, read by the worker shim (scaletrain/launch/inproc/worker_shim.py).
 GROUP_RECORD_VAR = "SCALETRAIN_GROUP_RECORD"  # folder where each worker records its process group
 EMULATE_VAR = "SCALETRAIN_EMULATE"            # "slurm" or "mpi": give workers that launcher's variables
 EMULATE_NODES_VAR = "SCALETRAIN_EMULATE_NODES"  # emulated nodes the local workers are spread over
