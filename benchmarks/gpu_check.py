@@ -366,6 +366,11 @@ def model_vs_torchtitan() -> Result:
     """benchmarks/llama.py: the 1b decoder by hand (FSDP2), through setup (zero3, ddp) and by
     torchtitan, bf16, compiled, seq 2048, batch probed; the toy model on the CPU."""
     gpu = _gpu()
+    if not gpu:
+        from scaletrain.torch_features import fsdp_on_cpu
+
+        if not fsdp_on_cpu():   # the hand-written loop and zero3 are FSDP2
+            return {"status": "skipped", "reason": "FSDP2 on the CPU needs torch 2.7"}
     args = (["--seq", "2048", "--compile", "on", "--ac", "off", "--max-batch", "16", "--steps", "10",
              "--warmup", "3", "--repeats", "2", "--budget-s", "150"] if gpu else
             ["--device", "cpu", "--ac", "off", "--steps", "1", "--warmup", "1", "--repeats", "1"])

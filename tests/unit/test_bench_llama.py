@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from scaletrain.torch_features import fsdp_on_cpu
+
 torch = pytest.importorskip("torch")
 
 REPO = Path(__file__).resolve().parents[2]
@@ -67,6 +69,8 @@ def test_torchtitan_config_and_log():
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is here: run the benchmark itself")
+@pytest.mark.skipif(not fsdp_on_cpu(), reason="the hand-written loop and zero3 are FSDP2, which runs "
+                    "on the CPU from torch 2.7")
 def test_toy_run_end_to_end_on_the_cpu(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")])}
     cmd = [sys.executable, str(REPO / "benchmarks" / "llama.py"), "--device", "cpu", "--ac", "both",
