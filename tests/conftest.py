@@ -115,13 +115,18 @@ def _module_state() -> dict[tuple[str, str], tuple[object, object]]:
     return found
 
 
+def _differs(old_value: object, old_contents: object, value: object) -> bool:
+    """Another object now, or the same container with other contents."""
+    return value is not old_value or (old_contents is not None and value != old_contents)
+
+
 def _changed_module_state(before: dict[tuple[str, str], tuple[object, object]]) -> bool:
     """True when a module attribute of ``before`` now holds another object or other contents."""
     after = _module_state()
     for key, (old_value, old_contents) in before.items():
         if key in after:
             value = after[key][0]
-            if value is not old_value or (old_contents is not None and value != old_contents):
+            if _differs(old_value, old_contents, value):
                 return True
     return False
 
@@ -140,7 +145,7 @@ def _restore_module_state(before: dict[tuple[str, str], tuple[object, object]]) 
             changed = False
         else:
             old_value, old_contents = before[key]
-            changed = value is not old_value or (old_contents is not None and value != old_contents)
+            changed = _differs(old_value, old_contents, value)
         if not changed:
             continue
         if isinstance(old_value, (dict, set, list)) and old_contents is not None:
