@@ -27,7 +27,7 @@ def test_show_one(capsys) -> None:
     assert rc == 0 and out.startswith("roihu: ")
     assert "gpumedium    max 4 GPUs, max 4 nodes, max 1-12:00:00, default" in out and "--gres=gpu:gh200:N" in out
     # the sources with the date checked, each fact's source, and what is unconfirmed
-    assert "sources (checked 2026-11-26):" in out
+    assert "sources (checked 2026-11-27):" in out
     assert "    gpu_request: CSC creating-job-scripts-roihu.md: '#SBATCH --gres=gpu:gh200:" in out
     assert "unconfirmed (no current document states these" in out
     assert "    partitions.gpumedium: CSC batch-job-partitions.md (checked 2026-11-26)" in out
@@ -49,7 +49,7 @@ def test_json(capsys) -> None:
     assert data["env"] == {"NCCL_SOCKET_IFNAME": "hsn0,hsn1,hsn2,hsn3", "NCCL_NET_GDR_LEVEL": "PHB"}
     assert data["software"] == "container" and data["container"] == "singularity exec"
     assert data["default_image"].startswith("/appl/local/laifs/containers/") and data["gpus_per_billing_unit"] == 2
-    assert any(u.startswith("env:") for u in data["unconfirmed"]) and data["checked"] == "2026-11-26"
+    assert any(u.startswith("env:") for u in data["unconfirmed"]) and data["checked"] == "2026-11-27"
     rc, out, _ = run(capsys, "clusters", "--json")
     by_name = {p["name"]: p for p in json.loads(out)}
     assert (by_name["graham"]["retired"], by_name["graham"]["successor"]) == ("2025-09-01", "nibi")

@@ -34,8 +34,8 @@ def sb(p) -> dict[str, str]:
     ("juwels-booster", 8, 2, 4, "booster", 24, "0", "gres", "gpu:4"),
     ("jupiter", 8, 2, 4, "booster", 72, None, "gres", "gpu:4"),          # whole nodes, all memory
     ("narval", 4, 1, 4, None, 12, "498G", "gpus-per-node", "a100:4"),
-    ("fir", 2, 1, 2, None, 12, "500G", "gpus-per-node", "h100:2"),       # the bundle: 12 cores, 250 GB per GPU
-    ("nibi", 16, 2, 8, None, 12, "1496G", "gpus-per-node", "h100:8"),    # the bundle: 12 cores, 187 GB per GPU
+    ("fir", 2, 1, 2, None, 12, "576000M", "gpus-per-node", "h100:2"),    # the bundle: 12 cores, 288 GB (288000M) per GPU
+    ("nibi", 16, 2, 8, None, 14, "2000G", "gpus-per-node", "h100:8"),    # the bundle: 14 cores, 250 GB per GPU
     ("rorqual", 1, 1, 1, None, 16, "127488M", "gpus-per-node", "h100:1"),
     ("trillium", 1, 1, 1, None, 24, None, "gpus-per-node", "1"),         # a quarter node; --mem ignored there
 ])

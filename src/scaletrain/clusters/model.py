@@ -17,12 +17,16 @@ from scaletrain.clusters.validate import (MAX_CORES_PER_NODE, MAX_COUNT, MAX_GB,
                                           date, each, line, mapping, number, one_of, parse_time, pattern,
                                           rule, slurm_time)
 from scaletrain.errors import ProfileError
-from scaletrain.slurm.parse import format_time  # Slurm's time syntax, one parser
+from scaletrain.slurm.parse import format_time, parse_version  # Slurm's syntax, one parser each
 
 __all__ = ["GPU_REQUESTS", "JOB_PACKAGES", "MEM_REQUESTS", "ClusterProfile", "Partition", "format_time",
            "parse_time"]
 
 GPU_REQUESTS = ("gres_typed", "gres", "gpus_per_node", "gpus_per_node_typed", "gpus_per_task")
+# What a GPU job is billed in, as each centre's page counts it: LUMI "GPU-hours" (one MI250X for an
+# hour); the Alliance "bundles" (RGU-core-memory bundles, one per GPU, each worth the GPU's RGUs);
+# CSC "GPU BU" (billing units, a rate per GPU-hour)
+BILLING_UNITS = ("GPU-hours", "bundles", "GPU BU")
 MEM_REQUESTS = ("proportional", "whole_node", "none")
 # In ``python_env_lines``: the wheels the job's venv installs (torch, or the launcher's framework)
 JOB_PACKAGES = "@PACKAGES@"
@@ -141,6 +145,11 @@ class ClusterProfile:
                                     check=_LINES)
     # additions beyond the shared contract
     scheduler: str = fact('"slurm" | "none" (the local machine)', default="slurm", check=one_of(("slurm", "none")))
+    slurm_version: str | None = fact(
+        'the Slurm release the cluster runs ("23.11" or "23.11.4"), from the centre\'s page or `sinfo --version` '
+        "(clusters check); None: unknown, and lint's version-dependent rules stay quiet", default=None,
+        check=rule(lambda v: v is None or parse_version(v) is not None, "{value!r} is not a Slurm version such as "
+                   "'23.11' or '23.11.4'"))
     python: str = fact("the interpreter the set-up lines provide", default="python3",
                        check=pattern(COMMAND_WORD, "one command word such as python3 or /appl/bin/python",
                                      empty_ok=False))
@@ -171,6 +180,11 @@ class ClusterProfile:
                                  default="billed", check=one_of(("enforced", "billed")))
     billing: str = fact('"gpus": GPU x hours; "max_share": max(GPUs, cores/share, mem/share)', default="gpus",
                         check=one_of(("gpus", "max_share")))
+    billing_unit: str = fact("what the centre bills a GPU job in, in its page's words: " + " | ".join(BILLING_UNITS),
+                             default="GPU-hours", check=one_of(BILLING_UNITS))
+    billing_rate: float | None = fact("the billing unit's worth per billed GPU-hour: the RGUs of one GPU's bundle "
+                                      "(Alliance H100: 12.2), the BUs of a GPU-hour (Roihu: 200)", default=None,
+                                      check=_GB)
     # containers: what `apptainer exec` needs on this cluster (bind mounts, set-up before it)
     container_binds: tuple[str, ...] = fact("bind mounts for the container", default=(), check=_LINES)
     container_setup_lines: tuple[str, ...] = fact("shell lines run before the container", default=(),

@@ -7,11 +7,12 @@ warnings as notes), ``scaletrain lint`` turns each violation into a finding of t
 One function, so the planner and the linter can never disagree about a limit.
 
 ``billed_gpu_hours`` applies the profile's billing rule, so the figure ``plan`` prints is what
-the project is charged, not just GPUs x hours.
+the project is charged, not just GPUs x hours; ``billing_text`` says it in the centre's unit.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -230,6 +231,28 @@ def billed_gpu_hours(r: Resources, profile: ClusterProfile) -> float:
         if profile.billing == "max_share":
             cores = profile.max_cores_per_gpu or profile.cores_per_gpu
             mem = profile.max_mem_per_gpu_gb or profile.mem_per_gpu
-            per_node = max(per_node, -(-r.cpus_per_node // cores),
-                           float(-(-(r.mem_gb or 0) // mem)) if mem else 0.0)
+            share = max(r.cpus_per_node / cores, (r.mem_gb or 0) / mem if mem else 0.0)
+            # LUMI bills whole slices of 8 cores or 64 GB; the Alliance counts a fraction of a bundle
+            # ("This job request will be counted as 1.66 RGU equivalents")
+            per_node = max(per_node, share if profile.billing_unit == "bundles" else math.ceil(share - 1e-9))
     return round(r.nodes * per_node * hours / max(1, profile.gpus_per_billing_unit), 2)
+
+
+def billing_text(gpu_hours: float, used: float, profile: ClusterProfile) -> str:
+    """What a job's ``gpu_hours`` (billed GPU-hours, ``used`` for its GPUs alone) cost, in the unit
+    the centre counts: GPU-hours (LUMI: of ``gpus_per_billing_unit`` GCDs), bundles (the Alliance:
+    one GPU with its share of cores and memory, worth ``billing_rate`` RGUs) or GPU BU (CSC)."""
+    unit, rate = profile.billing_unit, profile.billing_rate
+    more = abs(used - gpu_hours) > 0.005
+    if unit == "bundles":
+        cores = profile.max_cores_per_gpu or profile.cores_per_gpu
+        mem = profile.max_mem_per_gpu_gb or profile.mem_per_gpu
+        text = (f"{gpu_hours:g} bundle-hours billed (a bundle: 1 {profile.gpu_model}, {cores} cores, {mem:g}G"
+                + (f"; {rate:g} RGU each: {round(gpu_hours * rate, 2):g} RGU-equivalent hours" if rate else "") + ")")
+        return text + (f" ({used:g} for the GPUs alone)" if more else "")
+    if unit == "GPU BU" and rate:
+        return (f"{round(gpu_hours * rate, 2):g} GPU BU billed ({gpu_hours:g} GPU-hours x {rate:g} BU)"
+                + (f" ({used:g} GPU-hours used)" if more else ""))
+    per = profile.gpus_per_billing_unit
+    return (f"{gpu_hours:g} GPU-hours billed" + (f" ({used:g} used)" if more else "")
+            + (f" (one billed GPU-hour = {per} {profile.gpu_model}s for an hour)" if per > 1 else ""))

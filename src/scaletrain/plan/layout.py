@@ -184,8 +184,8 @@ def cpus_per_task(request: JobRequest, profile: ClusterProfile, *, tasks_per_nod
         return max(1, request.cpus_per_gpu * gpn // tasks_per_node)
     if whole_node or profile.mem_request == "whole_node":
         return max(1, profile.cores_per_node // tasks_per_node)   # hand out the whole node
-    # the centre's per-GPU share where it is smaller than the node's cores per GPU (Nibi: 12 of
-    # 14), so the job is not billed for a larger share than its GPUs
+    # the centre's per-GPU share where it is smaller than the node's cores per GPU, so the job is
+    # not billed for a larger share than its GPUs (the Alliance's bundles are the node's share)
     per_gpu = min(profile.cores_per_gpu, profile.max_cores_per_gpu or profile.cores_per_gpu)
     return max(1, per_gpu * gpn // tasks_per_node)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+from scaletrain.clusters.resources import billing_text
 from scaletrain.contract import DATA_VAR, DEVICE_VAR, GPU_CPU_MAP_VAR
 from scaletrain.parallel.options import STRATEGIES, world_sized
 from scaletrain.plan.planner import Plan
@@ -69,7 +70,8 @@ def memory_table(plan: Plan, n_params: float) -> str:
 # Profile facts every Slurm plan relies on; the partition's own facts and the software's are added.
 _RELIED = ("gpus_per_node", "cores_per_node", "mem_per_node_gb", "mem_per_gpu_gb", "mem_request",
            "gpu_request", "gres_type", "account_required", "env", "master_addr_suffix",
-           "max_cores_per_gpu", "max_mem_per_gpu_gb", "billing", "gpus_per_billing_unit")
+           "max_cores_per_gpu", "max_mem_per_gpu_gb", "billing", "billing_unit", "billing_rate",
+           "gpus_per_billing_unit")
 
 
 def unconfirmed_relied(plan: Plan) -> list[tuple[str, str]]:
@@ -120,11 +122,8 @@ def render_summary(plan: Plan) -> str:
         lines.append(f"  per process: {share}, {p.threads_per_proc} CPU core{'s' if p.threads_per_proc != 1 else ''}"
                      f"{mem}; Slurm tasks: {p.tasks_per_node} per node x {p.cpus_per_task} CPUs"
                      + (f", --mem={p.mem}" if p.mem else ""))
-        unit = p.profile.gpus_per_billing_unit
-        used = p.gpus * p.time_seconds / 3600 / unit
-        lines.append(f"  time {p.time} -> {p.gpu_hours:g} GPU-hours billed"
-                     + (f" ({used:g} used)" if abs(used - p.gpu_hours) > 0.005 else "")
-                     + (f" (one billed GPU-hour = {unit} {p.profile.gpu_model}s for an hour)" if unit > 1 else ""))
+        used = p.gpus * p.time_seconds / 3600 / p.profile.gpus_per_billing_unit
+        lines.append(f"  time {p.time} -> {billing_text(p.gpu_hours, used, p.profile)}")
     if p.device == "cpu" and p.scheduler == "slurm":
         lines.append(f"  device: cpu ({DEVICE_VAR}=cpu; GPUs, if any, are left unused)")
     if p.stage is not None:

@@ -231,3 +231,19 @@ def parse_duration_seconds(text: str | None) -> int | None:
 def base_state(text: str) -> str:
     """``CANCELLED by 1000`` -> ``CANCELLED``; empty -> ``UNKNOWN``."""
     return (text.split() or ["UNKNOWN"])[0]
+
+
+# A Slurm release as `sinfo --version` prints it ("slurm 23.11.4") or as a profile writes it
+# ("23.11", "22.05.9"): year.month of the major release, then the maintenance release.
+_VERSION = re.compile(r"^(?:slurm(?:-wlm)?\s+)?(\d{2})\.(\d{2})(?:\.(\d+))?(?:[-.+\w]*)$", re.IGNORECASE)
+
+
+def parse_version(text: str | None) -> tuple[int, int, int] | None:
+    """``(major year, month, maintenance)`` of a Slurm version text, or None when it is not one.
+
+    ``"slurm 23.11.4"`` -> (23, 11, 4); ``"22.05"`` -> (22, 5, 0); ``"unknown"`` -> None.
+    """
+    m = _VERSION.match((text or "").strip())
+    if not m:
+        return None
+    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
