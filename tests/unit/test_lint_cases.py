@@ -47,8 +47,6 @@ def test_case_findings_exact(path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def test_real_shapes_cover_misses_and_false_alarms() -> None:
-    # clean: no finding but, for a retired system's script, the retirement itself, and the
-    # cpus-per-task that Slurm >= 22.05 no longer hands to srun (most scripts written before it)
-    clean = [p for p in REAL
-             if not {r for r, _ in _header(p)[1]} - {"cluster-retired", "srun-cpus-per-task"}]
+    # clean: no finding but, for a retired system's script, the retirement itself
+    clean = [p for p in REAL if not {r for r, _ in _header(p)[1]} - {"cluster-retired"}]
     assert len(REAL) >= 12 and len(clean) >= 5

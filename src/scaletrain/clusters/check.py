@@ -5,7 +5,9 @@ stale quietly. ``check`` reads the same two texts as ``clusters probe`` (``scont
 and ``scontrol show partition -o``), builds the probed description with the probe's pure parser
 (``profile_from_scontrol``) and lists every difference that changes a plan: a partition missing on
 either side, its time limit, node limit or whole-node allocation, the GPUs per node, the GRES
-type and the cores per node. ``compare`` is pure; only ``run_check`` talks to Slurm.
+type and the cores per node; and the Slurm release (``sinfo --version``), which lint's
+version-dependent rules read from the profile's ``slurm_version``. ``compare`` is pure; only
+``run_check`` talks to Slurm.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 
 from scaletrain.clusters.probe import profile_from_scontrol
 from scaletrain.clusters.profile import ClusterProfile, parse_time
+from scaletrain.slurm.parse import parse_version
 from scaletrain.errors import UsageError
 
 
@@ -41,11 +44,22 @@ def _show(value: Any) -> str:
     return "none" if value is None or value == "" else str(value)
 
 
-def compare(profile: ClusterProfile, nodes_text: str, partitions_text: str) -> list[Difference]:
-    """Every plan-relevant difference between ``profile`` and the scontrol texts, in a fixed order."""
+def slurm_release(version_text: str) -> str | None:
+    """``"23.11.4"`` from ``sinfo --version``'s ``"slurm 23.11.4"``; None when it names no release."""
+    release = parse_version(version_text)
+    return f"{release[0]}.{release[1]:02d}.{release[2]}" if release else None
+
+
+def compare(profile: ClusterProfile, nodes_text: str, partitions_text: str,
+            version_text: str = "") -> list[Difference]:
+    """Every plan-relevant difference between ``profile`` and the scontrol texts (and, when given,
+    ``sinfo --version``), in a fixed order."""
     slurm = profile_from_scontrol(nodes_text, partitions_text, name=profile.name)
     sparts: dict[str, dict[str, Any]] = slurm["partitions"]
     out: list[Difference] = []
+    ours, theirs = parse_version(profile.slurm_version), parse_version(version_text)
+    if ours is not None and theirs is not None and ours[:2] != theirs[:2]:   # lint's rules go by release
+        out.append(Difference("Slurm release", str(profile.slurm_version), str(slurm_release(version_text))))
     if slurm["gpus_per_node"] != profile.gpus_per_node:
         out.append(Difference("GPUs per node", str(profile.gpus_per_node), str(slurm["gpus_per_node"])))
     typed = profile.gpu_request in ("gres_typed", "gpus_per_node_typed")
@@ -76,10 +90,15 @@ def compare(profile: ClusterProfile, nodes_text: str, partitions_text: str) -> l
     return out
 
 
-def render_report(profile: ClusterProfile, diffs: list[Difference]) -> str:
-    """The text ``clusters check`` prints: one line per difference, then a verdict."""
+def render_report(profile: ClusterProfile, diffs: list[Difference], version_text: str = "") -> str:
+    """The text ``clusters check`` prints: one line per difference, the Slurm release where the
+    profile records none (to be written into it), then a verdict."""
     lines = [f"scaletrain clusters check: profile {profile.name} ({profile.path or 'inline'})"]
     lines += [f"  differs: {d.line()}" for d in diffs]
+    release = slurm_release(version_text)
+    if release and not profile.slurm_version:
+        lines.append(f"  Slurm {release} here; the profile records no release: add slurm_version = \"{release}\" "
+                     "to your copy (~/.config/scaletrain/clusters/) so lint applies the rules of that release")
     if diffs:
         lines.append(f"  {len(diffs)} difference{'s' if len(diffs) != 1 else ''}: correct the profile (copy it to "
                      "~/.config/scaletrain/clusters/ and edit it), or tell scaletrain's maintainers")
@@ -101,6 +120,7 @@ def run_check(args: argparse.Namespace) -> int:
                              "name it: scaletrain clusters check roihu")
         name = here.lower()
     profile = load_profile(name)
-    diffs = compare(profile, commands.show_nodes_text(), commands.show_partitions_text())
-    print(render_report(profile, diffs), file=sys.stdout)
+    version = commands.version_text()
+    diffs = compare(profile, commands.show_nodes_text(), commands.show_partitions_text(), version)
+    print(render_report(profile, diffs, version), file=sys.stdout)
     return 1 if diffs else 0

@@ -12,6 +12,7 @@ import re
 from typing import Iterable
 
 from scaletrain.lint.findings import ERROR, WARNING, Finding, LintContext, Step, finding, rule
+from scaletrain.slurm.parse import parse_version
 
 _LOCALHOSTS = {"localhost", "127.0.0.1", "0.0.0.0", "::1", "[::1]", "ip6-localhost"}
 
@@ -340,14 +341,30 @@ def no_launch(ctx: LintContext) -> Iterable[Finding]:
                   "add the launch line, e.g. srun python train.py (or lint the wrapper it calls)")
 
 
-# Slurm 22.05 changed what srun inherits: sbatch(1), "NOTE: Beginning with 22.05, srun will not
-# inherit the --cpus-per-task value requested by salloc or sbatch. It must be requested again
-# with the call to srun or set with the SRUN_CPUS_PER_TASK environment variable if desired for
-# the task(s)." (srun(1) of 22.05 says the same under -c; RELEASE_NOTES of 22.05.)
-@rule("srun-cpus-per-task", "srun under #SBATCH --cpus-per-task>1 without SRUN_CPUS_PER_TASK or "
-      "srun --cpus-per-task (Slurm >= 22.05 gives each task one CPU)")
+# What srun inherits changed twice; SchedMD's changelog (github.com/SchedMD/slurm, CHANGELOG/):
+# slurm-22.05.md, 22.05.0rc1: "Make it so srun no longer inherits SLURM_CPUS_PER_TASK. It now will
+# only inherit SRUN_CPUS_PER_TASK."; slurm-23.11.md, 23.11.0rc1: "Replace SRUN_CPUS_PER_TASK with
+# SLURM_CPUS_PER_TASK and get back the previous behavior before Slurm 22.05 since now we have the new
+# external launcher step." So srun drops sbatch's --cpus-per-task only from 22.05 to 23.02, and
+# there only: the rule needs the cluster's Slurm version (the profile's slurm_version).
+SRUN_DROPS_CPUS_PER_TASK = ((22, 5), (23, 11))   # [first release, first release that restored it)
+
+
+def srun_drops_cpus_per_task(slurm_version: str | None) -> bool:
+    """Whether srun of Slurm ``slurm_version`` leaves out sbatch's --cpus-per-task (False: unknown)."""
+    release = parse_version(slurm_version)
+    first, restored = SRUN_DROPS_CPUS_PER_TASK
+    return release is not None and first <= release[:2] < restored
+
+
+@rule("srun-cpus-per-task", "srun under #SBATCH --cpus-per-task>1 without SRUN_CPUS_PER_TASK or srun "
+      "--cpus-per-task, on a cluster that runs Slurm 22.05 to 23.02 (its srun gives each task one CPU)")
 def srun_cpus_per_task(ctx: LintContext) -> Iterable[Finding]:
     cpt = ctx.job.cpus_per_task
+    prof = ctx.profile
+    # an unknown cluster or an unknown Slurm release: no warning (most clusters run 23.11 or later)
+    if prof is None or not srun_drops_cpus_per_task(prof.slurm_version):
+        return
     if not cpt or cpt < 2 or ctx.variables.get("SRUN_CPUS_PER_TASK"):
         return
     for step in ctx.steps:
@@ -355,9 +372,9 @@ def srun_cpus_per_task(ctx: LintContext) -> Iterable[Finding]:
         if call is None or not step.invocation.is_program or "cpus-per-task" in call.options:
             continue
         yield finding("srun-cpus-per-task", WARNING, step.line,
-                      f"#SBATCH --cpus-per-task={cpt} does not reach this srun: since Slurm 22.05 "
-                      "srun does not inherit it, so each task gets 1 CPU and its threads and "
-                      "data-loader workers share that one core",
+                      f"#SBATCH --cpus-per-task={cpt} does not reach this srun: {prof.name} runs Slurm "
+                      f"{prof.slurm_version}, whose srun does not inherit it (22.05 to 23.02; 23.11 restored "
+                      "it), so each task gets 1 CPU and its threads and data-loader workers share that one core",
                       "export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK before srun (or srun "
                       "--cpus-per-task=$SLURM_CPUS_PER_TASK)")
         return

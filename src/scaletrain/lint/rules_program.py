@@ -155,7 +155,9 @@ def _per_task_devices(ctx: LintContext) -> bool:
     text = ctx.script.text
     if re.search(r"select_gpu|gpu_bind|\bselect-gpu", text):
         return True
-    return any(re.search(rf"{v}\s*=\s*[\"']?\$\{{?(SLURM_LOCALID|LOCAL_RANK|SLURM_PROCID|MPI_LOCALRANKID|"
+    # the variable escaped inside a double-quoted bash -c "..." (LUMI's guides: ROCR_VISIBLE_DEVICES=\$SLURM_LOCALID)
+    # is expanded by each task's shell, as it must be
+    return any(re.search(rf"{v}\s*=\s*[\"']?\\?\$\{{?(SLURM_LOCALID|LOCAL_RANK|SLURM_PROCID|MPI_LOCALRANKID|"
                          rf"OMPI_COMM_WORLD_LOCAL_RANK|PMI_LOCAL_RANK)", text) for v in _DEVICE_VARS)
 
 

@@ -324,6 +324,14 @@ def show_partitions_text(*, env: Mapping[str, str] | None = None) -> str:
     return run_command(["scontrol", "show", "partition", "-o"], env=env)
 
 
+def version_text(*, env: Mapping[str, str] | None = None) -> str:
+    """What ``sinfo --version`` prints (``slurm 23.11.4``), or "" when it cannot be run."""
+    try:
+        return run_command(["sinfo", "--version"], env=env).strip()
+    except SlurmError:
+        return ""
+
+
 def cluster_name(*, env: Mapping[str, str] | None = None) -> str | None:
     """``ClusterName`` from ``scontrol show config``, or None if it cannot be read."""
     try:

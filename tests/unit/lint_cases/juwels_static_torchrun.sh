@@ -1,6 +1,6 @@
 #!/bin/bash
 # cluster: juwels-booster
-# expect: gpus-per-node@8 launcher-nodes@15 node-rank-missing@14 srun-cpus-per-task@14
+# expect: gpus-per-node@8 launcher-nodes@15 node-rank-missing@14
 #SBATCH --account=training2324
 #SBATCH --partition=booster
 #SBATCH --nodes=2

@@ -1,6 +1,6 @@
 #!/bin/bash
 # cluster: lumi
-# expect: torchrun-standalone@13 torchrun-nproc@13 srun-cpus-per-task@13
+# expect: torchrun-standalone@13 torchrun-nproc@13
 #SBATCH --account=project_462000001
 #SBATCH --partition=small-g
 #SBATCH --nodes=2

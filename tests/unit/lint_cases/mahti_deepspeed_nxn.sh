@@ -1,6 +1,6 @@
 #!/bin/bash
 # cluster: mahti
-# expect: visible-devices@12 launcher-tasks@13 cluster-retired@5 srun-cpus-per-task@13
+# expect: visible-devices@12 launcher-tasks@13 cluster-retired@5
 #SBATCH --account=project_2001234
 #SBATCH --partition=gpumedium
 #SBATCH --nodes=1

@@ -1,6 +1,6 @@
 #!/bin/bash
 # cluster: mahti
-# expect: partition-limit@9 cpu-limit@7 sbatch-after-command@14 cluster-retired@5 srun-cpus-per-task@15
+# expect: partition-limit@9 cpu-limit@7 sbatch-after-command@14 cluster-retired@5
 #SBATCH --account=project_2001234
 #SBATCH --partition=gpusmall
 #SBATCH --ntasks-per-node=4

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Per-task variables expanded by the batch shell, and a single-quoted job id.
 # cluster: puhti
-# expect: early-expansion@20 early-expansion@24 single-quoted-var@25 cluster-retired@6 srun-cpus-per-task@15
+# expect: early-expansion@20 early-expansion@24 single-quoted-var@25 cluster-retired@6
 #SBATCH --account=project_2001234
 #SBATCH --partition=gpu
 #SBATCH --nodes=2

@@ -1,6 +1,6 @@
 #!/bin/bash
 # cluster: puhti
-# expect: rendezvous-localhost@17 cluster-retired@5 srun-cpus-per-task@13
+# expect: rendezvous-localhost@17 cluster-retired@5
 #SBATCH --account=project_2001234
 #SBATCH --partition=gpu
 #SBATCH --nodes=2

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Every GPU and core of two Puhti nodes: nobody else runs there, the fixed port is fine.
 # cluster: puhti
-# expect: cluster-retired@6 srun-cpus-per-task@16
+# expect: cluster-retired@6
 #SBATCH --account=project_2001234
 #SBATCH --partition=gpu
 #SBATCH --nodes=2

@@ -2,7 +2,7 @@
 # JURECA-DC's dc-gpu partition hands out whole nodes; no profile describes it, so lint cannot say
 # another job shares the node: the fixed port is no finding.
 # cluster: none
-# expect: srun-cpus-per-task@16
+# expect:
 #SBATCH --account=training2400
 #SBATCH --partition=dc-gpu
 #SBATCH --nodes=2

@@ -1,7 +1,7 @@
 #!/bin/bash
 # JSC's guides ask scripts to list the node's GPUs; doing so is not reported.
 # cluster: juwels-booster
-# expect: srun-cpus-per-task@14
+# expect:
 #SBATCH --account=training2400
 #SBATCH --partition=booster
 #SBATCH --nodes=4

@@ -1,7 +1,7 @@
 #!/bin/bash
 # A GPU type LUMI does not have: sbatch refuses the job (an error).
 # cluster: lumi
-# expect: gpu-syntax@7 srun-cpus-per-task@13
+# expect: gpu-syntax@7
 #SBATCH --account=project_465000001
 #SBATCH --partition=small-g
 #SBATCH --gres=gpu:v100:2

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Mahti wants the GPU type in --gres; the message must name the untyped form, not contradict the hint.
 # cluster: mahti
-# expect: gpu-syntax@7 cluster-retired@6 srun-cpus-per-task@12
+# expect: gpu-syntax@7 cluster-retired@6
 #SBATCH --account=project_2001234
 #SBATCH --partition=gpusmall
 #SBATCH --gres=gpu:1

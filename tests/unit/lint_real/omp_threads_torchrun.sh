@@ -1,7 +1,7 @@
 #!/bin/bash
 # One task per node, four torchrun workers, each told to use all of the task's cores.
 # cluster: none
-# expect: omp-threads@12 srun-cpus-per-task@13
+# expect: omp-threads@12
 #SBATCH --nodes=1
 #SBATCH --ntasks-per-node=1
 #SBATCH --cpus-per-task=32

@@ -1,7 +1,7 @@
 #!/bin/bash
 # srun starts one plain python per node on a 4-GPU node: three GPUs idle unless the program uses them.
 # cluster: none
-# expect: tasks-per-gpu@11 srun-cpus-per-task@11
+# expect: tasks-per-gpu@11
 #SBATCH --nodes=1
 #SBATCH --ntasks=1
 #SBATCH --gres=gpu:4

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Two GPUs of a shared node and a hard-coded port in tcp://: two such jobs on one node collide.
 # cluster: narval
-# expect: master-port@15 srun-cpus-per-task@15
+# expect: master-port@15
 #SBATCH --account=def-someuser
 #SBATCH --nodes=1
 #SBATCH --gres=gpu:a100:2

@@ -1,7 +1,7 @@
 #!/bin/bash
 # JUWELS: the host name is read on one line and the InfiniBand suffix added on the next. No finding.
 # cluster: juwels-booster
-# expect: srun-cpus-per-task@16
+# expect:
 #SBATCH --account=training2400
 #SBATCH --partition=booster
 #SBATCH --nodes=2

@@ -2,7 +2,7 @@
 # A DeepSpeed job on V100 that asks for bf16 (no native bf16 there), and a data check whose exit
 # ends only the subshell, so the job goes on without its data.
 # cluster: puhti
-# expect: subshell-exit@17 bf16-unsupported@20 cluster-retired@7 srun-cpus-per-task@24
+# expect: subshell-exit@17 bf16-unsupported@20 cluster-retired@7
 #SBATCH --account=project_2001234
 #SBATCH --partition=gpu
 #SBATCH --nodes=1

@@ -1,0 +1,97 @@
+"""Lint knows the Slurm it judges (issue 36 item 3): the profile's Slurm release, the rule that
+holds only for some releases, ``clusters check`` reading the release, and the escaped per-task
+variable that gpus-shared-by-tasks must recognise."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from scaletrain.clusters.check import compare, render_report
+from scaletrain.clusters.profile import load_profile
+from scaletrain.clusters.schema import build_profile
+from scaletrain.errors import ProfileError
+from scaletrain.lint.engine import lint_file, lint_text
+from scaletrain.lint.rules_launch import srun_drops_cpus_per_task
+from test_lint_rules import job
+
+# SchedMD's changelog: 22.05.0rc1 "Make it so srun no longer inherits SLURM_CPUS_PER_TASK";
+# 23.11.0rc1 "... get back the previous behavior before Slurm 22.05"
+CPT = job("--time=1:00:00", "--nodes=1", "--ntasks-per-node=4", "--cpus-per-task=8", "--gres=gpu:4",
+          body="srun python x.py")
+
+
+def _on(version: str | None, cluster: str = "narval") -> dict[str, str]:
+    prof = dataclasses.replace(load_profile(cluster), slurm_version=version)
+    return {f.rule: f.message for f in lint_text(CPT, profile=prof).findings}
+
+
+@pytest.mark.parametrize("version, warns", [
+    ("22.05", True), ("22.05.9", True), ("23.02.7", True),
+    ("23.11", False), ("23.11.0", False), ("24.05.4", False), ("21.08.8", False), (None, False),
+])
+def test_srun_cpus_per_task_only_where_the_release_drops_it(version: str | None, warns: bool) -> None:
+    found = _on(version)
+    assert ("srun-cpus-per-task" in found) == warns, found
+    if warns:   # the warning says which release it holds for
+        assert f"narval runs Slurm {version}, whose srun does not inherit it" in found["srun-cpus-per-task"]
+
+
+def test_no_such_warning_for_an_unknown_cluster_or_a_shipped_profile() -> None:
+    assert "srun-cpus-per-task" not in {f.rule for f in lint_text(CPT).findings}
+    assert "srun-cpus-per-task" not in {f.rule for f in lint_text(CPT, profile=load_profile("narval")).findings}
+
+
+def test_the_release_window() -> None:
+    assert [srun_drops_cpus_per_task(v) for v in ("22.04", "22.05", "23.02.9", "23.11.0", "slurm 23.02.1", "x")] \
+        == [False, True, True, False, True, False]
+
+
+def test_slurm_version_is_checked_when_a_profile_is_read() -> None:
+    from test_profile_provenance import _roihu
+
+    assert build_profile(_roihu(slurm_version="23.11.4"), path="r.toml").slurm_version == "23.11.4"
+    with pytest.raises(ProfileError, match="slurm_version 'new' is not a Slurm version"):
+        build_profile(_roihu(slurm_version="new"), path="r.toml")
+
+
+def test_every_live_profile_says_why_its_slurm_release_is_unknown() -> None:
+    for name in ("roihu", "jupiter", "lumi", "fir", "nibi", "rorqual", "trillium", "narval", "juwels-booster"):
+        prof = load_profile(name)
+        assert prof.slurm_version is None and "no stored page" in prof.unconfirmed_facts["slurm_version"], name
+
+
+def test_clusters_check_reads_the_release() -> None:
+    from test_clusters_check import _nodes, _parts
+
+    roihu = load_profile("roihu")
+    assert compare(roihu, _nodes(), _parts(), "slurm 24.05.4") == []
+    report = render_report(roihu, [], "slurm 24.05.4")
+    assert 'Slurm 24.05.4 here; the profile records no release: add slurm_version = "24.05.4"' in report
+    old = dataclasses.replace(roihu, slurm_version="22.05")
+    assert [d.line() for d in compare(old, _nodes(), _parts(), "slurm 24.05.4")] == [
+        "Slurm release: profile says 22.05, Slurm says 24.05.4"]
+    assert compare(old, _nodes(), _parts(), "") == []   # sinfo --version not readable: nothing said
+    assert "records no release" not in render_report(old, [], "slurm 22.05.2")
+
+
+# LUMI user guide lumig-job.md, a wrapper whose line is `export ROCR_VISIBLE_DEVICES=\$SLURM_LOCALID`;
+# the same escaped form inside srun ... bash -c "..." is what LUMI's container scripts write
+ESCAPED = ('srun singularity exec $SIF bash -c "export ROCR_VISIBLE_DEVICES=\\$SLURM_LOCALID; '
+           'python train.py"')
+
+
+@pytest.mark.parametrize("body, fires", [
+    (ESCAPED, False),
+    (ESCAPED.replace("ROCR", "CUDA"), False),
+    ('srun bash -c "export ROCR_VISIBLE_DEVICES=\\${SLURM_LOCALID}; python train.py"', False),
+    ('srun bash -c "export SOMETHING_ELSE=\\$SLURM_LOCALID; python train.py"', True),
+    ("srun python train.py", True),
+], ids=["escaped", "escaped-cuda", "escaped-braces", "other-variable", "nothing"])
+def test_gpus_shared_by_tasks_knows_the_escaped_local_id(tmp_path: Path, body: str, fires: bool) -> None:
+    (tmp_path / "train.py").write_text("import torch\nmodel = Net().cuda()\n")
+    script = tmp_path / "job.sh"
+    script.write_text(job("--time=1:00:00", "--nodes=1", "--ntasks-per-node=8", "--gpus-per-node=8", body=body))
+    assert ("gpus-shared-by-tasks" in {f.rule for f in lint_file(str(script)).findings}) == fires
