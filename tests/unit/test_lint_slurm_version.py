@@ -95,3 +95,22 @@ def test_gpus_shared_by_tasks_knows_the_escaped_local_id(tmp_path: Path, body: s
     script = tmp_path / "job.sh"
     script.write_text(job("--time=1:00:00", "--nodes=1", "--ntasks-per-node=8", "--gpus-per-node=8", body=body))
     assert ("gpus-shared-by-tasks" in {f.rule for f in lint_file(str(script)).findings}) == fires
+
+
+def test_probe_records_the_release_and_lint_then_applies_the_rule(tmp_path: Path, monkeypatch) -> None:
+    from scaletrain.cli.main import main
+    from test_clusters_check import _nodes, _parts
+
+    (tmp_path / "nodes.txt").write_text(_nodes() + "\n")
+    (tmp_path / "parts.txt").write_text(_parts() + "\n")
+    for name, body in (("scontrol", f'case "$2" in node) cat {tmp_path}/nodes.txt;; partition) cat '
+                                    f"{tmp_path}/parts.txt;; config) echo 'ClusterName = probed';; esac"),
+                       ("sinfo", 'test "$1" = --version && echo "slurm 23.02.7"')):
+        (tmp_path / name).write_text(f"#!/bin/sh\n{body}\n")
+        (tmp_path / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    out = tmp_path / "probed.toml"
+    assert main(["clusters", "probe", "--output", str(out)]) == 0
+    prof = load_profile(str(out))
+    assert prof.slurm_version == "23.02.7"
+    assert "srun-cpus-per-task" in {f.rule for f in lint_text(CPT, profile=prof).findings}

@@ -259,6 +259,7 @@ def render_toml(profile: dict[str, Any], *, header: str = "") -> str:
 def run_probe(args: argparse.Namespace) -> int:
     """CLI body of ``scaletrain clusters probe [--output FILE] [--name NAME] [--partition P]``."""
     from scaletrain._version import __version__
+    from scaletrain.clusters.check import slurm_release
     from scaletrain.slurm import commands
 
     nodes_text = commands.show_nodes_text()
@@ -271,6 +272,8 @@ def run_probe(args: argparse.Namespace) -> int:
     when = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     profile = profile_from_scontrol(nodes_text, partitions_text, name=name, site=cluster,
                                     partitions=wanted or None, probed_at=when)
+    # the release lint's version-dependent rules need (srun-cpus-per-task); None: left out
+    profile["slurm_version"] = slurm_release(commands.version_text())
     header = (f"Cluster profile written by scaletrain {__version__} 'clusters probe' on {cluster}, {when}.\n"
               "Values come from scontrol; check the commented ones. Use: --profile THIS_FILE")
     text = render_toml(profile, header=header)
