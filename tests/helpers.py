@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import signal
 import socket
+import sys
 from pathlib import Path
 from collections.abc import Mapping
 from typing import Any
@@ -140,3 +141,46 @@ def reference_checksum(algorithm: str, data: bytes) -> str:
     import crc32c
 
     return f"{crc32c.crc32c(data):08x}"
+
+
+# A stand-in for a centre module's ``python3`` (one whose own site-packages hold torch), for the
+# tests of ``env create`` and of jobs that use the venv it makes. Where this interpreter is a
+# system Python, that is this interpreter. Where it is itself a venv (how most users run the
+# suite), ``python -m venv --system-site-packages`` from it would see the *base* Python's
+# packages, not this venv's torch: the stand-in then makes the venv and adds this venv's
+# site-packages behind the new venv's own, which is what a module's site-packages would be.
+_MODULE_PYTHON = """#!{python}
+# stand-in for a centre module's python3 (tests/helpers.py module_python)
+import os, subprocess, sys
+args = sys.argv[1:]
+if args[:2] != ["-m", "venv"]:
+    os.execv(sys.executable, [sys.executable, *args])
+code = subprocess.call([sys.executable, *args])
+target = args[-1]
+if code == 0 and "--system-site-packages" in args:
+    lib = os.path.join(target, "lib", "python%d.%d" % sys.version_info[:2], "site-packages")
+    with open(os.path.join(lib, "_module_standin.pth"), "w") as f:
+        f.write("\\n".join({paths!r}) + "\\n")
+sys.exit(code)
+"""
+
+
+def in_venv() -> bool:
+    """True when the interpreter running the tests is a virtual environment's."""
+    return sys.prefix != sys.base_prefix
+
+
+def module_python(folder: Path) -> Path:
+    """``folder/bin/python3``: a module's Python with torch (see ``_MODULE_PYTHON``), made here."""
+    import sysconfig
+
+    bin_dir = folder / "bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    python = bin_dir / "python3"
+    if not in_venv():
+        python.symlink_to(sys.executable)
+        return python
+    paths = list(dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]))
+    python.write_text(_MODULE_PYTHON.format(python=sys.executable, paths=paths))
+    python.chmod(0o755)
+    return python

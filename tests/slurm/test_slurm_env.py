@@ -3,7 +3,7 @@ centre's PyTorch module runs a submitted job that imports scaletrain from that e
 made where no environment is known warns, and nothing is submitted.
 
 The stand-in module: ``module load fakepytorch`` (a shell function every batch shell gets through
-``BASH_ENV``) puts a folder first on PATH whose ``python3`` is this interpreter (it has torch).
+``BASH_ENV``) puts a folder first on PATH whose ``python3`` has torch (``helpers.module_python``).
 Without it, ``python3`` here is one without torch: the job only works through the module.
 """
 
@@ -12,9 +12,9 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import tomllib
 import pytest
+from helpers import module_python
 
 pytestmark = pytest.mark.slurm
 
@@ -39,8 +39,7 @@ def module_cluster(slurm_cluster, probed_profile, tmp_path):
     profile.write_text(text.replace("setup_lines = []", 'setup_lines = ["module load fakepytorch"]')
                        .replace('name = "ci"', 'name = "cimod"'))
     fakemod = tmp_path / "fakemod"
-    (fakemod / "bin").mkdir(parents=True)
-    (fakemod / "bin" / "python3").symlink_to(sys.executable)
+    module_python(fakemod)
     bash_env = tmp_path / "module.sh"
     bash_env.write_text(MODULE_FN)
     # the system's folders only (no pyenv/venv of this interpreter): torch comes from the module

@@ -7,11 +7,10 @@ import importlib.util
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from helpers import run_cli
+from helpers import module_python, run_cli
 
 import scaletrain
 from scaletrain.clusters.profile import load_profile, profile_from_dict
@@ -179,12 +178,12 @@ def test_create_cli_dry_run_and_bad_input(capsys, tmp_path: Path) -> None:
 
 @pytest.mark.skipif(BASH is None, reason="bash not installed")
 def test_create_builds_a_venv_that_imports_its_own_scaletrain(capsys, tmp_path: Path) -> None:
-    """A stand-in cluster whose 'module' is this interpreter (it has torch): the venv sees torch
-    through --system-site-packages and has its own copy of scaletrain."""
+    """A stand-in cluster whose 'module' is a Python with torch (helpers.module_python): the venv
+    sees torch through --system-site-packages and has its own copy of scaletrain."""
     if importlib.util.find_spec("ensurepip") is None:  # e.g. Ubuntu's python3 without python3-venv
         pytest.skip("needs `python -m venv` with pip (ensurepip), which this Python lacks")
     data = {"name": "standin", "gpus_per_node": 1, "cores_per_node": 2, "mem_per_node_gb": 4,
-            "python": sys.executable, "partitions": {"p": {"default": True}}}
+            "python": str(module_python(tmp_path / "module")), "partitions": {"p": {"default": True}}}
     profile_file = tmp_path / "standin.toml"
     profile_file.write_text("\n".join(f"{k} = {v!r}" for k, v in data.items() if k != "partitions")
                             .replace("'", '"') + '\n[partitions.p]\ndefault = true\n')

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import run_cli
+from helpers import module_python, run_cli
 
 import scaletrain
 from scaletrain.errors import DistEnvError, ScaletrainError, UsageError
@@ -86,10 +86,11 @@ def test_api_refuses_the_same_job_before_sbatch(cluster, tmp_path) -> None:
 
 @needs_installed
 def test_a_job_with_the_environment_env_create_made_is_submitted(capsys, cluster, tmp_path) -> None:
-    # the stand-in's "module" is this interpreter (it has torch): the venv sees torch through
-    # --system-site-packages and gets its own copy of scaletrain
+    # the stand-in's "module" is a Python with torch (helpers.module_python): the venv sees torch
+    # through --system-site-packages and gets its own copy of scaletrain
+    python = module_python(tmp_path / "module")
     text = cluster["profile"].read_text().replace('name = "standin"\n',
-                                                  f'name = "standin"\npython = "{sys.executable}"\n')
+                                                  f'name = "standin"\npython = "{python}"\n')
     cluster["profile"].write_text(text)
     env_dir = tmp_path / "st-env"
     code, _, err = run_cli(capsys, "env", "create", "--profile", str(cluster["profile"]), str(env_dir))
@@ -108,8 +109,8 @@ def test_on_a_login_node_the_api_gives_the_job_the_running_python_and_sbatch_acc
     from scaletrain.envs import detect
 
     running = tmp_path / "running"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(running)],
-                   check=True, timeout=120)
+    subprocess.run([str(module_python(tmp_path / "module")), "-m", "venv", "--without-pip",
+                    "--system-site-packages", str(running)], check=True, timeout=120)
     monkeypatch.setattr(detect, "running_environment", lambda **kw: detect.RunningEnv("venv", str(running)))
     monkeypatch.setenv("PYTHONPATH", str(Path(scaletrain.__file__).parent.parent))
     monkeypatch.setenv("SBATCH_ACCOUNT", "project_9")
