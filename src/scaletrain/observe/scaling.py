@@ -201,6 +201,6 @@ def sizes_up_to(limit: int, *, include: tuple[int, ...] = ()) -> list[int]:
 def recommend(preds: list[Prediction], *, threshold: float = DEFAULT_THRESHOLD) -> Prediction:
     """The largest size whose efficiency stays at least ``threshold`` at the low end of its range
     (1 device at worst): on the published tables the middle figure chose a larger size than the
-    measurement in one case of 44, the low end in none (docs/benchmarks.md)."""
+    measurement in 7 cases of 48, the low end in none (docs/benchmarks.md)."""
     good = [p for p in preds if p.efficiency_low >= threshold]
     return max(good, key=lambda p: p.n) if good else min(preds, key=lambda p: p.n)
