@@ -28,10 +28,14 @@ TXL = ("NVIDIA DeepLearningExamples, PyTorch/LanguageModeling/Transformer-XL/REA
        "(github.com/NVIDIA/DeepLearningExamples; pytorch-20.06-py3 container)")
 JSC = ("JSC course 'Parallelize Training' (seed 004 in ../shared/seeds): 'time srun python3 gpu_training.py' "
        "real times, ResNet-50, 10 ImageNet epochs, batch 256 per GPU, JUWELS Booster")
+BART = ("NVIDIA DeepLearningExamples, PyTorch/LanguageModeling/BART/README.md, 'Pre-training performance: "
+        "Single-node / Multi-node on NVIDIA DGX A100 (8x A100 80GB)' (PyTorch 22.08-py3 container)")
 READ = "2026-11-27"
 # DGX-2H: NVSwitch, 300 GB/s NVLink per GPU (both directions); 8 x 100 Gb/s EDR InfiniBand per
 # node. Both rates are NVIDIA's DGX-2 datasheet figures as remembered: unconfirmed.
 DGX2H = {"intra_gbps": 2400.0, "inter_gbps": 800.0, "gpus_per_node": 16}
+# DGX A100: NVLink 3 (600 GB/s per GPU) and 8 x HDR 200 Gb/s per node, as remembered: unconfirmed
+DGXA100 = {"intra_gbps": 4800.0, "inter_gbps": 1600.0, "gpus_per_node": 8}
 # JUWELS Booster, from the juwels-booster profile (quoted there): NVLink 3, 4 x HDR200 per node
 JUWELS = {"intra_gbps": 4800.0, "inter_gbps": 800.0, "gpus_per_node": 4}
 # Transformer-XL parameters: base 0.151e9 and large 0.257e9 in the Transformer-XL paper (Dai et
@@ -40,6 +44,7 @@ JUWELS = {"intra_gbps": 4800.0, "inter_gbps": 800.0, "gpus_per_node": 4}
 TXL_BASE_PARAMS = 0.19e9
 TXL_LARGE_PARAMS = 0.257e9
 RESNET50_PARAMS = 25_557_032    # torchvision resnet50
+BART_LARGE_PARAMS = 0.406e9     # BART-large, as remembered: unconfirmed (hidden behind 160 GB/s either way)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,8 +60,13 @@ class Table:
     step_s: float | None = None             # measured step at base_n GPUs
     calibration_n: int | None = None        # the one-node point a user would calibrate on
     calibrated_by: str | None = None        # ... or another table's calibration (same node, precision)
-    per_step: bool = True                   # measured steady-state steps (not whole-job wall times)
-    note: str = ""
+    kind: str = "steps"     # "steps": steady-state steps; "job": whole-job wall times; "accumulated":
+    note: str = ""          # steps of an unstated gradient accumulation (all-reduce once per several)
+
+    @property
+    def per_step(self) -> bool:
+        """Steady-state steps of one all-reduce each: what the aim is measured on."""
+        return self.kind == "steps"
 
     def links(self) -> Links:
         hw = self.hardware
@@ -100,17 +110,48 @@ def _txl_tables() -> list[Table]:
     return out
 
 
+# BART pre-training on DGX A100: (sequence length, precision) -> (batch per GPU, 1-GPU sequences/s,
+# 8-GPU weak scaling, weak scaling of 20 and 40 nodes against one node). Its pre-training script
+# accumulates gradients (40 steps by default, all-reduce once after them); the benchmark rows do
+# not say with how many, so these are not counted as per-step tables.
+BART_RUNS = {
+    (128, "tf32"): (100, 202.53, 7.68, (19.96, 39.54)),
+    (128, "bf16"): (200, 326.53, 7.88, (20.39, 37.71)),
+    (512, "tf32"): (16, 41.35, 7.69, (18.73, 36.61)),
+    (512, "bf16"): (32, 69.31, 7.93, (19.14, 36.29)),
+}
+
+
+def _bart_tables() -> list[Table]:
+    out = []
+    for (seq, prec), (batch, seq_s, eff8, nodes) in BART_RUNS.items():
+        key = f"bart-{seq}-{prec}"
+        step1 = batch / seq_s
+        common = {"hardware": DGXA100, "grad_bytes": int(BART_LARGE_PARAMS * 4), "kind": "accumulated",
+                  "note": "gradient accumulation not stated for these rows"}
+        out.append(Table(key=key, source=f"{BART}, sequence {seq}, {prec}, batch {batch} per GPU", step_s=step1,
+                         calibration_n=8, points=((8, eff8 / 8),), **common))
+        out.append(Table(key=f"{key}-nodes", source=f"{BART}, sequence {seq}, {prec}, 1, 20, 40 nodes", base_n=8,
+                         step_s=step1 / (eff8 / 8), calibrated_by=key,
+                         points=tuple((8 * k, x / k) for k, x in zip((20, 40), nodes)), **common))
+    return out
+
+
 JSC_MINUTES = ((1, 342 + 11.864 / 60), (4, 89 + 15.923 / 60), (16, 24 + 48.169 / 60), (32, 13 + 10.722 / 60),
                (64, 6 + 56.457 / 60), (128, 4 + 48.313 / 60))
 TABLES = (
     *_txl_tables(),
     # wall times of whole 10-epoch jobs: start-up, data loading and validation are inside them
     Table(key="jsc-resnet50", source=JSC, hardware=JUWELS, grad_bytes=RESNET50_PARAMS * 4,
-          step_s=JSC_MINUTES[0][1] * 60 / 50045, calibration_n=4, per_step=False,
+          step_s=JSC_MINUTES[0][1] * 60 / 50045, calibration_n=4, kind="job",
           points=tuple((n, JSC_MINUTES[0][1] / (n * m)) for n, m in JSC_MINUTES[1:]),
           note="wall time of the whole job: per-job start-up and per-epoch pauses do not shrink with N"),
+    *_bart_tables(),
 )
 BY_KEY = {t.key: t for t in TABLES}
+# DEFAULT_FRACTION's data: each table's own calibration, except where an unstated gradient
+# accumulation spreads the overhead over several steps (it would understate a plain step's)
+FRACTION_TABLES = tuple(t for t in TABLES if not t.calibrated_by and t.kind != "accumulated")
 
 
 def _step1(table: Table, overhead: Overhead) -> StepProfile:
@@ -157,12 +198,12 @@ def largest_above(effs: list[tuple[int, float]], threshold: float) -> int:
     return max([n for n, e in effs if e >= threshold] or [min(n for n, _ in effs)])
 
 
-def summary(model: str, *, multi_node_only: bool = True, per_step: bool = True) -> tuple[float, float, int]:
+def summary(model: str, *, multi_node_only: bool = True, kinds: tuple[str, ...] = ("steps",)) -> tuple[float, float, int]:
     """(mean absolute error in points, worst error, points) over the non-calibration points of the
-    per-step tables (``per_step``) or of every table."""
+    tables of ``kinds``."""
     errs = []
     for t in TABLES:
-        if per_step and not t.per_step:
+        if t.kind not in kinds:
             continue
         for r in evaluate(t, model):
             if r["calibration"] or (multi_node_only and r["nodes"] <= 1):
@@ -210,14 +251,16 @@ def main() -> None:
                   f"({d['low'] * 100:.0f}-{d['high'] * 100:.0f}) | {(d['predicted'] - d['measured']) * 100:+.1f} "
                   f"| {c['predicted'] * 100:.1f}%{tag} ({c['low'] * 100:.0f}-{c['high'] * 100:.0f}) "
                   f"| {(c['predicted'] - c['measured']) * 100:+.1f} |")
-    print("\n| model | per-step tables, multi-node | per-step tables, all | every table, multi-node |")
-    print("|---|---|---|---|")
+    print("\n| model | per-step tables, multi-node | per-step tables, all | JSC (whole jobs), multi-node "
+          "| BART (accumulated), multi-node |")
+    print("|---|---|---|---|---|")
     for m in ("old", "default", "calibrated"):
-        cells = [summary(m), summary(m, multi_node_only=False), summary(m, per_step=False)]
+        cells = [summary(m), summary(m, multi_node_only=False), summary(m, kinds=("job",)),
+                 summary(m, kinds=("accumulated",))]
         print(f"| {m} | " + " | ".join(f"mean {a:.1f}, worst {b:.1f} ({k} points)" for a, b, k in cells) + " |")
     growth = {t.key: (round(fit_growth(t), 3), [round(g, 3) for g in point_growths(t)])
               for t in TABLES if t.base_n == 1 and t.calibration_n == 2}
-    fractions = {t.key: round(fraction_at_two(t), 3) for t in TABLES if not t.calibrated_by}
+    fractions = {t.key: round(fraction_at_two(t), 3) for t in FRACTION_TABLES}
     print(f"\ngrowth per doubling, fitted per table (and per point): {growth}\noverhead at 2 GPUs / 1-GPU step: {fractions}")
 
 

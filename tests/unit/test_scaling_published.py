@@ -45,7 +45,9 @@ def test_the_tables_are_the_published_figures(published):
     assert dict(by["txl-large-fp32-nodes"].points)[128] == pytest.approx(7.45 / 8)
     assert by["txl-large-mixed-nodes"].step_s == pytest.approx(4 * 384 / (154_950 / 16))
     assert dict(by["jsc-resnet50"].points)[128] == pytest.approx(342.2 / (128 * 4.805), abs=1e-3)
-    assert len(published.TABLES) == 7 and sum(len(t.points) for t in published.TABLES) == 27
+    assert dict(by["bart-512-bf16-nodes"].points)[320] == pytest.approx(36.29 / 40)
+    assert by["bart-128-tf32"].step_s == pytest.approx(100 / 202.53)
+    assert len(published.TABLES) == 15 and sum(len(t.points) for t in published.TABLES) == 39
 
 
 def test_calibrated_on_one_node_multi_node_error_is_within_three_points(published):
@@ -90,13 +92,22 @@ def test_jsc_whole_job_times_within_the_default_range_to_sixteen_nodes(published
     assert rows[128]["low"] > rows[128]["measured"]
 
 
+def test_bart_multi_node_with_its_unstated_accumulation(published):
+    # BART's pre-training accumulates gradients (40 steps by default, one all-reduce after them) and
+    # its benchmark rows do not say how many: calibrated on one node, 20 and 40 nodes come within
+    # 4.5 points on average, 8.4 at worst; the 3-point aim is not met here (docs/benchmarks.md)
+    mean, worst, points = published.summary("calibrated", kinds=("accumulated",))
+    assert points == 8 and mean <= 4.5 and worst <= 8.5
+    assert published.summary("old", kinds=("accumulated",))[0] > mean
+
+
 def test_overhead_constants_are_the_fits_of_the_tables(published):
     one_node = [t for t in _per_step(published) if t.base_n == 1]
     assert ov.GROWTH == pytest.approx(statistics.median(published.fit_growth(t) for t in one_node), abs=0.01)
     points = [g for t in one_node for g in published.point_growths(t)]
     assert ov.GROWTH_RANGE[0] <= min(points) <= ov.GROWTH_RANGE[0] + 0.02
     assert ov.GROWTH_RANGE[1] >= max(points) >= ov.GROWTH_RANGE[1] - 0.02
-    fractions = [published.fraction_at_two(t) for t in published.TABLES if not t.calibrated_by]
+    fractions = [published.fraction_at_two(t) for t in published.FRACTION_TABLES]
     assert ov.DEFAULT_FRACTION == pytest.approx(statistics.median(fractions), abs=0.005)
     assert ov.FRACTION_RANGE[0] <= min(fractions) <= ov.FRACTION_RANGE[0] + 0.01
     assert ov.FRACTION_RANGE[1] >= max(fractions) >= ov.FRACTION_RANGE[1] - 0.01
