@@ -145,7 +145,7 @@ def analyse(rows: list[dict[str, Any]], links: Links | None, link_source: str, *
                        predicted_efficiency_low=p.efficiency_low, predicted_efficiency_high=p.efficiency_high,
                        prediction_error=(p.step_s - r["step_s"]) / r["step_s"])
         out_rows.append(row)
-    model = {"source": link_source, "from": "the 1-process step" if step else None}
+    model: dict[str, Any] = {"source": link_source, "from": "the 1-process step" if step else None}
     if overhead is not None:
         model["overhead"] = overhead.to_dict()
     if step is None:
