@@ -173,7 +173,7 @@ def calibration(table: Table) -> Overhead:
     step = StepProfile(compute_s=table.step_s or 0.0, grad_bytes=table.grad_bytes)
     n = table.calibration_n
     return calibrate(table.measured_step(n), modelled_without_overhead(step, table.links(), n), n,
-                     source=f"{table.key} at {n} GPUs")
+                     step_s=step.compute_s, source=f"{table.key} at {n} GPUs")
 
 
 def evaluate(table: Table, model: str) -> list[dict[str, float]]:

@@ -8,8 +8,9 @@ import math
 import pytest
 
 from scaletrain.cli.main import main
-from scaletrain.observe.overhead import (DEFAULT_FRACTION, FRACTION_RANGE, GROWTH, GROWTH_RANGE, NONE, Overhead,
-                                         calibrate, calibration_path, load_calibration, save_calibration)
+from scaletrain.observe.overhead import (DEFAULT_FRACTION, FRACTION_RANGE, GROWTH, GROWTH_RANGE, NONE,
+                                         STEP_EXPONENT, Overhead, calibrate, calibration_path, load_calibration,
+                                         save_calibration)
 from scaletrain.observe.scaling import Links, StepProfile, efficiency_text, predict, recommend
 
 NVSWITCH = Links(intra_gbs=120.0, inter_gbs=80.0, devices_per_node=8)
@@ -44,12 +45,16 @@ def test_a_hidden_allreduce_is_not_a_free_step():
 
 
 def test_calibration_from_a_measured_step():
-    cal = calibrate(0.125, 0.11, 2, source="x")
-    assert cal.at_two_s == pytest.approx(0.015) and cal.source == "x"
-    assert calibrate(0.125, 0.11, 4, source="x").at_two_s == pytest.approx(0.015 / (1 + GROWTH))
-    assert calibrate(0.10, 0.11, 2, source="x").at_two_s == 0.0    # faster than the model: noise
+    cal = calibrate(0.125, 0.11, 2, step_s=0.1, source="x")
+    assert cal.at_two_s == pytest.approx(0.015) and cal.source == "x" and cal.at_step_s == 0.1
+    assert calibrate(0.125, 0.11, 4, step_s=0.1, source="x").at_two_s == pytest.approx(0.015 / (1 + GROWTH))
+    assert calibrate(0.10, 0.11, 2, step_s=0.1, source="x").at_two_s == 0.0    # faster than the model: noise
     with pytest.raises(ValueError):
-        calibrate(0.1, 0.1, 1, source="x")
+        calibrate(0.1, 0.1, 1, step_s=0.1, source="x")
+    # applied to a step 4x longer: x 4**0.5 = 2 in the middle, x1 (seconds as measured) to x4 (proportional)
+    assert cal.seconds(0.4, 2) == pytest.approx(0.015 * 4 ** STEP_EXPONENT)
+    assert (cal.seconds(0.4, 2, "low"), cal.seconds(0.4, 2, "high")) == (pytest.approx(0.015), pytest.approx(0.06))
+    assert cal.seconds(0.1, 2, "low") == cal.seconds(0.1, 2, "high") == pytest.approx(0.015)   # its own step
     step = StepProfile(compute_s=0.1, grad_bytes=0)
     # the recommendation takes the range's low end: at 4 GPUs 0.1 / (0.1 + 0.018 * (1 + 0.28)) = 81% in
     # the middle but 0.1 / (0.1 + 0.018 * (1 + 0.46)) = 79% at the low end, so 2 GPUs (85%) it is
@@ -101,6 +106,11 @@ def test_plan_explain_says_uncalibrated_then_uses_the_stored_calibration(tmp_pat
     p16 = predict(StepProfile(compute_s=step, grad_bytes=JSC["grad_bytes"], samples_per_step=256),
                   _booster(), 16, overhead=Overhead(at_two_s=0.02))
     assert f"{p16.step_s * 1000:.1f}" in err and efficiency_text(p16) in err
+    # measured with a 4x shorter step (the bench's small workload): carried over as 4**0.5
+    save_calibration("juwels-booster", {"at_two_s": 0.02, "at_step_s": step / 4, "source": "bench scaling of cnn"})
+    assert main([*PLAN, "--explain", str(tmp_path), "--", "train.py"]) == 0
+    err = capsys.readouterr().err
+    assert "calibrated, 40.0 ms per step at 2 GPUs (bench scaling of cnn; measured 20.0 ms with a 102.6 ms step" in err
     # another cluster's calibration is not this one's
     save_calibration("juwels-booster", {"at_two_s": 0.02, "source": "s"})
     assert main(["plan", "--cluster", "jupiter", "--gpus", "4", "--account", "p", "--explain", str(tmp_path),

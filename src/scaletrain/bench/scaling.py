@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from scaletrain.errors import LaunchError, UsageError
-from scaletrain.observe.overhead import Overhead, calibrate
+from scaletrain.observe.overhead import Overhead, calibrate, from_record, to_record
 from scaletrain.observe.scaling import Links, StepProfile, links_from_profile, modelled_without_overhead, predict
 
 
@@ -147,7 +147,7 @@ def analyse(rows: list[dict[str, Any]], links: Links | None, link_source: str, *
         out_rows.append(row)
     model: dict[str, Any] = {"source": link_source, "from": "the 1-process step" if step else None}
     if overhead is not None:
-        model["overhead"] = overhead.to_dict()
+        model["overhead"] = to_record(overhead)
     if step is None:
         model["note"] = (f"no prediction: it needs a 1-process run ({one_device}) and a bandwidth"
                          if base["nproc"] != 1 or links is None else "")
@@ -164,18 +164,17 @@ def _calibration(rows: list[dict[str, Any]], step: StepProfile, links: Links) ->
     r = min(one_node, key=lambda x: x["nproc"])
     share = r["batch_per_device"] / rows[0]["batch_per_device"]
     modelled = modelled_without_overhead(step, links, r["nproc"], share=share)
-    return calibrate(r["step_s"], modelled, r["nproc"],
+    return calibrate(r["step_s"], modelled, r["nproc"], step_s=step.compute_s,
                      source=f"bench scaling of {r['workload']} on {r['nproc']} processes, "
                             f"{r['step_s'] * 1000:.1f} ms/step measured, {modelled * 1000:.1f} ms modelled")
 
 
 def calibration_record(doc: dict[str, Any], cluster: str) -> dict[str, Any] | None:
     """What ``bench scaling`` stores for ``plan --explain`` (None when the runs gave no calibration)."""
-    ov = doc.get("model", {}).get("overhead")
-    if not ov or ov.get("at_two_s") is None:
+    ov = from_record(doc.get("model", {}).get("overhead"))
+    if ov is None:
         return None
-    return {"cluster": cluster, "at_two_s": float(ov["at_two_s"]), "source": f"{ov['source']} ({doc.get('date', '')})",
-            "workload": doc.get("workload"), "host": doc.get("host")}
+    return to_record(ov, cluster=cluster, date=doc.get("date"), workload=doc.get("workload"), host=doc.get("host"))
 
 
 def _median_rate(row: dict[str, Any]) -> float:

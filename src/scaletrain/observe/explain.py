@@ -17,7 +17,7 @@ from typing import Any
 
 from scaletrain.contract import SCALING_REPORT, SUMMARY_FILE
 from scaletrain.errors import UsageError
-from scaletrain.observe.overhead import Overhead, load_calibration
+from scaletrain.observe.overhead import STEP_EXPONENT, Overhead, from_record, load_calibration
 from scaletrain.observe.scaling import (DEFAULT_THRESHOLD, Links, StepProfile, billed_gpus, efficiency_text,
                                         links_from_profile, predict, recommend, sizes_up_to, time_to_solution)
 
@@ -129,8 +129,12 @@ def _overhead_lines(ov: Overhead, step: StepProfile, cluster: str) -> list[str]:
     """Where the cost of running distributed comes from, and what would narrow its range."""
     lo, hi = ov.growth_range
     if ov.calibrated:
-        return [f"  distributed overhead (sync, stragglers, launch): calibrated, {ov.seconds(step.compute_s, 2) * 1000:.1f} "
-                f"ms per step at 2 GPUs ({ov.source}), +{ov.growth * 100:.0f}% per doubling beyond "
+        here = ov.seconds(step.compute_s, 2)
+        scaled = (f"; measured {(ov.at_two_s or 0) * 1000:.1f} ms with a {ov.at_step_s * 1000:.1f} ms step, scaled to "
+                  f"this one as (step ratio)^{STEP_EXPONENT:g}" if ov.at_step_s and abs(here - (ov.at_two_s or 0)) > 1e-9
+                  else "")
+        return [f"  distributed overhead (sync, stragglers, launch): calibrated, {here * 1000:.1f} ms per step at 2 "
+                f"GPUs ({ov.source}{scaled}), +{ov.growth * 100:.0f}% per doubling beyond "
                 f"(published runs: {lo * 100:.0f}-{hi * 100:.0f}%, the range)"]
     flo, fhi = ov.fraction_range
     return [f"  distributed overhead (sync, stragglers, launch): NOT calibrated, {ov.fraction * 100:.1f}% of the 1-GPU "
@@ -149,9 +153,7 @@ def run_calibration(run: str, cluster: str) -> Overhead | None:
     except (OSError, ValueError):
         return None
     cal = doc.get("calibration") if isinstance(doc, dict) else None
-    if not isinstance(cal, dict) or cal.get("cluster") != cluster or not isinstance(cal.get("at_two_s"), float):
-        return None
-    return Overhead(at_two_s=cal["at_two_s"], source=str(cal.get("source", run)))
+    return from_record(cal) if isinstance(cal, dict) and cal.get("cluster") == cluster else None
 
 
 def explain_plan(plan: Any, run: str) -> str:
