@@ -111,3 +111,14 @@ def test_overhead_constants_are_the_fits_of_the_tables(published):
     assert ov.DEFAULT_FRACTION == pytest.approx(statistics.median(fractions), abs=0.005)
     assert ov.FRACTION_RANGE[0] <= min(fractions) <= ov.FRACTION_RANGE[0] + 0.01
     assert ov.FRACTION_RANGE[1] >= max(fractions) >= ov.FRACTION_RANGE[1] - 0.01
+
+
+def test_step_exponent_is_the_fp32_against_mixed_precision_fit(published):
+    import math
+
+    exps = []
+    for size in ("base", "large"):
+        fp32, mixed = (published.calibration(published.BY_KEY[f"txl-{size}-{p}"]) for p in ("fp32", "mixed"))
+        exps.append(math.log(fp32.at_two_s / mixed.at_two_s) / math.log(fp32.at_step_s / mixed.at_step_s))
+    assert min(exps) <= ov.STEP_EXPONENT <= max(exps)
+    assert ov.STEP_EXPONENT == pytest.approx(statistics.mean(exps), abs=0.05)
