@@ -13,9 +13,10 @@ already from 1 to 2 GPUs on NVSwitch/NVLink, where the all-reduce itself is full
 at 1 and 2 processes on one node measured beyond the model's own terms (seconds per step), scaled
 to the explained step as ``(step / calibrating step) ** STEP_EXPONENT`` (the range: from the
 seconds as measured to fully proportional); uncalibrated, it is a fraction of the 1-device step
-drawn from the published runs, with the spread of those runs as the range. The ``log2`` shape is the depth of the tree/ring stages a
-synchronisation crosses; GROWTH is the median of its per-table fits, and GROWTH_RANGE spans the
-growth each published point implies alone (the range of a calibrated prediction).
+drawn from the published runs, with the spread of those runs as the range. The ``log2`` shape is
+the depth of the tree/ring stages a synchronisation crosses; GROWTH is the median of its
+per-table fits, and GROWTH_RANGE spans the growth each published point implies alone (the range
+of a calibrated prediction).
 
 Calibrations are kept per cluster in ``~/.config/scaletrain/scaling-calibration.json`` (beside
 the user's cluster profiles), written whole or not at all, so that ``plan --explain`` on the
@@ -33,8 +34,8 @@ from typing import Any
 
 from scaletrain.fileio import atomic_write
 
-# Fitted on the published tables in tests/unit/scaling_tables.py (docs/benchmarks.md shows the
-# fit); a test re-fits them and fails when these drift from the data.
+# Fitted on the published tables in benchmarks/published_scaling.py (docs/benchmarks.md shows the
+# fit); tests/unit/test_scaling_published.py re-fits them and fails when these drift from the data.
 GROWTH = 0.28                    # overhead growth per doubling of N beyond 2: the fits' median
 GROWTH_RANGE = (0.22, 0.46)      # the growth each published point implies alone (0.230 ... 0.452)
 DEFAULT_FRACTION = 0.067         # overhead at 2 GPUs / the 1-GPU step: the published runs' median
