@@ -9,7 +9,8 @@ Each repeat is a fresh set of runs; the table shows every repeat.
 
 JSC: the ResNet-50 wall times of the JSC course "Parallelize Training" (1 GPU 342 min ... 128
 GPUs 4 min 48 s, 10 ImageNet epochs, batch 256 per GPU) beside the model fed the 1-GPU step
-(342.2 min / 50045 steps) and the juwels-booster profile's bandwidths.
+(342.2 min / 50045 steps) and the juwels-booster profile's bandwidths (uncalibrated overhead).
+Every published table, before and after the overhead term: benchmarks/published_scaling.py.
 """
 
 from __future__ import annotations
@@ -23,9 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 from scaletrain.clusters.profile import load_profile  # noqa: E402
 from scaletrain.observe.scaling import StepProfile, links_from_profile, predict, time_to_solution  # noqa: E402
 
-# (GPUs, wall minutes) from the JSC course slides: `time srun python ...` real times
-JSC_TABLE = ((1, 342 + 11.864 / 60), (4, 89 + 15.923 / 60), (16, 24 + 48.169 / 60), (32, 13 + 10.722 / 60),
-             (64, 6 + 56.457 / 60), (128, 4 + 48.313 / 60))
+# (GPUs, wall minutes) from the JSC course slides, declared with the other published tables
+from published_scaling import JSC_MINUTES as JSC_TABLE  # noqa: E402
 IMAGENET_STEPS_1GPU = 1_281_167 * 10 // 256     # 10 epochs, batch 256, drop_last
 RESNET50_GRAD_BYTES = 25_557_032 * 4            # torchvision resnet50 parameters, fp32 gradients
 

@@ -21,8 +21,8 @@ pytestmark = pytest.mark.multiproc
 HERE = Path(__file__).parent
 
 
-def _cli(args: list[str], timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "scaletrain", *args], env=worker_env(), capture_output=True,
+def _cli(args: list[str], timeout: float = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "scaletrain", *args], env=worker_env(env), capture_output=True,
                           text=True, timeout=timeout, cwd=REPO)
 
 
@@ -99,9 +99,11 @@ def test_bench_comm_json(tmp_path):
 @pytest.fixture(scope="module")
 def scaling_report(tmp_path_factory):
     out = tmp_path_factory.mktemp("scaling")
+    # the calibration it stores goes to a folder of the test's, not the user's ~/.config
     proc = _cli(["bench", "scaling", "--workload", "cnn", "--nproc", "1,2", "--steps", "20", "--batch", "8",
-                 "--out", str(out)], timeout=900)
+                 "--out", str(out)], timeout=900, env={"XDG_CONFIG_HOME": str(out / "config")})
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    (out / "stderr.txt").write_text(proc.stderr)
     return out
 
 
@@ -117,6 +119,33 @@ def test_bench_scaling_json(scaling_report):
     assert rows[0]["efficiency"] == 1.0 and rows[1]["allreduce_busbw_gbs"] > 0
     assert rows[1]["efficiency"] == pytest.approx(rows[1]["samples_per_s"] / rows[0]["samples_per_s"] / 2)
     assert (scaling_report / "scaling.png").stat().st_size > 1000
+
+
+def test_two_process_run_calibrates_the_overhead_that_explain_uses(scaling_report):
+    """The calibrated path, measured: the 2-process run's step beyond the model's own terms is the
+    distributed overhead; it is stored for this machine, and a prediction from it meets the run."""
+    from scaletrain.bench.scaling import local_links
+    from scaletrain.observe.explain import explain
+    from scaletrain.observe.overhead import load_calibration
+    from scaletrain.observe.scaling import StepProfile, modelled_without_overhead, predict
+
+    doc = json.loads((scaling_report / "scaling.json").read_text())
+    one, two = doc["rows"]
+    links, _ = local_links(doc["rows"], background_load=doc.get("background_load", 0.0))
+    step = StepProfile(compute_s=one["step_s"] * (1 - one["data_wait_frac"]),
+                       data_wait_s=one["step_s"] * one["data_wait_frac"], grad_bytes=one["grad_bytes"],
+                       samples_per_step=one["batch_per_device"])
+    stored = load_calibration("local", path=scaling_report / "config" / "scaletrain" / "scaling-calibration.json")
+    assert stored is not None and stored.calibrated and "bench scaling of cnn on 2 processes" in stored.source
+    assert stored.at_two_s == pytest.approx(doc["calibration"]["at_two_s"])
+    assert "distributed overhead" in (scaling_report / "stderr.txt").read_text()
+    # what was stored is the measured step less the model's compute and all-reduce (never below 0)
+    plain = modelled_without_overhead(step, links, 2)
+    assert stored.at_two_s == pytest.approx(max(0.0, two["step_s"] - plain), rel=1e-9, abs=1e-12)
+    if two["step_s"] > plain:   # the usual case: the calibrated model meets the measured 2-process step
+        assert predict(step, links, 2, overhead=stored).step_s == pytest.approx(two["step_s"], rel=1e-9)
+    text = explain(step, links, requested=2, work_samples=1000, cluster="local", source="bench", overhead=stored)
+    assert "calibrated" in text and "NOT calibrated" not in text and "compute-bound)  <- requested" not in text
 
 
 def _chromium() -> str | None:

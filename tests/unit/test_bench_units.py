@@ -12,6 +12,8 @@ from scaletrain.bench.report import render_html, write_report
 from scaletrain.bench.scaling import analyse, local_links, parse_nproc
 from scaletrain.cli.main import main
 from scaletrain.errors import UsageError
+from scaletrain.observe.overhead import GROWTH, NONE
+from scaletrain.observe.scaling import StepProfile, predict
 
 
 def test_sizes_and_ops():
@@ -52,12 +54,16 @@ def test_analysis_speedup_efficiency_and_model(tmp_path):
     doc = analyse(rows, links, source)
     got = {r["nproc"]: r for r in doc["rows"]}
     assert got[2]["speedup"] == pytest.approx(1.6) and got[2]["efficiency"] == pytest.approx(0.8)
-    # model at 2: 0.1 s compute + 2*1/2*1e6/0.1e9 = 0.01 s, no overlap on the CPU
-    assert got[2]["predicted_step_s"] == pytest.approx(0.11)
-    assert got[2]["prediction_error"] == pytest.approx((0.11 - 0.125) / 0.125)
+    # model at 2: 0.1 s compute + 2*1/2*1e6/0.1e9 = 0.01 s, no overlap on the CPU; the 2-process run
+    # calibrates the distributed overhead: 0.125 - 0.11 = 0.015 s, so the model meets it there
+    assert doc["model"]["overhead"]["at_two_s"] == pytest.approx(0.015)
+    assert got[2]["predicted_step_s"] == pytest.approx(0.125) and got[2]["prediction_error"] == pytest.approx(0)
+    # at 4 the calibrated overhead grows by one doubling: 0.015 * (1 + GROWTH)
+    plain = predict(StepProfile(compute_s=0.1, grad_bytes=10**6, samples_per_step=8), links, 4, overhead=NONE)
+    assert got[4]["predicted_step_s"] == pytest.approx(plain.step_s + 0.015 * (1 + GROWTH))
     doc.update(kind="scaling", workload="cnn", strategy="ddp", mode="weak", steps=20, warmup=3, batch=8, host="h")
     text = scaling_table(doc)
-    assert "80%" in text and "model ms" in text
+    assert "80%" in text and "model ms" in text and "calibrated on this run, 15.00 ms" in text
     notes = write_report(doc, tmp_path)
     assert json.loads((tmp_path / "scaling.json").read_text())["rows"][1]["efficiency"] == pytest.approx(0.8)
     page = (tmp_path / "scaling.html").read_text()
@@ -138,9 +144,11 @@ def test_strong_scaling_speedup_follows_the_step_time_shown_and_the_model_splits
     assert got[2]["samples_per_s"] == pytest.approx(32 / 0.1119)         # from the median step shown
     assert got[2]["samples_per_s_mean"] == 364.0
     # model: half the compute per device, plus the all-reduce of 1e6 bytes at 0.5 GB/s on 2 processes
+    # (what the run took beyond that is the distributed overhead it calibrates)
     comm = 2 * 1 / 2 * 1e6 / 0.5e9
-    assert got[2]["predicted_step_s"] == pytest.approx(0.0897 / 2 + comm)
-    assert got[2]["predicted_efficiency"] == pytest.approx(0.5 * 0.0897 / (0.0897 / 2 + comm))
+    doc = analyse([base, two], links, source)
+    assert doc["model"]["overhead"]["at_two_s"] == pytest.approx(0.1119 - (0.0897 / 2 + comm))
+    assert got[2]["predicted_efficiency"] == pytest.approx(0.5 * 0.0897 / 0.1119)
 
 
 def test_html_report_says_when_with_what_and_how_it_was_measured(tmp_path):

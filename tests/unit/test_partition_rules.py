@@ -183,8 +183,8 @@ def test_trillium_local_disk_is_memory() -> None:
     assert trillium.scratch_in_memory and trillium.scratch_var == "$SLURM_TMPDIR"
     with pytest.raises(PlanError, match="their local /tmp is memory"):
         _plan("trillium", {"nodes": 1, "account": "rrg-p", "launcher": "deepspeed", "deepspeed_config": "nvme"})
-    with pytest.raises(PlanError, match="is memory on trillium"):   # half of 749 GB, not a disk
-        _plan("trillium", {"nodes": 1, "account": "rrg-p", "stage_data": "/scratch/d.tar.gz", "stage_data_gb": 200.0})
+    with pytest.raises(PlanError, match="is memory on trillium"):   # 3 x 250 GB unpacked > the node's 749 GB
+        _plan("trillium", {"nodes": 1, "account": "rrg-p", "stage_data": "/scratch/d.tar.gz", "stage_data_gb": 250.0})
     plan = _plan("trillium", {"nodes": 1, "account": "rrg-p"})
     assert any("memory on trillium" in n and "venv" in n for n in plan.notes)
     assert not any("venv" in n for n in _plan("trillium", {"nodes": 1, "account": "rrg-p", "venv": "/s/v"}).notes)

@@ -138,9 +138,9 @@ def test_stage_data_sizes_node_local_disk() -> None:
     # Roihu's GPU nodes give each user 150 GiB of $TMPDIR: a bigger copy is refused before the queue
     assert "needs about 154 GB on each node, but $TMPDIR holds 150 GB" in _err(
         PlanError, "roihu", gpus=4, stage_data="/scratch/p/imagenet.tar", stage_data_gb=140.0)
-    # LUMI's /tmp is memory: an archive that unpacks beyond half a node's memory is refused
+    # LUMI's /tmp is memory: an archive that unpacks beyond the job's memory (8 x 60 GB) is refused
     assert "/tmp is memory on lumi" in _err(PlanError, "lumi", gpus=8, stage_data="/scratch/d.zip",
-                                            stage_data_gb=100.0)
+                                            stage_data_gb=170.0)
     p = plan("lumi", gpus=8, stage_data="/scratch/d.zip")
     assert p.stage.disk_gb is None and "gres" not in sb(p) and p.stage.scratch_var == "/tmp"
     p = plan("narval", gpus=4, stage_data="/project/data/")

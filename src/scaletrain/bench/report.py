@@ -15,6 +15,7 @@ from typing import Any
 from scaletrain.contract import SCALING_REPORT
 from scaletrain.extras import install_hint
 from scaletrain.fileio import atomic_write
+from scaletrain.observe.scaling import percent
 
 SCALING_HTML = "scaling.html"    # beside contract.SCALING_REPORT: the page and the plot
 SCALING_PNG = "scaling.png"
@@ -34,11 +35,18 @@ def format_table(doc: dict[str, Any]) -> str:
             (f"{r['nproc']:>5} {r['step_s'] * 1000:>9.1f} {r['samples_per_s']:>10.1f} "
              f"{r['samples_per_s_per_device']:>9.1f} {r['speedup']:>9.2f} {r['efficiency'] * 100:>6.0f}%")
         if "predicted_step_s" in r:
-            line += (f" {r['predicted_step_s'] * 1000:>9.1f} {r['predicted_efficiency'] * 100:>8.0f}% "
+            line += (f" {r['predicted_step_s'] * 1000:>9.1f} {percent(r['predicted_efficiency'], r['nproc']):>8}% "
                      f"{r['prediction_error'] * 100:>+6.0f}%  {r['predicted_limit']}")
         lines.append(line)
     for f in doc.get("failed", []):
         lines.append((f"{f['nodes']:>5} " if nodes else "") + f"{f['nproc']:>5}  FAILED: {f['reason']}")
+    overhead = doc.get("model", {}).get("overhead")
+    if predicted and overhead:
+        lines.append(f"model: distributed overhead calibrated on this run, {overhead['at_two_s'] * 1000:.2f} ms "
+                     f"per step at 2 processes ({overhead['source']})")
+    elif predicted:
+        lines.append("model: distributed overhead NOT calibrated (no multi-process run on one node): "
+                     "the published default, a range")
     return "\n".join(lines)
 
 
@@ -107,7 +115,7 @@ def render_html(doc: dict[str, Any]) -> str:
             str(r["nproc"]), f"{r['step_s'] * 1000:.1f}", f"{r['samples_per_s']:.1f}",
             f"{r['samples_per_s_per_device']:.1f}", f"{r['speedup']:.2f}", f"{r['efficiency'] * 100:.0f}%"]
         if pred:
-            cells += ([f"{r['predicted_step_s'] * 1000:.1f}", f"{r['predicted_efficiency'] * 100:.0f}%",
+            cells += ([f"{r['predicted_step_s'] * 1000:.1f}", f"{percent(r['predicted_efficiency'], r['nproc'])}%",
                        f"{r['prediction_error'] * 100:+.0f}%", esc(r["predicted_limit"])]
                       if "predicted_step_s" in r else ["-"] * 4)
         # the model's "limit" is prose: it wraps, so the table fits a laptop screen

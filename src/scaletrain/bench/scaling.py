@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from scaletrain.errors import LaunchError, UsageError
-from scaletrain.observe.scaling import Links, StepProfile, links_from_profile, predict
+from scaletrain.observe.overhead import Overhead, calibrate, from_record, to_record
+from scaletrain.observe.scaling import Links, StepProfile, links_from_profile, modelled_without_overhead, predict
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -126,6 +127,7 @@ def analyse(rows: list[dict[str, Any]], links: Links | None, link_source: str, *
         wait = base["step_s"] * base["data_wait_frac"]
         step = StepProfile(compute_s=base["step_s"] - wait, data_wait_s=wait, grad_bytes=base["grad_bytes"],
                            samples_per_step=base["batch_per_device"])
+    overhead = _calibration(rows, step, links) if step is not None and links is not None else None
     base_rate = _median_rate(base)
     for r in rows:
         # one statistic for every column: throughput from the median step (the ms/step shown), so
@@ -138,15 +140,41 @@ def analyse(rows: list[dict[str, Any]], links: Links | None, link_source: str, *
         if step is not None and links is not None:
             # weak: the per-device batch stays (share 1); strong: the global batch is split
             share = r["batch_per_device"] / base["batch_per_device"]
-            p = predict(step, links, r["nproc"], share=share)
+            p = predict(step, links, r["nproc"], share=share, overhead=overhead)
             row.update(predicted_step_s=p.step_s, predicted_efficiency=p.efficiency, predicted_limit=p.limit,
+                       predicted_efficiency_low=p.efficiency_low, predicted_efficiency_high=p.efficiency_high,
                        prediction_error=(p.step_s - r["step_s"]) / r["step_s"])
         out_rows.append(row)
-    model = {"source": link_source, "from": "the 1-process step" if step else None}
+    model: dict[str, Any] = {"source": link_source, "from": "the 1-process step" if step else None}
+    if overhead is not None:
+        model["overhead"] = to_record(overhead)
     if step is None:
         model["note"] = (f"no prediction: it needs a 1-process run ({one_device}) and a bandwidth"
                          if base["nproc"] != 1 or links is None else "")
     return {"rows": out_rows, "model": model}
+
+
+def _calibration(rows: list[dict[str, Any]], step: StepProfile, links: Links) -> Overhead | None:
+    """The distributed overhead fitted on the smallest multi-process run on one node (2 processes
+    in the usual ``--nproc 1,2``): its measured step less what the model gives without overhead.
+    Without such a run: None (the published default applies)."""
+    one_node = [r for r in rows if r["nproc"] > 1 and int(r.get("nodes") or 1) == 1]
+    if not one_node:
+        return None
+    r = min(one_node, key=lambda x: x["nproc"])
+    share = r["batch_per_device"] / rows[0]["batch_per_device"]
+    modelled = modelled_without_overhead(step, links, r["nproc"], share=share)
+    return calibrate(r["step_s"], modelled, r["nproc"], step_s=step.compute_s,
+                     source=f"bench scaling of {r['workload']} on {r['nproc']} processes, "
+                            f"{r['step_s'] * 1000:.1f} ms/step measured, {modelled * 1000:.1f} ms modelled")
+
+
+def calibration_record(doc: dict[str, Any], cluster: str) -> dict[str, Any] | None:
+    """What ``bench scaling`` stores for ``plan --explain`` (None when the runs gave no calibration)."""
+    ov = from_record(doc.get("model", {}).get("overhead"))
+    if ov is None:
+        return None
+    return to_record(ov, cluster=cluster, date=doc.get("date"), workload=doc.get("workload"), host=doc.get("host"))
 
 
 def _median_rate(row: dict[str, Any]) -> float:
@@ -192,7 +220,19 @@ def build_document(req: ScalingRequest, rows: list[dict[str, Any]], links: Links
     doc = analyse(rows, links, source, one_device=one_device)
     doc.update(kind="scaling", workload=req.workload, strategy=req.strategy, mode=req.mode, steps=req.steps,
                warmup=req.warmup, batch=req.batch, host=platform.node(), **_provenance(rows), **extra)
+    record = calibration_record(doc, calibration_key(req))
+    if record:
+        doc["calibration"] = record
     return doc
+
+
+def calibration_key(req: ScalingRequest) -> str:
+    """The cluster a calibration belongs to: the profile's name, or "local" for this machine."""
+    if not req.cluster:
+        return "local"
+    from scaletrain.clusters.profile import load_profile
+
+    return load_profile(req.cluster).name
 
 
 def _provenance(rows: list[dict[str, Any]]) -> dict[str, str]:

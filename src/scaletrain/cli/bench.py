@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from scaletrain.contract import SCALING_REPORT
 from scaletrain.errors import LaunchError, ScaletrainError, UsageError
@@ -136,6 +136,7 @@ def run_scaling_cli(args: argparse.Namespace) -> int:
         doc = run_scaling(req, log=log)
     doc["command"] = " ".join(("scaletrain", *getattr(args, "_argv", ("bench", "scaling"))))
     print(format_table(doc))
+    _store_calibration(doc)
     if args.out:
         for note in write_report(doc, args.out):
             print(f"scaletrain bench: {note}", file=sys.stderr)
@@ -149,6 +150,22 @@ def run_scaling_cli(args: argparse.Namespace) -> int:
                               f"{first['nodes']} node(s): {first['reason']}",
                               f"the report has the sizes that ran; {first['hint']}")
     return 0
+
+
+def _store_calibration(doc: dict[str, Any]) -> None:
+    """Keep the measured distributed overhead where ``plan --explain`` on the same cluster finds it."""
+    from scaletrain.observe.overhead import save_calibration
+
+    cal = doc.get("calibration")
+    if not cal:
+        return
+    try:
+        path = save_calibration(cal["cluster"], cal)
+    except OSError as exc:
+        print(f"scaletrain bench: the calibration was not stored: {exc}", file=sys.stderr)
+        return
+    print(f"scaletrain bench: distributed overhead {cal['at_two_s'] * 1000:.1f} ms per step at 2 processes on "
+          f"{cal['cluster']!r}, stored in {path}: 'plan --explain' on {cal['cluster']!r} uses it", file=sys.stderr)
 
 
 def _check_out(out: Path, report: str) -> None:

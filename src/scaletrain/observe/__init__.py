@@ -7,8 +7,9 @@
   (NVML, AMD SMI; "unavailable" elsewhere, never a crash).
 - :mod:`~scaletrain.observe.health` names stragglers and idle devices from cross-rank statistics.
 - :mod:`~scaletrain.observe.scaling` predicts step time and efficiency at N GPUs from one
-  measured step and a cluster profile's bandwidths; :mod:`~scaletrain.observe.explain` turns it
-  into advice for ``scaletrain plan --explain``.
+  measured step and a cluster profile's bandwidths, with :mod:`~scaletrain.observe.overhead`'s
+  cost of running distributed (calibrated by a 2-process run, else a published default and its
+  range); :mod:`~scaletrain.observe.explain` turns it into advice for ``scaletrain plan --explain``.
 - :mod:`~scaletrain.observe.doctor` checks an environment or allocation for a bug report.
 
 Importing this package imports neither torch nor any optional extra.

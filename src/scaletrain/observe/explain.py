@@ -17,8 +17,9 @@ from typing import Any
 
 from scaletrain.contract import SCALING_REPORT, SUMMARY_FILE
 from scaletrain.errors import UsageError
-from scaletrain.observe.scaling import (DEFAULT_THRESHOLD, Links, StepProfile, billed_gpus, links_from_profile,
-                                        predict, recommend, sizes_up_to, time_to_solution)
+from scaletrain.observe.overhead import STEP_EXPONENT, Overhead, from_record, load_calibration
+from scaletrain.observe.scaling import (DEFAULT_THRESHOLD, Links, StepProfile, billed_gpus, efficiency_text,
+                                        links_from_profile, predict, recommend, sizes_up_to, time_to_solution)
 
 
 MAX_REPORT_BYTES = 64 * 2**20
@@ -85,11 +86,12 @@ def _hms(seconds: float) -> str:
 
 def explain(step: StepProfile, links: Links, *, requested: int, work_samples: float, max_gpus: int | None = None,
             time_limit_s: float | None = None, threshold: float = DEFAULT_THRESHOLD,
-            cluster: str = "", source: str = "") -> str:
+            cluster: str = "", source: str = "", overhead: Overhead | None = None) -> str:
     """The advice text: a table for 1..N GPUs, the recommendation and what limits it."""
     top = max_gpus or max(requested * 4, links.devices_per_node * 2)
     sizes = sizes_up_to(top, include=(requested,))
-    preds = [predict(step, links, n) for n in sizes]
+    ov = overhead or Overhead()
+    preds = [predict(step, links, n, overhead=ov) for n in sizes]
     lines = [f"scaletrain plan --explain: data-parallel (DDP) scaling on {cluster}, from {source}",
              f"  measured 1-GPU step {step.compute_s * 1000 + step.data_wait_s * 1000:.1f} ms "
              f"(data wait {step.data_wait_s * 1000:.1f} ms), {step.grad_bytes / 1e6:.1f} MB of gradients, "
@@ -97,20 +99,21 @@ def explain(step: StepProfile, links: Links, *, requested: int, work_samples: fl
              f"  all-reduce bandwidth: {links.intra_gbs:.0f} GB/s inside a node"
              + (f", {links.inter_gbs:.0f} GB/s between nodes" if links.inter_gbs else "")
              + " (the profile's peak rates x typical achieved fractions)",
-             f"  {'GPUs':>5} {'nodes':>5} {'ms/step':>9} {'effic.':>7} {'time to solution':>17} "
+             *_overhead_lines(ov, step, cluster),
+             f"  {'GPUs':>5} {'nodes':>5} {'ms/step':>9} {'efficiency (range)':>18} {'time to solution':>17} "
              f"{'GPU-h billed':>13}  limit"]
     for p in preds:
         tts = time_to_solution(p, step, samples=work_samples) if work_samples else None
         gpu_h = billed_gpus(p.n, links) * tts / 3600 if tts else None
         mark = "  <- requested" if p.n == requested else ""
-        lines.append(f"  {p.n:>5} {p.nodes:>5} {p.step_s * 1000:>9.1f} {p.efficiency * 100:>6.0f}% "
+        lines.append(f"  {p.n:>5} {p.nodes:>5} {p.step_s * 1000:>9.1f} {efficiency_text(p):>18} "
                      f"{_hms(tts) if tts else '-':>17} {f'{gpu_h:.1f}' if gpu_h else '-':>13}  {p.limit}{mark}")
     best = recommend(preds, threshold=threshold)
     beyond = [p for p in preds if p.n > best.n]
-    why = (f"; beyond it {beyond[0].limit} limits it ({beyond[0].n} GPUs: {beyond[0].efficiency * 100:.0f}%)"
+    why = (f"; beyond it {beyond[0].limit} limits it ({beyond[0].n} GPUs: {efficiency_text(beyond[0])})"
            if beyond else f"; it stays above {threshold * 100:.0f}% up to the largest size shown")
     lines.append(f"  recommendation: {best.n} GPU(s) on {best.nodes} node(s), the largest count whose predicted "
-                 f"efficiency stays >= {threshold * 100:.0f}%{why}")
+                 f"efficiency stays >= {threshold * 100:.0f}% at the low end of its range{why}")
     req = next(p for p in preds if p.n == requested)
     if work_samples and time_limit_s:
         tts = time_to_solution(req, step, samples=work_samples)
@@ -122,12 +125,45 @@ def explain(step: StepProfile, links: Links, *, requested: int, work_samples: fl
     return "\n".join(lines)
 
 
+def _overhead_lines(ov: Overhead, step: StepProfile, cluster: str) -> list[str]:
+    """Where the cost of running distributed comes from, and what would narrow its range."""
+    lo, hi = ov.growth_range
+    if ov.calibrated:
+        here = ov.seconds(step.compute_s, 2)
+        scaled = (f"; measured {(ov.at_two_s or 0) * 1000:.1f} ms with a {ov.at_step_s * 1000:.1f} ms step, scaled to "
+                  f"this one as (step ratio)^{STEP_EXPONENT:g}" if ov.at_step_s and abs(here - (ov.at_two_s or 0)) > 1e-9
+                  else "")
+        return [f"  distributed overhead (sync, stragglers, launch): calibrated, {here * 1000:.1f} ms per step at 2 "
+                f"GPUs ({ov.source}{scaled}), +{ov.growth * 100:.0f}% per doubling beyond "
+                f"(published runs: {lo * 100:.0f}-{hi * 100:.0f}%, the range)"]
+    flo, fhi = ov.fraction_range
+    return [f"  distributed overhead (sync, stragglers, launch): NOT calibrated, {ov.fraction * 100:.1f}% of the 1-GPU "
+            f"step at 2 GPUs (published runs: {flo * 100:.0f}-{fhi * 100:.0f}%, the range), "
+            f"+{ov.growth * 100:.0f}% per doubling",
+            f"    to narrow the range: 'scaletrain bench scaling --nproc 1,2 --cluster {cluster or 'NAME'}' on one "
+            "node with 2 GPUs (a short run; plan --explain then finds its calibration)"]
+
+
+def run_calibration(run: str, cluster: str) -> Overhead | None:
+    """The overhead a bench ``scaling.json`` given as RUN measured on ``cluster``, if it is one."""
+    p = Path(run).expanduser()
+    p = p / SCALING_REPORT if p.is_dir() else p
+    try:
+        doc = json.loads(p.read_text()) if p.name == SCALING_REPORT and p.is_file() else None
+    except (OSError, ValueError):
+        return None
+    cal = doc.get("calibration") if isinstance(doc, dict) else None
+    return from_record(cal) if isinstance(cal, dict) and cal.get("cluster") == cluster else None
+
+
 def explain_plan(plan: Any, run: str) -> str:
-    """``plan --explain RUN`` for a made plan."""
+    """``plan --explain RUN`` for a made plan: the overhead from RUN (a bench scaling.json on the
+    plan's cluster), else the cluster's stored calibration, else the published default."""
     step, work, source = load_measurement(run, params=plan.request.params)
     links = links_from_profile(plan.profile)
     if links is None:
         raise UsageError(f"cluster profile {plan.cluster!r} has no link bandwidths (intra_node_gbps)",
                          "add intra_node_gbps and inter_node_gbps to the profile, or explain on another cluster")
+    overhead = run_calibration(run, plan.profile.name) or load_calibration(plan.profile.name)
     return explain(step, links, requested=plan.gpus, work_samples=work, time_limit_s=plan.time_seconds,
-                   cluster=plan.cluster, source=source)
+                   cluster=plan.cluster, source=source, overhead=overhead)

@@ -5,8 +5,13 @@ compute per device plus a gradient all-reduce. Per step::
 
     comm(N)    = 2 (N-1)/N x gradient bytes / bus bandwidth + 2 (N-1) x latency   (ring all-reduce)
     hidden(N)  = min(comm(N), overlap x backward time)       (DDP overlaps buckets with backward)
-    step(N)    = data wait + compute x contention(N) + comm(N) - hidden(N)
+    step(N)    = data wait + compute x contention(N) + comm(N) - hidden(N) + overhead(N)
     efficiency = step(1) / step(N)
+
+``overhead(N)`` is the cost of running distributed at all (synchronisation, stragglers, launch,
+bucket boundaries; :mod:`scaletrain.observe.overhead`): zero at 1, calibrated by a measured
+2-process run or, without one, a published default with its range. So the model never says a
+step at N > 1 is free: each prediction carries an efficiency range and whether it is calibrated.
 
 The bus bandwidth is the intra-node one while the job fits on one node, else the inter-node
 one. ``contention`` is 1 on GPUs; where the "devices" are CPU cores shared by several processes
@@ -26,6 +31,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from scaletrain.observe.overhead import Overhead
 
 # The profiles give peak link rates. What an all-reduce achieves (nccl-tests bus bandwidth) is
 # lower: NVLink/xGMI rates are quoted for both directions together and a ring uses one, and
@@ -73,6 +80,10 @@ class Prediction:
     data_wait_s: float
     efficiency: float
     limit: str                       # what costs most against perfect scaling
+    overhead_s: float = 0.0          # the cost of running distributed at all (observe.overhead)
+    efficiency_low: float = 1.0      # the range: overhead at the high end of its estimate ...
+    efficiency_high: float = 1.0     # ... and at the low end
+    calibrated: bool = False         # the overhead was measured (bench scaling), not the default
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -112,29 +123,57 @@ def _step(step: StepProfile, links: Links, n: int, share: float = 1.0) -> tuple[
     return step.data_wait_s * share + compute + comm - hidden, compute, comm, comm - hidden, nodes
 
 
-def predict(step: StepProfile, links: Links, n: int, *, share: float = 1.0) -> Prediction:
-    """Step time, efficiency and the limiting cost at ``n`` devices.
+def predict(step: StepProfile, links: Links, n: int, *, share: float = 1.0,
+            overhead: Overhead | None = None) -> Prediction:
+    """Step time, efficiency (with its range) and the limiting cost at ``n`` devices.
 
     ``share`` is each device's work at ``n`` relative to the measured step: 1 for weak scaling (the
     per-device batch stays), ``1/n`` for strong scaling (one global batch split ``n`` ways; the exact
     per-device batch ratio when it does not divide). Efficiency is throughput against ``n`` times the
-    one-device throughput either way: ``share * step(1) / step(n)``.
+    one-device throughput either way: ``share * step(1) / step(n)``. ``overhead`` is the cost of
+    running distributed (default: the published, uncalibrated estimate).
     """
     if n < 1:
         raise ValueError("n must be at least 1")
     if not 0 < share <= 1:
         raise ValueError("share must be in (0, 1]")
+    ov = overhead or Overhead()
     base, *_ = _step(step, links, 1)
-    step_s, compute, comm, exposed, nodes = _step(step, links, n, share)
-    losses = {"communication": exposed, "shared CPU cores": compute - step.compute_s * share}
+    plain, compute, comm, exposed, nodes = _step(step, links, n, share)
+    extra = {b: ov.seconds(step.compute_s, n, b) for b in ("low", "mid", "high")}
+    step_s = plain + extra["mid"]
+    losses = {"communication": exposed, "shared CPU cores": compute - step.compute_s * share,
+              "distributed overhead (sync, stragglers)": extra["mid"]}
     worst = max(losses, key=lambda k: losses[k])
-    if losses[worst] <= 0.02 * step_s:
-        limit = "data loading" if step.data_wait_s > 0.2 * step_s else "none (compute-bound)"
+    if n > 1 and step.data_wait_s > 0.2 * step_s and losses[worst] <= 0.02 * step_s:
+        limit = "data loading"
+    elif n > 1:
+        limit = worst       # never "compute-bound" beyond one device: something always costs
     else:
-        limit = worst
+        limit = "data loading" if step.data_wait_s > 0.2 * step_s else "none (compute-bound)"
     return Prediction(n=n, nodes=nodes, step_s=step_s, compute_s=compute, comm_s=comm,
                       exposed_comm_s=exposed, data_wait_s=step.data_wait_s * share,
-                      efficiency=share * base / step_s, limit=limit)
+                      efficiency=share * base / step_s, limit=limit, overhead_s=extra["mid"],
+                      efficiency_low=share * base / (plain + extra["high"]),
+                      efficiency_high=share * base / (plain + extra["low"]), calibrated=ov.calibrated)
+
+
+def modelled_without_overhead(step: StepProfile, links: Links, n: int, *, share: float = 1.0) -> float:
+    """The model's step at ``n`` before the distributed overhead: what a calibration compares with."""
+    return _step(step, links, n, share)[0]
+
+
+def percent(efficiency: float, n: int) -> int:
+    """A predicted efficiency in whole percent; beyond one device at most 99 (never a free step)."""
+    value = int(round(efficiency * 100))
+    return value if n == 1 else min(99, value)
+
+
+def efficiency_text(p: Prediction) -> str:
+    """"87% (83-90%)": the figure and its range; never 100% beyond one device."""
+    if p.n == 1:
+        return f"{percent(p.efficiency, 1)}%"
+    return f"{percent(p.efficiency, p.n)}% ({percent(p.efficiency_low, p.n)}-{percent(p.efficiency_high, p.n)}%)"
 
 
 def time_to_solution(pred: Prediction, step: StepProfile, *, samples: float, startup_s: float = 0.0) -> float:
@@ -160,6 +199,8 @@ def sizes_up_to(limit: int, *, include: tuple[int, ...] = ()) -> list[int]:
 
 
 def recommend(preds: list[Prediction], *, threshold: float = DEFAULT_THRESHOLD) -> Prediction:
-    """The largest size whose predicted efficiency is at least ``threshold`` (1 device at worst)."""
-    good = [p for p in preds if p.efficiency >= threshold]
+    """The largest size whose efficiency stays at least ``threshold`` at the low end of its range
+    (1 device at worst): on the published tables the middle figure chose a larger size than the
+    measurement in 7 cases of 48, the low end in none (docs/benchmarks.md)."""
+    good = [p for p in preds if p.efficiency_low >= threshold]
     return max(good, key=lambda p: p.n) if good else min(preds, key=lambda p: p.n)

@@ -200,7 +200,7 @@ def make_plan(request: JobRequest, profile: ClusterProfile) -> Plan:
     owns = part.whole_node or request.exclusive or cpus * tasks >= profile.cores_per_node
     bind, bind_note = layout.cpu_bind(profile, per_node=per_node, tasks_per_node=tasks,
                                       cpus_per_task=cpus, owns_node=owns)
-    stage = layout.stage_plan(request, profile)
+    stage = layout.stage_plan(request, profile, job_mem_gb=layout.job_memory_gb(profile, mem_gb, gpn))
     signal_s = None
     if request.requeue:
         signal_s = REQUEUE_WARNING_S if seconds >= 6 * REQUEUE_WARNING_S else max(30, seconds // 6)
@@ -261,7 +261,7 @@ def _launcher_notes(request: JobRequest, profile: ClusterProfile, nodes: int, gp
         notes.append(f"if the program uses Horovod: the job's venv gets only torch; make one with the centre's "
                      f"Horovod wheel ('scaletrain env create --cluster {profile.name} --with horovod DIR') and "
                      "pass --venv DIR")
-    if profile.scratch_in_memory and profile.python_env_lines and not (own_env or request.python):
+    if layout.venv_in_scratch(request, profile):
         notes.append(f"the job builds its venv in {profile.scratch_var}, which is memory on {profile.name} "
                      "(no local disk): it takes a few GB of the job's memory; a venv on $SCRATCH (--venv) does not")
     if nodes > 1 and profile.module_multinode_warning and not request.container and (

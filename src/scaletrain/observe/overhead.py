@@ -1,0 +1,141 @@
+"""The cost of running distributed at all, and its calibration by a measured 2-process run.
+
+A data-parallel step at N > 1 pays more than its all-reduce: every rank waits for the slowest
+(stragglers), DDP's bucket boundaries and hooks cost kernel launches and synchronisations, and
+NCCL/gloo's own set-up per call adds latency. Published scaling tables show this cost as a drop
+already from 1 to 2 GPUs on NVSwitch/NVLink, where the all-reduce itself is fully hidden
+(docs/benchmarks.md, "The scaling model against published runs"), then a slow growth::
+
+    overhead(1) = 0
+    overhead(N) = base x (1 + GROWTH x log2(N / 2))        N >= 2
+
+``base`` is the overhead at 2 processes. Calibrated, it is what a short ``bench scaling`` run
+at 1 and 2 processes on one node measured beyond the model's own terms (seconds per step), scaled
+to the explained step as ``(step / calibrating step) ** STEP_EXPONENT`` (the range: from the
+seconds as measured to fully proportional); uncalibrated, it is a fraction of the 1-device step
+drawn from the published runs, with the spread of those runs as the range. The ``log2`` shape is
+the depth of the tree/ring stages a synchronisation crosses; GROWTH is the median of its
+per-table fits, and GROWTH_RANGE spans the growth each published point implies alone (the range
+of a calibrated prediction).
+
+Calibrations are kept per cluster in ``~/.config/scaletrain/scaling-calibration.json`` (beside
+the user's cluster profiles), written whole or not at all, so that ``plan --explain`` on the
+same cluster finds them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from scaletrain.fileio import atomic_write
+
+# Fitted on the published tables in benchmarks/published_scaling.py (docs/benchmarks.md shows the
+# fit); tests/unit/test_scaling_published.py re-fits them and fails when these drift from the data.
+GROWTH = 0.28                    # overhead growth per doubling of N beyond 2: the fits' median
+GROWTH_RANGE = (0.22, 0.46)      # the growth each published point implies alone (0.230 ... 0.452)
+DEFAULT_FRACTION = 0.067         # overhead at 2 GPUs / the 1-GPU step: the published runs' median
+FRACTION_RANGE = (0.03, 0.12)    # ... their smallest and largest (0.033 ... 0.114)
+# How the overhead in seconds follows the step: same model and GPUs, fp32 against mixed precision
+# (Transformer-XL on DGX-2H): 0.41 (large) and 0.62 (base); neither constant (0) nor proportional (1)
+STEP_EXPONENT = 0.5
+CALIBRATION_FILE = "scaling-calibration.json"
+_BOUNDS = ("low", "mid", "high")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Overhead:
+    """The per-step cost of running distributed: calibrated seconds, or the published default."""
+
+    at_two_s: float | None = None    # measured overhead at 2 processes (None: not calibrated)
+    at_step_s: float | None = None   # ... with this 1-device step (None: the explained step itself)
+    fraction: float = DEFAULT_FRACTION
+    fraction_range: tuple[float, float] = FRACTION_RANGE
+    growth: float = GROWTH
+    growth_range: tuple[float, float] = GROWTH_RANGE
+    source: str = "not calibrated: the median of published multi-GPU runs"
+
+    @property
+    def calibrated(self) -> bool:
+        return self.at_two_s is not None
+
+    def seconds(self, compute_s: float, n: int, bound: str = "mid") -> float:
+        """Overhead per step at ``n`` devices; ``bound`` "low"/"high" gives the ends of the range."""
+        if bound not in _BOUNDS:
+            raise ValueError(f"bound must be one of {_BOUNDS}")
+        if n <= 1:
+            return 0.0
+        i = _BOUNDS.index(bound)
+        growth = (self.growth_range[0], self.growth, self.growth_range[1])[i]
+        if self.at_two_s is not None:
+            ratio = compute_s / self.at_step_s if self.at_step_s else 1.0
+            base = self.at_two_s * (min(1.0, ratio), ratio ** STEP_EXPONENT, max(1.0, ratio))[i]
+        else:
+            base = (self.fraction_range[0], self.fraction, self.fraction_range[1])[i] * compute_s
+        return base * (1 + growth * math.log2(n / 2))
+
+
+NONE = Overhead(at_two_s=0.0, growth=0.0, growth_range=(0.0, 0.0), source="none (arithmetic only)")
+
+
+def calibrate(measured_s: float, modelled_s: float, n: int, *, step_s: float, source: str,
+              growth: float = GROWTH) -> Overhead:
+    """The overhead that makes the model's step at ``n`` (``modelled_s``, without overhead) the
+    measured one, for a 1-device step (compute) of ``step_s``; never below zero (a measurement
+    faster than the model is noise, not a gain)."""
+    if n < 2:
+        raise ValueError("a calibration needs a run on at least 2 processes")
+    extra = max(0.0, measured_s - modelled_s)
+    return Overhead(at_two_s=extra / (1 + growth * math.log2(n / 2)), at_step_s=step_s, growth=growth,
+                    source=source)
+
+
+def to_record(overhead: Overhead, **what: Any) -> dict[str, Any]:
+    """A calibration as ``bench scaling`` stores it (``what``: cluster, workload, host ...)."""
+    return {"at_two_s": overhead.at_two_s, "at_step_s": overhead.at_step_s, "source": overhead.source, **what}
+
+
+def from_record(record: Any) -> Overhead | None:
+    """The calibration a stored record holds, or None when it is not one (the one reader of
+    :func:`to_record`'s records: the calibration file and a ``scaling.json``)."""
+    if not isinstance(record, dict):
+        return None
+    value, step = record.get("at_two_s"), record.get("at_step_s")
+    if not isinstance(value, (int, float)) or not 0 <= value < 1e4:
+        return None
+    if not isinstance(step, (int, float)) or not 0 < step < 1e6:
+        step = None
+    return Overhead(at_two_s=float(value), at_step_s=None if step is None else float(step),
+                    source=str(record.get("source") or "a stored calibration"))
+
+
+def calibration_path() -> Path:
+    """``$XDG_CONFIG_HOME/scaletrain/scaling-calibration.json`` (``~/.config`` by default)."""
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "scaletrain" / CALIBRATION_FILE
+
+
+def _read_all(path: Path) -> dict[str, Any]:
+    try:
+        doc = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, ValueError):
+        return {}      # a damaged file is as good as none: the next calibration replaces it
+    return doc if isinstance(doc, dict) else {}
+
+
+def save_calibration(cluster: str, record: dict[str, Any], *, path: Path | None = None) -> Path:
+    """Store ``record`` (:func:`to_record`) as ``cluster``'s calibration."""
+    path = path or calibration_path()
+    doc = _read_all(path)
+    doc[cluster] = record
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return atomic_write(path, json.dumps(doc, indent=2, sort_keys=True) + "\n")
+
+
+def load_calibration(cluster: str, *, path: Path | None = None) -> Overhead | None:
+    """``cluster``'s stored calibration, or None when there is none (or it is unreadable)."""
+    return from_record(_read_all(path or calibration_path()).get(cluster))
