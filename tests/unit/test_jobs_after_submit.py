@@ -217,7 +217,7 @@ def test_report_numbers_are_the_monitors(fake):
     assert [s["steps"] for s in summaries] == [12, 10]         # weighted by them: 12 and 10 steps
     assert fig["samples_per_s"] == pytest.approx((12 * summaries[0]["samples_per_s"]
                                                   + 10 * summaries[1]["samples_per_s"]) / 22)
-    assert fig["gpu_hours_billed"] == pytest.approx(2 * 120 / 3600)
+    assert fig["gpu_hours"] == pytest.approx(2 * 120 / 3600)
     assert fig["cpu_efficiency"] == pytest.approx(300 / (4 * 120))
     page = report.write(rep)
     text = page.read_text()
@@ -229,7 +229,7 @@ def test_report_without_monitor_says_what_it_cannot_know(fake, capsys):
     run = make_run(fake, "a", "101")
     (fake / "acct").write_text(acct_row("101", "COMPLETED") + "\n")
     code, out, _ = run_cli(capsys, "report", str(run))
-    assert code == 0 and "no Monitor records" in out and "billed: 0.033 GPU-hours" in out
+    assert code == 0 and "no Monitor records" in out and "GPU-hours: 0.033 allocated" in out
 
 
 def test_report_time_lost_between_runs_from_the_start_lines(tmp_path):

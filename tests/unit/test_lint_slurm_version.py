@@ -114,3 +114,26 @@ def test_probe_records_the_release_and_lint_then_applies_the_rule(tmp_path: Path
     prof = load_profile(str(out))
     assert prof.slurm_version == "23.02.7"
     assert "srun-cpus-per-task" in {f.rule for f in lint_text(CPT, profile=prof).findings}
+
+
+@pytest.mark.parametrize("version, exports", [
+    (None, True), ("22.05.9", True), ("23.02.7", True), ("23.11.4", False), ("24.05", False), ("21.08.8", False),
+])
+def test_planned_script_says_which_slurm_needs_the_export(version: str | None, exports: bool) -> None:
+    from scaletrain.plan.planner import make_plan
+    from scaletrain.plan.render import render_script
+    from scaletrain.plan.request import JobRequest
+
+    prof = dataclasses.replace(load_profile("narval"), slurm_version=version)
+    req = JobRequest(cluster="narval", nodes=1, account="def-someprof", script="train.py")
+    text = render_script(make_plan(req, prof))
+    lines = text.splitlines()
+    # the comment names the releases whose srun drops --cpus-per-task (not "Slurm >= 22.05": 23.11 restored it)
+    assert "Slurm >= 22.05" not in text
+    assert ('export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"' in lines) == exports
+    if exports:
+        at = lines.index('export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"')
+        assert lines[at - 1] == ("# Slurm 22.05 until 23.11: srun does not inherit --cpus-per-task from sbatch "
+                                 "(23.11 restored it; elsewhere this line is harmless)")
+    # with or without the export, lint of the planned script on that Slurm finds no srun-cpus-per-task
+    assert "srun-cpus-per-task" not in {f.rule for f in lint_text(text, profile=prof).findings}

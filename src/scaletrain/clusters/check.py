@@ -19,7 +19,7 @@ from typing import Any
 
 from scaletrain.clusters.probe import profile_from_scontrol
 from scaletrain.clusters.profile import ClusterProfile, parse_time
-from scaletrain.slurm.parse import parse_version
+from scaletrain.slurm.parse import parse_version, slurm_release
 from scaletrain.errors import UsageError
 
 
@@ -42,12 +42,6 @@ def _time(value: str | None) -> int | None:
 
 def _show(value: Any) -> str:
     return "none" if value is None or value == "" else str(value)
-
-
-def slurm_release(version_text: str) -> str | None:
-    """``"23.11.4"`` from ``sinfo --version``'s ``"slurm 23.11.4"``; None when it names no release."""
-    release = parse_version(version_text)
-    return f"{release[0]}.{release[1]:02d}.{release[2]}" if release else None
 
 
 def compare(profile: ClusterProfile, nodes_text: str, partitions_text: str,

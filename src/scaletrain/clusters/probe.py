@@ -30,7 +30,8 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 from scaletrain.clusters.schema import build_profile as profile_from_dict
 from scaletrain.errors import ProfileError, SlurmError, UsageError
-from scaletrain.slurm.parse import format_time, gpu_gres, parse_limit, parse_records, parse_time_seconds
+from scaletrain.slurm.parse import (format_time, gpu_gres, parse_limit, parse_records, parse_time_seconds,
+                                    slurm_release)
 
 # Short test/debug queues: a plan uses them only when the user names them.
 _TEST_NAME = re.compile(r"test|debug|dev|interactive", re.IGNORECASE)
@@ -259,7 +260,6 @@ def render_toml(profile: dict[str, Any], *, header: str = "") -> str:
 def run_probe(args: argparse.Namespace) -> int:
     """CLI body of ``scaletrain clusters probe [--output FILE] [--name NAME] [--partition P]``."""
     from scaletrain._version import __version__
-    from scaletrain.clusters.check import slurm_release
     from scaletrain.slurm import commands
 
     nodes_text = commands.show_nodes_text()

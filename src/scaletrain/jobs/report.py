@@ -7,7 +7,11 @@ Checkpointer's folder (committed steps, ``stop.json``) and, when Slurm keeps acc
 is one self-contained HTML file with inline SVG charts (no scripts, no external files), like
 the scaling report, so it opens from a login node's file share.
 
-Without the Monitor the report still has Slurm's side (billed GPU-hours, queue time, requeues,
+What the job was billed is said in the centre's unit (bundles, GPU BU, GPU-hours: the profile's
+billing rule applied to sacct's allocation) where the job script names its cluster (scaletrain's
+header); elsewhere the report gives the GPU-hours allocated and says that the unit is unknown.
+
+Without the Monitor the report still has Slurm's side (GPU-hours, queue time, requeues,
 CPU efficiency) but cannot know throughput, the step reached, per-GPU utilisation or memory.
 """
 
@@ -17,14 +21,18 @@ import html
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-from scaletrain.contract import COMMIT_MARKER, STEP_DIR_PREFIX
-from scaletrain.errors import SlurmError, UsageError, printable
+from scaletrain.contract import COMMIT_MARKER, STEP_DIR_PREFIX, generated_for
+from scaletrain.errors import ProfileError, SlurmError, UsageError, printable
+from scaletrain.fileio import open_regular
 from scaletrain.jobs import gpus as gpu_files
 from scaletrain.jobs import runfolder
 from scaletrain.jobs.svg import line_chart
-from scaletrain.slurm.parse import is_count, parse_duration_seconds
+from scaletrain.slurm.parse import is_count, parse_duration_seconds, parse_mem_mib
+
+if TYPE_CHECKING:
+    from scaletrain.clusters.profile import ClusterProfile
 
 REPORT_NAME = "report.html"
 MAX_POINTS = 600        # points per chart line: a long run is thinned, not drawn step by step
@@ -66,6 +74,7 @@ class Report:
     acct: list[dict[str, str]]
     notes: list[str]
     gpus: list[gpu_files.GpuSeries] = field(default_factory=list)
+    profile: ClusterProfile | None = None   # the cluster job.sh was planned for (its billing unit)
 
     @property
     def last_step(self) -> int | None:
@@ -122,9 +131,33 @@ def build(run_dir: str | Path, *, env: Mapping[str, str] | None = None, use_sacc
         raise UsageError(f"{run_dir} holds neither a job nor Monitor records",
                          "give a run folder from 'scaletrain submit' or the folder a Monitor wrote")
     series, sampler_notes = gpu_files.read_samplers(gpu_files.sampler_files(run.path))
+    profile = _profile(run.script, notes)
     return Report(run_dir=run.path, job_id=run.job_id, parts=parts, findings=findings,
                   checkpoints=_committed(run.checkpoints), stop=runfolder.stop_record(run.checkpoints),
-                  acct=acct, notes=notes + sampler_notes, gpus=series)
+                  acct=acct, notes=notes + sampler_notes, gpus=series, profile=profile)
+
+
+def _profile(script: Path | None, notes: list[str]) -> ClusterProfile | None:
+    """The profile of the cluster named in ``script``'s scaletrain header, or None (with a note when
+    the header names one that no profile here describes)."""
+    if script is None:
+        return None
+    try:
+        with open_regular(script) as fh:   # the header's first lines; a FIFO must not block
+            head = fh.read(4096).decode("utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    name = generated_for(head)
+    if name is None:
+        return None
+    from scaletrain.clusters.profile import load_profile
+
+    try:
+        return load_profile(name)
+    except ProfileError:
+        notes.append(f"job.sh was planned for cluster {name!r}, which no profile here describes: "
+                     "billing in GPU-hours, not the centre's unit")
+        return None
 
 
 def _committed(folder: Path | None) -> list[int]:
@@ -138,13 +171,35 @@ def _committed(folder: Path | None) -> list[int]:
     return steps
 
 
+def _tres(text: str) -> dict[str, str]:
+    """An AllocTRES value (``cpu=4,gres/gpu=2,mem=8G,node=1``) as a dict."""
+    return dict(item.partition("=")[::2] for item in text.split(",") if "=" in item)
+
+
 def _gpus(tres: str) -> int:
-    """GPUs in an AllocTRES value (``cpu=4,gres/gpu=2,mem=8G,node=1``)."""
-    for item in tres.split(","):
-        key, _, value = item.partition("=")
-        if key == "gres/gpu" and is_count(value):
-            return int(value)
-    return 0
+    """GPUs in an AllocTRES value."""
+    value = _tres(tres).get("gres/gpu", "")
+    return int(value) if is_count(value) else 0
+
+
+def _billing(rep: Report) -> str | None:
+    """What the runs were billed, in the centre's unit: the profile's billing rule applied to each
+    run's allocation (sacct's AllocTRES and Elapsed); None without accounting, GPUs or a known cluster."""
+    if rep.profile is None or not any(_gpus(row.get("AllocTRES", "")) for row in rep.acct):
+        return None
+    from scaletrain.clusters.resources import Resources, billed_gpu_hours, billing_text
+
+    billed = used = 0.0
+    for row in rep.acct:
+        tres, seconds = _tres(row.get("AllocTRES", "")), parse_duration_seconds(row.get("Elapsed")) or 0
+        nodes = int(tres["node"]) if is_count(tres.get("node", "")) and int(tres["node"]) else 1
+        cpus, mem = tres.get("cpu", ""), parse_mem_mib(tres.get("mem"))
+        res = Resources(nodes=nodes, gpus_per_node=_gpus(row.get("AllocTRES", "")) // nodes, tasks_per_node=1,
+                        cpus_per_task=int(cpus) // nodes if is_count(cpus) else 0,
+                        mem_gb=mem / 1024 / nodes if mem else None, seconds=seconds)
+        billed += billed_gpu_hours(res, rep.profile)
+        used += res.gpus * seconds / 3600 / max(1, rep.profile.gpus_per_billing_unit)
+    return billing_text(round(billed, 2), round(used, 2), rep.profile)
 
 
 def figures(rep: Report) -> dict[str, Any]:
@@ -167,7 +222,9 @@ def figures(rep: Report) -> dict[str, Any]:
     cpus = max([int(r["AllocCPUS"]) for r in rep.acct if is_count(r.get("AllocCPUS", ""))] or [0])
     cpu_used = sum(parse_duration_seconds(r.get("TotalCPU")) or 0 for r in rep.acct)
     out["elapsed_s"] = sum(elapsed) if rep.acct else None
-    out["gpu_hours_billed"] = gpus * sum(elapsed) / 3600 if rep.acct else None
+    out["gpu_hours"] = gpus * sum(elapsed) / 3600 if rep.acct else None     # allocated: GPUs x elapsed
+    out["billed"] = _billing(rep)
+    out["cluster"] = rep.profile.name if rep.profile else None
     out["cpu_efficiency"] = cpu_used / (cpus * sum(elapsed)) if cpus and sum(elapsed) else None
     out["state"] = rep.acct[-1].get("State", "").split(" ")[0] if rep.acct else None
     out["gpu_hours_busy"] = sum(g.busy_hours() for g in rep.gpus) if rep.gpus else None
@@ -210,8 +267,14 @@ def render_text(rep: Report) -> str:
         lines.append(f"  throughput: {f['samples_per_s']:.4g} samples/s" + (
             " (the runs' figures weighted by their steps: " if len(f["run_rates"]) > 1 else " (")
             + ", ".join(f"run {i} {r:.4g} over {n} steps" for i, r, n in f["run_rates"]) + ")")
-    if f["gpu_hours_billed"] is not None:
-        lines.append(f"  billed: {f['gpu_hours_billed']:.3f} GPU-hours over {f['elapsed_s']} s of running")
+    if f["billed"] is not None:
+        lines.append(f"  cost: {f['billed']} over {f['elapsed_s']} s of running "
+                     f"({f['cluster']} profile's billing rule on sacct's allocation)")
+    elif f["gpu_hours"] is not None:
+        why = ("job.sh names no cluster whose profile says which" if f["cluster"] is None
+               else "no GPUs allocated: the job's CPUs are billed, not counted here")
+        lines.append(f"  GPU-hours: {f['gpu_hours']:.3f} allocated over {f['elapsed_s']} s of running "
+                     f"(the centre bills in its own unit; {why})")
     util = f["device_util"]
     if f["gpu_hours_busy"] is not None:
         lines.append(f"  GPU-hours busy (sampler, {f['gpus_sampled']} GPUs): {f['gpu_hours_busy']:.3f}")

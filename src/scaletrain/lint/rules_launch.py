@@ -12,7 +12,8 @@ import re
 from typing import Iterable
 
 from scaletrain.lint.findings import ERROR, WARNING, Finding, LintContext, Step, finding, rule
-from scaletrain.slurm.parse import parse_version
+# the releases whose srun leaves out sbatch's --cpus-per-task (one fact, shared with plan's script)
+from scaletrain.slurm.parse import srun_drops_cpus_per_task
 
 _LOCALHOSTS = {"localhost", "127.0.0.1", "0.0.0.0", "::1", "[::1]", "ip6-localhost"}
 
@@ -339,22 +340,6 @@ def no_launch(ctx: LintContext) -> Iterable[Finding]:
                   "no srun, mpirun, python or launcher line: the job allocates its nodes and runs "
                   "nothing on them (or calls a wrapper lint cannot see)",
                   "add the launch line, e.g. srun python train.py (or lint the wrapper it calls)")
-
-
-# What srun inherits changed twice; SchedMD's changelog (github.com/SchedMD/slurm, CHANGELOG/):
-# slurm-22.05.md, 22.05.0rc1: "Make it so srun no longer inherits SLURM_CPUS_PER_TASK. It now will
-# only inherit SRUN_CPUS_PER_TASK."; slurm-23.11.md, 23.11.0rc1: "Replace SRUN_CPUS_PER_TASK with
-# SLURM_CPUS_PER_TASK and get back the previous behavior before Slurm 22.05 since now we have the new
-# external launcher step." So srun drops sbatch's --cpus-per-task only from 22.05 to 23.02, and
-# there only: the rule needs the cluster's Slurm version (the profile's slurm_version).
-SRUN_DROPS_CPUS_PER_TASK = ((22, 5), (23, 11))   # [first release, first release that restored it)
-
-
-def srun_drops_cpus_per_task(slurm_version: str | None) -> bool:
-    """Whether srun of Slurm ``slurm_version`` leaves out sbatch's --cpus-per-task (False: unknown)."""
-    release = parse_version(slurm_version)
-    first, restored = SRUN_DROPS_CPUS_PER_TASK
-    return release is not None and first <= release[:2] < restored
 
 
 @rule("srun-cpus-per-task", "srun under #SBATCH --cpus-per-task>1 without SRUN_CPUS_PER_TASK or srun "

@@ -22,6 +22,7 @@ from scaletrain.plan.layout import StagePlan
 from scaletrain.plan.request import JobRequest
 from scaletrain.plan.sbatch import sbatch_options
 from scaletrain.plan.values import MAX_COUNT
+from scaletrain.slurm.parse import srun_cpus_export
 
 # Seconds of warning before the time limit when --requeue is asked (a checkpoint must fit).
 REQUEUE_WARNING_S = 300
@@ -87,6 +88,7 @@ class Plan:
     software: str = ""              # which Python environment the job uses, in words
     warnings: tuple[str, ...] = ()  # what the job would lack (said now, not after the queue)
     sample_gpus: float | None = None  # --sample-gpus S: a GPU sampler per node every S seconds
+    srun_cpus_export: bool = True   # export SRUN_CPUS_PER_TASK (False: the profile's Slurm passes it on)
 
 
 def job_name_for(request: JobRequest) -> str:
@@ -236,6 +238,7 @@ def make_plan(request: JobRequest, profile: ClusterProfile) -> Plan:
         check_scaletrain=spec.needs_scaletrain or profile.scheduler == "none",
         image=software.image(request, profile), software=software.describe(request, profile),
         sample_gpus=request.sample_gpus,
+        srun_cpus_export=srun_cpus_export(profile.slurm_version),
         warnings=tuple(software.warnings(request, profile, needs_scaletrain=spec.needs_scaletrain)),
         master_addr_suffix=profile.master_addr_suffix, accelerate_config=fw.accelerate_word,
         job_files=fw.files, disk_gb=disk,

@@ -23,6 +23,7 @@ from scaletrain.plan.jobfiles import shell_lines as job_file_lines
 from scaletrain.plan.launchers import spec
 from scaletrain.plan.planner import Plan, StagePlan
 from scaletrain.plan.values import sbatch_line
+from scaletrain.slurm.parse import SRUN_DROPS_CPUS_PER_TASK
 
 q = shlex.quote
 EXIT_ENV = DistEnvError.exit_code   # 3: the environment is not what the job needs
@@ -101,9 +102,7 @@ def _environment(plan: Plan) -> list[str]:
            "and what the runtime needs from its profile"]
     out += [f"export {k}={q(v)}" for k, v in plan.env]
     if plan.scheduler == "slurm":
-        out += [
-            "# srun does not inherit --cpus-per-task from sbatch (Slurm >= 22.05)",
-            'export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"',
+        out += _srun_cpus(plan) + [
             "# rendezvous: the first node of the allocation, a port derived from the job id",
             "# (the same formula scaletrain.init uses, so every task agrees without talking)",
             # the suffix goes after the closing double quote: inside it, $(...) in a value would run
@@ -113,6 +112,16 @@ def _environment(plan: Plan) -> list[str]:
             f"export MASTER_PORT={PORT_SHELL_EXPR}",
         ]
     return out
+
+
+def _srun_cpus(plan: Plan) -> list[str]:
+    """The export that hands sbatch's --cpus-per-task to srun, where the planner kept it."""
+    if not plan.srun_cpus_export:
+        return []
+    first, restored = (f"{major}.{month:02d}" for major, month in SRUN_DROPS_CPUS_PER_TASK)
+    return [f"# Slurm {first} until {restored}: srun does not inherit --cpus-per-task from sbatch "
+            f"({restored} restored it; elsewhere this line is harmless)",
+            'export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"']
 
 
 def _stage(plan: Plan, stage: StagePlan) -> list[str]:

@@ -247,3 +247,31 @@ def parse_version(text: str | None) -> tuple[int, int, int] | None:
     if not m:
         return None
     return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+
+
+def slurm_release(version_text: str) -> str | None:
+    """``"23.11.4"`` from ``sinfo --version``'s ``"slurm 23.11.4"``; None when it names no release."""
+    release = parse_version(version_text)
+    return f"{release[0]}.{release[1]:02d}.{release[2]}" if release else None
+
+
+# What srun inherits changed twice; SchedMD's changelog (github.com/SchedMD/slurm, CHANGELOG/):
+# slurm-22.05.md, 22.05.0rc1: "Make it so srun no longer inherits SLURM_CPUS_PER_TASK. It now will
+# only inherit SRUN_CPUS_PER_TASK."; slurm-23.11.md, 23.11.0rc1: "Replace SRUN_CPUS_PER_TASK with
+# SLURM_CPUS_PER_TASK and get back the previous behavior before Slurm 22.05 since now we have the new
+# external launcher step." So srun drops sbatch's --cpus-per-task only from 22.05 to 23.02, and
+# there only: lint's rule and plan's script need the cluster's Slurm version (the profile's slurm_version).
+SRUN_DROPS_CPUS_PER_TASK = ((22, 5), (23, 11))   # [first release, first release that restored it)
+
+
+def srun_drops_cpus_per_task(slurm_version: str | None) -> bool:
+    """Whether srun of Slurm ``slurm_version`` leaves out sbatch's --cpus-per-task (False: unknown)."""
+    release = parse_version(slurm_version)
+    first, restored = SRUN_DROPS_CPUS_PER_TASK
+    return release is not None and first <= release[:2] < restored
+
+
+def srun_cpus_export(slurm_version: str | None) -> bool:
+    """Whether a batch script should export SRUN_CPUS_PER_TASK: unless the release is known and its
+    srun passes sbatch's --cpus-per-task on (before 22.05, and 23.11 on)."""
+    return parse_version(slurm_version) is None or srun_drops_cpus_per_task(slurm_version)
