@@ -73,3 +73,24 @@ def test_plan_explain_end_to_end(tmp_path, capsys):
     rc = main(["plan", "--cluster", "juwels-booster", "--gpus", "4", "--account", "p", "--json",
                "--explain", str(run), "--", "train.py"])
     assert rc == 0 and "recommendation" in json.loads(capsys.readouterr().out)["explain"]
+
+
+@pytest.mark.parametrize("cluster, unit, per_device_hour", [
+    ("lumi", "GPU-h", 0.5),       # one billed GPU-hour is two GCDs (LUMI's billing page)
+    ("roihu", "GPU BU", 200.0),   # 200 BU per GPU-hour (CSC's billing page)
+    ("fir", "bundle-h", 1.0),     # the Alliance counts bundles of one GPU with its cores and memory
+])
+def test_the_billed_column_is_in_the_centres_unit(cluster, unit, per_device_hour):
+    from scaletrain.clusters.profile import load_profile
+    from scaletrain.clusters.resources import billed_amount
+
+    profile = load_profile(cluster)
+    step = StepProfile(compute_s=1.0, grad_bytes=0, samples_per_step=1)
+    links = Links(intra_gbs=100.0, inter_gbs=None, devices_per_node=1, latency_s=0.0, overlap=0.0)
+    # 1 device, 3600 samples of 1 s: one device-hour
+    text = explain(step, links, requested=1, work_samples=3600, max_gpus=1, cluster=cluster, source="s",
+                   bill=lambda hours: billed_amount(hours, profile))
+    header = next(line for line in text.splitlines() if "ms/step" in line)
+    row = next(line for line in text.splitlines() if line.split()[:2] == ["1", "1"])
+    assert f"billed ({unit})" in header
+    assert row.split()[5] == f"{per_device_hour:.1f}", row

@@ -238,6 +238,18 @@ def billed_gpu_hours(r: Resources, profile: ClusterProfile) -> float:
     return round(r.nodes * per_node * hours / max(1, profile.gpus_per_billing_unit), 2)
 
 
+def billed_amount(device_hours: float, profile: ClusterProfile) -> tuple[float, str]:
+    """``device_hours`` (GPUs, or LUMI's GCDs, times hours) as the centre counts them, with the unit's
+    short name: bundle-hours (the Alliance), GPU BU (CSC), GPU-hours of ``gpus_per_billing_unit``
+    devices (LUMI: one billed GPU-hour is two GCDs)."""
+    unit, rate = profile.billing_unit, profile.billing_rate
+    if unit == "bundles":
+        return device_hours, "bundle-h"
+    if unit == "GPU BU" and rate:
+        return device_hours * rate, "GPU BU"
+    return device_hours / max(profile.gpus_per_billing_unit, 1), "GPU-h"
+
+
 def billing_text(gpu_hours: float, used: float, profile: ClusterProfile) -> str:
     """What a job's ``gpu_hours`` (billed GPU-hours, ``used`` for its GPUs alone) cost, in the unit
     the centre counts: GPU-hours (LUMI: of ``gpus_per_billing_unit`` GCDs), bundles (the Alliance:

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
+from scaletrain.clusters.resources import billed_amount
 from scaletrain.contract import SCALING_REPORT, SUMMARY_FILE
 from scaletrain.errors import UsageError
 from scaletrain.observe.overhead import STEP_EXPONENT, Overhead, from_record, load_calibration
@@ -86,11 +88,15 @@ def _hms(seconds: float) -> str:
 
 def explain(step: StepProfile, links: Links, *, requested: int, work_samples: float, max_gpus: int | None = None,
             time_limit_s: float | None = None, threshold: float = DEFAULT_THRESHOLD,
-            cluster: str = "", source: str = "", overhead: Overhead | None = None) -> str:
+            cluster: str = "", source: str = "", overhead: Overhead | None = None,
+            bill: Callable[[float], tuple[float, str]] | None = None) -> str:
     """The advice text: a table for 1..N GPUs, the recommendation and what limits it."""
     top = max_gpus or max(requested * 4, links.devices_per_node * 2)
     sizes = sizes_up_to(top, include=(requested,))
     ov = overhead or Overhead()
+    # the billed column in the centre's unit (the profile's billing rule), GPU-hours without one
+    bill = bill or (lambda device_hours: (device_hours, "GPU-h"))
+    unit = bill(0.0)[1]
     preds = [predict(step, links, n, overhead=ov) for n in sizes]
     lines = [f"scaletrain plan --explain: data-parallel (DDP) scaling on {cluster}, from {source}",
              f"  measured 1-GPU step {step.compute_s * 1000 + step.data_wait_s * 1000:.1f} ms "
@@ -101,13 +107,13 @@ def explain(step: StepProfile, links: Links, *, requested: int, work_samples: fl
              + " (the profile's peak rates x typical achieved fractions)",
              *_overhead_lines(ov, step, cluster),
              f"  {'GPUs':>5} {'nodes':>5} {'ms/step':>9} {'efficiency (range)':>18} {'time to solution':>17} "
-             f"{'GPU-h billed':>13}  limit"]
+             f"{'billed (' + unit + ')':>17}  limit"]
     for p in preds:
         tts = time_to_solution(p, step, samples=work_samples) if work_samples else None
-        gpu_h = billed_gpus(p.n, links) * tts / 3600 if tts else None
+        billed = bill(billed_gpus(p.n, links) * tts / 3600)[0] if tts else None
         mark = "  <- requested" if p.n == requested else ""
         lines.append(f"  {p.n:>5} {p.nodes:>5} {p.step_s * 1000:>9.1f} {efficiency_text(p):>18} "
-                     f"{_hms(tts) if tts else '-':>17} {f'{gpu_h:.1f}' if gpu_h else '-':>13}  {p.limit}{mark}")
+                     f"{_hms(tts) if tts else '-':>17} {f'{billed:.1f}' if billed else '-':>17}  {p.limit}{mark}")
     best = recommend(preds, threshold=threshold)
     beyond = [p for p in preds if p.n > best.n]
     why = (f"; beyond it {beyond[0].limit} limits it ({beyond[0].n} GPUs: {efficiency_text(beyond[0])})"
@@ -166,4 +172,5 @@ def explain_plan(plan: Any, run: str) -> str:
                          "add intra_node_gbps and inter_node_gbps to the profile, or explain on another cluster")
     overhead = run_calibration(run, plan.profile.name) or load_calibration(plan.profile.name)
     return explain(step, links, requested=plan.gpus, work_samples=work, time_limit_s=plan.time_seconds,
-                   cluster=plan.cluster, source=source, overhead=overhead)
+                   cluster=plan.cluster, source=source, overhead=overhead,
+                   bill=lambda device_hours: billed_amount(device_hours, plan.profile))
