@@ -139,6 +139,25 @@ def test_a_program_written_into_the_script_is_refused_not_dropped(capsys, tmp_pa
     assert f"old.sh:5: the training program is {how}" in err and "save the program as a file" in err
 
 
+@pytest.mark.parametrize("launch, found", [
+    ("srun python train.py --x 1 > out.log 2>&1\n", "(>...)"),
+    ("srun python train.py < input.txt\n", "(<...)"),
+    ("srun python train.py <<EOF\nanswer\nEOF\n", "(<<EOF...)"),
+])
+def test_redirections_on_the_training_line_are_refused(capsys, tmp_path: Path, launch: str, found: str) -> None:
+    """They reached the program as arguments ('>' out.log '2>'), or the here-document was dropped."""
+    (tmp_path / "old.sh").write_text(HEAD + launch)
+    code, out, err = run_cli(capsys, "port", str(tmp_path / "old.sh"), "--cluster", "narval")
+    assert code == 2 and out == ""
+    assert f"old.sh:5: the training line redirects the program's input or output {found}" in err
+
+
+def test_a_quoted_angle_bracket_is_an_argument(capsys, tmp_path: Path) -> None:
+    (tmp_path / "old.sh").write_text(HEAD + "srun python train.py --sep '>' --tag \"<a>\"\n")
+    code, out, _ = run_cli(capsys, "port", str(tmp_path / "old.sh"), "--cluster", "narval")
+    assert code == 0 and out.rstrip().endswith("train.py --sep '>' --tag '<a>'")
+
+
 # --------------------------------------------------------------------------- item 4: look-alikes
 
 @pytest.mark.parametrize("line, column, name", [

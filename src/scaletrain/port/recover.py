@@ -25,7 +25,7 @@ from scaletrain.lint.script import BatchScript, Command, Word, parse_script
 from scaletrain.lint.shell import split_commands
 from scaletrain.port.heredoc import heredoc_line
 from scaletrain.port.oneline import one_line, why_not
-from scaletrain.port.refusals import inline_program, refuse_inline, refuse_lookalikes
+from scaletrain.port.refusals import inline_program, refuse_inline, refuse_lookalikes, refuse_redirects
 from scaletrain.port.venv import ENV_BUILD, NotCarried, command_packages, heredoc_packages, is_env_command
 from scaletrain.plan.software import PER_TASK_VARS
 
@@ -162,6 +162,7 @@ def recover(text: str, path: str = "<script>") -> OldJob:
                          "training per script", "split the script, one training each, and port each part")
     index, (inv, cmd) = launches[0]
     refuse_inline(script, path, [cmd] if inline_program(cmd) else [])
+    refuse_redirects(cmd, path)
     job = read_request(script)
     gpn = job.gpus_per_node or 0
     tpn = job.tasks_per_node

@@ -1,12 +1,14 @@
 """What ``port`` refuses rather than plan a job that is not the old one: a look-alike ``#SBATCH``
 line (sbatch ignores it, so the size would be planned without it) and a training program written
-into the script itself (``python -c``, ``python - << EOF``), for which the new launch line has
-no place. Each refusal names the line and says what to do.
+into the script itself (``python -c``, ``python - << EOF``) or input and output redirected on the
+training line (``> out.log``, ``<< EOF``), for which the new launch line has no place. Each
+refusal names the line and says what to do.
 """
 
 from __future__ import annotations
 
 import os
+import re
 
 from scaletrain.errors import UsageError
 from scaletrain.lint.lookalike import HINT as LOOKALIKE_HINT
@@ -53,3 +55,20 @@ def refuse_lookalikes(script: BatchScript, path: str) -> None:
         more = f" (and {len(found) - 1} more line(s))" if len(found) > 1 else ""
         raise UsageError(f"{path}:{first.line}: {script.lines[first.line - 1]!r}: {first.message()}{more}",
                          LOOKALIKE_HINT)
+
+
+# an unquoted redirection operator at the start of a word: > >> < 2> &> (a quoted '>' is a value)
+_REDIRECT = re.compile(r"(\d*[<>]|&>)")
+
+
+def refuse_redirects(cmd: Command, path: str) -> None:
+    """The training line's own redirections (``> out.log 2>&1``, ``< in.txt``, ``<< EOF``) would
+    reach the program as arguments of the new launch line, or be lost: port stops instead."""
+    found = next((w.raw for w in cmd.words if _REDIRECT.match(w.raw)), None)
+    if found is None and cmd.heredocs:
+        found = "<<"
+    if found is not None:
+        raise UsageError(f"{path}:{cmd.line}: the training line redirects the program's input or output "
+                         f"({found}...); the launch line port writes has no place for it",
+                         "drop the redirection (the job's output goes to its --output file; give input "
+                         "as a file argument) and port again")
