@@ -15,9 +15,12 @@ from pathlib import Path
 
 import pytest
 from helpers import run_cli
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from port_examples import ALLIANCE_DDP
 
 from scaletrain.lint.engine import lint_text
+from scaletrain.port.oneline import one_line
 
 BASH = shutil.which("bash")
 pytestmark = pytest.mark.skipif(BASH is None, reason="bash not installed")
@@ -156,6 +159,29 @@ def test_a_quoted_angle_bracket_is_an_argument(capsys, tmp_path: Path) -> None:
     (tmp_path / "old.sh").write_text(HEAD + "srun python train.py --sep '>' --tag \"<a>\"\n")
     code, out, _ = run_cli(capsys, "port", str(tmp_path / "old.sh"), "--cluster", "narval")
     assert code == 0 and out.rstrip().endswith("train.py --sep '>' --tag '<a>'")
+
+
+_SINGLE = st.text("ab \n$\"\\`#", max_size=8).map(lambda t: f"'{t}'")
+_DOUBLE = st.lists(st.sampled_from(["a", " ", "\n", "'", "#", '\\"', "\\$", "\\\\", "\\\n"]),
+                   max_size=8).map(lambda parts: '"' + "".join(parts) + '"')
+_ANSI = st.text("ab \n", max_size=6).map(lambda t: f"$'{t}'")
+_BARE = st.text("abz019=._-", min_size=1, max_size=6)
+_BREAK = st.sampled_from([" ", " \\\n  ", "\\\n", " \\\n"])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(words=st.lists(st.tuples(st.one_of(_SINGLE, _DOUBLE, _ANSI, _BARE), _BREAK), min_size=1, max_size=5),
+       comment=st.booleans())
+def test_one_line_means_what_the_lines_meant(words: list[tuple[str, str]], comment: bool) -> None:
+    """Quoted newlines, continuations and comments: bash prints the same for the lines and for
+    their one line (each word between < >, so joined or split words show)."""
+    text = "printf '<%s>' " + "".join(w + b for w, b in words).rstrip("\\\n ") + "\n"
+    text += "# a comment \\\n" if comment else ""
+    text += "echo end"
+    joined = one_line(text)
+    assert joined is not None and "\n" not in joined
+    runs = [subprocess.run([BASH, "-c", code], capture_output=True, text=True, timeout=30) for code in (text, joined)]
+    assert (runs[1].stdout, runs[1].returncode) == (runs[0].stdout, runs[0].returncode), (text, joined)
 
 
 # --------------------------------------------------------------------------- item 4: look-alikes
