@@ -20,7 +20,6 @@ from hypothesis import strategies as st
 from port_examples import ALLIANCE_DDP
 
 from scaletrain.lint.engine import lint_text
-from scaletrain.port.oneline import one_line
 
 BASH = shutil.which("bash")
 pytestmark = pytest.mark.skipif(BASH is None, reason="bash not installed")
@@ -161,6 +160,37 @@ def test_a_quoted_angle_bracket_is_an_argument(capsys, tmp_path: Path) -> None:
     assert code == 0 and out.rstrip().endswith("train.py --sep '>' --tag '<a>'")
 
 
+@pytest.mark.parametrize("launch, listed", [
+    ("srun --cpu-bind=cores --export=ALL,FOO=1 python -O -W ignore train.py --a 1",
+     "srun --cpu-bind=cores --export=ALL,FOO=1 -O -W ignore"),
+    ("srun torchrun --nnodes=1 --nproc_per_node=4 --max-restarts 3 train.py", "--max_restarts=3"),
+    ("srun env FOO=1 python train.py", "env FOO=1"),
+    ("srun nsys profile -o rep python train.py", "nsys profile -o rep"),
+])
+def test_the_old_launch_lines_own_options_are_listed(capsys, tmp_path: Path, launch: str, listed: str) -> None:
+    """They were dropped with 'not carried over: nothing' (FOO=1 never reached the program)."""
+    (tmp_path / "old.sh").write_text(HEAD + "#SBATCH --ntasks-per-node=4\n" + launch + "\n")
+    code, _, err = run_cli(capsys, "port", str(tmp_path / "old.sh"), "--cluster", "narval")
+    assert code == 0, err
+    assert f"not carried over: line 6: {listed} (on the old launch line;" in err
+
+
+def test_sizes_on_the_old_launch_line_are_planned_not_listed(capsys, tmp_path: Path) -> None:
+    (tmp_path / "old.sh").write_text(HEAD + "srun -N 1 -n 4 --gres=gpu:4 --kill-on-bad-exit=1 python -u train.py\n")
+    code, _, err = run_cli(capsys, "port", str(tmp_path / "old.sh"), "--cluster", "narval")
+    assert code == 0 and "not carried over: nothing" in err
+
+
+def test_a_module_program_stays_a_module(job, capsys) -> None:
+    """'srun python -m pkg.train' became 'python -u pkg.train', a file that does not exist."""
+    (job.tmp / "pkg").mkdir()
+    (job.tmp / "pkg" / "__init__.py").write_text("")
+    (job.tmp / "pkg" / "train.py").write_text("import sys\nprint('MODULE', __name__, *sys.argv[1:])\n")
+    proc, script, _ = job(HEAD + "srun python -m pkg.train --a 1\n", capsys)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["MODULE __main__ --a 1"]
+
+
 _SINGLE = st.text("ab \n$\"\\`#", max_size=8).map(lambda t: f"'{t}'")
 _DOUBLE = st.lists(st.sampled_from(["a", " ", "\n", "'", "#", '\\"', "\\$", "\\\\", "\\\n"]),
                    max_size=8).map(lambda parts: '"' + "".join(parts) + '"')
@@ -175,6 +205,8 @@ _BREAK = st.sampled_from([" ", " \\\n  ", "\\\n", " \\\n"])
 def test_one_line_means_what_the_lines_meant(words: list[tuple[str, str]], comment: bool) -> None:
     """Quoted newlines, continuations and comments: bash prints the same for the lines and for
     their one line (each word between < >, so joined or split words show)."""
+    from scaletrain.port.oneline import one_line
+
     text = "printf '<%s>' " + "".join(w + b for w, b in words).rstrip("\\\n ") + "\n"
     text += "# a comment \\\n" if comment else ""
     text += "echo end"

@@ -24,6 +24,7 @@ from scaletrain.lint.job import read_request
 from scaletrain.lint.script import BatchScript, Command, Word, parse_script
 from scaletrain.lint.shell import split_commands
 from scaletrain.port.heredoc import heredoc_line
+from scaletrain.port.launchwords import module_launch, uncarried
 from scaletrain.port.oneline import one_line, why_not
 from scaletrain.port.refusals import inline_program, refuse_inline, refuse_lookalikes, refuse_redirects
 from scaletrain.port.venv import ENV_BUILD, NotCarried, command_packages, heredoc_packages, is_env_command
@@ -172,10 +173,13 @@ def recover(text: str, path: str = "<script>") -> OldJob:
     args = [inv.script, *inv.args]
     sbatch = {name: (o.value if (o := script.option(name)) else None) for name in CARRIED
               if script.option(name) is not None}
+    script_word, arg_words = inv.script.value, tuple(w.value for w in inv.args)
+    if module_launch(cmd, inv):    # python -m pkg.train: the plan's '-m' form
+        script_word, arg_words = "-m", (inv.script.value, *arg_words)
     old = OldJob(nodes=job.node_count, gpus_per_node=gpn, tasks_per_node=tpn, gpu_type=job.gpu_type,
                  cpus_per_task=job.cpus_per_task, mem_mb=job.mem_mb, partition=job.partition, sbatch=sbatch,
                  launcher=launcher, gpus_per_proc=per_proc, launch_text=_text(script, cmd.line, cmd.end_line),
-                 script=inv.script.value, args=tuple(w.value for w in inv.args),
+                 script=script_word, args=arg_words,
                  used_vars=_words_vars(args))
     old.expand_args = bool(old.used_vars)
     per_task = sorted(old.used_vars & set(PER_TASK_VARS))
@@ -196,6 +200,10 @@ def recover(text: str, path: str = "<script>") -> OldJob:
                     old.disk_gb = float(size) if size.isdigit() else old.disk_gb
                     old.lost.append(Line(opt.line, opt.text, f"the request for {item}: the new cluster's "
                                          "node-local disk is asked its own way (see the changes)"))
+    dropped = uncarried(cmd, inv)
+    if dropped:
+        old.lost.append(Line(cmd.line, " ".join(dropped), "on the old launch line; the new one, planned for the "
+                             "target, does not write them: pass variables with --env, the rest with plan's flags"))
     if inv.kind == "accelerate":
         old.accelerate_config = inv.launcher_opts.get("config_file")
     if inv.container in ("singularity", "apptainer"):
