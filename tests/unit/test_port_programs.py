@@ -224,6 +224,8 @@ def test_one_line_means_what_the_lines_meant(words: list[tuple[str, str]], comme
     ("\u200b#SBATCH --gres=gpu:4", 1, "ZERO WIDTH SPACE (U+200B)"),
     ("#\u200bSBATCH --gres=gpu:4", 2, "ZERO WIDTH SPACE (U+200B)"),
     ("\uff03SBATCH --gres=gpu:4", 1, "FULLWIDTH NUMBER SIGN (U+FF03)"),
+    ("#S\u0301BATCH --gres=gpu:4", 3, "COMBINING ACUTE ACCENT (U+0301)"),
+    ("\ufeff#SBATCH --gres=gpu:4", 1, "ZERO WIDTH NO-BREAK SPACE (U+FEFF)"),
     ("#SBATCH\u00a0--gres=gpu:4", 8, "NO-BREAK SPACE (U+00A0)"),
     ("#SBATCH \u2013-gres=gpu:4", 9, "EN DASH (U+2013)"),
     ("#SBATCH --gres=gpu:4\u00a0--exclusive", 21, "NO-BREAK SPACE (U+00A0)"),

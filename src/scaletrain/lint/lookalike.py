@@ -95,7 +95,7 @@ def _in_prefix(line: str) -> tuple[int, str, str] | None:
         if ch.isascii():
             return None
         cat = unicodedata.category(ch)
-        if cat in ("Cf", "Zs"):          # invisible or a blank that is not ASCII: skipped by the eye
+        if cat in ("Cf", "Zs", "Mn"):    # invisible, a blank that is not ASCII, a combining mark: unseen
             found = found or (i, ch, "")
             continue
         if unicodedata.normalize("NFKC", ch) == want or ch in _CONFUSABLE.get(want, ""):
