@@ -191,6 +191,19 @@ def test_a_module_program_stays_a_module(job, capsys) -> None:
     assert proc.stdout.splitlines() == ["MODULE __main__ --a 1"]
 
 
+@pytest.mark.parametrize("value", ["a", "c", "z"])
+def test_a_case_block_is_one_line_that_chooses_the_same(value: str) -> None:
+    """'case X in' + newline was joined as 'case X in;', a syntax error that stopped the port."""
+    from scaletrain.port.oneline import one_line
+
+    text = "case $X in\n  a) echo A;;\n  b|c)\n    echo BC\n    ;;\n  *) echo other;;\nesac"
+    joined = one_line(text)
+    assert joined is not None and "\n" not in joined
+    runs = [subprocess.run([BASH, "-c", code], env={"X": value}, capture_output=True, text=True, timeout=30)
+            for code in (text, joined)]
+    assert runs[1].stdout == runs[0].stdout and runs[0].stdout.strip() in ("A", "BC", "other")
+
+
 _SINGLE = st.text("ab \n$\"\\`#", max_size=8).map(lambda t: f"'{t}'")
 _DOUBLE = st.lists(st.sampled_from(["a", " ", "\n", "'", "#", '\\"', "\\$", "\\\\", "\\\n"]),
                    max_size=8).map(lambda parts: '"' + "".join(parts) + '"')

@@ -17,6 +17,8 @@ from scaletrain.lint.shell import paren_end
 
 # after these a newline is only a space (the command goes on)
 _OPENS = re.compile(r"(\bthen|\bdo|\belse|\{|\||&&|;|\()$")
+# inside a case block: after 'case WORD in' and after a pattern's ')' the newline is a space too
+_CASE_OPENS = re.compile(r"(\bcase\s+\S+\s+in|\))$")
 NEWLINE_WORD = "$'\\n'"
 
 
@@ -101,7 +103,8 @@ def _join(text: str) -> str:
             so_far = "".join(out).rstrip()
             out = [so_far] if so_far else []
             if so_far:
-                pending = " " if _OPENS.search(so_far) else "; "
+                in_case = len(re.findall(r"\bcase\b", so_far)) > len(re.findall(r"\besac\b", so_far))
+                pending = " " if _OPENS.search(so_far) or (in_case and _CASE_OPENS.search(so_far)) else "; "
             i += 1
             while i < n and text[i] in " \t":    # the next line's indentation
                 i += 1
