@@ -280,6 +280,8 @@ def test_the_old_venvs_packages_reach_the_new_jobs_venv(job, capsys, old: str) -
     assert (job.tmp / "pip.log").read_text().splitlines() == ["install --no-index --quiet torch torchvision"]
     assert proc.stdout.splitlines()[-1].startswith("PROGRAM index-torch index-torchvision")
     assert "(torch torchvision only)" in err
+    # the old venv's activation is the new job's own now: replaced, and nothing else was left behind
+    assert "-> the new job activates its own Python environment" in err and "not carried over: nothing" in err
 
 
 def test_a_venv_build_port_cannot_carry_is_refused_with_venv_as_the_fix(job, capsys, tmp_path: Path) -> None:

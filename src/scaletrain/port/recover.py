@@ -43,6 +43,7 @@ RECOMPUTED = {"nodes", "ntasks", "ntasks-per-node", "cpus-per-task", "cpus-per-g
               "mem-per-gpu", "gres", "gpus", "gpus-per-node", "gpus-per-task", "partition"}
 _COMPOUND_OPEN = {"if", "for", "while", "until", "case", "select"}
 _COMPOUND_CLOSE = {"fi", "done", "esac"}
+_OLD_ENV = "a Python environment built on the old cluster"
 _PYTHON_ENV = re.compile(r"(^|/)(activate|conda)$")
 
 
@@ -209,6 +210,11 @@ def recover(text: str, path: str = "<script>") -> OldJob:
     if inv.container in ("singularity", "apptainer"):
         old.container = _image(cmd)
     _sort_lines(script, old, index, inv)
+    if old.wheels and old.env_problem is None:
+        # the venv the script built is the new job's now: activating it is replaced, not lost
+        old.replaced += [Line(ln.line, ln.text, "the new job activates its own Python environment")
+                         for ln in old.lost if ln.why == _OLD_ENV]
+        old.lost = [ln for ln in old.lost if ln.why != _OLD_ENV]
     return old
 
 
@@ -266,7 +272,7 @@ def _sort_lines(script: BatchScript, old: OldJob, launch: int, inv: Invocation) 
             old.modules.append(line)
         elif (first in ("source", ".") and len(cmd.words) > 1 and _PYTHON_ENV.search(cmd.words[1].value)) \
                 or (first == "conda" and "activate" in cmd.argv) or first == "eval" and "conda" in text:
-            old.lost.append(Line(cmd.line, text, "a Python environment built on the old cluster"))
+            old.lost.append(Line(cmd.line, text, _OLD_ENV))
         elif _is_assignment(cmd):
             _assignment(old, cmd, line, launch_vars, body_var, after=i > launch)
         else:
