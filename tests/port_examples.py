@@ -2,7 +2,8 @@
 
 It builds a venv on every node with ``srun ... bash << EOF``, writes a config with a second
 here-document, and passes the world size as ``$((SLURM_NTASKS_PER_NODE * SLURM_JOB_NUM_NODES))``.
-``DDP_PROGRAM`` is the program it starts: the ranks meet through ``--init_method`` and all_reduce.
+``DDP_PROGRAM`` is the program it starts: the ranks meet through ``--init_method`` and all_reduce;
+like the guide's, it imports torchvision, which only the venv the script builds has.
 """
 
 ALLIANCE_DDP = """\
@@ -34,6 +35,7 @@ DDP_PROGRAM = """\
 import argparse, os, sys
 import torch
 import torch.distributed as dist
+import torchvision
 
 p = argparse.ArgumentParser()
 p.add_argument("--init_method")
@@ -44,7 +46,8 @@ dist.init_process_group("gloo", init_method=a.init_method, world_size=a.world_si
 value = torch.tensor([float(rank + 1)])
 dist.all_reduce(value)
 cfg = open("run.cfg").read().strip()
-sys.stdout.write(f"RANK {rank} WORLD {a.world_size} SUM {value.item():g} CFG {cfg}\\n")
+sys.stdout.write(f"RANK {rank} WORLD {a.world_size} SUM {value.item():g} VISION {torchvision.__version__} "
+                 f"CFG {cfg}\\n")
 sys.stdout.flush()
 dist.destroy_process_group()
 """

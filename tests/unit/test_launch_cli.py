@@ -45,7 +45,7 @@ EXPECTED_FLAGS: dict[str, list[str]] = {
     "clusters": ["--help", "cluster", "target", "--json", "--output", "--name", "--partition"],
     "doctor": ["--help", "--timeout", "--size-mb", "--json"],
     "bench": ["--help"],  # its sub-commands' flags: tests/unit/test_bench_units.py
-    "port": ["--help", "old", "--cluster", "--profile", "--from", "--account", "--output"],
+    "port": ["--help", "old", "--cluster", "--profile", "--from", "--account", "--venv", "--output"],
     "env": ["--help"],    # its one action's flags: ENV_CREATE_FLAGS
 }
 ENV_CREATE_FLAGS = ["--help", "directory", "--cluster", "--profile", "--with", "--container", "--module",

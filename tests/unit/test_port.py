@@ -224,11 +224,12 @@ def test_a_per_task_variable_in_the_arguments_is_refused_with_the_fix() -> None:
 
 
 def test_multi_line_commands_become_one_line_or_are_listed() -> None:
-    from scaletrain.port.recover import one_line
+    from scaletrain.port.oneline import one_line
 
-    assert one_line("python3 prep.py \\\n    --out x") == "python3 prep.py --out x"
+    # a continuation is removed as bash removes it: the next line's indentation stays in the line
+    assert one_line("python3 prep.py \\\n    --out x") == "python3 prep.py     --out x"
     assert one_line("for f in a b; do\n  cp $f x/\ndone") == "for f in a b; do cp $f x/; done"
-    assert one_line("if true; then\n  echo a # why\nfi") is None
+    assert one_line("if true; then\n  echo a # why\nfi") == "if true; then echo a; fi"   # comments dropped
     assert one_line("cat > f <<EOF\nx\nEOF") is None
 
 

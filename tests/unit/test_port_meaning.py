@@ -35,8 +35,10 @@ def test_alliance_ddp_ports_to_a_script_bash_and_lint_accept() -> None:
     assert '"$((SLURM_NTASKS_PER_NODE * SLURM_JOB_NUM_NODES))"' in launch    # evaluated in the job
     assert "<<" not in script                     # no here-document left open to swallow the rest
     assert """printf '%s\\n' "nodes: $SLURM_JOB_NUM_NODES \\"from the here-document\\"" | cat > run.cfg""" in script
-    lost = "\n".join(ported.lost)
-    assert "line 10: srun -N $SLURM_NNODES" in lost and "Python environment built on the old cluster" in lost
+    # the venv the old script built on every node: its packages are the new job venv's (issue 38)
+    changes = "\n".join(ported.changes)
+    assert "line 10: srun -N $SLURM_NNODES" in changes and "(installs torchvision)" in changes
+    assert "install --no-index --quiet torch torchvision'" in script
 
 
 @pytest.mark.skipif(BASH is None, reason="bash not installed")

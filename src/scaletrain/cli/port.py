@@ -43,6 +43,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="the cluster the script was written for (default: detected from its partition "
                         "and GPU type)")
     p.add_argument("--account", type=name, metavar="A", help="bill this project instead of the script's")
+    p.add_argument("--venv", type=text(), metavar="DIR",
+                   help="the job's Python environment on the target (e.g. made with 'scaletrain env create'), "
+                        "instead of the venv the old script built")
     p.add_argument("--output", "-o", type=text(), metavar="FILE", help="write the new script to FILE (whole, or not at all)")
     p.set_defaults(func=run)
 
@@ -76,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     old = recover(text, args.old)
     # --account, else the script's own, else sbatch's default ($SBATCH_ACCOUNT)
     account = args.account or old.sbatch.get("account") or account_or_env(None)
-    ported = port(old, target, source, script_path=args.old, account=account)
+    ported = port(old, target, source, script_path=args.old, account=account, venv=args.venv)
     script = render_script(ported.plan)
     check_ported(script, ported.plan)   # port's own output passes lint, or nothing is written
     if args.output:

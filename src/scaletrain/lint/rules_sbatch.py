@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import difflib
 import re
-import unicodedata
 from typing import Iterable
 
 from scaletrain.lint.findings import ERROR, WARNING, Finding, LintContext, finding, rule
+from scaletrain.lint.lookalike import HINT as LOOKALIKE_HINT
+from scaletrain.lint.lookalike import line_lookalike, script_lookalikes
 
 # sbatch's long options (Slurm 23-24 man page). sbatch also takes any unambiguous prefix.
 SBATCH_OPTIONS = frozenset("""
@@ -82,8 +83,8 @@ def sbatch_after_command(ctx: LintContext) -> Iterable[Finding]:
 def sbatch_typo(ctx: LintContext) -> Iterable[Finding]:
     for number, line in enumerate(ctx.script.lines[:ctx.script.header_end - 1], start=1):
         stripped = line.strip()
-        if line.startswith("#SBATCH"):
-            continue
+        if line.startswith("#SBATCH") or line_lookalike(line, number):
+            continue   # a look-alike is sbatch-unicode's (an error that names the character)
         if re.match(r"#\s*sbatch\b", stripped, re.IGNORECASE) and not stripped.startswith("##"):
             yield finding("sbatch-typo", WARNING, number,
                           f"'{stripped[:40]}' is not read by sbatch (only '#SBATCH' at the start of a line is)",
@@ -158,52 +159,9 @@ def log_dir(ctx: LintContext) -> Iterable[Finding]:
                 break
 
 
-def _lookalike(ch: str) -> str | None:
-    """What a non-ASCII character of an #SBATCH line stands in for, or None if it may be a value's."""
-    if ch.isascii():
-        return None
-    cat = unicodedata.category(ch)
-    if cat == "Zs" or cat == "Cf" or ch in "\u2028\u2029":
-        return "a space"      # no-break, thin, zero-width: not a separator to sbatch
-    if cat == "Pd" or ch in "\u2212\ufe63\uff0d":
-        return "'-'"          # en/em dash, minus sign (pasted from a web page or a word processor)
-    if cat.startswith("L") and unicodedata.name(ch, "").startswith(("CYRILLIC", "GREEK")):
-        return "a Latin letter"
-    return None
-
-
 @rule("sbatch-unicode", "an #SBATCH line with a look-alike character (typographic dash, Cyrillic "
-      "letter, non-breaking space) that sbatch does not read")
+      "or Greek letter, zero-width or non-breaking space) that sbatch does not read")
 def sbatch_unicode(ctx: LintContext) -> Iterable[Finding]:
-    for number, line in enumerate(ctx.script.lines[:ctx.script.header_end - 1], start=1):
-        if not line.startswith("#SBATCH") or line.isascii():
-            continue
-        quote = ""
-        for i, ch in enumerate(line):
-            if quote:                      # inside "..." sbatch keeps every character as the value's
-                if ch == "\\" and quote == '"':
-                    continue
-                quote = "" if ch == quote and line[i - 1] != "\\" else quote
-                continue
-            if ch in "\"'" and i >= len("#SBATCH"):
-                quote = ch
-                continue
-            if ch == "#" and i > 0 and line[i - 1].isspace():
-                break   # the rest is a comment
-            what = _lookalike(ch)
-            if what == "a Latin letter":
-                # the name or value it sits in: a Cyrillic job name is a value, "--grеs" a look-alike
-                word = (re.search(r"[^\s=:,]*$", line[:i]).group(0)  # type: ignore[union-attr]
-                        + re.match(r"[^\s=:,]*", line[i:]).group(0))  # type: ignore[union-attr]
-                if not re.search(r"[A-Za-z]", word):
-                    continue   # a whole word in Cyrillic or Greek (a job name) is a value, not a look-alike
-            if what is None:
-                continue
-            col = i + 1
-            name = unicodedata.name(ch, f"U+{ord(ch):04X}")
-            yield finding("sbatch-unicode", ERROR, number,
-                          f"column {col} is {name} (U+{ord(ch):04X}), not {what}: sbatch does not read "
-                          "the option it is part of, and the job runs without it",
-                          "retype the line in plain ASCII (a copy from a web page or document brings "
-                          "look-alike characters)")
-            break
+    # the one detector port uses too (scaletrain.lint.lookalike)
+    for found in script_lookalikes(ctx.script):
+        yield finding("sbatch-unicode", ERROR, found.line, found.message(), LOOKALIKE_HINT)

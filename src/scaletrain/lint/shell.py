@@ -14,6 +14,28 @@ import re
 from scaletrain.lint.words import ASSIGN_RE, NAME_RE, Command, Expansion, Heredoc, Word, assignment_value
 
 
+def paren_end(s: str, j: int) -> int:
+    """From an opening ``(`` at ``j`` of ``s``, the index after its matching ``)``, quote-aware."""
+    depth = 0
+    while j < len(s):
+        c = s[j]
+        if c == "\\":
+            j += 2
+            continue
+        if c == "'":
+            k = s.find("'", j + 1)
+            j = len(s) if k < 0 else k + 1
+            continue
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return j + 1
+        j += 1
+    return len(s)
+
+
 class _Scanner:
     """Splits shell text into commands. One pass over the characters, tracking quotes."""
 
@@ -78,7 +100,7 @@ class _Scanner:
                 self._cur().expansions.append(Expansion(name=m.group(0), quote=quote, line=self.line))
             self.i = end
         elif nxt == "(":
-            self.i = self._skip_parens(self.i + 1)
+            self.i = paren_end(s, self.i + 1)
             inner = s[start + 2:self.i - 1]
             for m in re.finditer(r"(\\?)\$\{?([A-Za-z_][A-Za-z0-9_]*)", inner):
                 q = "escaped" if m.group(1) else quote
@@ -96,28 +118,6 @@ class _Scanner:
         text = s[start:self.i]
         self.line += text.count("\n")
         self._add(text)
-
-    def _skip_parens(self, j: int) -> int:
-        """From an opening ``(`` at ``j``, the index after its matching ``)``, quote-aware."""
-        depth = 0
-        s = self.s
-        while j < len(s):
-            c = s[j]
-            if c == "\\":
-                j += 2
-                continue
-            if c == "'":
-                k = s.find("'", j + 1)
-                j = len(s) if k < 0 else k + 1
-                continue
-            if c == "(":
-                depth += 1
-            elif c == ")":
-                depth -= 1
-                if depth == 0:
-                    return j + 1
-            j += 1
-        return len(s)
 
     def _read_heredoc_bodies(self) -> None:
         """After a newline: consume the bodies of the heredocs opened on the line before."""

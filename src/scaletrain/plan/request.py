@@ -26,6 +26,9 @@ from scaletrain.plan.launchers import LAUNCHERS, SPECS
 
 PER_NODE_LAUNCHERS: frozenset[str] = frozenset(n for n, s in SPECS.items() if s.per_node)
 DEVICES: tuple[str, ...] = ("auto", "cpu")
+# A pip requirement the job's venv may install (``wheels``): a name, an extra, an exact version;
+# it is written into the job's shell line, so nothing in it is special to the shell.
+WHEEL_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,-]+\])?(==[A-Za-z0-9.*+!_-]+)?")
 # The job options with their own flags: (sbatch option, request field).
 JOB_OPTIONS = (("mail-type", "mail_type"), ("mail-user", "mail_user"), ("array", "array"),
                ("constraint", "constraint"), ("dependency", "dependency"),
@@ -85,6 +88,7 @@ class JobRequest:
     env_origin: str | None = None       # how venv/conda/python were found (the summary says it)
     env: tuple[tuple[str, str], ...] = ()   # --env KEY=VALUE, exported before launch
     setup: tuple[str, ...] = ()         # --setup CMD: shell lines run after the set-up, as written
+    wheels: tuple[str, ...] = ()        # pip names the job's own venv installs besides torch (port: the old venv's)
     # framework configs (scaletrain.plan.jobfiles): one of our strategy names (the job writes the
     # config) or the absolute path of the user's own file
     accelerate_config: str | None = None    # --accelerate-config NAME|FILE: accelerate --config_file
@@ -113,6 +117,10 @@ class JobRequest:
                 raise UsageError(f"{flag} must be at least 1, got {value}", f"give {flag} a positive number")
             if value is not None and value > MAX_COUNT:
                 raise UsageError(f"{flag} {value} is more than {MAX_COUNT:,}", f"give {flag} a real job's size")
+        bad = next((w for w in self.wheels if not WHEEL_RE.fullmatch(w)), None)
+        if bad is not None:
+            raise UsageError(f"{bad!r} is not a pip package name the job's venv can install",
+                             "give names such as torchvision or torchvision==0.20.1")
         if not self.script:
             raise UsageError("no training script given", "put it after '--': ... -- train.py --epochs 3")
         optional = (("--job-name", self.job_name), ("--container", self.container), ("--venv", self.venv),

@@ -99,8 +99,9 @@ def container_prefix(request: JobRequest, profile: ClusterProfile, *, scratch: s
 
 def job_wheels(request: JobRequest, profile: ClusterProfile) -> str:
     """What the job's own venv installs from the centre's wheelhouse: torch, or the launcher's
-    framework where the wheelhouse has it (the Alliance's tensorflow)."""
-    return profile.wheels.get(request.launcher, "torch")
+    framework where the wheelhouse has it (the Alliance's tensorflow), and the request's ``wheels``."""
+    base = profile.wheels.get(request.launcher, "torch")
+    return " ".join(dict.fromkeys([*base.split(), *request.wheels]))
 
 
 # What each launcher needs in the job's Python besides torch (the Alliance's job venv has only torch).

@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
+from functools import partial
+from typing import Callable
 
 from scaletrain.errors import UsageError
 from scaletrain.lint.invocation import Invocation, classify
@@ -22,6 +24,10 @@ from scaletrain.lint.job import read_request
 from scaletrain.lint.script import BatchScript, Command, Word, parse_script
 from scaletrain.lint.shell import split_commands
 from scaletrain.port.heredoc import heredoc_line
+from scaletrain.port.launchwords import module_launch, uncarried
+from scaletrain.port.oneline import one_line, why_not
+from scaletrain.port.refusals import inline_program, refuse_inline, refuse_lookalikes, refuse_redirects
+from scaletrain.port.venv import ENV_BUILD, NotCarried, command_packages, heredoc_packages, is_env_command
 from scaletrain.plan.software import PER_TASK_VARS
 
 HINT = "give a Slurm batch script whose srun/mpirun line starts a Python program or launcher"
@@ -37,6 +43,7 @@ RECOMPUTED = {"nodes", "ntasks", "ntasks-per-node", "cpus-per-task", "cpus-per-g
               "mem-per-gpu", "gres", "gpus", "gpus-per-node", "gpus-per-task", "partition"}
 _COMPOUND_OPEN = {"if", "for", "while", "until", "case", "select"}
 _COMPOUND_CLOSE = {"fi", "done", "esac"}
+_OLD_ENV = "a Python environment built on the old cluster"
 _PYTHON_ENV = re.compile(r"(^|/)(activate|conda)$")
 
 
@@ -76,6 +83,8 @@ class OldJob:
     lost: list[Line] = field(default_factory=list)         # not carried over
     used_vars: set[str] = field(default_factory=set)       # $NAMEs the program's arguments read
     disk_gb: float | None = None             # node-local disk the old script asked (--gres=nvme:N)
+    wheels: tuple[str, ...] = ()             # what the venv the old script built installed (pip names)
+    env_problem: Line | None = None          # a step of that build port cannot carry (port needs --venv)
 
 
 def _text(script: BatchScript, first: int, last: int) -> str:
@@ -139,12 +148,14 @@ def _words_vars(words: list[Word]) -> set[str]:
 def recover(text: str, path: str = "<script>") -> OldJob:
     """Read ``text`` (a batch script) into an ``OldJob``; UsageError when it starts no training."""
     script = parse_script(text, path)
+    refuse_lookalikes(script, path)
     launches = [(i, found) for i, cmd in enumerate(script.commands)
                 if (found := _launch_of(cmd, script)) is not None]
     if not launches:   # a bare 'python prog.py' (a one-GPU job): the one Python program the script runs
         launches = [(i, (inv, cmd)) for i, cmd in enumerate(script.commands)
                     if (inv := classify(cmd)).is_program and inv.kind == "python" and inv.script is not None]
     if not launches:
+        refuse_inline(script, path, [c for c in script.commands if inline_program(c)])
         raise UsageError(f"{path}: no line that starts a Python training program (srun python, torchrun, "
                          "accelerate launch, deepspeed, mpirun)", HINT)
     if len(launches) > 1:
@@ -152,6 +163,8 @@ def recover(text: str, path: str = "<script>") -> OldJob:
         raise UsageError(f"{path}: {len(launches)} lines start training (lines {lines}); port handles one "
                          "training per script", "split the script, one training each, and port each part")
     index, (inv, cmd) = launches[0]
+    refuse_inline(script, path, [cmd] if inline_program(cmd) else [])
+    refuse_redirects(cmd, path)
     job = read_request(script)
     gpn = job.gpus_per_node or 0
     tpn = job.tasks_per_node
@@ -161,10 +174,13 @@ def recover(text: str, path: str = "<script>") -> OldJob:
     args = [inv.script, *inv.args]
     sbatch = {name: (o.value if (o := script.option(name)) else None) for name in CARRIED
               if script.option(name) is not None}
+    script_word, arg_words = inv.script.value, tuple(w.value for w in inv.args)
+    if module_launch(cmd, inv):    # python -m pkg.train: the plan's '-m' form
+        script_word, arg_words = "-m", (inv.script.value, *arg_words)
     old = OldJob(nodes=job.node_count, gpus_per_node=gpn, tasks_per_node=tpn, gpu_type=job.gpu_type,
                  cpus_per_task=job.cpus_per_task, mem_mb=job.mem_mb, partition=job.partition, sbatch=sbatch,
                  launcher=launcher, gpus_per_proc=per_proc, launch_text=_text(script, cmd.line, cmd.end_line),
-                 script=inv.script.value, args=tuple(w.value for w in inv.args),
+                 script=script_word, args=arg_words,
                  used_vars=_words_vars(args))
     old.expand_args = bool(old.used_vars)
     per_task = sorted(old.used_vars & set(PER_TASK_VARS))
@@ -185,11 +201,20 @@ def recover(text: str, path: str = "<script>") -> OldJob:
                     old.disk_gb = float(size) if size.isdigit() else old.disk_gb
                     old.lost.append(Line(opt.line, opt.text, f"the request for {item}: the new cluster's "
                                          "node-local disk is asked its own way (see the changes)"))
+    dropped = uncarried(cmd, inv)
+    if dropped:
+        old.lost.append(Line(cmd.line, " ".join(dropped), "on the old launch line; the new one, planned for the "
+                             "target, does not write them: pass variables with --env, the rest with plan's flags"))
     if inv.kind == "accelerate":
         old.accelerate_config = inv.launcher_opts.get("config_file")
     if inv.container in ("singularity", "apptainer"):
         old.container = _image(cmd)
     _sort_lines(script, old, index, inv)
+    if old.wheels and old.env_problem is None:
+        # the venv the script built is the new job's now: activating it is replaced, not lost
+        old.replaced += [Line(ln.line, ln.text, "the new job activates its own Python environment")
+                         for ln in old.lost if ln.why == _OLD_ENV]
+        old.lost = [ln for ln in old.lost if ln.why != _OLD_ENV]
     return old
 
 
@@ -212,8 +237,15 @@ def _sort_lines(script: BatchScript, old: OldJob, launch: int, inv: Invocation) 
         if body_var in assigned:
             launch_vars |= {e.name for w, _ in assigned[body_var] for e in w.expansions}
     depth, block_start, block_first = 0, 0, 0
+    shared, done_to = _shared_lines(script.commands), -1
     for i, cmd in enumerate(script.commands):
         first = cmd.words[0].value if cmd.words else ""
+        if i <= done_to:
+            continue    # on the line of a command before it, and sorted with it
+        if not depth and first not in _COMPOUND_OPEN and i in shared:
+            done_to = shared[i]
+            _sort_shared(old, script, script.commands[i:done_to + 1], i, launch)
+            continue
         if depth or first in _COMPOUND_OPEN:
             depth += (first in _COMPOUND_OPEN) - (first in _COMPOUND_CLOSE)
             if not block_start:
@@ -234,15 +266,49 @@ def _sort_lines(script: BatchScript, old: OldJob, launch: int, inv: Invocation) 
             continue
         text = _text(script, cmd.line, cmd.end_line)
         line = Line(cmd.line, text, "")
-        if first == "module":
+        if is_env_command(cmd) and i < launch:
+            _env_build(old, line, partial(command_packages, cmd))
+        elif first == "module":
             old.modules.append(line)
         elif (first in ("source", ".") and len(cmd.words) > 1 and _PYTHON_ENV.search(cmd.words[1].value)) \
                 or (first == "conda" and "activate" in cmd.argv) or first == "eval" and "conda" in text:
-            old.lost.append(Line(cmd.line, text, "a Python environment built on the old cluster"))
+            old.lost.append(Line(cmd.line, text, _OLD_ENV))
         elif _is_assignment(cmd):
             _assignment(old, cmd, line, launch_vars, body_var, after=i > launch)
         else:
             _carry_or_lose(old, line, after=i > launch)
+
+
+def _shared_lines(commands: list[Command]) -> dict[int, int]:
+    """First index -> last index of each run of commands that share a line (``a; b``, ``a && b``,
+    ``a | b``): their text is the same lines, so they are carried (or not) as one."""
+    out: dict[int, int] = {}
+    i = 0
+    while i < len(commands):
+        j, end = i, commands[i].end_line
+        while j + 1 < len(commands) and commands[j + 1].line <= end:
+            j += 1
+            end = max(end, commands[j].end_line)
+        if j > i:
+            out[i] = j
+        i = j + 1
+    return out
+
+
+def _sort_shared(old: OldJob, script: BatchScript, members: list[Command], first: int, launch: int) -> None:
+    """Commands that share their lines: once, as the lines' text (the training line's neighbours
+    are listed: the new launch line replaces the whole line)."""
+    line = Line(members[0].line, _text(script, members[0].line, max(c.end_line for c in members)), "")
+    if first <= launch < first + len(members):
+        old.lost.append(Line(line.line, line.text, "the other commands on the training line: the new launch line "
+                             "replaces the whole line; put them on lines of their own and port again"))
+    elif all(c.words and c.words[0].value == "module" for c in members):
+        old.modules.append(line)
+    elif any(c.heredocs for c in members):
+        old.lost.append(Line(line.line, line.text, "a here-document on a line with other commands: add it "
+                             "yourself (plan --setup, one line)"))
+    else:
+        _carry_or_lose(old, line, after=first > launch)
 
 
 def _is_assignment(cmd: Command) -> bool:
@@ -275,15 +341,25 @@ def _carry_or_lose(old: OldJob, line: Line, *, after: bool) -> None:
         return
     joined = one_line(line.text)
     if joined is None:
-        old.lost.append(Line(line.line, line.text, "a block with comments or a here-document: add it "
-                             "yourself (plan --setup, one line)"))
+        old.lost.append(Line(line.line, line.text, f"{why_not(line.text)} cannot be written as one line: add "
+                             "it yourself (plan --setup, one line)"))
     else:
         old.setup.append(Line(line.line, joined, line.why))
 
 
-# a here-document that builds a Python environment (the Alliance's 'srun ... bash << EOF' making
-# a venv on every node): the new script sets up its own
-_ENV_BUILD = re.compile(r"\b(virtualenv|venv|conda|pip3?\s+install)\b")
+def _env_build(old: OldJob, line: Line, packages: Callable[[], tuple[str, ...]]) -> None:
+    """A step of the venv the old script built: its packages go to the new job's environment,
+    or the step is kept as the reason port needs --venv."""
+    try:
+        found = packages()
+    except NotCarried as exc:
+        old.env_problem = old.env_problem or Line(line.line, line.text, str(exc))
+        old.lost.append(Line(line.line, line.text, f"the Python environment the old script built: {exc}"))
+        return
+    old.wheels = tuple(dict.fromkeys([*old.wheels, *found]))
+    what = f"installs {' '.join(found)}" if found else "makes the venv"
+    old.replaced.append(Line(line.line, line.text, f"the old script's venv ({what}): the new job's Python "
+                             "environment replaces it, with the same packages"))
 
 
 def _heredoc(old: OldJob, script: BatchScript, cmd: Command, *, after: bool) -> None:
@@ -295,9 +371,8 @@ def _heredoc(old: OldJob, script: BatchScript, cmd: Command, *, after: bool) -> 
     if after:
         old.lost.append(Line(cmd.line, text, "runs after the training; the new script ends with it"))
         return
-    if _ENV_BUILD.search(body.body):
-        old.lost.append(Line(cmd.line, text, "a Python environment built on the old cluster (in a here-document); "
-                             "the new script sets up its own (see 'software' above; --venv DIR for yours)"))
+    if ENV_BUILD.search(body.body):
+        _env_build(old, Line(cmd.line, text, ""), lambda: heredoc_packages(body.body, body.line))
         return
     joined = heredoc_line(script.lines[cmd.line - 1], body.body, quoted=body.quoted) \
         if len(cmd.heredocs) == 1 and cmd.end_line == cmd.line else None
@@ -306,25 +381,3 @@ def _heredoc(old: OldJob, script: BatchScript, cmd: Command, *, after: bool) -> 
                              "yourself (plan --setup, one line)"))
         return
     old.setup.append(Line(cmd.line, joined, "here-document"))
-
-
-_OPENS = re.compile(r"(\bthen|\bdo|\belse|\{|\||&&|;)$")
-
-
-def one_line(text: str) -> str | None:
-    """Lines of one command or block as one shell line (``--setup`` takes no newline), or None
-    when that cannot be done safely (a comment would swallow the rest, a here-document)."""
-    lines = [ln.strip() for ln in text.split("\n") if ln.strip()]
-    if len(lines) <= 1:
-        return text.strip()
-    if "<<" in text or any("#" in ln for ln in lines):
-        return None
-    out = lines[0]
-    for ln in lines[1:]:
-        if out.endswith("\\"):          # a continued line: the words go on
-            out = out[:-1].rstrip() + " " + ln
-        elif _OPENS.search(out):         # after then/do/else/{/|/&&/; a newline is a space
-            out += " " + ln
-        else:
-            out += "; " + ln
-    return out

@@ -18,6 +18,7 @@ from scaletrain.clusters.profile import ClusterProfile, format_time, parse_time
 from scaletrain.errors import PlanError, ProfileError, UsageError
 from scaletrain.plan.planner import Plan, make_plan
 from scaletrain.plan.request import JobRequest, format_mem
+from scaletrain.plan.software import describe, job_wheels
 from scaletrain.port.recover import OldJob
 
 # Launchers whose own count flags (--nproc_per_node, --num_processes...) the new line recomputes.
@@ -69,7 +70,8 @@ def _test_partition(target: ClusterProfile) -> str | None:
 
 
 def request_for(old: OldJob, target: ClusterProfile, source: ClusterProfile | None, *,
-                script_path: str, account: str | None = None) -> tuple[JobRequest, list[str]]:
+                script_path: str, account: str | None = None,
+                venv: str | None = None) -> tuple[JobRequest, list[str]]:
     """The JobRequest on ``target`` for ``old``, and the set-up lines added on the way (with why)."""
     added: list[str] = []
     setup = [ln.text for ln in old.setup]
@@ -93,6 +95,7 @@ def request_for(old: OldJob, target: ClusterProfile, source: ClusterProfile | No
         chdir=sb.get("chdir"), exclusive="exclusive" in sb,
         gpus_per_proc=_gpus_per_proc(old, target), expand_args=old.expand_args,
         accelerate_config=old.accelerate_config, env=tuple(old.env), setup=tuple(setup),
+        venv=venv, wheels=() if venv else old.wheels,
         command=("scaletrain", "port", script_path, "--cluster", target.name))
     return req, added
 
@@ -103,9 +106,10 @@ def _uses(old: OldJob, var: str) -> bool:
 
 
 def port(old: OldJob, target: ClusterProfile, source: ClusterProfile | None, *, script_path: str,
-         account: str | None = None) -> Ported:
-    """Plan ``old`` on ``target`` and list every change (PlanError when the target cannot run it)."""
-    req, added = request_for(old, target, source, script_path=script_path, account=account)
+         account: str | None = None, venv: str | None = None) -> Ported:
+    """Plan ``old`` on ``target`` and list every change (PlanError when the target cannot run it;
+    UsageError when the old script's venv cannot be carried and no ``venv`` replaces it)."""
+    req, added = request_for(old, target, source, script_path=script_path, account=account, venv=venv)
     longest = _longest(target)
     asked = _seconds(req.time)
     if longest and asked and asked > longest:
@@ -122,6 +126,7 @@ def port(old: OldJob, target: ClusterProfile, source: ClusterProfile | None, *, 
             plan = None     # too big or too long for the test queue: production, listed below
     if plan is None:
         plan = make_plan(req, target)
+    added += _venv_packages(old, plan, script_path)
     changes = added + _changes(old, plan, source, test_wanted)
     return Ported(plan=plan, changes=tuple(changes), lost=tuple(_lost(old, plan)))
 
@@ -147,6 +152,29 @@ def check_ported(script: str, plan: Plan) -> None:
 def _per_gpu(value: float | None, old: OldJob) -> float | None:
     gpus = max(1, old.gpus_per_node)
     return None if value is None else value / gpus
+
+
+def _venv_packages(old: OldJob, plan: Plan, script_path: str) -> list[str]:
+    """The packages the old script's venv installed, in the new job's environment: installed by
+    the job's own venv, or the user's ``--venv`` told to have them; else port stops."""
+    new = plan.profile
+    fix = (f"make an environment on {new.name} ('scaletrain env create --cluster {new.name} DIR', then "
+           "DIR/bin/pip install what the old script installed) and port with --venv DIR")
+    if old.env_problem and not plan.request.venv:
+        ln = old.env_problem
+        raise UsageError(f"{script_path}:{ln.line}: the old script builds its Python environment with a step "
+                         f"port cannot carry: {ln.why}", fix)
+    extra = [w for w in old.wheels if w.split("[")[0].split("==")[0].lower() != "torch"]
+    if not extra:
+        return []
+    if plan.request.venv:
+        return [f"software: --venv {plan.request.venv} replaces the venv the old script built; it must have "
+                f"{' '.join(old.wheels)}"]
+    if plan.container or not new.python_env_lines:
+        raise UsageError(f"{script_path}: the old script's venv installs {' '.join(extra)}, and a {new.name} job "
+                         f"does not build a venv of its own ({describe(plan.request, new)})", fix)
+    return [f"software: the old script's venv packages ({' '.join(old.wheels)}) are installed by the new job's "
+            f"venv ({job_wheels(plan.request, new)})"]
 
 
 def _changes(old: OldJob, plan: Plan, source: ClusterProfile | None, test_wanted: bool) -> list[str]:
