@@ -27,7 +27,7 @@ def test_cpu_form_runs_end_to_end_and_skips_every_gpu_step(tmp_path):
            "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")])}
     out = tmp_path / "gpu"
     proc = subprocess.run(["bash", str(REPO / "scripts" / "gpu-check.sh"), str(out)], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=900)  # a bound, not a timing: 300 s ran out on a loaded machine
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = json.loads((out / "gpu_check.json").read_text())
     assert list(doc["steps"]) == ["environment", *GPU_STEPS, *CPU_STEPS]
