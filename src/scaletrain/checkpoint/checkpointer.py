@@ -223,8 +223,13 @@ class Checkpointer:
         from scaletrain.checkpoint import reader
 
         entries = classify(state)
-        step = reader.load(self.directory, entries, state, self._get_comm(), _device(entries),
+        comm = self._get_comm()
+        step = reader.load(self.directory, entries, state, comm, _device(entries),
                            strict=self.strict)
+        if comm.rank == 0:
+            # damage is warned by the reader as it passes over it; a step gone back is the rule's
+            for note in layout.choose(self.directory).backwards_notes():
+                warnings.warn(note, stacklevel=2)
         if step is not None:
             self._last_saved = step
         self._last_save_time = time.monotonic()
@@ -232,9 +237,8 @@ class Checkpointer:
 
     @property
     def latest_step(self) -> int | None:
-        """The step of the newest committed checkpoint on disk (no collective), or None."""
-        item = layout.latest(self.directory)
-        return item.step if item is not None else None
+        """The step a resume loads (:func:`layout.choose`, no collective), or None."""
+        return layout.choose(self.directory).step
 
     # -- the loop helper ---------------------------------------------------------------
     def step(self, step: int, state: MutableMapping[str, Any]) -> bool:

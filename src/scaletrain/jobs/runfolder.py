@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Callable, Iterator
 
+from scaletrain.checkpoint.layout import Choice, choose
 from scaletrain.checkpoint.stoprecord import has_stop_record, read_stop_record
 from scaletrain.contract import (COMMIT_MARKER, JOB_ID_FILE, JOB_SCRIPT, METRICS_FILE, RUNS_DIR, STEP_DIR_PREFIX,
                                  TENSORBOARD_DIR)
@@ -162,21 +163,19 @@ def read_json(path: Path) -> dict[str, Any] | None:
 
 
 def latest_checkpoint(folder: Path | None) -> int | None:
-    """The highest step whose folder has a parseable ``COMMIT.json`` naming that step."""
+    """The step a resume loads (:func:`scaletrain.checkpoint.layout.choose`), or None."""
+    return checkpoint_choice(folder).step
+
+
+def checkpoint_choice(folder: Path | None) -> Choice:
+    """The checkpoint folder's latest checkpoint by the one rule the resume uses, with its notes
+    (damaged newer ones, a step that went backwards); an unreadable folder is an empty choice."""
     if folder is None:
-        return None
-    best = None
+        return Choice(item=None)
     try:
-        names = [p.name for p in folder.iterdir() if p.name.startswith(STEP_DIR_PREFIX)]
-    except OSError:
-        return None
-    for name in names:
-        digits = name[len(STEP_DIR_PREFIX):]
-        if not is_count(digits) or (best is not None and int(digits) <= best):
-            continue
-        if marker_step(read_json(folder / name / COMMIT_MARKER)) == int(digits):
-            best = int(digits)
-    return best
+        return choose(folder)
+    except (OSError, ValueError):
+        return Choice(item=None)
 
 
 def marker_step(marker: dict[str, Any] | None) -> int | None:

@@ -182,7 +182,9 @@ def _progress(status: RunStatus) -> None:
         status.loss = _float(last.get("loss"))
         step_s = _float(last.get("step_s"))
         status.steps_per_s = 1.0 / step_s if step_s else None
-    status.checkpoint = runfolder.latest_checkpoint(run.checkpoints)
+    choice = runfolder.checkpoint_choice(run.checkpoints)
+    status.checkpoint = choice.step
+    status.notes += choice.notes()
     status.stop = runfolder.stop_record(run.checkpoints)
 
 
