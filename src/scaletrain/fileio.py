@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import stat
 import tempfile
@@ -141,6 +142,29 @@ def atomic_write(path: str | os.PathLike[str], data: str | bytes, *, mode: int |
     with atomic_file(path, mode=mode) as fh:
         fh.write(payload)
     return Path(path)
+
+
+def finite(value: Any) -> Any:
+    """``value`` with every NaN and infinity (in lists, tuples and dicts too) replaced by None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
+
+
+def json_text(value: Any, **options: Any) -> str:
+    """``json.dumps`` of what we write: always valid JSON (RFC 8259 has no NaN or Infinity).
+
+    Every JSON writer of scaletrain calls this (a test holds to it): a diverged loss or a figure
+    divided by zero is written as null, never as the bare ``NaN`` that other tools refuse to parse.
+    """
+    try:
+        return json.dumps(value, allow_nan=False, **options)
+    except ValueError:  # NaN/inf somewhere: rare, so cleaned only then (a cycle raises again)
+        return json.dumps(finite(value), allow_nan=False, **options)
 
 
 def read_json_object(path: str | os.PathLike[str], *, errors: str = "strict") -> dict[str, Any] | None:

@@ -44,7 +44,7 @@ from scaletrain.checkpoint import marker
 from scaletrain.checkpoint.marker import MARKER
 from scaletrain.contract import STEP_DIR_PREFIX
 from scaletrain.errors import UsageError
-from scaletrain.fileio import atomic_write, fsync_dir
+from scaletrain.fileio import atomic_write, fsync_dir, json_text
 
 LOCK = ".lock"
 OWNER = ".owner.json"
@@ -279,7 +279,7 @@ class PartialFolder:
         fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         # advisory (read by clean-up only), so no fsync: a lost owner file after a power
         # cut just means the folder is treated as abandoned, which it then is
-        (self.path / OWNER).write_text(json.dumps(
+        (self.path / OWNER).write_text(json_text(
             {"host": socket.gethostname(), "pid": os.getpid(), "time": time.time()}))
 
     def release(self) -> None:
@@ -320,7 +320,7 @@ class PartialFolder:
         # The marker (fsynced with its folder by atomic_write), then the parent folder, which
         # makes the rename durable. A power cut before that leaves the marker inside a folder
         # still named .partial-: ignored, as it should be.
-        atomic_write(final / MARKER, json.dumps(marker, indent=1, sort_keys=True) + "\n")
+        atomic_write(final / MARKER, json_text(marker, indent=1, sort_keys=True) + "\n")
         fsync_dir(self.directory)
         self.release()
         if aside is not None:

@@ -7,7 +7,6 @@ ones and builds its request with ``request_from_args``. Nothing here imports tor
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from scaletrain.cli import args as A
 from scaletrain.contract import DATA_VAR, DEVICE_VAR, TIME_LIMIT_SIGNAL
 from scaletrain.errors import UsageError
+from scaletrain.fileio import json_text
 
 if TYPE_CHECKING:
     from scaletrain.plan.planner import Plan
@@ -313,7 +313,7 @@ def run_plan(args: argparse.Namespace) -> int:
         data["script"] = script
         if explained:
             data["explain"] = explained
-        print(json.dumps(data, indent=2, default=str))
+        print(json_text(data, indent=2, default=str))
         return 0
     if args.output:
         write_output(args.output, script)

@@ -26,7 +26,7 @@ from scaletrain.checkpoint.layout import Choice, choose
 from scaletrain.checkpoint.stoprecord import has_stop_record, read_stop_record
 from scaletrain.contract import (COMMIT_MARKER, JOB_ID_FILE, JOB_SCRIPT, METRICS_FILE, RUNS_DIR, STEP_DIR_PREFIX,
                                  TENSORBOARD_DIR)
-from scaletrain.fileio import open_regular, read_bounded, read_json_object
+from scaletrain.fileio import json_text, open_regular, read_bounded, read_json_object
 from scaletrain.slurm.parse import is_count
 SEARCH_DEPTH = 2                 # sub-folder levels searched for the Monitor's and Checkpointer's files
 TAIL_BYTES = 256 * 1024          # what status reads of metrics.jsonl at first: the last steps and the run's start
@@ -219,7 +219,7 @@ def clean_record(value: Any) -> dict[str, Any] | None:
             del rec[key]
     for key in ("message", "hint", "reason"):
         if key in rec and not isinstance(rec[key], str):
-            rec[key] = json.dumps(rec[key], default=str)[:500]
+            rec[key] = json_text(rec[key], default=str)[:500]
     if "device_util" in rec and not isinstance(rec["device_util"], dict):
         del rec["device_util"]
     if rec["type"] == "step" and ("step" not in rec or "t" not in rec):

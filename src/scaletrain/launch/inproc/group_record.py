@@ -53,7 +53,7 @@ def _write(kind: str, payload: dict[str, Any]) -> None:
         return
     path = Path(folder) / f"{kind}-rank{_STATE['rank']}-pid{os.getpid()}.json"
     try:
-        atomic_write(path, json.dumps(payload))
+        atomic_write(path, json.dumps(payload, allow_nan=False))
     except OSError:  # the launcher's folder is gone (it stopped): nothing to tell it
         pass
 
