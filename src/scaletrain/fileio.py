@@ -179,6 +179,32 @@ def read_json_object(path: str | os.PathLike[str], *, errors: str = "strict") ->
     return value if isinstance(value, dict) else None
 
 
+def tree_size_gb(path: str, *, max_entries: int = 200_000) -> float | None:
+    """Size of a file or folder in GB, or None when it is not here or too big to walk quickly
+    (the data ``--stage-data``/``stage_data=`` copies to node-local disk: the plan sizes that disk)."""
+    p = Path(path).expanduser()
+    try:
+        if p.is_file():
+            return p.stat().st_size / 1024 ** 3
+        if not p.is_dir():
+            return None
+        total, seen = 0, 0
+        stack = [p]
+        while stack:
+            with os.scandir(stack.pop()) as it:
+                for entry in it:
+                    seen += 1
+                    if seen > max_entries:
+                        return None
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(Path(entry.path))
+                    elif entry.is_file(follow_symlinks=False):
+                        total += entry.stat(follow_symlinks=False).st_size
+        return total / 1024 ** 3
+    except (OSError, ValueError):
+        return None
+
+
 def writable_dir(path: str | os.PathLike[str], what: str) -> Path:
     """``path`` as a folder that exists and takes new files (created if missing), else UsageError.
 

@@ -217,3 +217,21 @@ def test_finite_cleans_nested_values():
 
     assert json.loads(json_text({"a": [1.0, NAN, {"b": INF}], "c": (2, -INF)})) == \
         {"a": [1.0, None, {"b": None}], "c": [2, None]}
+
+
+# -- the API runs the CLI's whole sequence: the staged data is measured too ----------------------
+
+def test_the_api_measures_stage_data_as_the_cli_does(tmp_path):
+    data = tmp_path / "d.tar"
+    data.write_bytes(b"x")
+    with open(data, "r+b") as f:
+        f.truncate(200 * 1024 ** 3)     # sparse: 200 GB do not fit Roihu's 150 GB of $TMPDIR
+    req = api_values.build_request(cluster="roihu", program=["t.py"], gpus=4, nodes=None, account="p", run_dir=None,
+                                   fields={"stage_data": str(data)})
+    assert req.stage_data_gb == 200.0 and req.stage_data == str(data)
+    with pytest.raises(PlanError, match="needs about 220 GB on each node, but \\$TMPDIR holds 150 GB on roihu"):
+        scaletrain.submit(cluster="roihu", program=["t.py"], gpus=4, account="p", stage_data=str(data),
+                          run_dir=tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(UsageError, match="stage_data_gb is set by submit\\(\\) itself"):
+        scaletrain.submit(cluster="roihu", program=["t.py"], gpus=4, account="p", stage_data_gb=1.0)

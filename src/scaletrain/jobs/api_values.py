@@ -18,6 +18,7 @@ from typing import Any, Mapping
 
 from scaletrain import settings
 from scaletrain.errors import UsageError
+from scaletrain.fileio import tree_size_gb
 from scaletrain.plan.request import JobRequest
 from scaletrain.settings import SettingError, Spec
 
@@ -26,7 +27,7 @@ HINT = "see help(scaletrain.submit) and scaletrain.plan.request.JobRequest"
 _SET_BY_SUBMIT = {"cluster": "cluster=", "script": "program=", "script_args": "program=",
                   "gpus": "gpus=", "nodes": "nodes=", "account": "account=", "command": "",
                   "profile_file": "cluster=FILE.toml", "files_dir": "run_dir=", "env_origin": "",
-                  "python": "venv= or conda="}
+                  "python": "venv= or conda=", "stage_data_gb": "stage_data=: it is measured, as the CLI does"}
 # a str given for these is one item (one module, one set-up line), not a sequence of letters
 _ONE_ITEM = {"modules", "setup"}
 # the request's fields that submit()'s own parameters fill, by the keyword the caller typed
@@ -62,6 +63,10 @@ def build_request(*, cluster: object, program: object, gpus: object, nodes: obje
             how = _SET_BY_SUBMIT[name]
             raise UsageError(f"submit(): {name} is set by submit() itself" + (f" (use {how})" if how else ""), HINT)
     values = {name: (v,) if name in _ONE_ITEM and isinstance(v, str) else v for name, v in fields.items()}
+    stage = values.get("stage_data")
+    if isinstance(stage, str) and stage.strip():   # as the CLI: measured here (node-local disk), kept absolute
+        values["stage_data_gb"] = tree_size_gb(stage)
+        values["stage_data"] = os.path.abspath(os.path.expanduser(stage))
     is_file = cluster.endswith(".toml") or os.sep in cluster
     try:
         req = JobRequest(cluster=cluster, script=words[0], script_args=tuple(words[1:]), gpus=gpus, nodes=nodes,
