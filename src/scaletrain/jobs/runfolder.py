@@ -26,8 +26,8 @@ from scaletrain.checkpoint.layout import Choice, choose
 from scaletrain.checkpoint.stoprecord import has_stop_record, read_stop_record
 from scaletrain.contract import (COMMIT_MARKER, JOB_ID_FILE, JOB_SCRIPT, METRICS_FILE, RUNS_DIR, STEP_DIR_PREFIX,
                                  TENSORBOARD_DIR)
-from scaletrain.fileio import json_text, open_regular, read_bounded, read_json_object
-from scaletrain.slurm.parse import is_count
+from scaletrain.fileio import json_text, open_regular, read_json_object
+from scaletrain.slurm.submit import read_job_id
 SEARCH_DEPTH = 2                 # sub-folder levels searched for the Monitor's and Checkpointer's files
 TAIL_BYTES = 256 * 1024          # what status reads of metrics.jsonl at first: the last steps and the run's start
 SCAN_BYTES = 1024 * 1024 * 1024  # how far back it looks for the run's start line in a long run, 1 MiB at a time
@@ -105,16 +105,9 @@ def open_run(path: str | Path) -> RunFolder:
     if not is_dir(run.path):
         run.notes.append("folder not found (moved or deleted?)")
         return run
-    try:
-        text = read_bounded(run.path / JOB_ID_FILE, limit=4096).decode("utf-8", errors="replace").strip()
-        if is_count(text) and len(text) <= 20:
-            run.job_id = text
-        elif text:
-            run.notes.append(f"{JOB_ID_FILE} does not hold a job id ({text[:20]!r})")
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        run.notes.append(f"cannot read {JOB_ID_FILE}: {exc.strerror}")
+    run.job_id, note = read_job_id(run.path)     # the writer's own reader (slurm.submit)
+    if note:
+        run.notes.append(note)
     if _is_file(run.path / JOB_SCRIPT):
         run.script = run.path / JOB_SCRIPT
     try:
