@@ -21,6 +21,12 @@ torchtitan's llama3 flavor table before its trainer starts, so the layers, heads
 those of benchmarks/llama_model.py (the vocabulary is its tokenizer's: 128256 for Llama 3's, the
 benchmark's). Its log lines (``tps: ...  mfu: ...%  memory: ...GiB``) give
 the tokens/s: the median over the steps after ``warmup``, per GPU (torchtitan's tps is per rank).
+
+Like with like: before its trainer starts, the worker builds torchtitan's model of that flavor on
+the meta device (no memory) and compares its parameter count and the shapes of its parameters
+with the benchmark's own model (:func:`expected`). A torchtitan that lacks a field (a rename), or
+sizes a layer by another rule, would time a different model: the row is then refused with the
+difference, never reported.
 """
 
 from __future__ import annotations
@@ -84,6 +90,36 @@ def model_args(cfg: Any) -> dict[str, Any]:
             "norm_eps": cfg.norm_eps}
 
 
+def expected(cfg: Any, seq: int) -> dict[str, Any]:
+    """The benchmark's model (benchmarks/llama_model.py) as the worker compares it: its parameter
+    count and the sorted shapes of its parameters, built on the meta device."""
+    import llama_model
+
+    model = llama_model.build(cfg, seq, device="meta")
+    return _signature(model)
+
+
+def _signature(model: Any) -> dict[str, Any]:
+    shapes = sorted(tuple(p.shape) for p in model.parameters())
+    return {"params": sum(p.numel() for p in model.parameters()), "shapes": shapes}
+
+
+def difference(theirs: dict[str, Any], ours: dict[str, Any]) -> str | None:
+    """Why torchtitan's model is not the benchmark's (parameter count, shapes), or None."""
+    from collections import Counter
+
+    if theirs == ours:
+        return None
+    only_theirs = Counter(map(tuple, theirs["shapes"])) - Counter(map(tuple, ours["shapes"]))
+    only_ours = Counter(map(tuple, ours["shapes"])) - Counter(map(tuple, theirs["shapes"]))
+
+    def listed(shapes: Counter[tuple[int, ...]]) -> str:
+        return ", ".join(f"{list(s)} x{n}" for s, n in sorted(shapes.items())[:4]) or "none"
+
+    return (f"torchtitan's model has {theirs['params']:,} parameters, the benchmark's {ours['params']:,}; "
+            f"shapes only in torchtitan's: {listed(only_theirs)}; only in the benchmark's: {listed(only_ours)}")
+
+
 def parse_log(text: str, *, warmup: int) -> dict[str, Any]:
     """tokens/s (median after ``warmup`` logged steps) and peak GiB from torchtitan's log."""
     tps = [float(m.replace(",", "")) for m in _TPS.findall(text)]
@@ -106,7 +142,7 @@ def run(cfg: Any, seq: int, batch: int, *, compiled: bool, ac: bool, steps: int,
                                    steps=steps + warmup, dump=tmp / "dump"))
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                f"--nproc_per_node={world}", str(Path(__file__).resolve()), "--worker",
-               repr(model_args(cfg)), "--job.config_file", str(conf)]
+               repr(model_args(cfg)), "--expect", repr(expected(cfg, seq)), "--job.config_file", str(conf)]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
         got = parse_log(proc.stdout + proc.stderr, warmup=warmup)
         if proc.returncode != 0 or not got:
@@ -135,13 +171,33 @@ def _worker(argv: list[str]) -> None:
         raise SystemExit("torchtitan: no llama3 flavor table found to add the benchmark's shape to")
     import dataclasses
 
-    # a field this torchtitan does not have (a rename) is left to its default, not an error
+    # a field this torchtitan does not have (a rename) is left to its default: the comparison of the
+    # two models below refuses the run where that changes the model
     known = {f.name for f in dataclasses.fields(args_cls)} if dataclasses.is_dataclass(args_cls) \
         else set(fields)
     for table in tables:
         table[FLAVOR] = args_cls(**{k: v for k, v in fields.items() if k in known})
+    if argv[1:2] == ["--expect"]:
+        _check_same_model(llama3, tables[0][FLAVOR], ast.literal_eval(argv[2]))
+        argv = [argv[0], *argv[3:]]
+    else:   # run() always passes --expect; by hand, say what was not checked
+        print("torchtitan: the model was not compared with the benchmark's (no --expect)", file=sys.stderr)
     sys.argv = ["torchtitan.train", *argv[1:]]
     runpy.run_module("torchtitan.train", run_name="__main__")
+
+
+def _check_same_model(llama3: Any, args: Any, ours: dict[str, Any]) -> None:
+    """SystemExit with the difference unless torchtitan's model of ``args`` is the benchmark's."""
+    import torch
+
+    model_cls = getattr(llama3, "Transformer", None)
+    if model_cls is None:
+        raise SystemExit("torchtitan: no llama3 Transformer to compare with the benchmark's model: refused")
+    with torch.device("meta"):
+        theirs = _signature(model_cls(args))
+    why = difference(theirs, ours)
+    if why:
+        raise SystemExit(f"torchtitan: not the benchmark's model, refused: {why}")
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["--worker"]:

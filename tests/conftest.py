@@ -80,33 +80,22 @@ def _torchs_own(handler: object) -> bool:
     return str(getattr(handler, "__module__", "") or "").startswith("torch.")
 
 
-# Module-level state of scaletrain, as (module, attribute, leak): after every test each is put
-# back as it was. With leak=True a change is also a failure: the test left the runtime set up
-# (an init() without shutdown(), stop handlers still counted). The others are caches a test may
-# fill on purpose (the last set-up model, warnings given once, a decision taken at first use):
-# reset only, so the next test starts from the same state whatever ran before it.
-_MODULE_STATE: tuple[tuple[str, str, bool], ...] = (
-    ("scaletrain.runtime.session", "_ENV", True),
-    ("scaletrain.runtime.init", "_STATE", True),
-    ("scaletrain.runtime.preempt", "_installed", True),
-    ("scaletrain.runtime.preempt", "_reasons", True),
-    ("scaletrain.runtime.preempt", "_request", True),
-    ("scaletrain.runtime.preempt", "_listeners", True),
-    ("scaletrain.runtime.timeouts", "_step_s", True),
-    ("scaletrain.runtime.timeouts", "_started", True),
-    ("scaletrain.checkpoint.checksum", "_zip_users", True),
-    ("scaletrain.parallel.precision", "_ACTIVE", False),
-    ("scaletrain.data.lr", "_warned", False),
-    ("scaletrain.launch.inproc.hang", "_ENABLED_BY_US", False),
-    ("scaletrain.launch.inproc.group_record", "_STATE", False),
-    ("scaletrain.launch.inproc.cpu_cuda", "_DEFAULT_STREAMS", False),
-)
+# Module-level state of scaletrain, registered by the module that defines it
+# (scaletrain.module_state): after every test each is put back as it was. With leak=True a change is
+# also a failure: the test left the runtime set up (an init() without shutdown(), stop handlers
+# still counted). The others are caches a test may fill on purpose (the last set-up model, warnings
+# given once, a decision taken at first use): reset only, so the next test starts from the same
+# state whatever ran before it. Once-per-process facts (reset=False) are left alone.
+def _registered() -> list[tuple[str, str, bool]]:
+    from scaletrain import module_state
+
+    return [(s.module, s.name, s.leak) for s in module_state.registered() if s.reset]
 
 
 def _module_state() -> dict[tuple[str, str], tuple[object, object]]:
     """(module, attribute) -> (the object, a shallow copy of its contents) for loaded modules."""
     found: dict[tuple[str, str], tuple[object, object]] = {}
-    for module, attr, _ in _MODULE_STATE:
+    for module, attr, _ in _registered():
         mod = sys.modules.get(module)
         if mod is not None and hasattr(mod, attr):
             value = getattr(mod, attr)
@@ -135,7 +124,7 @@ def _restore_module_state(before: dict[tuple[str, str], tuple[object, object]]) 
     """Put every module attribute back as ``before`` had it; the leaks among the changes."""
     leaks = []
     after = _module_state()
-    for module, attr, leak in _MODULE_STATE:
+    for module, attr, leak in _registered():
         key = (module, attr)
         if key not in after:
             continue

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import stat
 import tempfile
@@ -143,6 +144,29 @@ def atomic_write(path: str | os.PathLike[str], data: str | bytes, *, mode: int |
     return Path(path)
 
 
+def finite(value: Any) -> Any:
+    """``value`` with every NaN and infinity (in lists, tuples and dicts too) replaced by None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
+
+
+def json_text(value: Any, **options: Any) -> str:
+    """``json.dumps`` of what we write: always valid JSON (RFC 8259 has no NaN or Infinity).
+
+    Every JSON writer of scaletrain calls this (a test holds to it): a diverged loss or a figure
+    divided by zero is written as null, never as the bare ``NaN`` that other tools refuse to parse.
+    """
+    try:
+        return json.dumps(value, allow_nan=False, **options)
+    except ValueError:  # NaN/inf somewhere: rare, so cleaned only then (a cycle raises again)
+        return json.dumps(finite(value), allow_nan=False, **options)
+
+
 def read_json_object(path: str | os.PathLike[str], *, errors: str = "strict") -> dict[str, Any] | None:
     """A small JSON object from ``path``, or None when it is missing, unreadable or not an object.
 
@@ -153,6 +177,32 @@ def read_json_object(path: str | os.PathLike[str], *, errors: str = "strict") ->
     except (OSError, ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
+
+
+def tree_size_gb(path: str, *, max_entries: int = 200_000) -> float | None:
+    """Size of a file or folder in GB, or None when it is not here or too big to walk quickly
+    (the data ``--stage-data``/``stage_data=`` copies to node-local disk: the plan sizes that disk)."""
+    p = Path(path).expanduser()
+    try:
+        if p.is_file():
+            return p.stat().st_size / 1024 ** 3
+        if not p.is_dir():
+            return None
+        total, seen = 0, 0
+        stack = [p]
+        while stack:
+            with os.scandir(stack.pop()) as it:
+                for entry in it:
+                    seen += 1
+                    if seen > max_entries:
+                        return None
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(Path(entry.path))
+                    elif entry.is_file(follow_symlinks=False):
+                        total += entry.stat(follow_symlinks=False).st_size
+        return total / 1024 ** 3
+    except (OSError, ValueError):
+        return None
 
 
 def writable_dir(path: str | os.PathLike[str], what: str) -> Path:

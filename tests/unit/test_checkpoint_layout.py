@@ -39,10 +39,12 @@ def test_fresh_directory_has_no_latest(tmp_path):
 
 
 def test_latest_is_highest_committed_step(tmp_path):
-    for step in (10, 30, 20):
+    for step in (10, 30):
         _commit(tmp_path, step)
+    with pytest.warns(UserWarning, match="step 20 saved in .* already holds step 30: the step went backwards"):
+        _commit(tmp_path, 20)
     assert [c.step for c in layout.committed(tmp_path)] == [10, 20, 30]
-    assert layout.latest(tmp_path).step == 30
+    assert layout.latest(tmp_path).step == 30 and layout.choose(tmp_path).step == 30
     assert not any(p.name.startswith(".") for p in tmp_path.iterdir())
 
 
@@ -102,7 +104,8 @@ def test_apply_retention_deletes_oldest_and_marker_first(tmp_path):
 def test_protected_older_step_survives_retention(tmp_path):
     for step in (10, 20, 30):
         _commit(tmp_path, step)
-    _commit(tmp_path, 5)  # a lower step just written (e.g. a restarted schedule)
+    with pytest.warns(UserWarning, match="the step went backwards"):
+        _commit(tmp_path, 5)  # a lower step just written (e.g. a restarted schedule)
     layout.apply_retention(tmp_path, 1, protect={5})
     assert [c.step for c in layout.committed(tmp_path)] == [5, 30]
 

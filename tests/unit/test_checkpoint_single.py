@@ -319,8 +319,8 @@ def test_async_error_surfaces_on_next_call(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    ({"keep": 0}, "keep must be a positive integer"),
-    ({"keep": 2.5}, "keep must be a positive integer"),
+    ({"keep": 0}, "keep must be a whole number from 1"),
+    ({"keep": 2.5}, "keep must be a whole number from 1"),
     ({"every_steps": -1}, "every_steps"),
     ({"every_minutes": 0}, "every_minutes"),
 ])

@@ -86,7 +86,7 @@ def test_run_folder_names_read_back_what_submit_and_the_checkpointer_write(tmp_p
     submit.write_file(folder, contract.JOB_ID_FILE, "123\n")
     step = folder / "out" / f"{contract.STEP_DIR_PREFIX}{7:08d}"
     step.mkdir(parents=True)
-    (step / contract.COMMIT_MARKER).write_text(json.dumps({"step": 7}))
+    (step / contract.COMMIT_MARKER).write_text(json.dumps({"step": 7, "files": {}}))
     write_stop_record(folder / "out", reason="time_limit", step=7, log=False)
     run = runfolder.open_run(folder)
     assert (run.job_id, run.script) == ("123", folder / contract.JOB_SCRIPT)

@@ -78,7 +78,8 @@ def make_run(root: Path, name: str, job: str | None, *, steps: int = 0, start_st
     if ckpt is not None:
         folder = run / "checkpoints" / f"step-{ckpt:08d}"
         folder.mkdir(parents=True)
-        (folder / "COMMIT.json").write_text(json.dumps({"step": ckpt}))
+        # the smallest marker the resume accepts too (status counts only what the resume loads)
+        (folder / "COMMIT.json").write_text(json.dumps({"step": ckpt, "files": {}}))
     return run
 
 

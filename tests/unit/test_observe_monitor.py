@@ -386,7 +386,7 @@ def test_settings_are_one_config_object_checked_when_made():
     with pytest.raises(UsageError, match="no setting 'log_evry'") as err:
         Monitor(None, log_evry=5)
     assert "log_every" in err.value.hint
-    with pytest.raises(UsageError, match="log_interval_s must be >= 0"):
+    with pytest.raises(UsageError, match="Monitor: log_interval_s must be a finite number from 0 to 86400 \\(seconds\\), got -1"):
         MonitorConfig(log_interval_s=-1)
 
 

@@ -235,7 +235,7 @@ def test_gpus_and_nodes_both_or_neither() -> None:
     assert "not both" in _err(UsageError, "roihu", gpus=4, nodes=1)
     assert "--gpus N or --nodes M" in _err(UsageError, "roihu")
     assert "goes with --nodes" in _err(UsageError, "roihu", gpus=4, gpus_per_node=2)
-    assert "at least 1" in _err(UsageError, "roihu", gpus=0)
+    assert "--gpus must be a whole number from 1 to 100,000, got 0" in _err(UsageError, "roihu", gpus=0)
 
 
 def test_too_many_cores_or_memory() -> None:
@@ -244,9 +244,10 @@ def test_too_many_cores_or_memory() -> None:
 
 
 def test_bad_launcher_device_time() -> None:
-    assert "unknown launcher" in _err(UsageError, "roihu", gpus=1, launcher="horovodrun")
-    assert "unknown device" in _err(UsageError, "roihu", gpus=1, device="tpu")
-    assert "bad time" in _err(ProfileError, "roihu", gpus=1, time="soon")
+    assert "--launcher must be one of 'scaletrain'" in _err(UsageError, "roihu", gpus=1, launcher="horovodrun")
+    assert "--device must be one of 'auto', 'cpu', got 'tpu'" in _err(UsageError, "roihu", gpus=1, device="tpu")
+    # a time Slurm cannot read is refused when the request is made, naming the flag
+    assert "--time must be a time limit above 0" in _err(UsageError, "roihu", gpus=1, time="soon")
 
 
 def test_no_scratch_for_stage_data() -> None:

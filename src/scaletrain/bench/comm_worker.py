@@ -6,14 +6,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
 from typing import Sequence
 
 from scaletrain.bench.comm import format_table, iterations_for, measure, parse_ops, parse_sizes
-from scaletrain.fileio import atomic_write, writable_dir
+from scaletrain.fileio import atomic_write, json_text, writable_dir
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -49,7 +48,7 @@ def run(args: argparse.Namespace) -> list[dict]:
             doc = {"kind": "comm", "world_size": env.world_size, "nodes": env.num_nodes,
                    "backend": env.backend, "device": env.device, "host": platform.node(),
                    "results": rows}
-            atomic_write(out / "comm.json", json.dumps(doc, indent=2) + "\n")
+            atomic_write(out / "comm.json", json_text(doc, indent=2) + "\n")
             print(f"scaletrain bench comm: wrote {out / 'comm.json'}")
     sys.stdout.flush()
     return rows

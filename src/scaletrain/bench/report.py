@@ -8,13 +8,12 @@ anywhere, including a cluster's login node over a file share; the PNG needs matp
 from __future__ import annotations
 
 import html
-import json
 from pathlib import Path
 from typing import Any
 
 from scaletrain.contract import SCALING_REPORT
 from scaletrain.extras import install_hint
-from scaletrain.fileio import atomic_write
+from scaletrain.fileio import atomic_write, json_text
 from scaletrain.observe.scaling import percent
 
 SCALING_HTML = "scaling.html"    # beside contract.SCALING_REPORT: the page and the plot
@@ -197,7 +196,7 @@ def write_report(doc: dict[str, Any], out_dir: str | Path) -> list[str]:
     """Write scaling.json, scaling.html and (with matplotlib) scaling.png; returns notes."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write(out / SCALING_REPORT, json.dumps(doc, indent=2) + "\n")
+    atomic_write(out / SCALING_REPORT, json_text(doc, indent=2) + "\n")
     atomic_write(out / SCALING_HTML, render_html(doc))
     note = write_png(doc, out / SCALING_PNG)
     return [note] if note else []

@@ -11,13 +11,12 @@ measured after training so that it does not disturb the steps.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 from typing import Sequence
 
-from scaletrain.fileio import atomic_write
+from scaletrain.fileio import atomic_write, json_text
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -82,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                "threads": torch.get_num_threads(), "time": time.time(), "torch": torch.__version__}
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(out, json.dumps(row, indent=2) + "\n")
+        atomic_write(out, json_text(row, indent=2) + "\n")
     scaletrain.shutdown()
     return 0
 

@@ -27,21 +27,31 @@ from scaletrain.checkpoint.comm import Comm
 from scaletrain.checkpoint.errors import CheckpointError
 from scaletrain.checkpoint.safeio import gc_paused
 from scaletrain.checkpoint.staging import Stager
+from scaletrain import settings
 from scaletrain.errors import UsageError
+from scaletrain.settings import Spec
 
 _MINUTES_DUE = 1  # StopAgreement flag bit 0: "every_minutes is due" on some rank
 
 
-def _positive(name: str, value: Any, kind: type, allow_none: bool = True) -> Any:
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int) \
-            or value <= 0:
-        raise UsageError(f"Checkpointer {name} must be a positive "
-                         f"{'number' if kind is float else 'integer'}, got {value!r}",
-                         hint=f"e.g. Checkpointer('checkpoints', {name}="
-                              f"{'30' if kind is float else '3'})")
-    return value
+# The Checkpointer's options, each declared once (scaletrain.settings): what it means, its unit,
+# its check. Checked where they enter, in __init__; a refusal names the keyword the caller typed.
+OPTIONS: dict[str, Spec] = {
+    "directory": Spec(doc="the folder of the step-N checkpoint folders, e.g. Checkpointer('checkpoints')",
+                      check=settings.path(shape="a folder path (str or pathlib.Path) without a NUL")),
+    "keep": Spec(doc="how many committed checkpoints to keep, e.g. keep=3", check=settings.count()),
+    "every_steps": Spec(doc="save when step % every_steps == 0, e.g. every_steps=500",
+                        check=settings.count(high=10**12), optional=True),
+    "every_minutes": Spec(doc="save when this much wall time passed, e.g. every_minutes=30",
+                          check=settings.number(above=0, high=10**6), unit="minutes", optional=True),
+    "async_save": Spec(doc="write in the background while training goes on", check=settings.boolean()),
+    "exit_on_stop": Spec(doc="raise SystemExit(75) after the save on an agreed stop", check=settings.boolean()),
+    "strict": Spec(doc="a damaged newest checkpoint raises instead of falling back", check=settings.boolean()),
+}
+
+
+def _option(name: str, value: Any) -> Any:
+    return settings.check_value(OPTIONS[name], value, f"Checkpointer: {name}")
 
 
 class Checkpointer:
@@ -74,19 +84,16 @@ class Checkpointer:
     def __init__(self, directory: str | Path, keep: int = 3, every_steps: int | None = None,
                  every_minutes: float | None = None, async_save: bool = False, *,
                  exit_on_stop: bool = True, strict: bool = False) -> None:
-        if not isinstance(directory, (str, Path)) or not str(directory):
-            raise UsageError(f"Checkpointer directory must be a path, got {directory!r}",
-                             hint="e.g. Checkpointer('checkpoints')")
-        self.directory = Path(directory).expanduser().absolute()
-        self.keep = _positive("keep", keep, int, allow_none=False)
-        self.every_steps = _positive("every_steps", every_steps, int)
-        self.every_minutes = _positive("every_minutes", every_minutes, float)
-        self.async_save = bool(async_save)
+        self.directory = Path(_option("directory", directory)).expanduser().absolute()
+        self.keep: int = _option("keep", keep)
+        self.every_steps: int | None = _option("every_steps", every_steps)
+        self.every_minutes: float | None = _option("every_minutes", every_minutes)
+        self.async_save: bool = _option("async_save", async_save)
         # async: every save's copy off the device; blocking: the replicated payload's GPU
         # tensors before torch.save (pinned buffers either way, kept from save to save)
         self._stager: Stager | None = Stager()
-        self.exit_on_stop = bool(exit_on_stop)
-        self.strict = bool(strict)
+        self.exit_on_stop: bool = _option("exit_on_stop", exit_on_stop)
+        self.strict: bool = _option("strict", strict)
         layout.check_directory(self.directory)
         self._comm: Comm | None = None
         self._thread: threading.Thread | None = None
@@ -223,8 +230,13 @@ class Checkpointer:
         from scaletrain.checkpoint import reader
 
         entries = classify(state)
-        step = reader.load(self.directory, entries, state, self._get_comm(), _device(entries),
+        comm = self._get_comm()
+        step = reader.load(self.directory, entries, state, comm, _device(entries),
                            strict=self.strict)
+        if comm.rank == 0:
+            # damage is warned by the reader as it passes over it; a step gone back is the rule's
+            for note in layout.choose(self.directory).backwards_notes():
+                warnings.warn(note, stacklevel=2)
         if step is not None:
             self._last_saved = step
         self._last_save_time = time.monotonic()
@@ -232,9 +244,8 @@ class Checkpointer:
 
     @property
     def latest_step(self) -> int | None:
-        """The step of the newest committed checkpoint on disk (no collective), or None."""
-        item = layout.latest(self.directory)
-        return item.step if item is not None else None
+        """The step a resume loads (:func:`layout.choose`, no collective), or None."""
+        return layout.choose(self.directory).step
 
     # -- the loop helper ---------------------------------------------------------------
     def step(self, step: int, state: MutableMapping[str, Any]) -> bool:

@@ -32,6 +32,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from scaletrain import module_state
 from scaletrain.fileio import open_regular
 
 _crc32c: Any
@@ -51,8 +52,10 @@ ALGORITHM = "crc32c" if _crc32c is not None and getattr(_crc32c, "hardware_based
     else "crc32"
 _OVERLAP_BYTES = 1 << 20  # buffers at least this large: CRC beside the write, not before
 _SPARE: bool | None = None  # decided at the first writer (see _spare_core)
+module_state.register(__name__, "_SPARE")
 # seconds spent computing checksums in this process (read by benchmarks/checkpoint.py)
 crc_seconds = 0.0
+module_state.register(__name__, "crc_seconds")
 
 
 def _spare_core() -> bool:
@@ -94,7 +97,9 @@ def recorded(marker: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 
 _zip_lock = threading.Lock()
 _zip_users = 0
+module_state.register(__name__, "_zip_users", leak=True)
 _zip_before = True
+module_state.register(__name__, "_zip_before")
 
 
 @contextmanager

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from scaletrain import module_state
+
 
 class Comm:
     """Rank, world size, and object collectives for the checkpointer."""
@@ -55,6 +57,7 @@ class Comm:
 # group it was made under lives. A group per Checkpointer, destroyed at its close, hung on torch
 # 2.6: a rank whose peer had destroyed the group and gone on waited in its own destroy.
 _GROUP: tuple[Any, Any] | None = None   # (the default group it was made under, the group)
+module_state.register(__name__, "_GROUP")
 
 
 def _checkpoint_group(dist: Any) -> Any:

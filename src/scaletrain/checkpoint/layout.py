@@ -9,7 +9,12 @@ writer, the loader and the tests share one answer.
 - A save writes into ``.partial-step-00001200-<token>/`` and renames it once every rank's
   files are fsynced; a folder that a kill left behind keeps its ``.partial-`` name (or has
   no marker) and is ignored by every reader.
-- Latest = the committed folder with the highest step (no symlink that could dangle).
+- Latest = the committed folder with the highest step whose listed files are all there with
+  their sizes (no symlink that could dangle). :func:`choose` is that rule, the only one:
+  ``status``, ``report``, ``cancel`` and the resume (``reader``) all call it, so they name the
+  same checkpoint. A step that goes backwards (step 110 saved while step 300 is on disk: a run
+  that started over in the same folder) is recorded in the new marker and warned about, at the
+  save and by every reader, because the resume still loads the higher step.
 - Retention keeps the newest ``keep`` committed folders and never touches the folder just
   committed nor the newest valid one. A folder is deleted marker first, so a kill half-way
   through a deletion leaves an uncommitted folder, never a committed partial one.
@@ -30,6 +35,7 @@ import secrets
 import shutil
 import socket
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,7 +44,7 @@ from scaletrain.checkpoint import marker
 from scaletrain.checkpoint.marker import MARKER
 from scaletrain.contract import STEP_DIR_PREFIX
 from scaletrain.errors import UsageError
-from scaletrain.fileio import atomic_write, fsync_dir
+from scaletrain.fileio import atomic_write, fsync_dir, json_text
 
 LOCK = ".lock"
 OWNER = ".owner.json"
@@ -145,9 +151,69 @@ def committed(directory: Path) -> list[Committed]:
 
 
 def latest(directory: Path) -> Committed | None:
-    """The committed checkpoint with the highest step, or None."""
+    """The committed checkpoint with the highest step (files not checked), or None."""
     items = committed(directory)
     return items[-1] if items else None
+
+
+SAVED_AFTER = "saved_after_step"  # marker field: the higher step on disk when this one was saved
+
+
+@dataclass(frozen=True, kw_only=True)
+class Choice:
+    """What "the latest checkpoint" of a folder is (:func:`choose`), and what was passed over."""
+
+    item: Committed | None
+    skipped: tuple[tuple[Path, str], ...] = ()   # newer committed folders whose files are not intact
+    backwards: tuple[tuple[int, int], ...] = ()  # (step, the higher step on disk when it was saved)
+
+    @property
+    def step(self) -> int | None:
+        """The chosen step, or None (no intact committed checkpoint)."""
+        return self.item.step if self.item is not None else None
+
+    def notes(self) -> list[str]:
+        """One line per thing a user should know about the choice (damage, a step gone back)."""
+        return [f"checkpoint {path.name} is damaged ({why}): passed over"
+                for path, why in self.skipped] + self.backwards_notes()
+
+    def backwards_notes(self) -> list[str]:
+        """One line per lower step saved after a higher one that the resume still prefers."""
+        return [f"checkpoint step {step} was saved after step {after} (the step went backwards: "
+                f"a run started over in this folder?); a resume loads the highest step, "
+                f"{self.item.step}; use a new checkpoint folder per run"
+                for step, after in self.backwards if self.item is not None and self.item.step > step]
+
+
+def candidates(directory: Path) -> list[Committed]:
+    """Committed checkpoints in the order a resume tries them: the highest step first."""
+    return committed(directory)[::-1]
+
+
+def choose(directory: Path, *, skip: AbstractSet[Path] = frozenset()) -> Choice:
+    """THE rule for "the latest checkpoint": the highest committed step whose listed files are
+    all there with their sizes, ``skip`` (folders found damaged otherwise) passed over.
+
+    Checksums are not read here (that is the loading ranks' work, on data they read anyway):
+    a checkpoint whose bytes changed but not its sizes is found by the resume, which sets it
+    aside as ``damaged-*``, and from then on every caller of this rule agrees again.
+    """
+    skipped: list[tuple[Path, str]] = []
+    chosen = None
+    items = candidates(directory)
+    for item in items:
+        why = "found damaged" if item.path in skip else verify_files(item.path, item.marker)
+        if why is None:
+            chosen = item
+            break
+        skipped.append((item.path, why))
+    backwards = tuple(sorted((i.step, i.marker[SAVED_AFTER]) for i in items
+                             if _count(i.marker.get(SAVED_AFTER)) and i.marker[SAVED_AFTER] > i.step))
+    return Choice(item=chosen, skipped=tuple(skipped), backwards=backwards)
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def to_delete(steps: list[int], keep: int, protect: set[int]) -> list[int]:
@@ -213,7 +279,7 @@ class PartialFolder:
         fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         # advisory (read by clean-up only), so no fsync: a lost owner file after a power
         # cut just means the folder is treated as abandoned, which it then is
-        (self.path / OWNER).write_text(json.dumps(
+        (self.path / OWNER).write_text(json_text(
             {"host": socket.gethostname(), "pid": os.getpid(), "time": time.time()}))
 
     def release(self) -> None:
@@ -233,6 +299,7 @@ class PartialFolder:
         """
         final = self.directory / step_dirname(self.step)
         aside: Path | None = None
+        marker = self._note_backwards(marker)
         for name in (LOCK, OWNER):
             try:
                 (self.path / name).unlink()
@@ -253,13 +320,25 @@ class PartialFolder:
         # The marker (fsynced with its folder by atomic_write), then the parent folder, which
         # makes the rename durable. A power cut before that leaves the marker inside a folder
         # still named .partial-: ignored, as it should be.
-        atomic_write(final / MARKER, json.dumps(marker, indent=1, sort_keys=True) + "\n")
+        atomic_write(final / MARKER, json_text(marker, indent=1, sort_keys=True) + "\n")
         fsync_dir(self.directory)
         self.release()
         if aside is not None:
             shutil.rmtree(aside, ignore_errors=True)
         self.path = final
         return final
+
+    def _note_backwards(self, marker: dict[str, Any]) -> dict[str, Any]:
+        """Record and warn when a higher step is already committed: a resume would load it,
+        not this one (see :class:`Choice`)."""
+        higher = latest(self.directory)
+        if higher is None or higher.step <= self.step:
+            return marker
+        warnings.warn(f"checkpoint step {self.step} saved in {self.directory}, which already holds "
+                      f"step {higher.step}: the step went backwards, and a resume loads the highest "
+                      f"step ({higher.step}), not this one; use a new checkpoint folder per run, or "
+                      "move the old steps aside", stacklevel=2)
+        return {**marker, SAVED_AFTER: higher.step}
 
     def abandon(self) -> None:
         """Remove the folder after a failed save (best effort)."""

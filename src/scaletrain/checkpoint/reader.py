@@ -32,7 +32,7 @@ class _Chooser:
 
     def __init__(self, directory: Path) -> None:
         layout.clean_partials(directory)
-        self.items = layout.committed(directory)[::-1]  # newest first
+        self.items = layout.candidates(directory)  # the order of layout.choose, the one rule
         self.bad_markers = layout.damaged(directory)
         self.skipped: list[tuple[Path, str]] = []  # (folder, why) of damaged checkpoints
         self.offered: list[layout.Committed] = []

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from scaletrain.contract import STOP_RECORD
-from scaletrain.fileio import atomic_write, read_bounded, read_json_object
+from scaletrain.fileio import atomic_write, json_text, read_bounded, read_json_object
 
 def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
@@ -52,7 +52,7 @@ def write_stop_record(directory: str | os.PathLike[str], *, reason: str, step: i
         "rank_count": ranks,
         "restart_count": int(restart) if restart.isdigit() else 0,
     }
-    path = atomic_write(folder / STOP_RECORD, json.dumps(record, indent=2) + "\n")
+    path = atomic_write(folder / STOP_RECORD, json_text(record, indent=2) + "\n")
     if log:
         print(preempt.stop_message(reason, step, folder), file=sys.stderr, flush=True)
     return path
@@ -81,7 +81,7 @@ def mark_superseded(directory: str | os.PathLike[str], *, step: int) -> Path | N
         "by": "a later run went on past this stop and ended without stopping",
     }
     try:
-        return atomic_write(path, json.dumps(record, indent=2) + "\n")
+        return atomic_write(path, json_text(record, indent=2) + "\n")
     except OSError:   # a read-only or full disk: the old record stays, nothing is lost
         return None
 
@@ -108,7 +108,7 @@ def read_stop_record(folder: Path | None) -> dict[str, Any] | None:
         return None
     for key in ("reason", "signal"):
         if key in record and not isinstance(record[key], str):
-            record[key] = json.dumps(record[key], default=str)[:200]
+            record[key] = json_text(record[key], default=str)[:200]
     for key in ("step", "restart_count"):
         if key in record and not _whole(record[key]):
             del record[key]

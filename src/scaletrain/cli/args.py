@@ -16,14 +16,14 @@ import math
 import re
 from typing import Callable
 
+from scaletrain.plan.request import MAX_MEM_GB, MAX_PARAMS, MAX_TIME_S, MIN_MEM_GB
 from scaletrain.plan.values import MAX_COUNT, has_control
 
 MAX_TEXT = 4096            # a path or a name: PATH_MAX on Linux
 MAX_NAME = 200             # a job name ends up in file names (255 bytes on most file systems)
-MAX_TIME_S = 365 * 86400   # a year: no partition allows more
-MIN_MEM_MIB = 1.0          # below 1M Slurm's notation rounds to 0 = "all of the node's memory"
-MAX_MEM_MIB = 64 * 1024.0 ** 2   # 64 TiB per GPU
-MAX_PARAMS = 1e15          # a quadrillion parameters
+# the request's own bounds (scaletrain.plan.request), applied to the text as it is parsed
+MIN_MEM_MIB = MIN_MEM_GB * 1024   # below 1M Slurm's notation rounds to 0 = "all of the node's memory"
+MAX_MEM_MIB = MAX_MEM_GB * 1024
 
 _DIGITS = re.compile(r"[0-9]{1,12}")     # ASCII digits only: int() also reads '٣' and '1_0'
 

@@ -11,11 +11,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import TYPE_CHECKING
 
 from scaletrain.contract import CLUSTERS_DIR_VAR
 from scaletrain.errors import UsageError
+from scaletrain.fileio import json_text
 
 if TYPE_CHECKING:
     from scaletrain.clusters.profile import Partition
@@ -51,7 +51,7 @@ def _list(as_json: bool) -> int:
 
     profiles = [load_profile(n) for n in list_profiles()]
     if as_json:
-        print(json.dumps([{"name": p.name, "site": p.site, "gpus_per_node": p.gpus_per_node,
+        print(json_text([{"name": p.name, "site": p.site, "gpus_per_node": p.gpus_per_node,
                            "gpu_model": p.gpu_model, "partitions": list(p.partitions),
                            "retired": p.retired, "successor": p.successor,
                            "path": p.path} for p in profiles], indent=2))
@@ -75,7 +75,7 @@ def _show(name: str, as_json: bool) -> int:
 
     p = load_profile(name)
     if as_json:
-        print(json.dumps(profile_to_dict(p), indent=2))
+        print(json_text(profile_to_dict(p), indent=2))
         return 0
     gpus = (f"{p.gpus_per_node} x {p.gpu_model} ({p.gpu_memory_gb:g} GB, {p.gpu_vendor})"
             if p.gpus_per_node else "none: CPU worker processes")

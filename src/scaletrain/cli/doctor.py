@@ -9,9 +9,10 @@ first failure. Nothing here imports torch until the verb runs.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
+
+from scaletrain.fileio import json_text
 
 DESCRIPTION = """\
 Print what a bug report needs (Python, torch, CUDA/ROCm, NCCL, GPUs, Slurm variables, visible
@@ -47,7 +48,7 @@ def run_doctor(args: argparse.Namespace) -> int:
     env = detect(os.environ)
     if env.rank == 0:
         report = envreport.collect()
-        print(json.dumps(report, indent=2) if args.json else envreport.render(report))
+        print(json_text(report, indent=2) if args.json else envreport.render(report))
     if env.world_size == 1:
         if not args.json:
             print("scaletrain doctor: one process, no job checks (run it as 'srun scaletrain doctor' "

@@ -7,7 +7,6 @@ ones and builds its request with ``request_from_args``. Nothing here imports tor
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from scaletrain.cli import args as A
 from scaletrain.contract import DATA_VAR, DEVICE_VAR, TIME_LIMIT_SIGNAL
 from scaletrain.errors import UsageError
+from scaletrain.fileio import json_text, tree_size_gb
 
 if TYPE_CHECKING:
     from scaletrain.plan.planner import Plan
@@ -163,31 +163,6 @@ def _add_sbatch_and_software(parser: argparse.ArgumentParser) -> None:
                    help="a shell line to run after the set-up (repeatable; run as written)")
 
 
-def _data_size_gb(path: str, *, max_entries: int = 200_000) -> float | None:
-    """Size of a file or folder in GB, or None when it is not here or too big to walk quickly."""
-    p = Path(path).expanduser()
-    try:
-        if p.is_file():
-            return p.stat().st_size / 1024 ** 3
-        if not p.is_dir():
-            return None
-        total, seen = 0, 0
-        stack = [p]
-        while stack:
-            with os.scandir(stack.pop()) as it:
-                for entry in it:
-                    seen += 1
-                    if seen > max_entries:
-                        return None
-                    if entry.is_dir(follow_symlinks=False):
-                        stack.append(Path(entry.path))
-                    elif entry.is_file(follow_symlinks=False):
-                        total += entry.stat(follow_symlinks=False).st_size
-        return total / 1024 ** 3
-    except OSError:
-        return None
-
-
 def _command(args: argparse.Namespace) -> tuple[str, ...]:
     argv = getattr(args, "_argv", None)
     if argv:
@@ -207,7 +182,7 @@ def request_from_args(args: argparse.Namespace) -> JobRequest:
         raise UsageError("no training script given",
                          "put it last, after '--': scaletrain plan --cluster roihu --gpus 4 -- train.py")
     stage = args.stage_data
-    stage_gb = _data_size_gb(stage) if stage else None
+    stage_gb = tree_size_gb(stage) if stage else None   # the API measures it the same way (jobs.api_values)
     if stage:  # the job starts in the submit folder, but an absolute path survives a cd
         stage = os.path.abspath(os.path.expanduser(stage))
     account = account_or_env(args.account)
@@ -313,7 +288,7 @@ def run_plan(args: argparse.Namespace) -> int:
         data["script"] = script
         if explained:
             data["explain"] = explained
-        print(json.dumps(data, indent=2, default=str))
+        print(json_text(data, indent=2, default=str))
         return 0
     if args.output:
         write_output(args.output, script)

@@ -108,7 +108,7 @@ class ClusterProfile:
                               check=number(0, MAX_GPUS_PER_NODE, none_ok=False))
     gpu_model: str = fact("the GPU's model, in words", default="", check=_TEXT)
     gpu_memory_gb: float = fact("one GPU's memory, GB", default=0.0, check=number(0, MAX_GB, none_ok=False))
-    gpu_vendor: str = fact('"nvidia" | "amd" | "none"', default="nvidia", check=_TEXT)
+    gpu_vendor: str = fact('"nvidia" | "amd" | "none"', default="nvidia", check=one_of(("nvidia", "amd", "none")))
     cores_per_node: int = fact("cores a job may use per node (0 in the file: this machine's, for the local profile)",
                                read=lambda n: n or usable_cores(),
                                check=number(1, MAX_CORES_PER_NODE, none_ok=False))

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import json
 import re
 import shlex
 import sys
@@ -30,6 +29,7 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 from scaletrain.clusters.schema import build_profile as profile_from_dict
 from scaletrain.errors import ProfileError, SlurmError, UsageError
+from scaletrain.fileio import json_text
 from scaletrain.slurm.parse import (format_time, gpu_gres, parse_limit, parse_records, parse_time_seconds,
                                     slurm_release)
 
@@ -212,7 +212,7 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, (int, float)):
         return repr(value)
     if isinstance(value, str):
-        return json.dumps(value)  # JSON string escapes are valid TOML basic-string escapes
+        return json_text(value)  # JSON string escapes are valid TOML basic-string escapes
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     if isinstance(value, dict):
@@ -224,7 +224,7 @@ def _toml_value(value: Any) -> str:
 
 def _toml_key(key: Any) -> str:
     key = str(key)
-    return key if key.replace("_", "").replace("-", "").isalnum() else json.dumps(key)
+    return key if key.replace("_", "").replace("-", "").isalnum() else json_text(key)
 
 
 _NOTES = {

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import warnings
 
+from scaletrain import module_state
 from scaletrain.errors import UsageError
 
 RULES = ("linear", "sqrt")
@@ -25,6 +26,7 @@ class GlobalBatchWarning(UserWarning):
 
 # (per_process, world_size, base_world_size) combinations already warned about in this process
 _warned: set[tuple[int, int, int]] = set()
+module_state.register(__name__, "_warned")
 
 
 def _positive_int(name: str, value: object) -> int:

@@ -21,9 +21,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import platform
+import selectors
 import shlex
 import signal
 import subprocess
+import time
 from typing import TYPE_CHECKING, Mapping
 
 from scaletrain.errors import DistEnvError
@@ -35,6 +37,7 @@ CHECK_TIMEOUT_S = 120.0       # module loads on a busy login node take seconds, 
 _MISSING_EXIT = 96            # the probe's "these are missing" (any other failure is the set-up's)
 _NO_RUNTIME_EXIT = 97         # the container runtime is not on this node
 _OUTPUT_LIMIT = 64 * 1024     # what is kept of the probe's output for the message
+_POLL_S = 0.1                 # how often the check looks whether bash ended while a helper holds its output
 # importable names the launch itself needs, besides scaletrain (scaletrain.plan.launchers): torchrun
 # and scaletrain run are torch's agent, scaletrain.init() imports torch. TensorFlow's launch line
 # needs scaletrain alone (the program's own imports are the program's).
@@ -94,23 +97,62 @@ def probe_script(plan: Plan) -> str:
 
 def _run(script: str, environ: Mapping[str, str], cwd: str | None,
          timeout: float) -> tuple[int | None, str]:
-    """(exit status or None on timeout, output tail); the whole process group goes on timeout."""
+    """(exit status or None on timeout, output tail), within ``timeout`` whatever the set-up starts.
+
+    The output is read with a deadline, and only while bash runs: a helper the set-up started in
+    a session of its own (``setsid``, a daemon) may hold the pipe open for ever, and waiting for
+    its end of file would outlast any bound. When bash ends, what it printed is read and the rest
+    of its process group ended; past the deadline, the whole group is ended and the message says
+    which limit did it.
+    """
     try:
         proc = subprocess.Popen(["bash", "-c", script], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, env=dict(environ),
                                 cwd=cwd if cwd and os.path.isdir(cwd) else None, start_new_session=True)
     except OSError as exc:
         return None, f"cannot run bash: {exc.strerror or exc}"
+    assert proc.stdout is not None
+    out = bytearray()
+    deadline = time.monotonic() + timeout
+    fd = proc.stdout.fileno()
+    os.set_blocking(fd, False)
     try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_READ)
+            while proc.poll() is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None, (f"no answer within {timeout:g} s (the pre-sbatch check's time limit; "
+                                  "module loads on a busy login node take seconds, not minutes)")
+                if sel.select(min(left, _POLL_S)) and not _read(fd, out):
+                    sel.unregister(fd)   # end of file: every holder closed it; wait for bash alone
+                    try:
+                        proc.wait(max(0.0, deadline - time.monotonic()))
+                    except subprocess.TimeoutExpired:
+                        continue         # the deadline check above ends it
+            _read(fd, out)               # what bash printed before it ended (a helper's pipe is not waited on)
+    finally:
         try:
-            os.killpg(proc.pid, signal.SIGKILL)   # module scripts may have started children of their own
+            os.killpg(proc.pid, signal.SIGKILL)   # what the set-up left running in bash's group
         except OSError:
             pass
-        proc.communicate()
-        return None, f"no answer within {timeout:.0f} s"
-    return proc.returncode, out[-_OUTPUT_LIMIT:].decode("utf-8", "replace")
+        proc.stdout.close()
+        if proc.poll() is None:
+            proc.wait()          # SIGKILLed: reaped at once
+    return proc.returncode, bytes(out[-_OUTPUT_LIMIT:]).decode("utf-8", "replace")
+
+
+def _read(fd: int, out: bytearray) -> bool:
+    """Append what ``fd`` holds now (non-blocking) to ``out``, keeping the tail; False at end of file."""
+    while True:
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            return True
+        if not chunk:
+            return False
+        out += chunk
+        del out[:-_OUTPUT_LIMIT]
 
 
 def _last_line(text: str) -> str:

@@ -8,10 +8,10 @@ numbers when it is used without Hugging Face's integration, so they are argument
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from scaletrain.errors import UsageError
+from scaletrain.fileio import json_text
 from scaletrain.parallel.options import ALIASES, PRECISIONS, STRATEGIES as OUR_STRATEGIES, StrategySpec
 
 
@@ -86,4 +86,4 @@ def deepspeed_config(strategy: str, *, micro_batch_per_gpu: int | None = 1,
 
 def to_json(config: dict[str, Any]) -> str:
     """The config as DeepSpeed reads it (``--deepspeed_config FILE``)."""
-    return json.dumps(config, indent=2) + "\n"
+    return json_text(config, indent=2) + "\n"

@@ -10,7 +10,6 @@ port. In a batch script::
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Mapping
@@ -18,6 +17,7 @@ from typing import Any
 
 from scaletrain.contract import port_from_job_id
 from scaletrain.errors import DistEnvError
+from scaletrain.fileio import json_text
 from scaletrain.runtime.nodelist import expand_hostlist, parse_tasks_per_node
 
 
@@ -51,7 +51,7 @@ def tf_config(environ: Mapping[str, str]) -> dict[str, Any]:
 def main() -> int:
     """Print this task's TF_CONFIG as JSON (for ``export TF_CONFIG=$(...)``)."""
     try:
-        print(json.dumps(tf_config(os.environ), separators=(",", ":")))
+        print(json_text(tf_config(os.environ), separators=(",", ":")))
     except DistEnvError as exc:
         print(exc.render(), file=sys.stderr)
         return exc.exit_code

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
+from scaletrain.checkpoint import layout
 from scaletrain.contract import COMMIT_MARKER, STEP_DIR_PREFIX, generated_for
 from scaletrain.errors import ProfileError, SlurmError, UsageError, printable
 from scaletrain.fileio import open_regular
@@ -71,6 +72,7 @@ class Report:
     findings: list[dict[str, Any]]
     checkpoints: list[int]
     stop: dict[str, Any] | None
+    resume_step: int | None = None      # what a resume loads (the one rule, checkpoint.layout.choose)
     acct: list[dict[str, str]]
     notes: list[str]
     gpus: list[gpu_files.GpuSeries] = field(default_factory=list)
@@ -132,9 +134,11 @@ def build(run_dir: str | Path, *, env: Mapping[str, str] | None = None, use_sacc
                          "give a run folder from 'scaletrain submit' or the folder a Monitor wrote")
     series, sampler_notes = gpu_files.read_samplers(gpu_files.sampler_files(run.path))
     profile = _profile(run.script, notes)
+    choice = runfolder.checkpoint_choice(run.checkpoints)
     return Report(run_dir=run.path, job_id=run.job_id, parts=parts, findings=findings,
                   checkpoints=_committed(run.checkpoints), stop=runfolder.stop_record(run.checkpoints),
-                  acct=acct, notes=notes + sampler_notes, gpus=series, profile=profile)
+                  resume_step=choice.step, acct=acct, notes=notes + choice.notes() + sampler_notes,
+                  gpus=series, profile=profile)
 
 
 def _profile(script: Path | None, notes: list[str]) -> ClusterProfile | None:
@@ -161,14 +165,13 @@ def _profile(script: Path | None, notes: list[str]) -> ClusterProfile | None:
 
 
 def _committed(folder: Path | None) -> list[int]:
+    """Every committed step, by the checkpoint layout's own rule (:func:`layout.committed`)."""
     if folder is None:
         return []
-    steps = []
-    for marker in sorted(folder.glob(f"{STEP_DIR_PREFIX}*/{COMMIT_MARKER}")):
-        digits = marker.parent.name[len(STEP_DIR_PREFIX):]
-        if is_count(digits) and runfolder.marker_step(runfolder.read_json(marker)) == int(digits):
-            steps.append(int(digits))
-    return steps
+    try:
+        return [item.step for item in layout.committed(folder)]
+    except (OSError, ValueError):
+        return []
 
 
 def _tres(text: str) -> dict[str, str]:
@@ -205,7 +208,8 @@ def _billing(rep: Report) -> str | None:
 def figures(rep: Report) -> dict[str, Any]:
     """The numbers of the summary, as a dict (tests compare them with the Monitor's records)."""
     out: dict[str, Any] = {"runs": max(len(rep.parts), len(rep.acct)), "last_step": rep.last_step,
-                           "total_steps": rep.total_steps, "checkpoints": rep.checkpoints}
+                           "total_steps": rep.total_steps, "checkpoints": rep.checkpoints,
+                           "resume_step": rep.resume_step}
     # each run's rate weighted by its steps: two short stopped runs must not outvote the long one
     out["run_rates"] = [(i + 1, float(p.summary["samples_per_s"]), p.count) for i, p in enumerate(rep.parts)
                         if p.summary and isinstance(p.summary.get("samples_per_s"), (int, float))]
@@ -293,7 +297,9 @@ def render_text(rep: Report) -> str:
             lines.append(f"  run submitted {rec.get('Submit')}: queued {queued} s, ran {rec.get('Elapsed')}, "
                          f"{rec.get('State')}")
     if rep.checkpoints:
-        lines.append(f"  checkpoints committed: steps {', '.join(map(str, rep.checkpoints))}")
+        lines.append(f"  checkpoints committed: steps {', '.join(map(str, rep.checkpoints))}; "
+                     + (f"a resume loads step {rep.resume_step}" if rep.resume_step is not None
+                        else "none is intact: a resume stops with an error (see the notes)"))
     if rep.stop:
         lines.append(f"  stopped on purpose: {rep.stop.get('reason')} at step {rep.stop.get('step')} "
                      f"({rep.stop.get('signal')}, run {_stopped_run(rep)} of {f['runs']})"

@@ -22,11 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Callable, Iterator
 
+from scaletrain.checkpoint.layout import Choice, choose
 from scaletrain.checkpoint.stoprecord import has_stop_record, read_stop_record
 from scaletrain.contract import (COMMIT_MARKER, JOB_ID_FILE, JOB_SCRIPT, METRICS_FILE, RUNS_DIR, STEP_DIR_PREFIX,
                                  TENSORBOARD_DIR)
-from scaletrain.fileio import open_regular, read_bounded, read_json_object
-from scaletrain.slurm.parse import is_count
+from scaletrain.fileio import json_text, open_regular, read_json_object
+from scaletrain.slurm.submit import read_job_id
 SEARCH_DEPTH = 2                 # sub-folder levels searched for the Monitor's and Checkpointer's files
 TAIL_BYTES = 256 * 1024          # what status reads of metrics.jsonl at first: the last steps and the run's start
 SCAN_BYTES = 1024 * 1024 * 1024  # how far back it looks for the run's start line in a long run, 1 MiB at a time
@@ -104,16 +105,9 @@ def open_run(path: str | Path) -> RunFolder:
     if not is_dir(run.path):
         run.notes.append("folder not found (moved or deleted?)")
         return run
-    try:
-        text = read_bounded(run.path / JOB_ID_FILE, limit=4096).decode("utf-8", errors="replace").strip()
-        if is_count(text) and len(text) <= 20:
-            run.job_id = text
-        elif text:
-            run.notes.append(f"{JOB_ID_FILE} does not hold a job id ({text[:20]!r})")
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        run.notes.append(f"cannot read {JOB_ID_FILE}: {exc.strerror}")
+    run.job_id, note = read_job_id(run.path)     # the writer's own reader (slurm.submit)
+    if note:
+        run.notes.append(note)
     if _is_file(run.path / JOB_SCRIPT):
         run.script = run.path / JOB_SCRIPT
     try:
@@ -162,21 +156,19 @@ def read_json(path: Path) -> dict[str, Any] | None:
 
 
 def latest_checkpoint(folder: Path | None) -> int | None:
-    """The highest step whose folder has a parseable ``COMMIT.json`` naming that step."""
+    """The step a resume loads (:func:`scaletrain.checkpoint.layout.choose`), or None."""
+    return checkpoint_choice(folder).step
+
+
+def checkpoint_choice(folder: Path | None) -> Choice:
+    """The checkpoint folder's latest checkpoint by the one rule the resume uses, with its notes
+    (damaged newer ones, a step that went backwards); an unreadable folder is an empty choice."""
     if folder is None:
-        return None
-    best = None
+        return Choice(item=None)
     try:
-        names = [p.name for p in folder.iterdir() if p.name.startswith(STEP_DIR_PREFIX)]
-    except OSError:
-        return None
-    for name in names:
-        digits = name[len(STEP_DIR_PREFIX):]
-        if not is_count(digits) or (best is not None and int(digits) <= best):
-            continue
-        if marker_step(read_json(folder / name / COMMIT_MARKER)) == int(digits):
-            best = int(digits)
-    return best
+        return choose(folder)
+    except (OSError, ValueError):
+        return Choice(item=None)
 
 
 def marker_step(marker: dict[str, Any] | None) -> int | None:
@@ -220,7 +212,7 @@ def clean_record(value: Any) -> dict[str, Any] | None:
             del rec[key]
     for key in ("message", "hint", "reason"):
         if key in rec and not isinstance(rec[key], str):
-            rec[key] = json.dumps(rec[key], default=str)[:500]
+            rec[key] = json_text(rec[key], default=str)[:500]
     if "device_util" in rec and not isinstance(rec["device_util"], dict):
         del rec["device_util"]
     if rec["type"] == "step" and ("step" not in rec or "t" not in rec):

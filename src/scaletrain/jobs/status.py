@@ -139,8 +139,12 @@ def wait_for(job_id: str, *, timeout: float | None, poll: float, max_poll: float
              on_note: Callable[[str], None] | None = None) -> Waited[str]:
     """Poll the job's state (squeue, then sacct) through the one wait loop until it has
     :func:`ended` or ``timeout`` seconds have passed; Slurm's silences are retried."""
-    return poll_until(lambda: job_state(job_id, env=env), ended, timeout=timeout, poll=poll,
-                      max_poll=max_poll, patience=patience, on_note=on_note)
+    def fetch(left: float | None) -> str:
+        # squeue, then sacct when squeue does not know the job: two calls within the time left
+        return job_state(job_id, env=env, timeout=QUERY_TIMEOUT_S if left is None else min(QUERY_TIMEOUT_S, left / 2))
+
+    return poll_until(fetch, ended, timeout=timeout, poll=poll, max_poll=max_poll, patience=patience,
+                      on_note=on_note, bounded=True)
 
 
 def _limit_seconds(text: str | None) -> int | None:
@@ -182,7 +186,9 @@ def _progress(status: RunStatus) -> None:
         status.loss = _float(last.get("loss"))
         step_s = _float(last.get("step_s"))
         status.steps_per_s = 1.0 / step_s if step_s else None
-    status.checkpoint = runfolder.latest_checkpoint(run.checkpoints)
+    choice = runfolder.checkpoint_choice(run.checkpoints)
+    status.checkpoint = choice.step
+    status.notes += choice.notes()
     status.stop = runfolder.stop_record(run.checkpoints)
 
 

@@ -29,7 +29,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import NoReturn
 
+from scaletrain import module_state
+
 _STATE = {"cli": False, "collector_paused": False, "skip_teardown": False}
+module_state.register(__name__, "_STATE")
 
 
 @contextmanager

@@ -72,7 +72,7 @@ def write_rank_info(run_dir: str | os.PathLike[str], info: RankInfo) -> Path:
     """Publish where this worker runs (after its stack handler is installed)."""
     path = _rank_file(run_dir, RANKS, info.rank, ".json")
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, json.dumps(asdict(info)))
+    atomic_write(path, json.dumps(asdict(info), allow_nan=False))
     return path
 
 
@@ -94,7 +94,7 @@ def write_error(run_dir: str | os.PathLike[str], record: ErrorRecord) -> Path:
     """Write ``record`` for the launcher (replaces an older one of the same rank)."""
     path = _rank_file(run_dir, ERRORS, record.rank, ".json")
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, json.dumps(asdict(record)))
+    atomic_write(path, json.dumps(asdict(record), allow_nan=False))
     return path
 
 

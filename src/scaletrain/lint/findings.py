@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Callable, Iterable
 
+from scaletrain import module_state
 from scaletrain.lint.invocation import Invocation, classify
 from scaletrain.lint.job import ScriptJob, parse_int, read_request
 from scaletrain.lint.script import BatchScript, Command, Word
@@ -45,6 +46,7 @@ class Rule:
 
 
 RULES: dict[str, Rule] = {}
+module_state.register(__name__, "RULES", reset=False)
 
 
 def rule(rule_id: str, summary: str, *, needs_cluster: bool = False

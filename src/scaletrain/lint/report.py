@@ -6,9 +6,9 @@ editors and CI annotate the line.
 
 from __future__ import annotations
 
-import json
 from typing import Sequence
 
+from scaletrain.fileio import json_text
 from scaletrain.lint.engine import LintResult
 
 JSON_VERSION = 1
@@ -48,4 +48,4 @@ def to_json(results: Sequence[LintResult]) -> dict:
 
 def format_json(results: Sequence[LintResult]) -> str:
     """``to_json`` as indented text with a final newline."""
-    return json.dumps(to_json(results), indent=2) + "\n"
+    return json_text(to_json(results), indent=2) + "\n"

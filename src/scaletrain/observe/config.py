@@ -12,6 +12,16 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from scaletrain.errors import UsageError
+from scaletrain.settings import Bad, anything, boolean, check_fields, count, number, setting, text
+
+_STEPS = 10**15          # more steps than any run takes; a bound so that arithmetic stays small
+_DAY_S = 86400.0         # an interval longer than a day is a slip of the keyboard
+
+
+def _sampler(value: Any) -> Any:
+    if value is None or value == "auto" or (hasattr(value, "read") and hasattr(value, "close")):
+        return value
+    raise Bad('"auto", None, or an object with read() and close()')
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,38 +66,34 @@ class MonitorConfig:
             and ``report`` add it to this run's step numbers (which start at 1 in every run).
     """
 
-    total_steps: int | None = None
-    console: bool = True
-    jsonl: bool = True
-    jsonl_every: int | None = None
-    tensorboard: bool = False
-    every: int | None = None
-    flush_s: float = 1.0
-    log_every: int = 10
-    log_interval_s: float = 30.0
-    warmup: int = 1
-    flops_per_sample: float | None = None
-    peak_flops: float | None = None
-    device_sampler: Any = "auto"
-    sample_interval_s: float = 2.0
-    device_id: str | None = None
-    num_workers: int | None = None
-    stream: Any = None
-    start_step: int = 0
+    total_steps: int | None = setting("steps in the run, for the progress bar and ETA", default=None,
+                                      check=count(high=_STEPS))
+    console: bool = setting("print progress on rank 0", default=True, check=boolean())
+    jsonl: bool = setting("write run_dir/metrics.jsonl", default=True, check=boolean())
+    jsonl_every: int | None = setting("a JSONL line for every N-th step", default=None, check=count(high=_STEPS))
+    tensorboard: bool = setting("write TensorBoard event files", default=False, check=boolean())
+    every: int | None = setting("steps between cross-rank exchanges", default=None, check=count(high=_STEPS))
+    flush_s: float = setting("seconds between hand-overs to the sinks", default=1.0,
+                             check=number(above=0, high=_DAY_S), unit="seconds")
+    log_every: int = setting("a plain console line every N steps", default=10, check=count(high=_STEPS))
+    log_interval_s: float = setting("seconds at least between plain console lines", default=30.0,
+                                    check=number(low=0, high=_DAY_S), unit="seconds")
+    warmup: int = setting("first steps left out of the summary", default=1, check=count(low=0, high=_STEPS))
+    flops_per_sample: float | None = setting("training FLOPs per sample, for MFU", default=None,
+                                             check=number(above=0), unit="FLOPs")
+    peak_flops: float | None = setting("the device's peak FLOP/s, for MFU", default=None,
+                                       check=number(above=0), unit="FLOP/s")
+    device_sampler: Any = setting('"auto", None or an object with read() and close()', default="auto",
+                                  check=_sampler)
+    sample_interval_s: float = setting("seconds between readings of the node's devices", default=2.0,
+                                       check=number(above=0, high=_DAY_S), unit="seconds")
+    device_id: str | None = setting("this rank's device as the sampler names it", default=None, check=text())
+    num_workers: int | None = setting("the loader's worker count", default=None, check=count(low=0))
+    stream: Any = setting("where the console writes (a text stream)", default=None, check=anything())
+    start_step: int = setting("the step this run resumes from", default=0, check=count(low=0, high=_STEPS))
 
     def __post_init__(self) -> None:
-        if ((self.every is not None and self.every < 1) or self.log_every < 1
-                or (self.jsonl_every is not None and self.jsonl_every < 1) or self.warmup < 0
-                or not self.flush_s > 0):
-            raise UsageError("Monitor: every, log_every and jsonl_every must be >= 1, flush_s > 0 and "
-                             "warmup >= 0",
-                             "e.g. Monitor(run_dir, every=100, flush_s=1.0, log_every=10, warmup=1)")
-        if self.total_steps is not None and self.total_steps < 1:
-            raise UsageError(f"Monitor: total_steps must be positive, got {self.total_steps}",
-                             "leave it out when the number of steps is not known")
-        if not self.log_interval_s >= 0 or not self.sample_interval_s > 0:
-            raise UsageError("Monitor: log_interval_s must be >= 0 and sample_interval_s > 0",
-                             "e.g. Monitor(run_dir, log_interval_s=30, sample_interval_s=2)")
+        check_fields(self, owner="Monitor")
 
 
 def make_config(config: MonitorConfig | None, options: Mapping[str, Any]) -> MonitorConfig:

@@ -31,7 +31,6 @@ settings: :class:`scaletrain.observe.config.MonitorConfig`.
 from __future__ import annotations
 
 import atexit
-import json
 import math
 import os
 import socket
@@ -40,7 +39,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from scaletrain.contract import SUMMARY_FILE
-from scaletrain.fileio import atomic_write
+from scaletrain.fileio import atomic_write, json_text
 from scaletrain.observe.commwait import CommWait, attach
 from scaletrain.observe.config import MonitorConfig, make_config
 from scaletrain.observe.devices import (DeviceSampler, device_key, device_peak_flops, lookup, peak_memory_gb,
@@ -348,7 +347,7 @@ class Monitor:
         self._close_writer(summary)
         if self.rank == 0 and self.run_dir is not None:
             try:
-                atomic_write(self.run_dir / SUMMARY_FILE, json.dumps(summary, indent=2, default=str) + "\n")
+                atomic_write(self.run_dir / SUMMARY_FILE, json_text(summary, indent=2, default=str) + "\n")
             except OSError as exc:
                 self._write_failed_once(exc)
         return summary

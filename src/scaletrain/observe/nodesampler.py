@@ -17,7 +17,6 @@ says why, then exit 0: a sampler never fails a job). ``scaletrain report`` reads
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 import socket
 import sys
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from scaletrain.contract import GPU_SAMPLES_PREFIX
+from scaletrain.fileio import json_text
 from scaletrain.observe.devices import Backend, open_backend
 
 VENDORS = ("nvidia", "amd")
@@ -55,17 +55,17 @@ def sample_loop(out_dir: Path, interval_s: float, backend: Backend | None, *, ve
     head: dict[str, Any] = {"type": "sampler", "host": host, "interval_s": interval_s}
     head.update({"backend": vendor} if backend is not None else {"reason": reason or "no GPU backend"})
     with open(path, "a", encoding="utf-8") as fh:
-        fh.write(json.dumps(head) + "\n")
+        fh.write(json_text(head) + "\n")
         fh.flush()
         taken = 0
         while backend is not None and not stop.is_set():
             try:
                 readings = backend.read()
             except Exception as exc:  # noqa: BLE001 - a driver hiccup ends sampling, never the job
-                fh.write(json.dumps({"type": "sampler", "host": host, "reason": f"read failed: {exc}"}) + "\n")
+                fh.write(json_text({"type": "sampler", "host": host, "reason": f"read failed: {exc}"}) + "\n")
                 break
             line = {"t": round(time.time(), 3), "devices": {str(k): asdict(v) for k, v in readings.items()}}
-            fh.write(json.dumps(line) + "\n")
+            fh.write(json_text(line) + "\n")
             fh.flush()             # whole lines only: a reader never sees half of one
             taken += 1
             if max_samples is not None and taken >= max_samples:

@@ -16,6 +16,7 @@ import json
 import math
 from typing import Any
 
+from scaletrain.fileio import json_text
 from scaletrain.observe.steplog import StepColumns
 
 Record = dict[str, Any]
@@ -118,19 +119,12 @@ def _floats(values: list[Any]) -> list[float | None]:
     return [v if type(v) is float or v is None else _number(v) for v in values]
 
 
-def _clean(value: Any) -> Any:
-    """JSON has no NaN/inf: write them as null rather than produce an unreadable file."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
 def encode(record: Record) -> str:
     """One JSON line for ``record`` (NaN and infinity written as null)."""
     try:
         return _ENCODE(record)
     except ValueError:  # NaN/inf somewhere (a diverged loss): rare, so cleaned only then
-        return json.dumps({k: _clean(v) for k, v in record.items()}, default=str)
+        return json_text(record, default=str)   # NaN/inf as null, nested ones too
 
 
 _ENCODE = json.JSONEncoder(default=str, allow_nan=False).encode

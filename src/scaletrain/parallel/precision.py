@@ -45,6 +45,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from scaletrain import module_state
 from scaletrain.errors import StrategyError
 
 if TYPE_CHECKING:
@@ -143,6 +144,7 @@ class ParallelState:
 
 
 _ACTIVE: weakref.ReferenceType[ParallelState] | None = None
+module_state.register(__name__, "_ACTIVE")
 _STATES: weakref.WeakValueDictionary[int, ParallelState] = weakref.WeakValueDictionary()
 _ATTR = "_scaletrain_state"
 

@@ -17,9 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from scaletrain.contract import JOB_LOG
-from scaletrain.errors import UsageError
-from scaletrain.plan.values import MAX_COUNT, check_request_values
-from scaletrain.slurm.parse import parse_mem_mib
+from scaletrain.errors import PlanError, UsageError
+from scaletrain.parallel.options import PRECISIONS
+from scaletrain.plan.values import SBATCH_SHAPES, check_request_values
+from scaletrain.settings import Bad, boolean, check_fields, choice, count, number, pairs, setting, text, texts
+from scaletrain.slurm.parse import parse_mem_mib, parse_time_seconds
 
 # Launch modes and their facts live in one table (scaletrain.plan.launchers).
 from scaletrain.plan.launchers import LAUNCHERS, SPECS
@@ -30,6 +32,40 @@ DEVICES: tuple[str, ...] = ("auto", "cpu")
 # it is written into the job's shell line, so nothing in it is special to the shell.
 WHEEL_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,-]+\])?(==[A-Za-z0-9.*+!_-]+)?")
 # The job options with their own flags: (sbatch option, request field).
+MIN_MEM_GB = 1 / 1024     # 1M: a smaller size renders as --mem=0, which Slurm reads as the whole node
+MAX_MEM_GB = 64 * 1024.0  # 64 TiB per GPU
+MAX_PARAMS = 1e15         # a quadrillion parameters
+MAX_TIME_S = 365 * 86400  # a year: no partition allows more
+_TEXT = text()
+
+
+def _wheels(value: object) -> tuple[str, ...]:
+    """Package names (with an optional ==version) pip can install in the job's venv; nothing a shell reads."""
+    names = texts()(value)
+    if any(not WHEEL_RE.fullmatch(w) for w in names):
+        raise Bad("a list of pip package names such as torchvision or torchvision==0.20.1")
+    return names
+
+
+_COUNT = count()
+_ARGS = texts(empty_ok=True, control_ok=True)   # program arguments: checked for the script below
+_PARTITION = text(pattern=SBATCH_SHAPES["partition"][0], shape=SBATCH_SHAPES["partition"][1])
+
+
+def _time(value: object) -> str:
+    """A Slurm time limit above 0 and at most a year (``MM``, ``HH:MM:SS``, ``D-HH:MM:SS``)."""
+    shape = "a time limit above 0 and at most 365 days, written HH:MM:SS or D-HH:MM:SS"
+    if not isinstance(value, str):
+        raise Bad(shape)
+    try:
+        seconds = parse_time_seconds(value)
+    except ValueError:
+        seconds = None
+    if seconds is None or not 0 < seconds <= MAX_TIME_S:
+        raise Bad(shape)
+    return value.strip()
+
+
 JOB_OPTIONS = (("mail-type", "mail_type"), ("mail-user", "mail_user"), ("array", "array"),
                ("constraint", "constraint"), ("dependency", "dependency"),
                ("reservation", "reservation"), ("qos", "qos"))
@@ -45,84 +81,96 @@ class JobRequest:
     ``command`` is the argv that produced the request, recorded in the script's header.
     """
 
-    cluster: str
-    script: str
-    script_args: tuple[str, ...] = ()
-    gpus: int | None = None
-    nodes: int | None = None
-    gpus_per_node: int | None = None
-    launcher: str = "scaletrain"
-    partition: str | None = None
-    time: str | None = None
-    account: str | None = None
-    cpus_per_gpu: int | None = None
-    mem_per_gpu_gb: float | None = None
-    container: str | None = None
-    stage_data: str | None = None
-    stage_data_gb: float | None = None
-    requeue: bool = False
-    device: str = "auto"
-    params: float | None = None
-    job_name: str | None = None
-    command: tuple[str, ...] = ()
+    cluster: str = setting("the cluster profile's name", check=_TEXT, flag="--cluster")
+    script: str = setting("the training script (or -m)", check=_TEXT)
+    script_args: tuple[str, ...] = setting("the program's arguments", default=(), check=_ARGS)
+    gpus: int | None = setting("total GPUs", default=None, check=_COUNT, flag="--gpus")
+    nodes: int | None = setting("number of nodes", default=None, check=_COUNT, flag="--nodes")
+    gpus_per_node: int | None = setting("GPUs per node with nodes", default=None, check=_COUNT,
+                                        flag="--gpus-per-node")
+    launcher: str = setting("how the processes start", default="scaletrain", check=choice(LAUNCHERS),
+                            flag="--launcher")
+    partition: str | None = setting("the Slurm partition", default=None, check=_PARTITION, flag="--partition")
+    time: str | None = setting("the time limit, HH:MM:SS or D-HH:MM:SS", default=None, check=_time,
+                               flag="--time")
+    account: str | None = setting("the project/account to bill", default=None, check=_TEXT, flag="--account")
+    cpus_per_gpu: int | None = setting("cores per GPU", default=None, check=_COUNT, flag="--cpus-per-gpu")
+    # at least 1 MiB: Slurm reads --mem=0 as "all of the node's memory"
+    mem_per_gpu_gb: float | None = setting("memory per GPU", default=None, unit="GB", flag="--mem-per-gpu",
+                                           check=number(low=MIN_MEM_GB, high=MAX_MEM_GB))
+    container: str | None = setting("an Apptainer/Singularity image", default=None, check=_TEXT,
+                                    flag="--container")
+    stage_data: str | None = setting("a dataset copied to node-local disk", default=None, check=_TEXT,
+                                     flag="--stage-data")
+    stage_data_gb: float | None = setting("the size of stage_data, as measured", default=None, unit="GB",
+                                          check=number(low=0))
+    requeue: bool = setting("requeue on preemption or time limit", default=False, check=boolean(),
+                            flag="--requeue")
+    device: str = setting("auto or cpu", default="auto", check=choice(DEVICES), flag="--device")
+    params: float | None = setting("model size in parameters", default=None, flag="--params",
+                                   check=number(low=1, high=MAX_PARAMS))
+    job_name: str | None = setting("the Slurm job name", default=None, check=_TEXT, flag="--job-name")
+    command: tuple[str, ...] = setting("the argv that produced the request", default=(), check=_ARGS)
     # --profile FILE, absolute: exported as SCALETRAIN_CLUSTER so tools in the job find the same profile
-    profile_file: str | None = None
+    profile_file: str | None = setting("a cluster profile file", default=None, check=_TEXT, flag="--profile")
     # more #SBATCH options (None: no line); every value is checked by scaletrain.plan.values
-    mail_type: str | None = None
-    mail_user: str | None = None
-    array: str | None = None
-    constraint: str | None = None
-    exclusive: bool = False
-    dependency: str | None = None
-    reservation: str | None = None
-    qos: str | None = None
-    log: str | None = None              # --output file name (default %x-%j.out)
-    error_log: str | None = None        # --error file name (default: with the output)
-    chdir: str | None = None            # the job's working directory (submit: where it was submitted)
-    sbatch_extra: tuple[tuple[str, str], ...] = ()   # --sbatch OPTION[=VALUE], refused if it contradicts the plan
+    mail_type: str | None = setting("sbatch --mail-type", default=None, check=_TEXT, flag="--mail-type")
+    mail_user: str | None = setting("sbatch --mail-user", default=None, check=_TEXT, flag="--mail-user")
+    array: str | None = setting("sbatch --array", default=None, check=_TEXT, flag="--array")
+    constraint: str | None = setting("sbatch --constraint", default=None, check=_TEXT, flag="--constraint")
+    exclusive: bool = setting("whole nodes for this job only", default=False, check=boolean(),
+                              flag="--exclusive")
+    dependency: str | None = setting("sbatch --dependency", default=None, check=_TEXT, flag="--dependency")
+    reservation: str | None = setting("sbatch --reservation", default=None, check=_TEXT, flag="--reservation")
+    qos: str | None = setting("sbatch --qos", default=None, check=_TEXT, flag="--qos")
+    log: str | None = setting("the --output file name (default %x-%j.out)", default=None, check=_TEXT,
+                              flag="--log")
+    error_log: str | None = setting("the --error file name (default: with the output)", default=None,
+                                    check=_TEXT, flag="--error")
+    chdir: str | None = setting("the job's working directory", default=None, check=_TEXT, flag="--chdir")
+    sbatch_extra: tuple[tuple[str, str], ...] = setting(   # refused if it contradicts the plan
+        "more sbatch options, OPTION[=VALUE]", default=(), check=pairs(), flag="--sbatch")
     # software set-up; each replaces or extends the profile's lines (scaletrain.plan.software)
-    modules: tuple[str, ...] = ()       # --module: replaces the profile's 'module load' lines
-    venv: str | None = None             # --venv DIR: source DIR/bin/activate
-    conda: str | None = None            # --conda ENV: conda activate ENV
-    python: str | None = None           # the interpreter that runs scaletrain on the login node
-    env_origin: str | None = None       # how venv/conda/python were found (the summary says it)
-    env: tuple[tuple[str, str], ...] = ()   # --env KEY=VALUE, exported before launch
-    setup: tuple[str, ...] = ()         # --setup CMD: shell lines run after the set-up, as written
-    wheels: tuple[str, ...] = ()        # pip names the job's own venv installs besides torch (port: the old venv's)
+    modules: tuple[str, ...] = setting("modules to load (replaces the profile's)", default=(), check=texts(),
+                                       flag="--module")
+    venv: str | None = setting("a virtualenv to activate", default=None, check=_TEXT, flag="--venv")
+    conda: str | None = setting("a conda environment to activate", default=None, check=_TEXT, flag="--conda")
+    python: str | None = setting("the interpreter that runs scaletrain on the login node", default=None,
+                                 check=_TEXT)
+    env_origin: str | None = setting("how venv/conda/python were found", default=None, check=_TEXT)
+    env: tuple[tuple[str, str], ...] = setting("variables exported before launch", default=(), check=pairs(),
+                                               flag="--env")
+    setup: tuple[str, ...] = setting("shell lines run after the set-up", default=(), check=texts(),
+                                     flag="--setup")
+    wheels: tuple[str, ...] = setting("pip names the job's own venv installs besides torch (port: the old venv's)",
+                                     default=(), check=_wheels)
     # framework configs (scaletrain.plan.jobfiles): one of our strategy names (the job writes the
     # config) or the absolute path of the user's own file
-    accelerate_config: str | None = None    # --accelerate-config NAME|FILE: accelerate --config_file
-    deepspeed_config: str | None = None     # --deepspeed-config NAME|FILE: --deepspeed_config for the program
-    precision: str = "fp32"                 # --precision: mixed precision in the generated configs
-    micro_batch: int | None = None          # --micro-batch: DeepSpeed's train_micro_batch_size_per_gpu
-    files_dir: str | None = None            # where the job writes those configs (submit: its run folder)
-    sample_gpus: int | None = None          # --sample-gpus S: a GPU sampler per node every S s (observe.nodesampler)
+    accelerate_config: str | None = setting("accelerate --config_file: a strategy name or a file", default=None,
+                                            check=_TEXT, flag="--accelerate-config")
+    deepspeed_config: str | None = setting("--deepspeed_config: a strategy name or a file", default=None,
+                                           check=_TEXT, flag="--deepspeed-config")
+    precision: str = setting("mixed precision in the generated configs", default="fp32",
+                             check=choice(PRECISIONS), flag="--precision")
+    micro_batch: int | None = setting("DeepSpeed's train_micro_batch_size_per_gpu", default=None, check=_COUNT,
+                                      flag="--micro-batch")
+    files_dir: str | None = setting("where the job writes its configs (submit: the run folder)", default=None,
+                                    check=_TEXT)
+    sample_gpus: int | None = setting("a GPU sampler per node every S seconds", default=None, unit="seconds",
+                                      check=count(1, 3600), flag="--sample-gpus")
     # job shapes beyond one process per GPU
-    gpus_per_proc: int = 1              # --gpus-per-proc G: one process drives G GPUs (model parallel)
-    procs_per_gpu: int = 1              # --procs-per-gpu K: K processes share each GPU (NVIDIA MPS)
-    cpus: int | None = None             # --cpus N without GPUs: a CPU-only job, N cores per process
-    expand_args: bool = False           # --expand-args: $NAME in program arguments expands on the node
+    gpus_per_proc: int = setting("GPUs one process drives", default=1, check=_COUNT, flag="--gpus-per-proc")
+    procs_per_gpu: int = setting("processes sharing each GPU (NVIDIA MPS)", default=1, check=_COUNT,
+                                 flag="--procs-per-gpu")
+    cpus: int | None = setting("a CPU-only job: cores per process", default=None, check=_COUNT, flag="--cpus")
+    expand_args: bool = setting("$NAME in program arguments expands on the node", default=False,
+                                check=boolean(), flag="--expand-args")
 
     def __post_init__(self) -> None:
         # Checked once, here: the planner and the renderer trust every value (one line + hint, exit 2).
-        if self.launcher not in LAUNCHERS:
-            raise UsageError(f"unknown launcher {self.launcher!r}", "use one of: " + ", ".join(LAUNCHERS))
-        if self.device not in DEVICES:
-            raise UsageError(f"unknown device {self.device!r}", "use --device auto or --device cpu")
-        for flag, value in (("--gpus", self.gpus), ("--nodes", self.nodes),
-                            ("--gpus-per-node", self.gpus_per_node), ("--cpus-per-gpu", self.cpus_per_gpu),
-                            ("--cpus", self.cpus), ("--gpus-per-proc", self.gpus_per_proc),
-                            ("--procs-per-gpu", self.procs_per_gpu)):
-            if value is not None and value < 1:
-                raise UsageError(f"{flag} must be at least 1, got {value}", f"give {flag} a positive number")
-            if value is not None and value > MAX_COUNT:
-                raise UsageError(f"{flag} {value} is more than {MAX_COUNT:,}", f"give {flag} a real job's size")
-        bad = next((w for w in self.wheels if not WHEEL_RE.fullmatch(w)), None)
-        if bad is not None:
-            raise UsageError(f"{bad!r} is not a pip package name the job's venv can install",
-                             "give names such as torchvision or torchvision==0.20.1")
-        if not self.script:
+        if not isinstance(self.script, str) or not self.script:
             raise UsageError("no training script given", "put it after '--': ... -- train.py --epochs 3")
+        check_fields(self)    # each field's declaration (type, range, choices), naming its flag
         optional = (("--job-name", self.job_name), ("--container", self.container), ("--venv", self.venv),
                     ("--conda", self.conda), ("the job's Python", self.python), ("the run folder", self.files_dir),
                     ("--stage-data", self.stage_data), ("--profile", self.profile_file),
@@ -171,7 +219,15 @@ def parse_mem_gb(text: str) -> float:
 
 
 def format_mem(gb: float) -> str:
-    """GB to Slurm's notation: whole GB as ``320G``, otherwise MiB (``32000M``)."""
+    """GB to Slurm's notation: whole GB as ``320G``, otherwise MiB (``32000M``).
+
+    Never ``0`` or negative: Slurm reads ``--mem=0`` as all of the node's memory, so a size that
+    rounds to under 1M (a profile's share of 0, NaN) is a PlanError, not a line.
+    """
+    if not gb * 1024 >= 1 - 1e-6 or not math.isfinite(gb):
+        raise PlanError(f"a memory size of {gb!r} GB is under 1M: Slurm would read the --mem line as "
+                        "all of the node's memory", "give at least 1M per GPU (--mem-per-gpu), or fix the "
+                        "profile's memory figures")
     if abs(gb - round(gb)) < 1e-9:
         return f"{int(round(gb))}G"
     # round down: rounding up could ask for a MiB more than the node has (and Slurm would refuse)

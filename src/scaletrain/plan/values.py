@@ -25,13 +25,11 @@ import re
 from typing import Iterable
 
 from scaletrain.errors import UsageError
+# MAX_COUNT (the most GPUs, nodes or processes one job may count) and the control characters no
+# value may hold are the settings' vocabulary's (scaletrain.settings), used here for every value.
+from scaletrain.settings import CONTROL as _CONTROL
+from scaletrain.settings import MAX_COUNT, has_control
 
-# The most GPUs (or nodes, processes, cores) one job may count: far above any real job (the largest
-# machines have ~40,000 GPUs), small enough that loops over a count stay short. The CLI bounds each
-# flag with it, the planner the GPUs a layout adds up to.
-MAX_COUNT = 100_000
-# C0 controls (newline, carriage return, tab, escape, NUL...), DEL and the C1 range.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # One plain word: what Slurm accepts for accounts, partitions, QOS, reservations, user names.
 _WORD = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
@@ -48,13 +46,9 @@ _SBATCH_SHAPES: dict[str, tuple[re.Pattern[str], str]] = {
                    "e.g. afterok:123456 or singleton"),
     "time": (re.compile(r"^([0-9]+-)?[0-9]+(:[0-9]+){0,2}$"), "HH:MM:SS or D-HH:MM:SS"),
 }
+SBATCH_SHAPES = _SBATCH_SHAPES   # the request's own setting checks use the same shapes (plan.request)
 # Characters that make sbatch's #SBATCH reader split or cut a value unless it is quoted.
 _SBATCH_PLAIN = re.compile(r"^[A-Za-z0-9_.,:@%=+/*&|\[\]!<>()-]*$")
-
-
-def has_control(value: str) -> bool:
-    """True when ``value`` holds a control character (newline, tab, escape, NUL, DEL...)."""
-    return bool(_CONTROL.search(value))
 
 
 def check_text(what: str, value: str) -> str:

@@ -28,11 +28,13 @@ import threading
 from types import TracebackType
 from typing import Callable
 
+from scaletrain import module_state
 from scaletrain.errors import ScaletrainError
 
 _Hook = Callable[[type[BaseException], BaseException, "TracebackType | None"], object]
 _PREVIOUS: _Hook | None = None
 _INSTALLED = False
+module_state.register(__name__, "_PREVIOUS", "_INSTALLED")
 _ACTIVE = threading.local()   # .inside: this thread is running hook() now
 
 

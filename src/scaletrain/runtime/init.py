@@ -35,6 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
+from scaletrain import module_state
 from scaletrain.errors import DistEnvError, UsageError
 from scaletrain.runtime.affinity import apply_binding
 from scaletrain.runtime.detect import detect_placement
@@ -72,7 +73,9 @@ class _Runtime:
 
 _LOCK = threading.RLock()
 _STATE: _Runtime | None = None
+module_state.register(__name__, "_STATE", leak=True)
 _ATEXIT_REGISTERED = False
+module_state.register(__name__, "_ATEXIT_REGISTERED", reset=False)
 
 
 def current() -> Env | None:

@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from scaletrain import module_state
 from scaletrain.contract import DEFAULT_STOP_SIGNALS, EXIT_STOPPED, STOP_SIGNALS_VAR, format_stop_signals
 from scaletrain.errors import UsageError
 
@@ -57,6 +58,7 @@ _installed: dict[int, Any] = {}      # signal number -> the handler it replaced
 _reasons: dict[int, str] = {}        # signal number -> reason, while installed
 _request: _Request | None = None
 _listeners = 0                       # live StopAgreements: someone will act on a request
+module_state.register(__name__, "_installed", "_reasons", "_request", "_listeners", leak=True)
 
 
 def parse_signals(text: str) -> dict[str, str]:

@@ -8,9 +8,11 @@ imports form no circle. Nothing here imports torch.
 
 from __future__ import annotations
 
+from scaletrain import module_state
 from scaletrain.runtime.env import Env
 
 _ENV: Env | None = None
+module_state.register(__name__, "_ENV", leak=True)
 
 
 def get() -> Env | None:

@@ -21,6 +21,7 @@ import os
 from collections.abc import Mapping
 from datetime import timedelta
 
+from scaletrain import module_state
 from scaletrain.contract import TIMEOUT_VAR
 from scaletrain.errors import DistEnvError, UsageError
 
@@ -32,6 +33,7 @@ DEFAULT_STEP_TIMEOUT_S = 600.0
 
 _step_s: float | None = None   # None: init() has not configured a group
 _started = False
+module_state.register(__name__, "_step_s", "_started", leak=True)
 
 
 def _positive(value: object, name: str) -> float:

@@ -9,6 +9,12 @@ What the loop owns, so that no caller gets it wrong again:
 - Slurm not answering is not an answer: a failed query (``SlurmError``) is retried, said once
   through ``on_note``, and only ``patience`` failures in a row end the wait, with Slurm's own
   last line. A job's state is never guessed from silence.
+- the end: the wait ends within ``timeout`` whatever the queries do. A ``bounded`` fetch is given
+  the seconds left and keeps its Slurm calls within them (a stuck ``squeue`` must not turn a 10 s
+  wait into 30 s); no sleep runs past the limit; and :class:`Waited` says which limit ended the
+  wait (``ended_by``). Time running out after Slurm answered is the caller's timeout, with the last
+  state seen - not "Slurm did not answer", which is said only when Slurm never answered in time
+  or failed ``patience`` times in a row.
 """
 
 from __future__ import annotations
@@ -46,18 +52,21 @@ class Waited(Generic[T]):
     value: T
     done: bool
     seconds: float
+    ended_by: str = "done"   # "done", or "timeout": the caller's limit (the job may well go on)
 
 
-def poll_until(fetch: Callable[[], T], done: Callable[[T], bool], *, timeout: float | None,
+def poll_until(fetch: Callable[..., T], done: Callable[[T], bool], *, timeout: float | None,
                poll: float, max_poll: float | None = None, patience: int = PATIENCE,
                on_change: Callable[[T], None] | None = None, on_note: Callable[[str], None] | None = None,
-               clock: Callable[[], float] = time.monotonic,
+               bounded: bool = False, clock: Callable[[], float] = time.monotonic,
                sleep: Callable[[float], None] = time.sleep) -> Waited[T]:
     """Call ``fetch`` until ``done(value)`` or ``timeout`` seconds (None: no limit) have passed.
 
-    Returns :class:`Waited` (``done`` False when time ran out: the caller words that). A fetch
-    that raises ``SlurmError`` is retried; ``patience`` failures in a row, or time running out
-    before any answer, raise ``SlurmError`` saying how long Slurm was silent.
+    Returns :class:`Waited` (``done`` False, ``ended_by="timeout"`` when time ran out after an
+    answer: the caller words that). ``bounded``: ``fetch`` takes one argument, the seconds left
+    (None: no limit), and keeps within them. A fetch that raises ``SlurmError`` is retried;
+    ``patience`` failures in a row, or time running out before any answer, raise ``SlurmError``
+    saying how long Slurm was silent and which limit ended the wait.
     """
     limit = check_seconds(timeout, "timeout", allow_none=True)
     delay = check_seconds(poll, "poll", positive=True) or 1.0
@@ -65,20 +74,29 @@ def poll_until(fetch: Callable[[], T], done: Callable[[T], bool], *, timeout: fl
     start = clock()
     last: list[T] = []
     failures = 0
+
+    def left() -> float | None:
+        return None if limit is None else max(0.0, limit - (clock() - start))
+
     while True:
         try:
-            value = fetch()
+            value = fetch(left()) if bounded else fetch()
         except SlurmError as exc:
             failures += 1
             waited = clock() - start
-            if failures >= patience or (limit is not None and waited >= limit):
-                raise SlurmError(f"Slurm did not answer {failures} time{'s' * (failures > 1)} in a row "
-                                 f"over {waited:.0f} s: {exc.message}",
+            out_of_time = limit is not None and waited >= limit
+            if out_of_time and last:   # Slurm answered before: the caller's limit ended the wait
+                return Waited(value=last[0], done=False, seconds=waited, ended_by="timeout")
+            if failures >= patience or out_of_time:
+                which = (f"within the {limit:g} s limit (timeout={limit:g})" if out_of_time and failures < patience
+                         else f"{failures} time{'s' * (failures > 1)} in a row over {waited:.0f} s")
+                raise SlurmError(f"Slurm did not answer {which}: {exc.message}",
                                  "the job itself may be fine: check 'squeue' or 'sinfo', then wait again") from None
             if on_note is not None and failures == 1:
                 on_note(f"Slurm did not answer ({exc.message}); still waiting, retrying up to "
                         f"{patience - 1} more times")
-            sleep(delay)
+            remaining = left()
+            sleep(delay if remaining is None else min(delay, remaining))
             delay = min(ceiling, delay * 1.2)
             continue
         if failures and on_note is not None:
@@ -91,6 +109,6 @@ def poll_until(fetch: Callable[[], T], done: Callable[[T], bool], *, timeout: fl
         if done(value):
             return Waited(value=value, done=True, seconds=waited)
         if limit is not None and waited >= limit:
-            return Waited(value=value, done=False, seconds=waited)
+            return Waited(value=value, done=False, seconds=waited, ended_by="timeout")
         sleep(delay if limit is None else max(0.0, min(delay, limit - waited)))
         delay = min(ceiling, delay * 1.2)

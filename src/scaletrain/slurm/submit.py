@@ -24,7 +24,8 @@ from typing import Mapping
 
 from scaletrain.contract import JOB_ID_FILE, JOB_SCRIPT, RUNS_DIR
 from scaletrain.errors import ScaletrainError, SlurmError, UsageError
-from scaletrain.fileio import atomic_write, fresh_dir
+from scaletrain.fileio import atomic_write, fresh_dir, read_bounded
+from scaletrain.slurm.parse import is_count
 
 
 def default_run_dir(job_name: str, base: Path = Path(RUNS_DIR)) -> Path:
@@ -97,6 +98,21 @@ def sbatch_run_dir(run_dir: Path, *, env: Mapping[str, str] | None = None) -> st
             f"the job runs all the same: cancel it with 'scancel {job_id}', or free space and write "
             f"{job_id} into that file so that status/logs/cancel find it") from None
     return job_id
+
+
+def read_job_id(run_dir: Path) -> tuple[str | None, str | None]:
+    """The job id :func:`sbatch_run_dir` recorded, read back by the module that writes it:
+    ``(id, None)``, ``(None, None)`` when none was recorded, or ``(None, why)`` for a file that
+    cannot be read or does not hold an id (a folder edited by hand). Never raises."""
+    try:
+        text = read_bounded(run_dir / JOB_ID_FILE, limit=4096).decode("utf-8", errors="replace").strip()
+    except FileNotFoundError:
+        return None, None
+    except (OSError, ValueError) as exc:
+        return None, f"cannot read {JOB_ID_FILE}: {getattr(exc, 'strerror', None) or exc}"
+    if is_count(text) and len(text) <= 20:
+        return text, None
+    return None, (f"{JOB_ID_FILE} does not hold a job id ({text[:20]!r})" if text else None)
 
 
 def account_or_env(account: str | None, environ: Mapping[str, str] | None = None) -> str | None:

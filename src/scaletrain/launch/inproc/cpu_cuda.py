@@ -18,6 +18,8 @@ import time
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
+from scaletrain import module_state
+
 _LOCAL = threading.local()  # set_device is per thread on a GPU too
 
 
@@ -126,6 +128,7 @@ class Stream:
 
 
 _DEFAULT_STREAMS: dict[int, Stream] = {}
+module_state.register(__name__, "_DEFAULT_STREAMS")
 
 
 def _default_stream(device: Any = None) -> Stream:

@@ -21,6 +21,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from scaletrain import module_state
 from scaletrain.fileio import atomic_write
 
 # Framework modules worth naming in the warning, and the setting that usually causes it.
@@ -39,6 +40,7 @@ FRAMEWORK_HINTS: dict[str, str] = {
                "scaletrain run",
 }
 _STATE: dict[str, Any] = {}
+module_state.register(__name__, "_STATE")
 
 
 def start_recording(folder: str, rank: str) -> None:
@@ -53,7 +55,7 @@ def _write(kind: str, payload: dict[str, Any]) -> None:
         return
     path = Path(folder) / f"{kind}-rank{_STATE['rank']}-pid{os.getpid()}.json"
     try:
-        atomic_write(path, json.dumps(payload))
+        atomic_write(path, json.dumps(payload, allow_nan=False))
     except OSError:  # the launcher's folder is gone (it stopped): nothing to tell it
         pass
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from scaletrain import module_state
 from scaletrain.launch import frames, rundir
 
 # Frames of these torch subpackages mean "waiting on other ranks" (collectives, DDP/FSDP hooks in
@@ -34,6 +35,7 @@ _TIMEOUT_RE = re.compile(r"timed out|timeout", re.IGNORECASE)
 _MS_RE = re.compile(r"Timed out waiting (\d+)\s*ms", re.IGNORECASE)
 _DUMP_WAIT_S = 3.0
 _ENABLED_BY_US: set[str] = set()  # stack files faulthandler.enable() writes to
+module_state.register(__name__, "_ENABLED_BY_US")
 
 
 def stack_signal() -> int | None:

@@ -176,7 +176,7 @@ def launcher_env(*, environ: Mapping[str, str], emulate: str | None, nodes: int,
         if exported:
             import json
 
-            out[EMULATE_KEEP_VAR] = json.dumps(exported, sort_keys=True)
+            out[EMULATE_KEEP_VAR] = json.dumps(exported, sort_keys=True, allow_nan=False)
     if cpu:
         out[CPU_SMOKE_VAR] = "1"
     return out

@@ -1,0 +1,136 @@
+"""One rule for "the latest checkpoint" (``checkpoint.layout.choose``): ``status``, ``report`` and the
+resume (``Checkpointer.load_latest``) name the same step on every layout the checkpoint tests make,
+a damaged newest one and a step that went backwards included (issue 40, issue 39 item 9)."""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+import scaletrain
+from scaletrain.checkpoint import layout
+from scaletrain.jobs import report, status
+
+
+def _run_folder(tmp_path: Path) -> tuple[Path, Path]:
+    run = tmp_path / "run"
+    ckpt = run / "checkpoints"
+    ckpt.mkdir(parents=True)
+    (run / "metrics.jsonl").write_text(json.dumps({"type": "start", "time": 1.0, "total_steps": 400}) + "\n")
+    return run, ckpt
+
+
+def _save(ckpt: Path, steps: list[int]) -> None:
+    model = torch.nn.Linear(2, 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with scaletrain.Checkpointer(ckpt, keep=10) as ck:
+            for step in steps:
+                with torch.no_grad():
+                    model.weight.fill_(float(step))
+                ck.save(step, {"model": model, "step": step})
+
+
+def _views(run: Path) -> tuple[int | None, int | None, list[str], list[str]]:
+    """(status's step, report's resume step, status's notes, report's text lines)."""
+    row = status.collect([run])[0]
+    rep = report.build(run, use_sacct=False)
+    return row.checkpoint, rep.resume_step, row.notes, report.render_text(rep).splitlines()
+
+
+def _resume(ckpt: Path) -> tuple[int | None, float, list[str]]:
+    model = torch.nn.Linear(2, 2)
+    state = {"model": model, "step": 0}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with scaletrain.Checkpointer(ckpt, keep=10) as ck:
+            step = ck.load_latest(state)
+    return step, float(model.weight[0, 0].detach()), [str(w.message) for w in caught]
+
+
+def _marker_only(ckpt: Path) -> None:   # a hand-edited marker: it names its step, nothing else
+    (ckpt / "step-00000300" / "COMMIT.json").write_text(json.dumps({"step": 300}))
+
+
+def _truncated(ckpt: Path) -> None:
+    path = ckpt / "step-00000300" / "replicated.pt"
+    path.write_bytes(path.read_bytes()[:20])
+
+
+def _missing(ckpt: Path) -> None:
+    os.unlink(ckpt / "step-00000300" / "replicated.pt")
+
+
+def _swap_interrupted(ckpt: Path) -> None:  # a kill between moving step 300 aside and the new marker
+    os.rename(ckpt / "step-00000300", ckpt / ".replaced-step-00000300-0a1b2c3d")
+
+
+def _intact(ckpt: Path) -> None:
+    pass
+
+
+@pytest.mark.parametrize("damage, expected", [(_intact, 300), (_marker_only, 200), (_truncated, 200),
+                                              (_missing, 200), (_swap_interrupted, 300)])
+def test_status_report_and_resume_name_the_same_checkpoint(tmp_path, damage, expected):
+    run, ckpt = _run_folder(tmp_path)
+    _save(ckpt, [100, 200, 300])
+    damage(ckpt)
+    shown, reported, notes, lines = _views(run)
+    loaded, weight, _ = _resume(ckpt)
+    assert (shown, reported, loaded, weight) == (expected, expected, expected, float(expected))
+    assert any(f"a resume loads step {expected}" in line for line in lines)
+    if damage in (_truncated, _missing):
+        assert any("step-00000300 is damaged" in n for n in notes)
+    assert _views(run)[:2] == (expected, expected)      # after the resume set the damage aside too
+
+
+def test_a_checksum_damage_is_found_by_the_resume_and_then_named_by_every_reader(tmp_path):
+    # sizes unchanged: only reading every byte finds it, which the resume does (status does not)
+    run, ckpt = _run_folder(tmp_path)
+    _save(ckpt, [100, 200, 300])
+    path = ckpt / "step-00000300" / "replicated.pt"
+    data = bytearray(path.read_bytes())
+    data[-30] ^= 0xFF
+    path.write_bytes(bytes(data))
+    loaded, weight, messages = _resume(ckpt)
+    assert (loaded, weight) == (200, 200.0)
+    assert any("step-00000300" in m and "damaged" in m for m in messages)
+    assert _views(run)[:2] == (200, 200)
+
+
+def test_a_step_that_went_backwards_is_warned_at_the_save_the_resume_and_in_status(tmp_path):
+    run, ckpt = _run_folder(tmp_path)
+    _save(ckpt, [100, 200, 300])
+    model = torch.nn.Linear(2, 2)
+    with pytest.warns(UserWarning, match=r"step 110 saved in .* already holds step 300: the step went backwards"):
+        with scaletrain.Checkpointer(ckpt, keep=10) as ck:
+            ck.save(110, {"model": model, "step": 110})
+    assert layout.read_marker(ckpt / "step-00000110")[layout.SAVED_AFTER] == 300
+    shown, reported, notes, lines = _views(run)
+    loaded, _, messages = _resume(ckpt)
+    assert (shown, reported, loaded) == (300, 300, 300)
+    why = "checkpoint step 110 was saved after step 300 (the step went backwards"
+    assert any(why in n for n in notes)
+    assert any(why in line for line in lines)
+    assert any(why in m for m in messages)
+
+
+def test_a_step_saved_in_order_records_and_warns_nothing(tmp_path):
+    _, ckpt = _run_folder(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _save_strict(ckpt)
+    assert layout.SAVED_AFTER not in layout.read_marker(ckpt / "step-00000200")
+    assert layout.choose(ckpt).notes() == []
+
+
+def _save_strict(ckpt: Path) -> None:
+    model = torch.nn.Linear(2, 2)
+    with scaletrain.Checkpointer(ckpt, keep=10) as ck:
+        for step in (100, 200):
+            ck.save(step, {"model": model})

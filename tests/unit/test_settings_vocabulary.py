@@ -1,0 +1,237 @@
+"""One vocabulary for settings (issue 40 item 1, issue 39 item 9): every public setting is declared once,
+with its check, and each bad value - NaN, inf, negative, zero where meaningless, wrong type, wrong case -
+is one line naming the parameter the user typed, from the CLI and from the API alike."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import json
+from pathlib import Path
+
+import pytest
+from helpers import run_cli
+
+import scaletrain
+from scaletrain import settings
+from scaletrain.checkpoint.checkpointer import OPTIONS, Checkpointer
+from scaletrain.errors import PlanError, ProfileError, UsageError
+from scaletrain.jobs import api, api_values
+from scaletrain.observe.config import MonitorConfig
+from scaletrain.plan.request import JobRequest, format_mem
+
+NAN, INF = float("nan"), float("inf")
+SRC = Path(scaletrain.__file__).parent
+
+
+# -- declared once ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("cls", [JobRequest, MonitorConfig])
+def test_every_field_of_a_public_configuration_is_a_declared_setting(cls):
+    assert set(settings.specs(cls)) == {f.name for f in dataclasses.fields(cls)}
+
+
+def test_the_checkpointer_and_submit_declare_every_parameter():
+    assert set(OPTIONS) == set(inspect.signature(Checkpointer).parameters)
+    own = set(api_values.OWN) | {"env"}          # env: added to the environment (sbatch_environment)
+    assert set(inspect.signature(api.submit).parameters) - {"request"} <= own | set(settings.specs(JobRequest))
+
+
+def test_each_flag_a_setting_names_is_a_flag_of_plan():
+    from scaletrain.cli.main import build_parser
+
+    parser = build_parser()
+    plan = next(a for a in parser._subparsers._group_actions[0].choices.items() if a[0] == "plan")[1]
+    flags = {s for action in plan._actions for s in action.option_strings}
+    named = {spec.flag for spec in settings.specs(JobRequest).values() if spec.flag}
+    assert named and named <= flags, named - flags
+
+
+def test_submit_checks_each_value_once_with_the_requests_own_check(monkeypatch):
+    seen: list[str] = []
+    real = settings.check_value
+
+    def counting(spec, value, param, *, name=""):
+        seen.append(name or param)
+        return real(spec, value, param, name=name)
+
+    monkeypatch.setattr(settings, "check_value", counting)
+    api_values.build_request(cluster="roihu", program=["t.py", "a"], gpus=4, nodes=None, account="p", run_dir=None,
+                             fields={"time": "01:00:00", "mem_per_gpu_gb": 8, "modules": "pytorch",
+                                     "requeue": True, "precision": "bf16"})
+    fields = [n for n in seen if n in settings.specs(JobRequest)]
+    assert sorted(fields) == sorted(settings.specs(JobRequest))   # each field exactly once
+
+
+# -- bad values: one line naming the parameter ----------------------------------------------------
+
+# (keyword, bad value, CLI flag, the flag's text or None where the CLI cannot spell the value)
+BAD = [
+    ("mem_per_gpu_gb", NAN, "--mem-per-gpu", "nan"),
+    ("mem_per_gpu_gb", INF, "--mem-per-gpu", "inf"),
+    ("mem_per_gpu_gb", -4.0, "--mem-per-gpu", "-4G"),
+    ("mem_per_gpu_gb", 0.0001, "--mem-per-gpu", "0.0001G"),
+    ("mem_per_gpu_gb", "32G", "--mem-per-gpu", None),
+    ("params", NAN, "--params", "nan"),
+    ("params", 0, "--params", "0"),
+    ("gpus_per_proc", 0, "--gpus-per-proc", "0"),
+    ("cpus_per_gpu", -1, "--cpus-per-gpu", "-1"),
+    ("cpus_per_gpu", 2.0, "--cpus-per-gpu", "2.0"),
+    ("sample_gpus", 0, "--sample-gpus", "0"),
+    ("time", "soon", "--time", "soon"),
+    ("time", "00:00:00", "--time", "00:00:00"),
+    ("partition", "gpu small", "--partition", "gpu small"),
+    ("precision", "BF16", "--precision", "BF16"),
+    ("launcher", "TorchRun", "--launcher", "TorchRun"),
+    ("device", "CPU", "--device", "CPU"),
+    ("requeue", "no", "--requeue", None),
+    ("job_name", "", "--job-name", ""),
+]
+
+
+@pytest.mark.parametrize("keyword, value, flag, text", BAD)
+def test_a_bad_value_is_one_line_naming_the_keyword_from_the_api(keyword, value, flag, text):
+    with pytest.raises(UsageError) as info:
+        scaletrain.submit(cluster="roihu", program=["train.py"], gpus=2, account="p", **{keyword: value})
+    message = info.value.message
+    assert message.startswith(f"submit(): {keyword} must be ") and "\n" not in message
+    assert type(info.value).__name__ == "SettingError"
+
+
+@pytest.mark.parametrize("keyword, value, flag, text", [b for b in BAD if b[3] is not None])
+def test_a_bad_value_is_one_line_naming_the_flag_from_the_cli(capsys, keyword, value, flag, text):
+    code, out, err = run_cli(capsys, "plan", "--cluster", "roihu", "--gpus", "2", "--account", "p",
+                             f"{flag}={text}", "--", "train.py")
+    lines = [line for line in err.splitlines() if line.strip() and "HINT" not in line]
+    assert code == 2 and out == "" and len(lines) == 1 and flag in lines[0], err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("keyword, value, flag, text", BAD)
+def test_the_request_itself_refuses_the_value_naming_the_flag(keyword, value, flag, text):
+    with pytest.raises(UsageError, match=f"^{flag} must be "):
+        JobRequest(cluster="roihu", script="train.py", gpus=2, **{keyword: value})
+
+
+@pytest.mark.parametrize("options, says", [
+    ({"every_minutes": NAN}, "Checkpointer: every_minutes must be a finite number above 0 and at most 1e+06 "
+                             "(minutes), got nan"),
+    ({"every_minutes": INF}, "Checkpointer: every_minutes must be a finite number above 0"),
+    ({"every_minutes": -1}, "Checkpointer: every_minutes must be a finite number above 0"),
+    ({"every_steps": 0}, "Checkpointer: every_steps must be a whole number from 1"),
+    ({"every_steps": 2.0}, "Checkpointer: every_steps must be a whole number from 1"),
+    ({"keep": True}, "Checkpointer: keep must be a whole number from 1"),
+    ({"async_save": "yes"}, "Checkpointer: async_save must be True or False, got 'yes'"),
+    ({"strict": 1}, "Checkpointer: strict must be True or False, got 1"),
+])
+def test_checkpointer_values_are_checked_naming_the_keyword(tmp_path, options, says):
+    with pytest.raises(UsageError) as info:
+        Checkpointer(tmp_path / "ck", **options)
+    assert info.value.message.startswith(says)
+    assert not (tmp_path / "ck").exists()     # refused before anything is made
+
+
+@pytest.mark.parametrize("directory", ["a\0b", "", 5, None])
+def test_a_checkpointer_folder_that_is_no_path_is_one_line_not_a_traceback(directory):
+    with pytest.raises(UsageError, match="^Checkpointer: directory must be a folder path"):
+        Checkpointer(directory)
+
+
+@pytest.mark.parametrize("options, name", [
+    ({"flush_s": NAN}, "flush_s"), ({"peak_flops": NAN}, "peak_flops"), ({"peak_flops": INF}, "peak_flops"),
+    ({"flops_per_sample": -1.0}, "flops_per_sample"), ({"sample_interval_s": 0}, "sample_interval_s"),
+    ({"log_interval_s": NAN}, "log_interval_s"), ({"total_steps": 0}, "total_steps"),
+    ({"every": 2.5}, "every"), ({"warmup": -1}, "warmup"), ({"console": "no"}, "console"),
+    ({"start_step": -3}, "start_step"), ({"device_sampler": "nvml"}, "device_sampler"),
+])
+def test_monitor_settings_are_checked_naming_the_keyword(options, name):
+    with pytest.raises(UsageError) as info:
+        MonitorConfig(**options)
+    assert info.value.message.startswith(f"Monitor: {name} must be ")
+
+
+def test_a_gpu_vendor_in_the_wrong_case_is_refused_with_the_allowed_values():
+    from scaletrain.clusters.schema import build_profile
+
+    base = {"name": "x", "gpus_per_node": 4, "cores_per_node": 32, "mem_per_node_gb": 256.0,
+            "partitions": {"gpu": {"max_nodes": 2}}}
+    build_profile(dict(base, gpu_vendor="amd"), path="x.toml")
+    with pytest.raises(ProfileError, match=r"gpu_vendor 'AMD' is not one of nvidia, amd, none"):
+        build_profile(dict(base, gpu_vendor="AMD"), path="x.toml")
+
+
+# -- memory never renders as 0 or negative --------------------------------------------------------
+
+@pytest.mark.parametrize("gb", [0.0001, 0.0, -16.0, NAN])
+def test_memory_under_one_mib_never_renders(gb):
+    with pytest.raises(PlanError, match="under 1M"):
+        format_mem(gb)
+
+
+def test_the_smallest_memory_renders_as_one_mib():
+    assert format_mem(1 / 1024) == "1M" and format_mem(32.0) == "32G"
+
+
+# -- every JSON we write is valid JSON ------------------------------------------------------------
+
+def _json_calls() -> list[str]:
+    """``json.dump``/``json.dumps`` calls in the package that may write NaN (no allow_nan=False)."""
+    found = []
+    for path in SRC.rglob("*.py"):
+        if path.name == "fileio.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and node.func.attr in ("dump", "dumps", "JSONEncoder") \
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "json" \
+                    and not any(k.arg == "allow_nan" and isinstance(k.value, ast.Constant)
+                                and k.value.value is False for k in node.keywords):
+                found.append(f"{path.relative_to(SRC)}:{node.lineno}")
+    return found
+
+
+def test_every_json_writer_refuses_nan():
+    assert _json_calls() == []
+
+
+def test_a_diverged_loss_leaves_summary_json_valid(tmp_path):
+    from scaletrain.observe.monitor import Monitor
+
+    mon = Monitor(tmp_path, total_steps=3, console=False, device_sampler=None, warmup=0)
+    for _ in range(3):
+        mon.step(samples=4, loss=NAN)
+    mon.close()
+
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"{constant} in JSON")
+
+    summary = json.loads((tmp_path / "summary.json").read_text(), parse_constant=refuse)
+    assert summary["steps"] == 3
+    for line in (tmp_path / "metrics.jsonl").read_text().splitlines():
+        json.loads(line, parse_constant=refuse)
+
+
+def test_finite_cleans_nested_values():
+    from scaletrain.fileio import json_text
+
+    assert json.loads(json_text({"a": [1.0, NAN, {"b": INF}], "c": (2, -INF)})) == \
+        {"a": [1.0, None, {"b": None}], "c": [2, None]}
+
+
+# -- the API runs the CLI's whole sequence: the staged data is measured too ----------------------
+
+def test_the_api_measures_stage_data_as_the_cli_does(tmp_path):
+    data = tmp_path / "d.tar"
+    data.write_bytes(b"x")
+    with open(data, "r+b") as f:
+        f.truncate(200 * 1024 ** 3)     # sparse: 200 GB do not fit Roihu's 150 GB of $TMPDIR
+    req = api_values.build_request(cluster="roihu", program=["t.py"], gpus=4, nodes=None, account="p", run_dir=None,
+                                   fields={"stage_data": str(data)})
+    assert req.stage_data_gb == 200.0 and req.stage_data == str(data)
+    with pytest.raises(PlanError, match="needs about 220 GB on each node, but \\$TMPDIR holds 150 GB on roihu"):
+        scaletrain.submit(cluster="roihu", program=["t.py"], gpus=4, account="p", stage_data=str(data),
+                          run_dir=tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(UsageError, match="stage_data_gb is set by submit\\(\\) itself"):
+        scaletrain.submit(cluster="roihu", program=["t.py"], gpus=4, account="p", stage_data_gb=1.0)
