@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scaletrain.fileio import atomic_write
+from scaletrain.fileio import atomic_write, json_text
 
 # Fitted on the published tables in benchmarks/published_scaling.py (docs/benchmarks.md shows the
 # fit); tests/unit/test_scaling_published.py re-fits them and fails when these drift from the data.
@@ -133,7 +133,7 @@ def save_calibration(cluster: str, record: dict[str, Any], *, path: Path | None 
     doc = _read_all(path)
     doc[cluster] = record
     path.parent.mkdir(parents=True, exist_ok=True)
-    return atomic_write(path, json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    return atomic_write(path, json_text(doc, indent=2, sort_keys=True) + "\n")
 
 
 def load_calibration(cluster: str, *, path: Path | None = None) -> Overhead | None:
