@@ -1,10 +1,12 @@
-"""A disk that returns EIO under a checkpoint (issue 39, item 1): a message, never SIGBUS.
+"""A disk that returns EIO (issue 39, items 1 and 8): a message naming it, never SIGBUS.
 
 The checksums were read through a memory map, so an I/O error of the disk arrived as SIGBUS
 and killed the process with exit 135 and no word. A small LD_PRELOAD shim (``shims/eio.c``,
 compiled here) makes every read of one file fail with EIO and its memory maps raise SIGBUS,
 as a failing disk does; the load must fall back to the previous checkpoint with one line
-naming the I/O error.
+naming the I/O error. The same shim under a job's output file: ``logs`` names the file and the
+read that failed, not "cannot write the output"; an unreadable commit marker is called
+unreadable, not "not valid JSON".
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import pytest
 import torch
 
 import scaletrain
-from scaletrain.checkpoint import checksum
+from scaletrain.checkpoint import checksum, layout, marker
 
 SHIM = Path(__file__).parent / "shims" / "eio.c"
 
@@ -93,3 +95,55 @@ def test_file_crc_in_chunks_is_the_whole_file_s(tmp_path, size):
         if checksum.available(algorithm):
             assert checksum.file_crc(tmp_path / "f", algorithm) == \
                 checksum._FUNCTIONS[algorithm](data, 0)
+
+
+def test_an_unreadable_output_file_is_a_read_error_in_logs(shim, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "job_id").write_text("12345\n")
+    (run / "slurm-12345.out").write_text("[rank 0] step 1\n" * 100)
+    env = dict(os.environ, LD_PRELOAD=str(shim), SCALETRAIN_EIO_SUFFIX="/slurm-12345.out")
+    done = subprocess.run([sys.executable, "-m", "scaletrain", "logs", str(run)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert "cannot write the output" not in done.stderr
+    assert "slurm-12345.out: cannot read on at byte 0: Input/output error" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_an_unreadable_commit_marker_is_not_called_invalid_json(tmp_path, monkeypatch):
+    _saved(tmp_path / "ck")
+    real = marker.read_bounded
+
+    def eio(path, *args, **kwargs):
+        if "step-00000002" in str(path):
+            raise OSError(5, "Input/output error", str(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(marker, "read_bounded", eio)
+    (found,) = layout.damaged(tmp_path / "ck")
+    assert found[0] == 2 and found[2] == "COMMIT.json: it cannot be read (Input/output error)"
+    assert [c.step for c in layout.committed(tmp_path / "ck")] == [1]
+
+
+def test_a_named_files_io_error_is_not_blamed_on_the_output(monkeypatch, capsys):
+    from scaletrain.cli import main as cli
+
+    def fails(args):
+        raise OSError(5, "Input/output error", "/data/run/slurm-1.out")
+
+    monkeypatch.setattr(cli, "build_parser", lambda verb=None: _Parser(fails))
+    assert cli.main(["status"]) == 1
+    err = capsys.readouterr().err
+    assert err.strip() == "scaletrain: error: /data/run/slurm-1.out: Input/output error"
+
+
+class _Parser:
+    """A parser whose verb is ``func``."""
+
+    def __init__(self, func):
+        self.func = func
+
+    def parse_args(self, argv):
+        import argparse
+
+        return argparse.Namespace(func=self.func)
