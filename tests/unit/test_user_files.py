@@ -94,3 +94,30 @@ def test_read_user_file_stops_at_the_bound_and_names_an_io_error(tmp_path, monke
     with pytest.raises(UsageError, match="f: cannot read: Input/output error") as info:
         read_user_file(path, what="a file", hint="h", limit=10)
     assert "disk" in (info.value.hint or "")
+
+
+def test_submit_wait_output_is_streamed_and_a_pipe_or_an_io_error_is_named(tmp_path, capsys):
+    """``submit --wait`` read the job's output file whole (a FIFO in its place hung it, an I/O
+    error was "not found"): now opened by the run folders' rules and streamed."""
+    import io
+
+    from scaletrain.cli import submit
+
+    fifo = tmp_path / "job.out"
+    os.mkfifo(fifo)
+    assert submit._open_output(str(fifo), wait_s=0) == "cannot be read (a pipe (FIFO), not a regular file)"
+    assert submit._open_output(str(tmp_path / "none.out"), wait_s=0) == "not found"
+
+    class Failing(io.BytesIO):
+        def read(self, size=-1):
+            if self.tell():
+                raise OSError(5, "Input/output error")
+            return super().read(size)
+
+    data = b"line\n" * 300_000        # more than one block of the stream
+    assert submit._copy_output(Failing(data)) == ("cannot read on (Input/output error); the rest is "
+                                                  "not shown")
+    out = capsys.readouterr().out
+    assert 0 < len(out) < len(data) and out == data[:len(out)].decode()
+    assert submit._copy_output(io.BytesIO(data)) is None
+    assert capsys.readouterr().out == data.decode()

@@ -58,7 +58,7 @@ def log_files(run: RunFolder) -> list[Path]:
     return list(run.logs)
 
 
-def _pieces(fh: IO[bytes], *, whole_lines: bool = True) -> Iterator[str]:
+def pieces(fh: IO[bytes], *, whole_lines: bool = True) -> Iterator[str]:
     """The file's lines as text, a line longer than LINE_BYTES in pieces (memory stays bounded);
     without ``whole_lines``, blocks of LINE_BYTES that may end mid-line (fast: nothing to filter)."""
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -94,7 +94,7 @@ def read_lines(run_dir: str | Path, *, rank: int | None = None,
         keep = _Filter(rank)
         with fh:
             try:
-                for piece in _pieces(fh, whole_lines=rank is not None):
+                for piece in pieces(fh, whole_lines=rank is not None):
                     if keep(piece):
                         yield piece
             except OSError as exc:  # a read's: the caller's writes fail in the caller, not here
