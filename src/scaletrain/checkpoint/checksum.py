@@ -21,6 +21,7 @@ behind the write; otherwise inline.
 
 from __future__ import annotations
 
+import io
 import os
 import threading
 import time
@@ -29,7 +30,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from scaletrain.fileio import open_regular
 
@@ -212,7 +213,7 @@ def file_crc(path: Path, algorithm: str | None = None) -> int:
     view = memoryview(bytearray(_READ_BYTES))
     value = 0
     with open_regular(path) as fh:       # a pipe in a checkpoint folder is refused, not waited on
-        raw = fh.raw                     # unbuffered: one system call per chunk, no second copy
+        raw = cast(io.BufferedReader, fh).raw  # unbuffered: one system call a chunk, no 2nd copy
         while n := raw.readinto(view):
             value = _crc(view[:n], value, algorithm)
     return value
