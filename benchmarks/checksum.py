@@ -6,7 +6,10 @@ One run measures, side by side in alternating rounds in one process:
 2. a replicated ``Checkpointer.save`` of a model + Adam state of ``--mb`` MB, with each algorithm
    and with the checksum replaced by a constant (the A/B), after an ``os.sync()`` each; the cost
    of a checksum = CPU seconds inside it per save / the save's time (median), and the wall-clock
-   difference with / without.
+   difference with / without;
+3. the check before a load (``checksum.file_crc``) over a file of the throughput's size in the page
+   cache: bounded ``read()`` calls (what loads use) against the memory map used until issue 39
+   (an I/O error there is SIGBUS), alternating, GB/s (median).
 
 Usage::
 
@@ -42,6 +45,37 @@ def _throughput(mb: int, reps: int) -> dict[str, float]:
             t0 = time.perf_counter()
             checksum._FUNCTIONS[name](buf, 0)
             times[name].append(time.perf_counter() - t0)
+    return {k: (mb / 1024) / statistics.median(v) for k, v in times.items()}
+
+
+def _mapped_crc(path: Path, algorithm: str) -> int:
+    """The check as it was until issue 39: the whole file mapped (the A of the A/B)."""
+    import mmap
+
+    from scaletrain.checkpoint import checksum
+
+    with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+        return checksum._crc(mapped, 0, algorithm)
+
+
+def _verify(directory: Path, mb: int, reps: int) -> dict[str, float]:
+    """GB/s of the pre-load check (the algorithm saves use), read() against mmap, over one
+    cached file, alternating."""
+    from scaletrain.checkpoint import checksum
+
+    path = directory / "verify.bin"
+    path.write_bytes(os.urandom(mb << 20))
+    ways = {"read": lambda: checksum.file_crc(path, checksum.ALGORITHM),
+            "mmap": lambda: _mapped_crc(path, checksum.ALGORITHM)}
+    expected = ways["mmap"]()  # also puts the file in the page cache
+    times: dict[str, list[float]] = {k: [] for k in ways}
+    for rep in range(reps):
+        for name in (("read", "mmap") if rep % 2 == 0 else ("mmap", "read")):
+            t0 = time.perf_counter()
+            if ways[name]() != expected:
+                raise SystemExit(f"the {name} checksum differs")
+            times[name].append(time.perf_counter() - t0)
+    path.unlink()
     return {k: (mb / 1024) / statistics.median(v) for k, v in times.items()}
 
 
@@ -104,6 +138,8 @@ def main() -> int:
     root.mkdir(parents=True, exist_ok=True)
     try:
         rate = _throughput(min(args.mb, 512), args.reps)
+        algorithm = checksum.ALGORITHM      # before _saves sets it variant by variant
+        verify = _verify(root, min(args.mb, 512), args.reps)
         saves = _saves(root / "ck", args.mb, args.reps)
     finally:
         shutil.rmtree(root / "ck", ignore_errors=True)
@@ -112,6 +148,9 @@ def main() -> int:
           f"crc32c hardware: {getattr(checksum._crc32c, 'hardware_based', False)}\n")
     print(f"throughput: crc32 {rate['crc32']:.2f} GB/s, crc32c {rate['crc32c']:.2f} GB/s "
           f"({rate['crc32c'] / rate['crc32']:.2f}x)\n")
+    print(f"check before a load ({algorithm}, cached file): read() "
+          f"{verify['read']:.2f} GB/s, mmap {verify['mmap']:.2f} GB/s "
+          f"({verify['read'] / verify['mmap']:.2f}x)\n")
     print("| checksum | save s (median) | checksum CPU s | CPU share | wall vs none |")
     print("|---|---:|---:|---:|---:|")
     none = saves["none"]["save"]

@@ -81,6 +81,53 @@ def read_bounded(path: str | os.PathLike[str], limit: int = READ_LIMIT) -> bytes
     return data
 
 
+def read_user_file(path: str | os.PathLike[str], *, what: str, hint: str, limit: int) -> bytes:
+    """The bytes of a file the user named (a profile, a batch script, a program), read whole.
+
+    The run folders' rules, as a ``UsageError`` (exit 2) naming ``what`` was expected: opened
+    non-blocking and checked with fstat on the open file (no race with a rename), so a FIFO is
+    refused at once instead of hanging the verb, a link to ``/dev/zero`` is never read, and a
+    file over ``limit`` bytes is refused whole (half a file reports errors that are not there);
+    the reading stops at the bound even when the file grows meanwhile. An error of the disk is
+    named as one (``cannot read: Input/output error``), not as a wrong file.
+    """
+    shown = os.fspath(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise UsageError(f"{shown}: no such file", "check the path") from None
+    except OSError as exc:
+        raise UsageError(f"{shown}: cannot read: {exc.strerror or exc}",
+                         "check the path and its permissions") from None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise UsageError(f"{shown}: is a directory, not {what}", hint)
+        if not stat.S_ISREG(info.st_mode):
+            raise UsageError(f"{shown}: {_kind(info.st_mode)}, not a regular file", hint)
+        if info.st_size > limit:
+            raise UsageError(f"{shown}: {info.st_size / 2**20:.1f} MiB; {what} is read up to "
+                             f"{limit / 2**20:g} MiB", hint)
+        os.set_blocking(fd, True)
+        chunks, size = [], 0
+        while size <= limit:      # the file may grow while read: never past the bound
+            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise UsageError(f"{shown}: cannot read: {exc.strerror or exc}",
+                         "an error of the disk or the file system: check it, or copy the file "
+                         "elsewhere") from None
+    finally:
+        os.close(fd)
+    if size > limit:
+        raise UsageError(f"{shown}: grew past {limit / 2**20:g} MiB while read",
+                         "read it once it is written")
+    return b"".join(chunks)
+
+
 def fsync_dir(directory: str | os.PathLike[str]) -> None:
     """Make a rename or creation inside ``directory`` durable (no-op where unsupported)."""
     try:

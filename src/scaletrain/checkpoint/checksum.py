@@ -4,8 +4,8 @@ A flipped byte in a checkpoint must never load silently (torch reads zip records
 checking their CRCs). Every file of a save goes through :class:`ChecksumWriter`, which updates a
 checksum with each buffer on its way to the file, so nothing is read back. The commit marker
 records them under the algorithm's name (``"crc32c": {"replicated.pt": "1a2b3c4d", ...}``) beside
-the sizes; a load checks them with :func:`file_crc` (the file mapped, not copied) before
-trusting the file.
+the sizes; a load checks them with :func:`file_crc` (bounded ``read()`` calls into one small
+buffer) before trusting the file.
 
 The algorithm: CRC-32C (Castagnoli) through the ``crc32c`` package where it runs on the CPU's
 own instruction (SSE 4.2 on x86, the CRC extension on Arm: 13.4 GB/s here, 4.0x zlib's CRC-32
@@ -21,7 +21,7 @@ behind the write; otherwise inline.
 
 from __future__ import annotations
 
-import mmap
+import io
 import os
 import threading
 import time
@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from scaletrain import module_state
 from scaletrain.fileio import open_regular
@@ -51,6 +51,9 @@ ALGORITHMS = ("crc32c", "crc32")
 ALGORITHM = "crc32c" if _crc32c is not None and getattr(_crc32c, "hardware_based", False) \
     else "crc32"
 _OVERLAP_BYTES = 1 << 20  # buffers at least this large: CRC beside the write, not before
+# file_crc's read size: small enough to stay in the CPU's cache between the copy and the CRC
+# (256 KiB ran fastest of 64 KiB-16 MiB here, benchmarks/checksum.py "verify")
+_READ_BYTES = 1 << 18
 _SPARE: bool | None = None  # decided at the first writer (see _spare_core)
 module_state.register(__name__, "_SPARE")
 # seconds spent computing checksums in this process (read by benchmarks/checkpoint.py)
@@ -206,13 +209,19 @@ class ChecksumWriter:
 
 
 def file_crc(path: Path, algorithm: str | None = None) -> int:
-    """The checksum of the file at ``path``, read through a memory map (no copy)."""
+    """The checksum of the file at ``path``, read in bounded ``read()`` calls.
+
+    Not through a memory map: there, an I/O error of the disk (EIO) arrives as SIGBUS and
+    kills the process without a word; a ``read()`` returns it as an ``OSError`` that the
+    caller turns into "cannot be read" and a fall-back to the previous checkpoint.
+    """
+    view = memoryview(bytearray(_READ_BYTES))
+    value = 0
     with open_regular(path) as fh:       # a pipe in a checkpoint folder is refused, not waited on
-        size = os.fstat(fh.fileno()).st_size
-        if size == 0:
-            return 0
-        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-            return _crc(mapped, 0, algorithm)
+        raw = cast(io.BufferedReader, fh).raw  # unbuffered: one system call a chunk, no 2nd copy
+        while n := raw.readinto(view):
+            value = _crc(view[:n], value, algorithm)
+    return value
 
 
 def mismatch(path: Path, expected: Any, algorithm: str) -> str | None:

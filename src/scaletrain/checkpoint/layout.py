@@ -102,7 +102,7 @@ def damaged(directory: Path) -> list[tuple[int, Path, str]]:
         data = marker.load(path)
         if data == marker.MISSING:
             continue
-        why = "it is not valid JSON" if data == marker.GARBAGE else marker.problem(data)
+        why = marker.load_problem(data) or marker.problem(data)
         if why is None and data["step"] != int(match.group(1)):
             why = f"it names step {data['step']}"
         if why is not None:

@@ -19,22 +19,37 @@ from scaletrain.fileio import read_bounded
 
 MARKER = COMMIT_MARKER   # the contract's name: status and report read it too
 MISSING, GARBAGE = "missing", "garbage"  # what load() returns instead of JSON
+
+
+class Unreadable(str):
+    """What load() returns when the marker exists but reading it failed (an I/O error, no
+    permission): its text is the reason. Not damage of the checkpoint: the disk's."""
 _HEX8 = re.compile(r"^[0-9a-f]{8}$")
 CHECKSUMS_SINCE = 2  # the marker format from which every listed file must have a checksum
 
 
 def load(folder: Path) -> Any:
-    """The marker's parsed JSON, :data:`MISSING`, or :data:`GARBAGE` (unreadable, not JSON)."""
+    """The marker's parsed JSON, :data:`MISSING`, :data:`GARBAGE` (not JSON) or an
+    :class:`Unreadable` naming why it could not be read."""
     try:
         text = read_bounded(folder / MARKER).decode("utf-8")     # a pipe or device is refused, not waited on
     except FileNotFoundError:
         return MISSING
-    except (OSError, UnicodeDecodeError):
+    except OSError as exc:
+        return Unreadable(f"it cannot be read ({exc.strerror or exc})")
+    except UnicodeDecodeError:
         return GARBAGE
     try:
         return json.loads(text)
     except ValueError:
         return GARBAGE
+
+
+def load_problem(data: Any) -> str | None:
+    """Why what :func:`load` returned is no JSON at all (unreadable, not JSON), or None."""
+    if isinstance(data, Unreadable):
+        return str(data)
+    return "it is not valid JSON" if data == GARBAGE else None
 
 
 def _kind(value: Any) -> str:

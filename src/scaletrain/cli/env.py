@@ -12,6 +12,8 @@ import os
 import shlex
 import subprocess
 import sys
+from pathlib import Path
+from typing import Any
 
 EXAMPLES = """\
 examples:
@@ -82,9 +84,11 @@ def run_create(args: argparse.Namespace) -> int:
     packages = parse_with(args.with_, profile.wheels)
     directory = os.path.abspath(os.path.expanduser(args.directory or f"scaletrain-env-{profile.name}"))
     check_venv_dir("DIR", directory)
-    if os.path.exists(os.path.join(directory, "bin", "python")) or (
-            os.path.isdir(directory) and os.listdir(directory)):
-        raise UsageError(f"{directory} exists and is not empty", "give a new folder, or remove this one first")
+    flag = f"--venv {shlex.quote(str(directory))}"   # a hint to paste into a shell: quoted
+    if _existing(Path(directory), clean=not args.dry_run):
+        print(f"scaletrain: {directory} is already an environment env create finished", file=sys.stderr)
+        print(flag)
+        return 0
     # the same rule as a job's: --container, else the profile's default image unless --module
     probe = JobRequest(cluster=profile.name, script="-", container=args.container, modules=tuple(args.module))
     recipe = EnvRecipe(directory=directory, packages=packages, image=job_image(probe, profile),
@@ -96,18 +100,59 @@ def run_create(args: argparse.Namespace) -> int:
         print(f"scaletrain: warning: this machine is {machine}, {profile.name}'s GPU nodes are {profile.cpu_arch}: "
               f"build the environment on a {profile.cpu_arch} login node, or in a job on a GPU node",
               file=sys.stderr)
-    flag = f"--venv {shlex.quote(str(directory))}"   # a hint to paste into a shell: quoted
     if args.dry_run:
         sys.stdout.write(text)
         print(f"scaletrain: dry run: nothing built; then pass {flag}", file=sys.stderr)
         return 0
     print(f"scaletrain: making {directory} on the {profile.name} software (takes a minute)", file=sys.stderr)
-    proc = subprocess.run(["bash", "-c", text], check=False)
-    if proc.returncode != 0:
-        from scaletrain.errors import DistEnvError
-
-        raise DistEnvError(f"making {directory} failed (exit {proc.returncode}; its output is above)",
-                           "run it on a login node of the cluster; --dry-run shows the commands")
+    _build(Path(directory), recipe, profile, os.path.dirname(scaletrain.__file__))
     print(flag)
     print(f"scaletrain: pass {flag} to 'scaletrain plan' / 'scaletrain submit'", file=sys.stderr)
     return 0
+
+
+def _existing(target: Path, *, clean: bool) -> bool:
+    """True when ``target`` is an environment env create finished; False when it is missing or an
+    empty folder (built into); else UsageError saying what is there. With ``clean``, dead
+    builds' partial folders beside it are removed."""
+    from scaletrain.envs.finished import ENV_MARKER, discard, finished_env, stale_builds
+    from scaletrain.errors import UsageError
+
+    for stale in stale_builds(target) if clean else []:
+        discard(stale)
+        print(f"scaletrain: removed {stale}: a build of this environment that was stopped part-way",
+              file=sys.stderr)
+    if not os.path.lexists(target) or (target.is_dir() and not target.is_symlink()
+                                       and not any(target.iterdir())):
+        return False
+    why = finished_env(target)
+    if why is None and (target / ENV_MARKER).is_file():
+        return True
+    raise UsageError(f"{target} exists, is not empty and is not an environment env create finished "
+                     f"({why or 'it holds other files'})",
+                     "give a new folder, or remove this one first (its content is not scaletrain's)")
+
+
+def _build(target: Path, recipe: Any, profile: Any, scaletrain_dir: str) -> None:
+    """Run the recipe in a partial folder beside ``target``; move it into place only when every
+    step passed (a kill part-way leaves nothing under the target's name)."""
+    import dataclasses
+
+    import scaletrain
+    from scaletrain.envs.create import create_script
+    from scaletrain.envs.finished import discard, finish, partial_dir
+    from scaletrain.errors import DistEnvError
+
+    partial = partial_dir(target)
+    try:
+        text = create_script(profile, dataclasses.replace(recipe, directory=str(partial)),
+                             scaletrain_dir=scaletrain_dir, final=str(target))
+        proc = subprocess.run(["bash", "-c", text], check=False)
+        if proc.returncode != 0:
+            raise DistEnvError(f"making {target} failed (exit {proc.returncode}; its output is above)",
+                               "run it on a login node of the cluster; --dry-run shows the commands")
+        finish(partial, target, {"scaletrain": scaletrain.__version__, "cluster": profile.name,
+                                 "packages": ",".join(recipe.packages)})
+    except BaseException:
+        discard(partial)
+        raise

@@ -112,6 +112,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         if exc.errno not in _OUTPUT_ERRNOS:
             raise
+        if exc.filename is not None:    # a named file's (a read's, too): not the output's
+            print(f"scaletrain: error: {exc.filename}: {exc.strerror}", file=sys.stderr)
+            return 1
         _silence_stdout()
         print(f"scaletrain: error: cannot write the output: {exc.strerror}", file=sys.stderr)
         return 1

@@ -173,6 +173,7 @@ def _command(args: argparse.Namespace) -> tuple[str, ...]:
 def request_from_args(args: argparse.Namespace) -> JobRequest:
     """Build the JobRequest from parsed ``add_plan_arguments`` flags (used by plan and submit)."""
     from scaletrain.envs.create import check_venv_dir
+    from scaletrain.envs.finished import finished_env
     from scaletrain.plan.request import JobRequest, parse_mem_gb, parse_params
     from scaletrain.slurm.submit import account_or_env
 
@@ -187,6 +188,10 @@ def request_from_args(args: argparse.Namespace) -> JobRequest:
         stage = os.path.abspath(os.path.expanduser(stage))
     account = account_or_env(args.account)
     venv = check_venv_dir("--venv", os.path.abspath(os.path.expanduser(args.venv))) if args.venv else None
+    unfinished = finished_env(venv) if venv and os.path.lexists(venv) else None  # absent: the cluster's path
+    if unfinished:
+        raise UsageError(f"--venv: {unfinished}", "make the environment with 'scaletrain env create "
+                         "--cluster NAME DIR' (or give a finished one)")
     accel = _config_arg(args.accelerate_config, "--accelerate-config")
     ds = _config_arg(args.deepspeed_config, "--deepspeed-config")
     return JobRequest(

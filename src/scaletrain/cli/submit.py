@@ -25,9 +25,11 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import IO
 
 from scaletrain.contract import JOB_SCRIPT
 from scaletrain.errors import UsageError
+from scaletrain.fileio import open_regular
 
 EXAMPLES = """\
 examples:
@@ -68,20 +70,35 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run_submit)
 
 
-def _read_output(path: str | None, wait_s: float = 5.0) -> str | None:
-    """The job's output file; a shared file system may show it a moment after the job ends."""
-    if not path or path == "/dev/null":
-        return None
+def _open_output(path: str, wait_s: float = 5.0) -> IO[bytes] | str:
+    """The job's output file, opened by the run folders' rules (a pipe is refused), or why not;
+    a shared file system may show it a moment after the job ends."""
     deadline = time.monotonic() + wait_s
     while True:
         try:
-            return Path(path).read_text(errors="replace")
+            return open_regular(path)
         except FileNotFoundError:
             if time.monotonic() > deadline:
-                return None
+                return "not found"
             time.sleep(0.2)
-        except OSError:
+        except OSError as exc:
+            return f"cannot be read ({exc.strerror or exc})"
+
+
+def _copy_output(fh: IO[bytes]) -> str | None:
+    """Stream the file to stdout a block at a time (a job's output may be gigabytes); the error of
+    a read that failed part-way, or None. A write's error is stdout's and propagates."""
+    from scaletrain.jobs.logs import pieces
+
+    blocks = pieces(fh, whole_lines=False)
+    while True:
+        try:
+            block = next(blocks)
+        except StopIteration:
             return None
+        except OSError as exc:
+            return f"cannot read on ({exc.strerror or exc}); the rest is not shown"
+        sys.stdout.write(block)
 
 
 def run_submit(args: argparse.Namespace) -> int:
@@ -136,14 +153,18 @@ def _follow(job_id: str) -> int:
     for label, path in (("output", info.stdout),
                         ("error output", info.stderr if info.stderr != info.stdout else None)):
         # a job cancelled before it started has no node and never wrote its file
-        text = _read_output(path, wait_s=5.0 if info.node_list else 0.0)
-        if text is None:
-            if path and path != "/dev/null":
-                print(f"scaletrain: job {label} file {path} not found", file=sys.stderr)
+        if not path or path == "/dev/null":
+            continue
+        opened = _open_output(path, wait_s=5.0 if info.node_list else 0.0)
+        if isinstance(opened, str):
+            print(f"scaletrain: job {label} file {path} {opened}", file=sys.stderr)
             continue
         print(f"scaletrain: ---- {label} of job {job_id} ({path}) ----", file=sys.stderr, flush=True)
-        sys.stdout.write(text)
+        with opened:
+            failed = _copy_output(opened)
         sys.stdout.flush()
+        if failed:
+            print(f"scaletrain: job {label} file {path}: {failed}", file=sys.stderr)
     code = info.returncode
     reason = f", {info.reason}" if info.reason and info.reason != "None" else ""
     print(f"scaletrain: job {job_id} {info.state} (exit code {code}{reason})", file=sys.stderr)

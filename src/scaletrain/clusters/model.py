@@ -292,4 +292,8 @@ RULES: tuple[Callable[[ClusterProfile], str | None], ...] = (
     _unknown_named,
     lambda p: "successor goes with retired (the date the system stopped taking jobs)"
     if p.successor and not p.retired else None,
+    # a plan would count GPUs the script never requests (issue 39, item 7)
+    lambda p: f"gpus_per_node = 0 says the nodes have no GPU, but gpu_vendor is {p.gpu_vendor!r} "
+    "(a CPU-only cluster has gpu_vendor = \"none\")"
+    if p.gpus_per_node == 0 and p.gpu_vendor != "none" else None,
 )

@@ -29,7 +29,8 @@ from scaletrain.clusters.model import (  # noqa: F401 - re-exported
     parse_time,
 )
 from scaletrain.contract import CLUSTERS_DIR_VAR
-from scaletrain.errors import ProfileError
+from scaletrain.errors import ProfileError, UsageError
+from scaletrain.fileio import read_user_file
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -74,7 +75,7 @@ def load_profile(name_or_path: str) -> ClusterProfile:
     """
     candidate = Path(name_or_path).expanduser()
     if name_or_path.endswith(".toml") or os.sep in name_or_path:
-        if not candidate.is_file():
+        if not candidate.exists():      # a pipe or device is refused by _load_file, by name
             raise ProfileError(f"profile file {name_or_path!r} not found",
                                "give an existing .toml file, or a cluster name: "
                                + ", ".join(list_profiles()))
@@ -89,13 +90,26 @@ def load_profile(name_or_path: str) -> ClusterProfile:
     return _load_file(files[key])
 
 
+PROFILE_MAX_BYTES = 1 << 20   # a profile is a few KiB; a bigger file is not one
+
+
 def _load_file(path: Path) -> ClusterProfile:
+    """A profile file read by the rules of every user file (``fileio.read_user_file``: a
+    regular file, bounded) and parsed; a ProfileError (exit 2) for anything else."""
+    hint = "give a cluster profile: a TOML file like the shipped ones ('scaletrain clusters show NAME')"
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ProfileError(f"cannot read profile {path}: {exc}", "check the file's path and permissions") from None
+        data = tomllib.loads(read_user_file(path, what="a cluster profile", hint=hint,
+                                            limit=PROFILE_MAX_BYTES).decode("utf-8"))
+    except UsageError as exc:
+        raise ProfileError(f"cannot read profile {exc.message}", exc.hint) from None
+    except UnicodeDecodeError as exc:
+        raise ProfileError(f"profile {path} is not UTF-8 text ({exc.reason} at byte {exc.start})",
+                           hint) from None
     except tomllib.TOMLDecodeError as exc:
         raise ProfileError(f"profile {path} is not valid TOML: {exc}", "fix the TOML syntax") from None
+    except RecursionError:     # tomllib recurses once per level of nested arrays and tables
+        raise ProfileError(f"profile {path} nests arrays or tables too deeply to be a profile",
+                           hint) from None
     return profile_from_dict(data, path=str(path), default_name=path.stem)
 
 

@@ -313,6 +313,7 @@ def loader(dataset: Dataset, batch_size: int | None = None, global_batch_size: i
         A ``DistributedLoader`` (a DataLoader): iterate it, ``len()`` is this rank's batches in
         the current pass, ``.epoch``, ``.state_dict()``/``.load_state_dict()``, ``.close()``.
     """
+    _check_dataset(dataset)
     for key in ("sampler", "batch_sampler"):
         if key in dataloader_kwargs:
             raise UsageError(f"scaletrain.loader chooses the {key} itself",
@@ -363,6 +364,22 @@ def loader(dataset: Dataset, batch_size: int | None = None, global_batch_size: i
                                **dataloader_kwargs)
     _check_not_empty(result, dataset, per, env.world_size, global_batch_size is not None)
     return result
+
+
+def _check_dataset(dataset: Any) -> None:
+    """``UsageError`` unless ``dataset`` is one a DataLoader can shard: an ``IterableDataset``, or
+    map-style (``__len__`` and ``__getitem__``). A generator or None failed deep inside torch's
+    sampler with "object of type 'generator' has no len()"."""
+    if isinstance(dataset, IterableDataset) or (hasattr(dataset, "__len__")
+                                                and hasattr(dataset, "__getitem__")):
+        return
+    what = "None" if dataset is None else f"a {type(dataset).__name__}"
+    hint = ("wrap a stream in a torch IterableDataset (class Stream(IterableDataset): "
+            "def __iter__(self): ...) or pass a list or a map-style Dataset")
+    if dataset is None:
+        hint = "pass the dataset to read: scaletrain.loader(dataset, batch_size=...)"
+    raise UsageError(f"scaletrain.loader needs a dataset: map-style (with __len__ and __getitem__) "
+                     f"or a torch IterableDataset, got {what}", hint=hint)
 
 
 def _check_not_empty(result: DistributedLoader, dataset: Dataset, per: int, world: int,

@@ -89,10 +89,12 @@ def _module_lines(profile: ClusterProfile, recipe: EnvRecipe) -> list[str]:
     return lines
 
 
-def create_script(profile: ClusterProfile, recipe: EnvRecipe, *, scaletrain_dir: str) -> str:
+def create_script(profile: ClusterProfile, recipe: EnvRecipe, *, scaletrain_dir: str,
+                  final: str | None = None) -> str:
     """The bash that builds ``recipe.directory`` on ``profile``'s software (ends with a newline).
 
-    ``scaletrain_dir`` is the folder of the running ``scaletrain`` package (copied in).
+    ``scaletrain_dir`` is the folder of the running ``scaletrain`` package (copied in); ``final``
+    the folder the build is moved to once complete (``envs.finished``), for the last message.
     """
     d = q(check_venv_dir("DIR", check_text("DIR", recipe.directory)))
     pkg = " ".join(q(p) for p in recipe.packages)
@@ -131,5 +133,5 @@ def create_script(profile: ClusterProfile, recipe: EnvRecipe, *, scaletrain_dir:
               "# the job's imports, checked here rather than after its wait in the queue",
               f"{'' if not recipe.image else run + ' '}{d}/bin/python -c "
               f"{q('import scaletrain, torch' + ''.join(', ' + p for p in recipe.packages))}",
-              f"echo \"scaletrain: made {recipe.directory}\" >&2"]
+              f"echo \"scaletrain: made {final or recipe.directory}\" >&2"]
     return "\n".join(lines) + "\n"

@@ -58,7 +58,7 @@ def log_files(run: RunFolder) -> list[Path]:
     return list(run.logs)
 
 
-def _pieces(fh: IO[bytes], *, whole_lines: bool = True) -> Iterator[str]:
+def pieces(fh: IO[bytes], *, whole_lines: bool = True) -> Iterator[str]:
     """The file's lines as text, a line longer than LINE_BYTES in pieces (memory stays bounded);
     without ``whole_lines``, blocks of LINE_BYTES that may end mid-line (fast: nothing to filter)."""
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -93,9 +93,23 @@ def read_lines(run_dir: str | Path, *, rank: int | None = None,
             continue
         keep = _Filter(rank)
         with fh:
-            for piece in _pieces(fh, whole_lines=rank is not None):
-                if keep(piece):
-                    yield piece
+            try:
+                for piece in pieces(fh, whole_lines=rank is not None):
+                    if keep(piece):
+                        yield piece
+            except OSError as exc:  # a read's: the caller's writes fail in the caller, not here
+                if on_note is not None:
+                    on_note(unreadable_note(path, fh, exc))
+
+
+def unreadable_note(path: Path, fh: IO[bytes], exc: OSError) -> str:
+    """The note for an output file whose reading failed part-way: named an error of reading
+    (the disk's), never one of writing the output."""
+    try:
+        where = f" at byte {fh.tell()}"
+    except (OSError, ValueError):
+        where = ""
+    return f"{path.name}: cannot read on{where}: {exc.strerror or exc}; the rest of it is not shown"
 
 
 class _Tail:
@@ -137,7 +151,13 @@ class _Tail:
         keep = self.filters.setdefault(path, _Filter(self.rank))
         fh.seek(offset)
         while True:
-            raw = fh.readline(LINE_BYTES)
+            try:
+                raw = fh.readline(LINE_BYTES)
+            except OSError as exc:
+                if path not in self.skipped:
+                    self.skipped.add(path)
+                    self._note(unreadable_note(path, fh, exc))
+                break
             if not raw or (not final and not raw.endswith(b"\n") and len(raw) < LINE_BYTES):
                 break            # half a line: wait for the rest (a line's prefix names its rank)
             offset += len(raw)

@@ -21,7 +21,7 @@ import html
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 
 from scaletrain.checkpoint import layout
 from scaletrain.contract import COMMIT_MARKER, STEP_DIR_PREFIX, generated_for
@@ -30,22 +30,40 @@ from scaletrain.fileio import open_regular
 from scaletrain.jobs import gpus as gpu_files
 from scaletrain.jobs import runfolder
 from scaletrain.jobs.svg import line_chart
+from scaletrain.jobs.thin import MAX_POINTS, Thinned
 from scaletrain.slurm.parse import is_count, parse_duration_seconds, parse_mem_mib
 
 if TYPE_CHECKING:
     from scaletrain.clusters.profile import ClusterProfile
 
 REPORT_NAME = "report.html"
-MAX_POINTS = 600        # points per chart line: a long run is thinned, not drawn step by step
+MAX_RUNS = 1000         # runs (start lines) kept; a real job is requeued a few dozen times at most
+MAX_FINDINGS = 200      # findings listed; the rest are counted in a note
 
 
 @dataclass(kw_only=True)
 class RunPart:
-    """One run of the job (a requeue starts another) as the Monitor recorded it."""
+    """One run of the job (a requeue starts another) as the Monitor recorded it.
+
+    Its step records are not kept (a long run has millions): their count, the last one and the
+    chart lines, thinned to a bound as they stream past.
+    """
 
     start: dict[str, Any]
-    steps: list[dict[str, Any]] = field(default_factory=list)
+    steps: int = 0                                  # step records read
+    last: dict[str, Any] | None = None              # the last step record
+    speed: Thinned[tuple[float, float]] = field(default_factory=Thinned)   # (t, samples/s)
+    loss: Thinned[tuple[float, float]] = field(default_factory=Thinned)    # (step, loss)
     summary: dict[str, Any] | None = None
+
+    def add_step(self, rec: dict[str, Any]) -> None:
+        """Take one ``step`` record into the count, the last step and the chart lines."""
+        self.steps += 1
+        self.last = rec
+        if isinstance(rec.get("samples_per_s"), (int, float)):
+            self.speed.add((rec["t"], rec["samples_per_s"]))
+        if isinstance(rec.get("loss"), (int, float)):
+            self.loss.add((rec["step"], rec["loss"]))
 
     @property
     def offset(self) -> int:
@@ -59,7 +77,7 @@ class RunPart:
         counted = self.summary.get("steps") if self.summary else None
         if isinstance(counted, int) and not isinstance(counted, bool):
             return counted
-        return int(self.steps[-1]["step"]) if self.steps else 0
+        return int(self.last["step"]) if self.last else 0
 
 
 @dataclass(kw_only=True)
@@ -82,8 +100,8 @@ class Report:
     def last_step(self) -> int | None:
         """The program's last recorded step (resume point + the last run's count)."""
         for part in reversed(self.parts):
-            if part.steps:
-                return part.offset + int(part.steps[-1]["step"])
+            if part.last:
+                return part.offset + int(part.last["step"])
         return None
 
     @property
@@ -95,21 +113,55 @@ class Report:
         return None
 
 
-def split_runs(records: list[dict[str, Any]]) -> tuple[list[RunPart], list[dict[str, Any]]]:
-    """The records of metrics.jsonl as runs (one per ``start`` line) and the findings."""
+def split_runs(records: Iterable[dict[str, Any]]) -> tuple[list[RunPart], list[dict[str, Any]], list[str]]:
+    """The records of metrics.jsonl, streamed, as runs (one per ``start`` line), the findings and
+    notes on what was left out: memory stays bounded whatever the file's size (the step
+    records are counted and thinned, at most MAX_RUNS runs and MAX_FINDINGS findings kept)."""
     parts: list[RunPart] = []
     findings: list[dict[str, Any]] = []
+    dropped_runs = dropped_findings = 0
     for rec in records:
         kind = rec.get("type")
         if kind == "start" or (not parts and kind == "step"):
             parts.append(RunPart(start=rec if kind == "start" else {}))
+            if len(parts) > MAX_RUNS:           # the latest runs are the ones a user asks about
+                del parts[0]
+                dropped_runs += 1
         if kind == "step":
-            parts[-1].steps.append(rec)
+            parts[-1].add_step(rec)
         elif kind == "summary" and parts:
             parts[-1].summary = rec
         elif kind == "event":
-            findings.append(rec)
-    return parts, findings
+            if len(findings) < MAX_FINDINGS:
+                findings.append(rec)
+            else:
+                dropped_findings += 1
+    notes = []
+    if dropped_runs:
+        notes.append(f"metrics.jsonl has {dropped_runs + MAX_RUNS} runs: the first {dropped_runs} "
+                     f"are left out of the figures (the last {MAX_RUNS} are shown)")
+    if dropped_findings:
+        notes.append(f"{dropped_findings} more findings not listed (the first {MAX_FINDINGS} are)")
+    return parts, findings, notes
+
+
+def _read_runs(path: Path) -> tuple[list[RunPart], list[dict[str, Any]], list[str]]:
+    """:func:`split_runs` of the metrics file; an error of the disk is a note naming it (the
+    figures then cover the records before it), never "runs: 0" as if nothing was recorded."""
+    failed: list[OSError] = []
+
+    def records() -> Iterator[dict[str, Any]]:
+        try:
+            yield from runfolder.iter_records(path)
+        except OSError as exc:
+            failed.append(exc)
+
+    parts, findings, notes = split_runs(records())
+    if failed:
+        what = ("the figures cover the records before the error" if parts or findings else
+                "throughput, steps, GPU use and memory are unknown")
+        notes.append(f"cannot read {path}: {failed[0].strerror or failed[0]}; {what}")
+    return parts, findings, notes
 
 
 def build(run_dir: str | Path, *, env: Mapping[str, str] | None = None, use_sacct: bool = True) -> Report:
@@ -118,7 +170,8 @@ def build(run_dir: str | Path, *, env: Mapping[str, str] | None = None, use_sacc
     if not runfolder.is_dir(run.path):
         raise UsageError(f"no run folder {run_dir}", "give a folder from 'scaletrain status' or a Monitor folder")
     notes = list(run.notes)
-    parts, findings = split_runs(runfolder.read_metrics(run.metrics)) if run.metrics else ([], [])
+    parts, findings, read_notes = _read_runs(run.metrics) if run.metrics else ([], [], [])
+    notes += read_notes
     if run.metrics is None:
         notes.append("no Monitor records (metrics.jsonl): throughput, steps, GPU use and memory are unknown")
     acct: list[dict[str, str]] = []
@@ -216,9 +269,9 @@ def figures(rep: Report) -> dict[str, Any]:
     weight = sum(n for _, _, n in out["run_rates"])
     out["samples_per_s"] = (sum(r * n for _, r, n in out["run_rates"]) / weight if weight
                             else (out["run_rates"][-1][1] if out["run_rates"] else None))
-    out["steps_recorded"] = sum(len(p.steps) for p in rep.parts)
-    redone = [prev.offset + int(prev.steps[-1]["step"]) - cur.offset
-              for prev, cur in zip(rep.parts, rep.parts[1:]) if prev.steps]
+    out["steps_recorded"] = sum(p.steps for p in rep.parts)
+    redone = [prev.offset + int(prev.last["step"]) - cur.offset
+              for prev, cur in zip(rep.parts, rep.parts[1:]) if prev.last]
     out["steps_redone"] = sum(max(0, r) for r in redone)
     out["between_runs_s"] = _between_runs(rep.parts)
     elapsed = [parse_duration_seconds(r.get("Elapsed")) or 0 for r in rep.acct]
@@ -245,8 +298,8 @@ def _between_runs(parts: list[RunPart]) -> float | None:
     gaps = []
     for prev, cur in zip(parts, parts[1:]):
         began, then = prev.start.get("time"), cur.start.get("time")
-        if isinstance(began, (int, float)) and isinstance(then, (int, float)) and prev.steps:
-            gaps.append(max(0.0, float(then) - (float(began) + float(prev.steps[-1].get("t", 0.0)))))
+        if isinstance(began, (int, float)) and isinstance(then, (int, float)) and prev.last:
+            gaps.append(max(0.0, float(then) - (float(began) + float(prev.last.get("t", 0.0)))))
     return sum(gaps) if gaps else None
 
 
@@ -344,11 +397,9 @@ def render_html(rep: Report) -> str:
     speed, loss = [], []
     for i, part in enumerate(rep.parts):
         base = (part.start.get("time", t0) - t0) if t0 is not None and isinstance(part.start.get("time"), float) else 0.0
-        speed.append((f"run {i + 1}", _thin([(base + s["t"], s["samples_per_s"]) for s in part.steps
-                                             if isinstance(s.get("samples_per_s"), (int, float))])))
-        loss.append((f"run {i + 1}", _thin([(part.offset + s["step"], s["loss"]) for s in part.steps
-                                            if isinstance(s.get("loss"), (int, float))])))
-    g0 = min((p[0] for g in rep.gpus for p in g.points), default=0.0)
+        speed.append((f"run {i + 1}", [(base + t, v) for t, v in part.speed.drawn()]))
+        loss.append((f"run {i + 1}", [(part.offset + n, v) for n, v in part.loss.drawn()]))
+    g0 = min((g.first_t for g in rep.gpus if g.first_t is not None), default=0.0)
     gpu_util = [(g.label, _thin([(t - g0, u) for t, u, _ in g.points if u is not None])) for g in rep.gpus]
     gpu_mem = [(g.label, _thin([(t - g0, m) for t, _, m in g.points if m is not None])) for g in rep.gpus]
     charts = [line_chart("throughput (samples/s) over time since the first start (s)", speed),

@@ -292,10 +292,3 @@ def iter_records(path: Path, clean: Callable[[Any], dict[str, Any] | None] = cle
             if rec is not None:
                 yield rec
 
-
-def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """Every record of metrics.jsonl (for the report), unreadable lines skipped."""
-    try:
-        return list(iter_records(path))
-    except OSError:
-        return []

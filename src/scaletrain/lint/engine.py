@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Mapping
 
 from scaletrain.contract import CLUSTER_VAR, generated_for
 from scaletrain.errors import UsageError
+from scaletrain.fileio import read_user_file
 from scaletrain.lint import rules_cluster, rules_launch, rules_program, rules_sbatch, rules_shell  # noqa: F401  (registers rules)
 from scaletrain.lint.findings import ERROR, RULES, Finding, LintContext
 from scaletrain.lint.job import read_request
@@ -52,42 +52,9 @@ class LintResult:
 
 
 def _read_bounded(path: str, hint: str) -> bytes:
-    """The bytes of a regular file of at most ``MAX_BYTES``; anything else is refused.
-
-    Opened non-blocking and checked with fstat on the open file (no race with a rename): a
-    FIFO would block forever and /dev/zero never ends. A bigger file is refused whole rather
-    than cut, since half a script reports syntax errors that are not there.
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no such file", "check the path") from None
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read: {exc.strerror or exc}", "check the path and its permissions") from None
-    try:
-        info = os.fstat(fd)
-        if stat.S_ISDIR(info.st_mode):
-            raise UsageError(f"{path}: is a directory, not a batch script", hint)
-        if not stat.S_ISREG(info.st_mode):
-            raise UsageError(f"{path}: not a regular file (a device, pipe or socket)", hint)
-        if info.st_size > MAX_BYTES:
-            raise UsageError(f"{path}: {info.st_size / 2**20:.1f} MiB; lint reads batch scripts of up to "
-                             f"{MAX_BYTES // 2**20} MiB", "a job script this big is generated: lint the "
-                             "generator's template, or split the work into smaller scripts")
-        chunks, size = [], 0
-        while size <= MAX_BYTES:      # the file may grow while read: never past the bound
-            chunk = os.read(fd, min(1 << 20, MAX_BYTES + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read: {exc.strerror or exc}", "check the path and its permissions") from None
-    finally:
-        os.close(fd)
-    if size > MAX_BYTES:
-        raise UsageError(f"{path}: grew past {MAX_BYTES // 2**20} MiB while read", "lint it once it is written")
-    return b"".join(chunks)
+    """The bytes of a regular file of at most ``MAX_BYTES``; anything else is refused
+    (:func:`scaletrain.fileio.read_user_file`, the rules every user file is read by)."""
+    return read_user_file(path, what="a batch script", hint=hint, limit=MAX_BYTES)
 
 
 def read_script(path: str) -> str:

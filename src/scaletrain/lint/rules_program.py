@@ -14,6 +14,8 @@ import re
 import tokenize
 from typing import Iterable
 
+from scaletrain.errors import UsageError
+from scaletrain.fileio import read_user_file
 from scaletrain.lint.findings import ERROR, WARNING, Finding, LintContext, Step, finding, rule
 from scaletrain.lint.rules_launch import step_tasks_per_node
 
@@ -50,13 +52,13 @@ def program_text(ctx: LintContext, step: Step) -> str | None:
     if base is None:
         return None
     path = os.path.join(base, word.value)
-    try:
-        if not os.path.isfile(path) or os.path.getsize(path) > PROGRAM_MAX_BYTES:
-            return None
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read()
-    except OSError:
+    if not os.path.exists(path):
         return None
+    try:                # the rules of every user file: a pipe or device is not waited on
+        data = read_user_file(path, what="a program", hint="", limit=PROGRAM_MAX_BYTES)
+    except UsageError:
+        return None     # not read: the rules that need it stay silent, as for a generated one
+    return data.decode("utf-8", errors="replace")
 
 
 def python_code(source: str) -> str:

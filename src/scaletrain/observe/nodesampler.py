@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from scaletrain.contract import GPU_SAMPLES_PREFIX
+from scaletrain.errors import UsageError
 from scaletrain.fileio import json_text
 from scaletrain.observe.devices import Backend, open_backend
 
@@ -83,11 +84,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("dir")
     parser.add_argument("--interval", type=float, default=10.0)
     args = parser.parse_args(argv)
+    out = Path(args.dir)
+    if out.exists() and not out.is_dir():
+        print(UsageError(f"{args.dir} is not a folder: the sampler writes gpus-<host>.jsonl into a "
+                         "folder", "give the run folder (it is created if missing)").render(),
+              file=sys.stderr)
+        return 2
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     backend, vendor, reason = first_backend()
-    sample_loop(Path(args.dir), max(1.0, args.interval), backend, vendor=vendor, reason=reason, stop=stop)
+    try:
+        sample_loop(out, max(1.0, args.interval), backend, vendor=vendor, reason=reason, stop=stop)
+    except OSError as exc:     # a full or read-only disk ends the sampling, never the job
+        print(f"scaletrain: GPU sampler stopped: cannot write in {args.dir}: {exc.strerror or exc}",
+              file=sys.stderr)
     return 0
 
 

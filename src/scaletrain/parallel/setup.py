@@ -229,6 +229,12 @@ def _check_inputs(model: Any, optimizer: Any, spec: StrategySpec,
         raise UsageError(f"scaletrain.setup() needs a torch.nn.Module as the model, got a "
                          f"{type(model).__name__}",
                          "model, optimizer = scaletrain.setup(model, optimizer, strategy=...)")
+    if model is not None and any(getattr(t, "is_meta", False)
+                                 for t in (*model.parameters(), *model.buffers())):
+        raise UsageError("scaletrain.setup(): the model's parameters are on the meta device (shapes "
+                         "without values), which no strategy can move or train",
+                         "give them values first: model.to_empty(device='cpu'), then initialise "
+                         "them (reset_parameters() or load_state_dict()), then call setup()")
     if optimizer is not None and not hasattr(optimizer, "param_groups"):
         raise UsageError(f"scaletrain.setup() needs a torch optimizer (or None) as the "
                          f"optimizer, got a {type(optimizer).__name__}",

@@ -112,17 +112,19 @@ def render_summary(plan: Plan) -> str:
                      f"thread{'s' if p.threads_per_proc != 1 else ''} each")
     else:
         part = p.partition or "(chosen by Slurm)"
-        lines.append(f"scaletrain plan: {p.cluster}, partition {part}: {p.nodes} node{'s' if p.nodes != 1 else ''}"
-                     f" x {p.gpus_per_node} {p.profile.gpu_model} = {p.gpus} GPU{'s' if p.gpus != 1 else ''}, "
+        nodes = f"{p.nodes} node{'s' if p.nodes != 1 else ''}"
+        gpus = (f" x {p.gpus_per_node} {p.profile.gpu_model} = {p.gpus} GPU{'s' if p.gpus != 1 else ''}"
+                if p.profile.gpus_per_node else " without GPUs (the script requests none: a CPU-only cluster)")
+        lines.append(f"scaletrain plan: {p.cluster}, partition {part}: {nodes}{gpus}, "
                      f"{p.world_size} process{'es' if p.world_size != 1 else ''} ({p.launcher})")
         # in G like the node figures beside it (the script keeps Slurm's exact MiB form)
         mem = f", {p.mem_per_proc_gb:.1f}G memory".replace(".0G", "G") if p.mem_per_proc_gb else ""
         per = p.gpus_per_node / p.procs_per_node
-        share = f"{per:g} GPU{'s' if per > 1 else ''}" if p.gpus_per_node else "no GPU"
+        share = f"{per:g} GPU{'s' if per > 1 else ''}" if p.profile.gpus_per_node else "no GPU"
         lines.append(f"  per process: {share}, {p.threads_per_proc} CPU core{'s' if p.threads_per_proc != 1 else ''}"
                      f"{mem}; Slurm tasks: {p.tasks_per_node} per node x {p.cpus_per_task} CPUs"
                      + (f", --mem={p.mem}" if p.mem else ""))
-        used = p.gpus * p.time_seconds / 3600 / p.profile.gpus_per_billing_unit
+        used = (p.gpus if p.profile.gpus_per_node else 0) * p.time_seconds / 3600 / p.profile.gpus_per_billing_unit
         lines.append(f"  time {p.time} -> {billing_text(p.gpu_hours, used, p.profile)}")
     if p.device == "cpu" and p.scheduler == "slurm":
         lines.append(f"  device: cpu ({DEVICE_VAR}=cpu; GPUs, if any, are left unused)")
