@@ -11,7 +11,6 @@ and the pre-sbatch check ask: "is this a finished environment, or why not".
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import secrets
@@ -19,7 +18,7 @@ import shutil
 import socket
 from pathlib import Path
 
-from scaletrain.fileio import atomic_write, fsync_dir, read_json_object
+from scaletrain.fileio import atomic_write, fsync_dir, json_text, read_json_object
 
 ENV_MARKER = "scaletrain-env.json"     # written last into an environment env create finished
 STAMP = ".scaletrain-building.json"    # written first into a partial build: who builds it
@@ -51,7 +50,7 @@ def partial_dir(target: Path) -> Path:
     """A fresh hidden folder beside ``target`` to build in, stamped with this process."""
     partial = target.parent / f".{target.name}.partial-{secrets.token_hex(4)}"
     partial.mkdir(parents=True)
-    atomic_write(partial / STAMP, json.dumps({"host": socket.gethostname(), "pid": os.getpid()}))
+    atomic_write(partial / STAMP, json_text({"host": socket.gethostname(), "pid": os.getpid()}))
     return partial
 
 
@@ -106,7 +105,7 @@ def finish(partial: Path, target: Path, record: dict[str, str]) -> None:
         if fixed != data:
             atomic_write(path, fixed, mode=path.stat().st_mode & 0o7777)
     (partial / STAMP).unlink()
-    atomic_write(partial / ENV_MARKER, json.dumps(record, indent=1) + "\n")
+    atomic_write(partial / ENV_MARKER, json_text(record, indent=1) + "\n")
     os.rename(partial, target)
     fsync_dir(target.parent)
 

@@ -124,8 +124,11 @@ def render_summary(plan: Plan) -> str:
         lines.append(f"  per process: {share}, {p.threads_per_proc} CPU core{'s' if p.threads_per_proc != 1 else ''}"
                      f"{mem}; Slurm tasks: {p.tasks_per_node} per node x {p.cpus_per_task} CPUs"
                      + (f", --mem={p.mem}" if p.mem else ""))
-        used = (p.gpus if p.profile.gpus_per_node else 0) * p.time_seconds / 3600 / p.profile.gpus_per_billing_unit
-        lines.append(f"  time {p.time} -> {billing_text(p.gpu_hours, used, p.profile)}")
+        if p.profile.gpus_per_node:
+            used = p.gpus * p.time_seconds / 3600 / p.profile.gpus_per_billing_unit
+            lines.append(f"  time {p.time} -> {billing_text(p.gpu_hours, used, p.profile)}")
+        else:   # a CPU-only cluster: no GPU unit to bill in
+            lines.append(f"  time {p.time} -> 0 GPU-hours billed")
     if p.device == "cpu" and p.scheduler == "slurm":
         lines.append(f"  device: cpu ({DEVICE_VAR}=cpu; GPUs, if any, are left unused)")
     if p.stage is not None:
