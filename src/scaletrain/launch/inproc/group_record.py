@@ -125,13 +125,24 @@ def patch_c10d(c10d: Any) -> None:  # torch.distributed.distributed_c10d, patche
 
 
 def _recording_teardown(destroy: Any) -> Any:
-    """``destroy_process_group``, recording first that this worker tears its default group
-    down: its training is over (the launcher's teardown watch, launch/teardown.py)."""
+    """``destroy_process_group`` of the default group, after recording that this worker's
+    training is over (the launcher's teardown watch, launch/teardown.py) and letting gloo's
+    worker threads go idle.
+
+    Why the wait: right after the last step a gloo thread may still be dropping its last
+    work, which takes the GIL to free the tensors' Python objects (runtime/settle.py). torch's
+    shutdown of the group waits for its threads while the main thread holds the GIL: a
+    deadlock when it comes first (the teardown hang of issue 39). The wait releases the GIL
+    until every gloo thread sleeps, at most a few seconds.
+    """
 
     @functools.wraps(destroy)
     def destroy_process_group(*args: Any, **kwargs: Any) -> Any:
         if (args[0] if args else kwargs.get("group")) is None:
             _write("teardown", {"rank": _STATE.get("rank"), "pid": os.getpid()})
+            from scaletrain.runtime import settle  # torch-free; imported only when used
+
+            settle.settle_gloo_workers()
         return destroy(*args, **kwargs)
 
     return destroy_process_group
