@@ -109,7 +109,8 @@ class TeardownWatch:
         self._since, self._ticks = now, {r: _cpu_ticks(i.pid) for r, i in alive.items()}
         if not waiting:
             return  # asked again one wait later
-        dumps = hang.stacks_of(self.run_dir, skip=set(infos) - set(waiting))
+        others = set(rundir.read_rank_infos(self.run_dir)) - set(waiting)  # other nodes' too
+        dumps = hang.stacks_of(self.run_dir, skip=others)
         for rank, info in sorted(waiting.items()):
             frame = hang.main_thread_frame(dumps.get(rank, ""), info.thread)
             if frame is not None and not frame.waiting:
