@@ -43,6 +43,12 @@ STOP_SIGNALS_VAR = "SCALETRAIN_STOP_SIGNALS"  # format_stop_signals(...) or "non
 # Read by the runtime and the launcher only, set by the user to wait longer for a slow start.
 RESOLVE_WAIT_VAR = "SCALETRAIN_RESOLVE_TIMEOUT"        # seconds to retry a MASTER_ADDR that does not resolve
 RENDEZVOUS_WAIT_VAR = "SCALETRAIN_RENDEZVOUS_TIMEOUT"  # seconds to wait for every rank to join
+# Set by the user: "1" runs torch's elastic agent as it is, without scaletrain's patches to it
+# (launch/adapter.py), the way out when a torch lacks a private name a patch needs.
+TORCH_AS_IS_VAR = "SCALETRAIN_TORCH_AS_IS"
+# Read by the launcher, set by the user: seconds the workers of a run whose training finished
+# may take to tear down before the launcher names them, stops them and exits (launch/teardown.py).
+TEARDOWN_WAIT_VAR = "SCALETRAIN_TEARDOWN_TIMEOUT"
 NESTED_VAR = "SCALETRAIN_NESTED_SPAWN"   # "1" in the workers a worker spawns itself
 # The port of the agent's store, as the worker was started with it (inherited, never rewritten,
 # by the processes the program spawns): a rendezvous elsewhere is the program's own.

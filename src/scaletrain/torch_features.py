@@ -45,17 +45,12 @@ def agent_reads_signals_env() -> bool:
     release that also added ``LaunchConfig.signals_to_handle``), rather than always handling
     SIGTERM, SIGINT, SIGHUP and SIGQUIT (2.6.0 to 2.9.1).
 
-    Read from the method's source: its behaviour cannot be observed without starting workers.
-    Where the source cannot be read (a frozen build), the answer is False and the launcher's
-    fallback (:func:`scaletrain.launch.patches.torch_leaves_forwarded_signals`) applies, which
-    is correct either way.
+    Read from the method's code (:func:`mentions`): its behaviour cannot be observed without
+    starting workers.
     """
     from torch.distributed.elastic.multiprocessing import api
 
-    try:
-        return SIGNALS_ENV in inspect.getsource(api.PContext.start)
-    except (OSError, TypeError):
-        return False
+    return mentions(api.PContext.start, SIGNALS_ENV)
 
 
 @lru_cache(maxsize=None)
@@ -133,52 +128,74 @@ def fsdp_on_cpu() -> bool:
     return hasattr(torch.cpu.Stream, "record_event")
 
 
-# What the launcher's patches of the elastic agent (scaletrain.launch.patches) replace: each is
-# asked at each patch, not cached (tests replace these names), and where torch lacks one the
-# patch leaves torch as it is. All are present in the installed release the tests run on
-# (tests/unit/test_torch_features.py says so when one goes missing).
-
-def rendezvous_names_events() -> bool:
-    """Whether the dynamic rendezvous names its log events with ``get_method_name``."""
-    from torch.distributed.elastic.rendezvous import dynamic_rendezvous as rdzv
-
-    return callable(getattr(rdzv, "get_method_name", None))
+# The torch release the range script tested last (constraints/torch-newest.txt pins the same; a
+# unit test holds them together). A newer torch gets one line at launch (launch/adapter.py).
+NEWEST_TESTED = "2.15.0"
 
 
-def rendezvous_skews_first_join() -> bool:
-    """Whether the dynamic rendezvous pauses through its module's ``_delay`` (a random
-    ``(0, 0.3)`` s before its first join)."""
-    from torch.distributed.elastic.rendezvous import dynamic_rendezvous as rdzv
+def mentions(function: Any, name: str) -> bool:
+    """Whether ``function``'s code names ``name`` (an attribute or global it looks up, or a
+    string constant), in its own code or a function defined inside it.
 
-    return callable(getattr(rdzv, "_delay", None))
-
-
-def pcontext_closes() -> bool:
-    """Whether the agent's worker context has ``PContext.close`` (which ends the workers
-    through ``_close``, then stops its log tailers)."""
-    from torch.distributed.elastic.multiprocessing import api
-
-    return callable(getattr(api.PContext, "close", None))
-
-
-def agent_terminate_handler() -> bool:
-    """Whether the worker context installs its stop-now handler by the module-level name
-    ``_terminate_process_handler`` (looked up when ``PContext.start`` runs)."""
-    from torch.distributed.elastic.multiprocessing import api
-
-    return callable(getattr(api, "_terminate_process_handler", None))
+    How a private name torch uses inside a method is found without reading source files (a
+    frozen build has none) and without running the method: ``SimpleElasticAgent.__init__``
+    sets ``_remaining_restarts`` exactly when its code holds that name.
+    """
+    code = getattr(function, "__code__", None)
+    stack = [code] if code is not None else []
+    while stack:
+        current = stack.pop()
+        if name in current.co_names or name in current.co_consts:
+            return True
+        stack.extend(c for c in current.co_consts if hasattr(c, "co_names"))
+    return False
 
 
-def subprocess_context_closes() -> bool:
-    """Whether the subprocess worker context stops its workers in ``_close``."""
-    from torch.distributed.elastic.multiprocessing import api
+def python_exit_steps() -> tuple[Callable[[], None], Callable[[], None]] | None:
+    """CPython's own exit steps, ``threading._shutdown`` (join non-daemon threads) and
+    ``atexit._run_exitfuncs``, or None where this Python lacks either (another
+    implementation): then a caller exits with ``sys.exit``."""
+    import atexit
+    import threading
 
-    return callable(getattr(api.SubprocessContext, "_close", None))
+    shutdown = getattr(threading, "_shutdown", None)
+    run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)
+    if not callable(shutdown) or not callable(run_exit_handlers):
+        return None
+    return shutdown, run_exit_handlers
 
 
-def agent_monitors_workers() -> bool:
-    """Whether ``elastic_launch`` builds the ``LocalElasticAgent`` it finds in
-    ``torch.distributed.launcher.api`` and polls its workers through ``_monitor_workers``."""
-    import torch.distributed.launcher.api as api
+def run_atexit_handlers() -> None:
+    """Run the ``atexit`` handlers now (before an ``os._exit``); nothing where Python lacks
+    ``atexit._run_exitfuncs``."""
+    steps = python_exit_steps()
+    if steps is not None:
+        steps[1]()
 
-    return callable(getattr(getattr(api, "LocalElasticAgent", None), "_monitor_workers", None))
+
+def pg_timeout_setter() -> Callable[[Any, Any], None] | None:
+    """torch's ``distributed_c10d._set_pg_timeout(timeout, group)``, which changes an existing
+    group's timeout in place (every release from 2.6.0 to 2.15.0), or None where it is gone or
+    takes other arguments: then groups keep the timeout they were created with."""
+    from torch.distributed import distributed_c10d as c10d
+
+    setter = getattr(c10d, "_set_pg_timeout", None)
+    if not callable(setter) or ordered_parameters(setter)[:2] != ("timeout", "group"):
+        return None
+    return setter
+
+
+def process_groups() -> list[Any] | None:
+    """Every process group this process created (``distributed_c10d._world.pg_map``'s keys),
+    or None where torch keeps them elsewhere."""
+    from torch.distributed import distributed_c10d as c10d
+
+    pg_map = getattr(getattr(c10d, "_world", None), "pg_map", None)
+    return list(pg_map.keys()) if isinstance(pg_map, dict) else None
+
+
+def forget_answers() -> None:
+    """Drop every cached answer (tests that simulate another torch ask again)."""
+    for answer in (launch_config_fields, agent_reads_signals_env, dcp_parameters,
+                   dcp_default_stager, tail_logfile_parameters, schedule_scales_grads):
+        answer.cache_clear()

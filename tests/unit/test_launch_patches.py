@@ -17,7 +17,7 @@ from torch.distributed.elastic.multiprocessing.tail_log import TailLog  # noqa: 
 from torch.distributed.elastic.multiprocessing import tail_log  # noqa: E402
 from torch.distributed.elastic.rendezvous import dynamic_rendezvous as rdzv  # noqa: E402
 
-from scaletrain.launch import patches  # noqa: E402
+from scaletrain.launch import patches, tailer  # noqa: E402
 from scaletrain.launch.patches import (cheap_rendezvous_event_names, no_first_join_skew,  # noqa: E402
                                            prompt_tailers, stop_tailers_together)
 
@@ -192,7 +192,7 @@ def test_the_tailer_copies_bytes_exactly_with_one_prefix_per_line(tmp_path):
 
 
 def test_a_line_in_pieces_gets_one_prefix_and_a_filtered_line_stays_out_whole(tmp_path, monkeypatch):
-    monkeypatch.setattr(patches, "_PIECE", 4)   # every line arrives in pieces of 4 bytes
+    monkeypatch.setattr(tailer, "_PIECE", 4)   # every line arrives in pieces of 4 bytes
     log = tmp_path / "0.log"
     log.write_bytes(b"keep this line\nhide this line\nkeep\n")
     finished = _NoSleep()

@@ -26,14 +26,9 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture(autouse=True)
 def _fresh_answers():
     """Each feature test caches its answer for the process; a simulated torch needs new ones."""
-    cached = [torch_features.launch_config_fields, torch_features.agent_reads_signals_env,
-              torch_features.dcp_parameters, torch_features.dcp_default_stager,
-              torch_features.tail_logfile_parameters]
-    for function in cached:
-        function.cache_clear()
+    torch_features.forget_answers()
     yield
-    for function in cached:
-        function.cache_clear()
+    torch_features.forget_answers()
 
 
 def test_ci_tests_the_floor_that_pyproject_declares():
@@ -133,7 +128,11 @@ def test_this_torch_leaves_sigterm_to_the_launcher_one_way_or_another():
 
 
 def test_the_prompt_tailer_replaces_an_older_tailer_with_fewer_arguments(monkeypatch):
+    """The adapter's probe: ours takes every argument torch's tailer is given (2.6's five
+    included); a tailer with one ours does not take is a name the output copying lacks."""
     from torch.distributed.elastic.multiprocessing import tail_log
+
+    from scaletrain.launch.adapter import TAIL_LOGFILE_ARGS
 
     def older(header, file, dst, finished, interval_sec):  # torch 2.6's signature
         raise AssertionError("replaced")
@@ -142,12 +141,12 @@ def test_the_prompt_tailer_replaces_an_older_tailer_with_fewer_arguments(monkeyp
         raise AssertionError("kept")
 
     monkeypatch.setattr(tail_log, "tail_logfile", older)
+    assert TAIL_LOGFILE_ARGS.probe()
     patches.prompt_tailers()
     assert tail_log.tail_logfile is patches.tail_logfile
     torch_features.tail_logfile_parameters.cache_clear()
     monkeypatch.setattr(tail_log, "tail_logfile", other)
-    patches.prompt_tailers()
-    assert tail_log.tail_logfile is other
+    assert not TAIL_LOGFILE_ARGS.probe()
 
 
 @pytest.mark.parametrize("has_no_dist", [True, False])
@@ -261,22 +260,21 @@ def test_pipeline_evaluate_without_eval_names_the_torch_it_needs():
 
 
 def test_this_torch_has_what_every_launcher_patch_replaces():
-    """A torch that drops one of these names silently loses that patch (its speed-up, or on
-    2.6 to 2.9 the SIGTERM forwarding): say so here, where the fallback would hide it."""
-    guards = {name: getattr(torch_features, name)() for name in (
-        "rendezvous_names_events", "rendezvous_skews_first_join", "pcontext_closes",
-        "subprocess_context_closes", "agent_monitors_workers")}
-    assert all(guards.values()), guards
-    # the stop-now handler is looked up by name only where the agent takes no signal list
-    if "signals_to_handle" not in torch_features.launch_config_fields() \
-            and not torch_features.agent_reads_signals_env():
-        assert torch_features.agent_terminate_handler()
+    """Run on the oldest and newest torch by CI: a torch that drops one of these names turns a
+    speed patch off or refuses a launch; say so here first."""
+    from scaletrain.launch.adapter import PATCHES
+
+    assert {patch.name: patch.missing() for patch in PATCHES} == \
+        {patch.name: None for patch in PATCHES}
 
 
-def test_a_missing_name_turns_its_patch_off(monkeypatch):
-    from torch.distributed.elastic.rendezvous import dynamic_rendezvous as rdzv
+def test_the_newest_tested_torch_is_the_one_ci_pins():
+    pin = re.search(r"^torch==([0-9.]+)$", (REPO / "constraints" / "torch-newest.txt").read_text(),
+                    re.MULTILINE)
+    assert pin is not None and pin.group(1) == torch_features.NEWEST_TESTED
 
-    monkeypatch.delattr(rdzv, "_delay")
-    assert not torch_features.rendezvous_skews_first_join()
-    with patches.no_first_join_skew(True):
-        assert not hasattr(rdzv, "_delay")
+
+def test_the_runtimes_privates_are_found_on_this_torch():
+    assert torch_features.pg_timeout_setter() is not None
+    assert torch_features.process_groups() is not None
+    assert torch_features.python_exit_steps() is not None

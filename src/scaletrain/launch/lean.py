@@ -20,16 +20,15 @@ leaves that program's collector and exit alone. Nothing here imports torch.
 
 from __future__ import annotations
 
-import atexit
 import gc
 import os
 import sys
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import NoReturn
 
 from scaletrain import module_state
+from scaletrain.torch_features import python_exit_steps
 
 _STATE = {"cli": False, "collector_paused": False, "skip_teardown": False}
 module_state.register(__name__, "_STATE")
@@ -76,10 +75,10 @@ def leave(code: int) -> NoReturn:
     """
     if not _STATE["skip_teardown"]:
         sys.exit(code)
-    shutdown = getattr(threading, "_shutdown", None)
-    run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)
-    if shutdown is None or run_exit_handlers is None:
+    steps = python_exit_steps()  # CPython's privates, looked up in scaletrain.torch_features
+    if steps is None:
         sys.exit(code)
+    shutdown, run_exit_handlers = steps
     shutdown()            # joins non-daemon threads, as the interpreter's exit does first
     run_exit_handlers()   # then the atexit handlers (logging's flush, weakref finalizers)
     try:

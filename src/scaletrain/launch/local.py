@@ -32,9 +32,8 @@ from scaletrain.launch.group_check import verdict
 from scaletrain.launch.inproc.group_record import read_records
 from scaletrain.launch.mps import mps_daemon
 from scaletrain.launch import lean
-from scaletrain.launch.patches import (cheap_rendezvous_event_names, no_first_join_skew,
-                                       prompt_tailers, stop_tailers_together,
-                                       torch_leaves_forwarded_signals)
+from scaletrain.launch.adapter import check as check_torch
+from scaletrain.launch.patches import install_lasting, scoped_patches
 from scaletrain.launch.output import make_logs_specs, prefix_template
 from scaletrain.launch.ports import check_port_free
 from scaletrain.launch.reaper import ending_with_run
@@ -44,6 +43,7 @@ from scaletrain.launch.signals import TORCH_SIGNALS, forward_stop_signals, stop_
 from scaletrain.launch.spec import LaunchPlan
 from scaletrain.runtime.masteraddr import Target, resolve_or_fail, wait_limit
 from scaletrain.launch.supervise import run_folder, supervised_agent, worker_environ
+from scaletrain.launch.teardown import teardown_wait, watching_teardown
 from scaletrain.launch.inproc.worker import worker_args
 from scaletrain.torch_features import launch_config_fields
 
@@ -100,7 +100,8 @@ def _config(plan: LaunchPlan, logs_specs: object) -> LaunchConfig:
         run_id = uuid.uuid4().hex
     # Fields newer torch added (torch_features.launch_config_fields): passed where torch has
     # them. Without shutdown_timeout the agent waits its own 30 s before SIGKILL; without
-    # signals_to_handle, patches.torch_leaves_forwarded_signals keeps SIGTERM ours.
+    # signals_to_handle, patches.torch_leaves_forwarded_signals keeps SIGTERM ours (launch/adapter.py
+    # refuses a torch where it cannot).
     optional: dict[str, Any] = {
         "shutdown_timeout": _shutdown_timeout(),
         "signals_to_handle": TORCH_SIGNALS,  # SIGTERM: forwarded so workers can save (signals.py)
@@ -178,11 +179,10 @@ def launch(plan: LaunchPlan) -> int:
     lean.imports_done()
     _quiet_agent_logs()
 
+    adapter = check_torch(os.environ, max_restarts=plan.max_restarts)  # before any worker
+    install_lasting(adapter)
     log_dir = tempfile.mkdtemp(prefix="scaletrain_run_")
     logs_specs = make_logs_specs(log_dir, ranks=plan.ranks, node_rank=plan.node_rank)
-    stop_tailers_together()
-    prompt_tailers()
-    cheap_rendezvous_event_names()
     records = os.path.join(log_dir, "groups")
     os.mkdir(records)
     if plan.cpu:
@@ -204,13 +204,20 @@ def launch(plan: LaunchPlan) -> int:
                 run_folder(plan.run_dir) as run_dir, \
                 _scoped_environ({**plan.worker_env, **mps_env, **worker_environ(run_dir),
                                  GROUP_RECORD_VAR: records}), \
-                _scoped_signal_handlers(), torch_leaves_forwarded_signals(), \
-                no_first_join_skew(plan.rdzv_backend == "c10d" and plan.nnodes == 1), \
-                supervised_agent(run_dir, failures, plan.nproc_per_node * plan.nnodes):
+                _scoped_signal_handlers(), \
+                scoped_patches(adapter, one_node=plan.rdzv_backend == "c10d" and plan.nnodes == 1), \
+                supervised_agent(run_dir, failures, plan.nproc_per_node * plan.nnodes, adapter), \
+                watching_teardown(run_dir, records, _node_ranks(plan), teardown_wait()) as watch:
             config = _config(plan, logs_specs)
             try:
                 elastic_launch(config, plan.entrypoint)(*worker_args(plan.args))
             except ChildFailedError as exc:
+                if watch.ended_training():
+                    sys.stdout.flush()   # training finished; the lines above name who hung
+                    print("scaletrain: training finished; the ranks stuck in teardown were "
+                          "stopped", file=sys.stderr)
+                    _check_group(plan, records)
+                    return 0
                 stopped = stop_outcome(forwarding, (f.exitcode for f in exc.failures.values()))
                 if stopped is not None:  # a stop on purpose (75) or by our SIGTERM, no failure
                     sys.stdout.flush()
@@ -244,12 +251,17 @@ def launch(plan: LaunchPlan) -> int:
     return 0
 
 
+def _node_ranks(plan: LaunchPlan) -> list[int]:
+    """The global ranks of this node's workers."""
+    first = plan.node_rank * plan.nproc_per_node
+    return list(range(first, first + plan.nproc_per_node))
+
+
 def _alone(plan: LaunchPlan, records: str, *, crashed: bool) -> str | None:
     """The lone-worker warning for this node's workers, or None (see group_check.verdict)."""
     world = plan.nproc_per_node * plan.nnodes
-    first = plan.node_rank * plan.nproc_per_node
     return verdict(read_records(records), expected_world=world,
-                   local_ranks=[str(first + i) for i in range(plan.nproc_per_node)],
+                   local_ranks=[str(rank) for rank in _node_ranks(plan)],
                    cpu=plan.cpu, crashed=crashed)
 
 

@@ -1,9 +1,9 @@
-"""Every patch `scaletrain run` makes to torch's internals (and the one CPython private it
-calls), in one place, each beside the feature test that guards it.
+"""Every patch `scaletrain run` makes to torch's internals, in one place.
 
-The launcher's own process only. Each patch here changes how long the agent takes or which
-signals it handles, never what it does; each asks :mod:`scaletrain.torch_features` whether
-torch still has what it replaces and, where it does not, leaves torch as it is. Inside the
+The launcher's own process only. Some patches here change how long the agent takes; others
+(the output copying, the signals the agent handles, the restart policy) change what it does.
+Inside the
+workersInside the
 workers, patching torch *is* the feature (``--cpu``, the bounded rendezvous, the group
 records), so those patches stay with their features in :mod:`scaletrain.launch.inproc`; every
 one of them is installed in one place, ``inproc.worker_shim.activate``, when the program
@@ -13,25 +13,11 @@ imports the torch module it patches: ``rendezvous.patch_c10d``/``patch_multiproc
 ``cpu_smoke.clip_affinity`` (``os.sched_setaffinity``) and ``install_cuda_missing_hook``
 (``sys.excepthook``).
 
-=============================================  ==========================================================
-patch (what it replaces)                       guard (scaletrain.torch_features)
-=============================================  ==========================================================
-:func:`cheap_rendezvous_event_names`           ``rendezvous_names_events()``
-(``dynamic_rendezvous.get_method_name``)
-:func:`stop_tailers_together`                  ``pcontext_closes()``
-(``PContext.close``)
-:func:`prompt_tailers`                         ``tail_logfile_parameters()`` a prefix of ours
-(``tail_log.tail_logfile``)
-:func:`no_first_join_skew`                     ``rendezvous_skews_first_join()``
-(``dynamic_rendezvous._delay``, one block)
-:func:`torch_leaves_forwarded_signals`         ``launch_config_fields()``, ``agent_reads_signals_env()``,
-(``api._terminate_process_handler``)           ``agent_terminate_handler()``
-:func:`agent_hooks` (``LocalElasticAgent``,    ``agent_monitors_workers()``, ``subprocess_context_closes()``
-``SubprocessContext._close``, one block)
-=============================================  ==========================================================
-
-Not patches, kept with their owners: ``lean.leave`` calls CPython's ``threading._shutdown``
-and ``atexit._run_exitfuncs`` where they exist (else a plain ``sys.exit``), and ``local._config``
+Every private name these patches need is listed and looked up once, when a launch starts, by
+:mod:`scaletrain.launch.adapter`, which also decides which patches a launch makes
+(:func:`install_lasting`, :func:`scoped_patches`, :func:`agent_hooks`): a patch here assumes
+its names are there. ``lean.leave`` calls CPython's ``threading._shutdown`` and
+``atexit._run_exitfuncs`` through :mod:`scaletrain.torch_features`, and ``local._config``
 passes only the ``LaunchConfig`` fields torch has.
 
 Speed (issue 23: the launcher at or under torchrun's wall time); each is worth tens to
@@ -56,23 +42,44 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from threading import Event
-from typing import Any, TextIO
+from contextlib import ExitStack, contextmanager
+from typing import Any
 
+from scaletrain.launch.adapter import (EVENT_NAMES, FIRST_JOIN, OUTPUT, SIGNALS,
+                                      TAILERS_TOGETHER, Adapter)
 from scaletrain.launch.signals import FORWARDED, TORCH_SIGNALS
-from scaletrain.torch_features import (SIGNALS_ENV, agent_monitors_workers, agent_reads_signals_env,
-                                       agent_terminate_handler, launch_config_fields,
-                                       ordered_parameters, pcontext_closes, rendezvous_names_events,
-                                       rendezvous_skews_first_join, subprocess_context_closes,
-                                       tail_logfile_parameters)
+from scaletrain.launch.tailer import tail_logfile
+from scaletrain.torch_features import SIGNALS_ENV, agent_reads_signals_env, launch_config_fields
+
+
+def install_lasting(adapter: Adapter) -> None:
+    """The patches that stay for the process (each idempotent), where ``adapter`` found every
+    name they need."""
+    if TAILERS_TOGETHER in adapter:
+        stop_tailers_together()
+    if OUTPUT in adapter:
+        prompt_tailers()
+    if EVENT_NAMES in adapter:
+        cheap_rendezvous_event_names()
+
+
+@contextmanager
+def scoped_patches(adapter: Adapter, *, one_node: bool) -> Iterator[None]:
+    """The patches undone when the launch ends, where ``adapter`` found their names. Enter
+    after ``forward_stop_signals``, in the main thread."""
+    with ExitStack() as stack:
+        if SIGNALS in adapter:
+            stack.enter_context(torch_leaves_forwarded_signals())
+        if FIRST_JOIN in adapter:
+            stack.enter_context(no_first_join_skew(one_node))
+        yield
 
 
 def cheap_rendezvous_event_names() -> None:
     """Give the rendezvous's ``get_method_name`` a frame lookup instead of ``inspect.stack()``."""
     from torch.distributed.elastic.rendezvous import dynamic_rendezvous as rdzv
 
-    if not rendezvous_names_events() or getattr(rdzv.get_method_name, "_scaletrain", False):
+    if getattr(rdzv.get_method_name, "_scaletrain", False):
         return
 
     def get_method_name(depth: int = 2) -> str:
@@ -93,12 +100,11 @@ def stop_tailers_together() -> None:
     stderr) in turn; each ``stop()`` wakes its threads and waits for them, and a thread may be
     in its 0.1 s sleep. One after another that was ~0.2 s of every launch's exit. Here every
     tailer is told "finished" as soon as the workers are ended, so their last sleeps overlap;
-    each still reads its file to the end, so no line is lost. Idempotent; a no-op where torch's
-    internals differ from what is expected.
+    each still reads its file to the end, so no line is lost. Idempotent.
     """
     from torch.distributed.elastic.multiprocessing import api
 
-    if not pcontext_closes() or getattr(api.PContext.close, "_scaletrain_together", False):
+    if getattr(api.PContext.close, "_scaletrain_together", False):
         return
     close = api.PContext.close
 
@@ -107,8 +113,8 @@ def stop_tailers_together() -> None:
         events = [e for tail in tails for e in getattr(tail, "_finished_events", {}).values()]
         end_workers = self._close
 
-        def end_then_finish(**kwargs: Any) -> None:
-            end_workers(**kwargs)
+        def end_then_finish(*args: Any, **kwargs: Any) -> None:
+            end_workers(*args, **kwargs)
             for event in events:  # every tailer drains its file and leaves, together
                 event.set()
 
@@ -142,64 +148,9 @@ def prompt_tailers() -> None:
     """
     from torch.distributed.elastic.multiprocessing import tail_log
 
-    original = getattr(tail_log, "tail_logfile", None)
-    if not callable(original) or getattr(original, "_scaletrain", False):
+    if getattr(tail_log.tail_logfile, "_scaletrain", False):
         return
-    theirs, mine = tail_logfile_parameters(), ordered_parameters(tail_logfile)
-    if not theirs or mine[:len(theirs)] != theirs:
-        return  # torch's tailer takes what ours does not: ours would not be a drop-in
     tail_log.tail_logfile = tail_logfile  # TailLog.start looks the name up in the module
-
-
-def tail_logfile(header: str, file: str, dst: TextIO, finished: Event, interval_sec: float,
-                 log_line_filter: Callable[[str], bool] | None = None) -> None:
-    """torch's ``tail_logfile`` (same arguments, same prefixes), woken by ``finished``, and
-    byte for byte: torch reads the file as text, so a ``\\r`` became a line of its own and bytes
-    that are not UTF-8 were replaced. Here lines end at ``\\n`` only, their bytes are copied as
-    written, and a line written in pieces gets its prefix once, at its start."""
-    while not os.path.exists(file):
-        if finished.is_set():
-            return
-        finished.wait(interval_sec)
-    out = _ByteSink(dst)
-    at_start, keep = True, True
-    with open(file, "rb") as fp:
-        while True:
-            piece = fp.readline(_PIECE)
-            if piece:
-                if at_start:   # the filter judges a line by its start, once
-                    keep = log_line_filter is None or \
-                        log_line_filter(piece.decode("utf-8", errors="replace"))
-                if keep:
-                    out.write(header if at_start else "", piece)
-                at_start = piece.endswith(b"\n")
-            elif finished.is_set():  # at the end of the file, and the worker is done
-                break
-            else:
-                finished.wait(interval_sec)
-
-
-_PIECE = 1 << 16  # a line longer than this is copied in pieces (bounded memory)
-
-
-class _ByteSink:
-    """Writes a prefix and raw bytes to a text stream's byte buffer (a stream without one, such
-    as a StringIO, gets the bytes decoded)."""
-
-    def __init__(self, dst: TextIO) -> None:
-        self.dst = dst
-        self.raw = getattr(dst, "buffer", None)
-
-    def write(self, prefix: str, data: bytes) -> None:
-        if self.raw is None:
-            self.dst.write(prefix + data.decode("utf-8", errors="replace"))
-            return
-        self.dst.flush()   # whatever went through the text layer first stays first
-        self.raw.write(prefix.encode("utf-8") + data)
-        self.raw.flush()
-
-
-tail_logfile._scaletrain = True  # type: ignore[attr-defined]
 
 
 @contextmanager
@@ -213,7 +164,7 @@ def no_first_join_skew(one_node: bool) -> Iterator[None]:
     """
     from torch.distributed.elastic.rendezvous import dynamic_rendezvous as rdzv
 
-    if not one_node or not rendezvous_skews_first_join():
+    if not one_node:
         yield
         return
     delay = rdzv._delay
@@ -238,8 +189,8 @@ def torch_leaves_forwarded_signals() -> Iterator[None]:
     one (2.6 to 2.9) installs its stop-now handler for SIGTERM too when the workers start, which
     would end them without a chance to save: there, its handler passes the signals we forward to
     the handler that was in place when the block began (``signals.forward_stop_signals``'s).
-    Where even that handler cannot be found, torch is left as it is: a SIGTERM then stops the
-    workers at once, as torchrun would. Enter after ``forward_stop_signals``, in the main thread.
+    (The adapter refuses a launch where torch has none of the three.) Enter after
+    ``forward_stop_signals``, in the main thread.
     """
     if "signals_to_handle" in launch_config_fields():
         yield
@@ -256,7 +207,7 @@ def torch_leaves_forwarded_signals() -> Iterator[None]:
                 os.environ[SIGNALS_ENV] = saved
         return
     ours = {s: h for s in FORWARDED if callable(h := signal.getsignal(s))}
-    if not agent_terminate_handler() or not ours:
+    if not ours:
         yield
         return
     from torch.distributed.elastic.multiprocessing import api
@@ -275,37 +226,36 @@ def torch_leaves_forwarded_signals() -> Iterator[None]:
 
 
 @contextmanager
-def agent_hooks(after_monitor: Callable[[Any, Any], None],
-                before_close: Callable[[Any], None]) -> Iterator[None]:
+def agent_hooks(after_monitor: Callable[[Any, Any], None] | None,
+                before_close: Callable[[Any], None] | None) -> Iterator[None]:
     """Within the block, ``elastic_launch`` builds an agent that hands each result of its
     ``_monitor_workers`` to ``after_monitor(agent, result)``, and the worker process context
-    calls ``before_close(context)`` before it stops its workers (each where torch has the
-    method; what they decide is :mod:`.supervise`'s)."""
+    calls ``before_close(context)`` before it stops its workers (each unless None: the adapter
+    leaves out a hook whose names torch lacks; what they decide is :mod:`.supervise`'s)."""
     import torch.distributed.elastic.multiprocessing.api as mp_api
     import torch.distributed.launcher.api as api
 
-    base = api.LocalElasticAgent
-    base_close = mp_api.SubprocessContext._close if subprocess_context_closes() else None
+    with ExitStack() as stack:
+        if after_monitor is not None:
+            base = api.LocalElasticAgent
+            monitored = after_monitor  # bound here: the class body sees a non-None callable
 
-    def _close(ctx, *args, **kwargs):  # type: ignore[no-untyped-def]
-        before_close(ctx)
-        return base_close(ctx, *args, **kwargs)  # type: ignore[misc]
+            class _Agent(base):  # type: ignore[misc, valid-type]
+                def _monitor_workers(self, worker_group: Any) -> Any:
+                    result = super()._monitor_workers(worker_group)
+                    monitored(self, result)
+                    return result
 
-    class _Agent(base):  # type: ignore[misc, valid-type]
-        def _monitor_workers(self, worker_group: Any) -> Any:
-            result = super()._monitor_workers(worker_group)
-            after_monitor(self, result)
-            return result
+            setattr(api, "LocalElasticAgent", _Agent)
+            stack.callback(setattr, api, "LocalElasticAgent", base)
+        if before_close is not None:
+            base_close = mp_api.SubprocessContext._close
+            closing = before_close
 
-    monitors = agent_monitors_workers()
-    if monitors:
-        setattr(api, "LocalElasticAgent", _Agent)
-    if base_close is not None:
-        setattr(mp_api.SubprocessContext, "_close", _close)
-    try:
+            def _close(ctx: Any, *args: Any, **kwargs: Any) -> Any:
+                closing(ctx)
+                return base_close(ctx, *args, **kwargs)
+
+            setattr(mp_api.SubprocessContext, "_close", _close)
+            stack.callback(setattr, mp_api.SubprocessContext, "_close", base_close)
         yield
-    finally:
-        if monitors:
-            setattr(api, "LocalElasticAgent", base)
-        if base_close is not None:
-            setattr(mp_api.SubprocessContext, "_close", base_close)

@@ -142,3 +142,11 @@ def has_stacks(run_dir: str | os.PathLike[str]) -> bool:
     return any(p.stat().st_size > 0 for p in (Path(run_dir) / STACKS).glob("rank-*.txt"))
 
 
+def drop_empty_stacks(run_dir: str | os.PathLike[str]) -> None:
+    """Remove the stack files no one wrote to (workers keep theirs open until they exit)."""
+    for path in (Path(run_dir) / STACKS).glob("rank-*.txt"):
+        try:
+            if path.stat().st_size == 0:
+                path.unlink()
+        except OSError:
+            continue

@@ -29,6 +29,7 @@ from typing import Any
 from scaletrain.contract import AGENT_PID_VAR, EXIT_STOPPED, RUN_DIR_VAR
 from scaletrain.fileio import writable_dir
 from scaletrain.launch import rundir
+from scaletrain.launch.adapter import FORENSICS, RESTARTS, Adapter
 from scaletrain.launch.inproc import hang
 from scaletrain.launch.failure import FailedRank, describe, root_cause
 from scaletrain.launch.output import tail_lines
@@ -44,7 +45,10 @@ def run_folder(requested: str | None) -> Iterator[str]:
     removed at the end unless a hang left stacks in it."""
     if requested:
         writable_dir(requested, "--run-dir")   # one line before any worker starts, not a traceback
-        yield os.path.abspath(requested)
+        try:
+            yield os.path.abspath(requested)
+        finally:
+            rundir.drop_empty_stacks(requested)
         return
     path = tempfile.mkdtemp(prefix="scaletrain_rundir_")
     try:
@@ -102,10 +106,11 @@ def diagnose_before_close(handlers: Mapping[int, Any], stderrs: Mapping[int, str
 
 
 def supervised_agent(run_dir: str, failures: Callable[[Mapping[int, object]], list[FailedRank]],
-                     world_size: int) -> AbstractContextManager[None]:
+                     world_size: int, adapter: Adapter) -> AbstractContextManager[None]:
     """Make ``elastic_launch`` use an agent that skips pointless restarts and says when it
     restarts, and a process context that diagnoses silent timeouts before it stops workers
-    (installed by :func:`scaletrain.launch.patches.agent_hooks`).
+    (installed by :func:`scaletrain.launch.patches.agent_hooks`), each where ``adapter``
+    found the names it needs (:data:`~scaletrain.launch.adapter.RESTARTS`, ``FORENSICS``).
 
     ``failures(report)`` turns the agent's report (global rank -> ProcessFailure) into
     FailedRanks with their stderr tails and records.
@@ -119,7 +124,7 @@ def supervised_agent(run_dir: str, failures: Callable[[Mapping[int, object]], li
             print(f"scaletrain: could not collect the ranks' stacks: {exc}", file=sys.stderr)
 
     def after_monitor(agent: Any, result: Any) -> None:
-        remaining: int = getattr(agent, "_remaining_restarts")
+        remaining: int = agent._remaining_restarts  # the adapter found it (REMAINING_RESTARTS)
         if result.is_failed() and remaining > 0:
             reason = no_restart_reason(result.failures, run_dir)
             if reason is not None:
@@ -134,4 +139,5 @@ def supervised_agent(run_dir: str, failures: Callable[[Mapping[int, object]], li
                       file=sys.stderr, flush=True)
                 rundir.clear_errors(run_dir)
 
-    return agent_hooks(after_monitor, before_close)
+    return agent_hooks(after_monitor if RESTARTS in adapter else None,
+                       before_close if FORENSICS in adapter else None)

@@ -20,7 +20,6 @@ it is already running on the same thread hands the error to Python's own printer
 
 from __future__ import annotations
 
-import atexit
 import io
 import os
 import sys
@@ -30,6 +29,7 @@ from typing import Callable
 
 from scaletrain import module_state
 from scaletrain.errors import ScaletrainError
+from scaletrain.torch_features import run_atexit_handlers
 
 _Hook = Callable[[type[BaseException], BaseException, "TracebackType | None"], object]
 _PREVIOUS: _Hook | None = None
@@ -78,7 +78,7 @@ def _handle(kind: type[BaseException], exc: BaseException, tb: TracebackType | N
         pass
     _flush()
     try:
-        atexit._run_exitfuncs()
+        run_atexit_handlers()
     finally:
         _flush()
         os._exit(exc.exit_code)

@@ -18,6 +18,7 @@ collective) and costs one flag test after the first call.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from datetime import timedelta
 
@@ -99,14 +100,23 @@ def training_started() -> bool:
 
 
 def set_group_timeouts(seconds: float) -> None:
-    """Set the timeout of the default group and of every group this rank belongs to."""
-    from torch.distributed import distributed_c10d as c10d
+    """Set the timeout of the default group and of every group this rank belongs to.
 
+    torch's setter and its list of groups are private (:mod:`scaletrain.torch_features` looks
+    them up); where either is gone, the groups keep their start-up timeout, said once.
+    """
+    from scaletrain.torch_features import pg_timeout_setter, process_groups
+
+    setter, known = pg_timeout_setter(), process_groups()
+    if setter is None or known is None:
+        print("scaletrain: this torch cannot change a group's timeout in place "
+              "(distributed_c10d._set_pg_timeout or _world.pg_map is gone): collectives keep "
+              "the start-up timeout", file=sys.stderr, flush=True)
+        return
     timeout = timedelta(seconds=seconds)
-    groups = [None, *list(getattr(c10d._world, "pg_map", {}).keys())]
-    for group in groups:
+    for group in [None, *known]:
         try:
-            c10d._set_pg_timeout(timeout, group)
+            setter(timeout, group)
         except (ValueError, RuntimeError, AssertionError, AttributeError):
             # a group this rank is not in, or a backend without settable timeouts (mpi)
             continue

@@ -16,7 +16,7 @@ import functools
 import json
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -121,6 +121,33 @@ def patch_c10d(c10d: Any) -> None:  # torch.distributed.distributed_c10d, patche
 
     setattr(init_process_group, "_scaletrain_recorded", True)
     setattr(c10d, "init_process_group", init_process_group)
+    destroy = getattr(c10d, "destroy_process_group", None)
+    if callable(destroy):
+        setattr(c10d, "destroy_process_group", _recording_teardown(destroy))
+
+
+def _recording_teardown(destroy: Any) -> Any:
+    """``destroy_process_group`` of the default group, after recording that this worker's
+    training is over (the launcher's teardown watch, launch/teardown.py) and letting gloo's
+    worker threads go idle.
+
+    Why the wait: right after the last step a gloo thread may still be dropping its last
+    work, which takes the GIL to free the tensors' Python objects (runtime/settle.py). torch's
+    shutdown of the group waits for its threads while the main thread holds the GIL: a
+    deadlock when it comes first (the teardown hang of issue 39). The wait releases the GIL
+    until every gloo thread sleeps, at most a few seconds.
+    """
+
+    @functools.wraps(destroy)
+    def destroy_process_group(*args: Any, **kwargs: Any) -> Any:
+        if (args[0] if args else kwargs.get("group")) is None:
+            _write("teardown", {"rank": _STATE.get("rank"), "pid": os.getpid()})
+            from scaletrain.runtime import settle  # torch-free; imported only when used
+
+            settle.settle_gloo_workers()
+        return destroy(*args, **kwargs)
+
+    return destroy_process_group
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -132,6 +159,7 @@ class Records:
     stepped: set[str]                   # launcher ranks that took an optimizer step
     frameworks: set[str]
     framework_worlds: dict[str, dict[str, int]]  # launcher rank -> {framework: its process count}
+    torn_down: set[int] = field(default_factory=set)  # pids that called destroy_process_group()
 
 
 def read_records(folder: str | os.PathLike[str]) -> Records:
@@ -141,6 +169,7 @@ def read_records(folder: str | os.PathLike[str]) -> Records:
     stepped: set[str] = set()
     frameworks: set[str] = set()
     framework_worlds: dict[str, dict[str, int]] = {}
+    torn_down: set[int] = set()
     for path in sorted(Path(folder).glob("*.json")):
         try:
             data = json.loads(path.read_text())
@@ -151,10 +180,12 @@ def read_records(folder: str | os.PathLike[str]) -> Records:
             groups[rank] = max(groups.get(rank, 0), data["world_size"])
         elif path.name.startswith("step-"):
             stepped.add(rank)
+        elif path.name.startswith("teardown-") and isinstance(data.get("pid"), int):
+            torn_down.add(data["pid"])
         elif path.name.startswith("exit-"):
             exited.add(rank)
             frameworks.update(str(f) for f in data.get("frameworks", ()))
             worlds = data.get("framework_worlds") or {}
             framework_worlds[rank] = {str(k): v for k, v in worlds.items() if isinstance(v, int)}
     return Records(groups=groups, exited=exited, stepped=stepped, frameworks=frameworks,
-                   framework_worlds=framework_worlds)
+                   framework_worlds=framework_worlds, torn_down=torn_down)

@@ -71,9 +71,12 @@ def install_stack_dump(run_dir: str, rank: int, attempt: int) -> IO[str] | None:
     return fh
 
 
-def remove_if_empty(fh: IO[str] | None) -> None:
-    """At a normal exit: drop the stack file nobody asked for."""
-    if fh is None:
+def remove_if_empty(fh: IO[str] | None, *, keep_handler: bool = False) -> None:
+    """At a normal exit: drop the stack file nobody asked for. ``keep_handler``: the program
+    returned, and the interpreter's exit still lies ahead, which may hang in torch's teardown
+    (:mod:`scaletrain.launch.teardown` asks for the stack then); the handlers and the file
+    stay, and the launcher drops the file if it stays empty (:func:`rundir.drop_empty_stacks`)."""
+    if fh is None or keep_handler:
         return
     sig = stack_signal()
     if sig is not None:
@@ -175,6 +178,12 @@ def _read_dumps(asked: _Asked) -> dict[int, str]:
                     fh.seek(size)
                     texts[rank] = fh.read()
     return texts
+
+
+def stacks_of(run_dir: str, skip: set[int]) -> dict[int, str]:
+    """Ask every worker of this host not in ``skip`` for its stacks; rank -> the dump's text
+    (a rank that gave none within a few seconds is absent)."""
+    return _read_dumps(_request_stacks(run_dir, skip))
 
 
 def _ranks(ranks: list[int]) -> str:

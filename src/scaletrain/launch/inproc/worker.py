@@ -115,10 +115,13 @@ def main(target: list[str]) -> int:
     rank = int(os.environ.get("RANK", "0") or 0)
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
     stack_file = hang.install_stack_dump(run_dir, rank, attempt) if run_dir else None
+    returned = False
     try:
         _run(target)
+        returned = True
     except SystemExit as exc:
         if exc.code is None or exc.code == 0:
+            returned = True
             _finished(run_dir, rank)
         raise
     except ScaletrainError as exc:
@@ -142,7 +145,7 @@ def main(target: list[str]) -> int:
         sys.excepthook(type(exc), exc.with_traceback(tb), tb)  # printers read __traceback__
         return 1
     finally:
-        hang.remove_if_empty(stack_file)
+        hang.remove_if_empty(stack_file, keep_handler=returned)
     _finished(run_dir, rank)
     return 0
 

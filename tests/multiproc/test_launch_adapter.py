@@ -1,0 +1,62 @@
+"""Real launches on a torch that renamed what the launcher patches (issue 37 item 1; the unit
+tests in tests/unit/test_launch_adapter.py rename each name one by one): a behaviour patch
+that cannot work stops the launch before any worker starts, with the reason and the way out;
+the way out (SCALETRAIN_TORCH_AS_IS=1) runs torch's agent as it is and trains; a speed patch
+that cannot work is switched off with one line and the run goes on."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from workers import worker_env
+
+from scaletrain.contract import TORCH_AS_IS_VAR
+
+pytestmark = pytest.mark.multiproc
+
+DRIVER = Path(__file__).with_name("adapter_driver.py")
+PROGRAM = """
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(t)
+print("sum", float(t[0]))
+dist.destroy_process_group()
+"""
+
+
+def _launch(tmp_path: Path, restarts: int, extra: dict[str, str]) -> subprocess.CompletedProcess:
+    program = tmp_path / "allreduce.py"
+    program.write_text(PROGRAM)
+    return subprocess.run([sys.executable, str(DRIVER), "--nproc-per-node", "2", "--max-restarts",
+                           str(restarts), str(program)], env=worker_env(extra),
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_a_renamed_restart_count_stops_the_launch_with_the_way_out(tmp_path):
+    proc = _launch(tmp_path, 1, {})
+    # before: every launch failed with "workers could not be started: AttributeError"
+    assert proc.returncode == 1, proc.stderr
+    assert "[rank" not in proc.stdout + proc.stderr  # no worker started
+    assert "lacks torch.distributed.elastic.agent.server.api.SimpleElasticAgent." \
+           "_remaining_restarts, which scaletrain's restart policy needs" in proc.stderr
+    assert f"HINT: set {TORCH_AS_IS_VAR}=1 to run torch's agent as it is" in proc.stderr
+
+
+def test_the_opt_out_runs_torchs_agent_and_trains(tmp_path):
+    proc = _launch(tmp_path, 1, {TORCH_AS_IS_VAR: "1"})
+    assert proc.returncode == 0, proc.stderr
+    assert "[rank 0] sum 3.0" in proc.stdout and "[rank 1] sum 3.0" in proc.stdout
+    assert f"{TORCH_AS_IS_VAR} is set: torch's agent runs as it is" in proc.stderr
+    assert "lacks" not in proc.stderr  # nothing probed, nothing patched
+
+
+def test_a_missing_speed_name_is_one_line_and_the_run_goes_on(tmp_path):
+    proc = _launch(tmp_path, 0, {})  # without restarts the restart policy is not needed
+    assert proc.returncode == 0, proc.stderr
+    assert "[rank 1] sum 3.0" in proc.stdout
+    lines = [line for line in proc.stderr.splitlines() if "lacks" in line]
+    assert len(lines) == 1 and "_finished_events: log tailers stopped together is off" in lines[0]
