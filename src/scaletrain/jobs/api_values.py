@@ -26,7 +26,7 @@ HINT = "see help(scaletrain.submit) and scaletrain.plan.request.JobRequest"
 _SET_BY_SUBMIT = {"cluster": "cluster=", "script": "program=", "script_args": "program=",
                   "gpus": "gpus=", "nodes": "nodes=", "account": "account=", "command": "",
                   "profile_file": "cluster=FILE.toml", "files_dir": "run_dir=", "env_origin": "",
-                  "python": "venv= or conda="}
+                  "python": "venv= or conda=", "program_imports": ""}
 # a str given for these is one item (one module, one set-up line), not a sequence of letters
 _ONE_ITEM = {"modules", "setup"}
 
@@ -121,7 +121,10 @@ def build_request(*, cluster: object, program: object, gpus: object, nodes: obje
         from scaletrain.envs.create import check_venv_dir
 
         values["venv"] = check_venv_dir("venv=", os.path.abspath(os.path.expanduser(values["venv"])))
+    from scaletrain.envs.imports import program_imports
+
     is_file = cluster.endswith(".toml") or os.sep in cluster
+    values.setdefault("program_imports", program_imports(words[0], cwd=values.get("chdir")))
     return JobRequest(cluster=cluster, script=_text("program[0]", words[0]),
                       script_args=tuple(check_text(f"submit(): program[{i + 1}]", w) for i, w in enumerate(words[1:])),
                       gpus=None if gpus is None else _count("gpus", gpus),

@@ -98,6 +98,8 @@ class JobRequest:
     procs_per_gpu: int = 1              # --procs-per-gpu K: K processes share each GPU (NVIDIA MPS)
     cpus: int | None = None             # --cpus N without GPUs: a CPU-only job, N cores per process
     expand_args: bool = False           # --expand-args: $NAME in program arguments expands on the node
+    # what the program file imports (scaletrain.envs.imports; None: not readable where the request was made)
+    program_imports: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         # Checked once, here: the planner and the renderer trust every value (one line + hint, exit 2).
