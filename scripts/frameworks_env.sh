@@ -100,6 +100,8 @@ build() {
   fi
   rc=$?
   echo "built in $(( $(now) - start )) s, exit $rc" >>"$tmp/build.log"
+  # a venv's scripts (bin/activate, pip's shebangs) name the folder it was made in: the final one
+  [ $rc -eq 0 ] && { grep -rlI -- "$tmp" "$tmp/bin" "$tmp/pyvenv.cfg" | xargs -r sed -i "s|$tmp|$dir|g"; }
   if [ $rc -eq 0 ] && touch "$tmp/.complete" && mv -T "$tmp" "$dir"; then
     rm -f -- "$dir.failed"
     say "$name: venv built in $(( $(now) - start )) s ($dir)"; return 0

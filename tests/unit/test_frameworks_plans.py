@@ -80,6 +80,7 @@ def test_a_horovod_program_is_refused_where_the_centre_has_none(hvd_program, clu
     plan = plan_for(cluster, gpus=4, launcher="mpi", script=str(hvd_program), program_imports=imports,
                     venv="/scratch/p/hvd-venv")
     assert needed_imports(plan) == ("horovod", "torch")
+    assert any("C++17" in n for n in plan.notes)   # what building it against the module's torch takes
 
 
 def test_a_horovod_program_on_the_alliance_gets_the_wheelhouse_note():
@@ -205,3 +206,18 @@ def test_horovods_gloo_store_answers_as_horovodrun_does():
                    "HOROVOD_GLOO_RENDEZVOUS_ADDR": host, "HOROVOD_GLOO_RENDEZVOUS_PORT": port,
                    "HOROVOD_GLOO_IFACE": "lo", "HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo"}
     assert horovod_vars({}, rank=0, world=1, local_rank=0, local_size=1, node=0, nodes=1, host="x") == {}
+
+
+def test_a_tensorflow_venv_without_tensorflow_is_sent_back_to_the_centres_module(monkeypatch, tmp_path):
+    from scaletrain.envs import check
+
+    venv = tmp_path / "v"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "activate").write_text("")
+    (venv / "pyvenv.cfg").write_text("")
+    monkeypatch.setattr(check, "this_arch", lambda machine=None: "aarch64")
+    monkeypatch.setattr(check, "_run", lambda *a, **kw: (check._MISSING_EXIT, "scaletrain-missing:tensorflow\n"))
+    with pytest.raises(DistEnvError) as err:
+        check.check_job_python(plan_for("roihu", nodes=2, launcher="tensorflow", venv=str(venv)))
+    assert "cannot import tensorflow" in err.value.message
+    assert "module load python-tensorflow" in err.value.hint and "env create" not in err.value.hint

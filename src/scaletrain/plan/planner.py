@@ -273,6 +273,9 @@ def _launcher_notes(request: JobRequest, profile: ClusterProfile, nodes: int, gp
     own_env = request.venv or request.conda or request.container
     if horovod and request.launcher == "mpi" and request.program_imports is None:
         notes.append(f"if the program uses Horovod: {horovod}; bring it with --venv or --container")
+    elif horovod and "horovod" in (request.program_imports or ()):
+        notes.append("Horovod from your own environment: its last release (0.28.1) builds against torch >= 2.1 "
+                     "only with its PyTorch extension raised to C++17 (docs/bring-your-script.md, 'Building Horovod')")
     elif "horovod" in profile.wheels and request.launcher == "mpi" and not own_env and \
             "horovod" in (request.program_imports or ("horovod",)):
         notes.append(f"if the program uses Horovod: the job's venv gets only torch; make one with the centre's "
