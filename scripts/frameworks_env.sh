@@ -16,8 +16,8 @@
 # framework and a hash of what went in (package, build flags, patch, this Python and its torch). A
 # complete one is reused; otherwise it is built in a temporary folder beside it and renamed into
 # place when its last package is in (as scripts/test_torch_range.sh does). A build that failed
-# leaves NAME-KEY.failed with the end of its log; it is not retried (minutes of compiling) unless
-# FRAMEWORKS_RETRY=1 or the key changes.
+# leaves its whole log in NAME-KEY.failed (the tests' skip reason quotes its first error line); it
+# is not retried (an hour of compiling on 2 cores) unless FRAMEWORKS_RETRY=1 or the key changes.
 #
 # Usage: scripts/frameworks_env.sh [horovod|tensorflow ...]      build what is missing (default: both)
 #        scripts/frameworks_env.sh --find NAME                   print the venv's path (exit 0), or why
@@ -47,12 +47,19 @@ key() {
   esac | { cat; "$PY" -c 'import sys; print(sys.version)'; } | sha256sum | cut -c1-12
 }
 
+# cause LOG: the first line of a build log that says why it failed (a compiler's or linker's
+# error, a killed process), else its last line
+cause() {
+  grep -m 1 -E ": (fatal )?error:|undefined reference|ld returned|Killed|make.*Error [0-9]+" "$1" \
+    || grep -v '^\s*$' "$1" | tail -n 1
+}
+
 # find NAME: the complete venv's path on stdout; else why not (stderr) and exit 1
 find_env() {
   local dir="$CACHE/frameworks-$1-$(key "$1")"
   if [ -f "$dir/.complete" ]; then echo "$dir"; return 0; fi
   if [ -f "$dir.failed" ]; then
-    echo "$1 could not be built here: $(grep -v '^\s*$' "$dir.failed" | tail -n 1) (log: $dir.failed)" >&2
+    echo "$1 could not be built here: $(cause "$dir.failed") (log: $dir.failed)" >&2
   else
     echo "no $1 venv in $CACHE: run scripts/frameworks_env.sh $1" >&2
   fi
@@ -83,7 +90,7 @@ build() {
   dir="$CACHE/frameworks-$name-$(key "$name")"
   if [ -f "$dir/.complete" ]; then say "$name: venv reused ($dir)"; return 0; fi
   if [ -f "$dir.failed" ] && [ "${FRAMEWORKS_RETRY:-0}" != 1 ]; then
-    say "$name: failed before, not retried (FRAMEWORKS_RETRY=1 retries): $(tail -n 1 "$dir.failed")"; return 1
+    say "$name: failed before, not retried (FRAMEWORKS_RETRY=1 retries): $(cause "$dir.failed")"; return 1
   fi
   mkdir -p "$CACHE" || return 1
   [ -d "$dir" ] && rm -rf -- "$dir"   # ours, and never completed
@@ -106,9 +113,8 @@ build() {
     rm -f -- "$dir.failed"
     say "$name: venv built in $(( $(now) - start )) s ($dir)"; return 0
   fi
-  tail -n 40 "$tmp/build.log" >"$dir.failed"
-  say "$name: could not be built ($(( $(now) - start )) s); the end of its log is in $dir.failed:"
-  tail -n 15 "$dir.failed" >&2
+  cp -- "$tmp/build.log" "$dir.failed"   # the whole log: the cause is far above pip's last lines
+  say "$name: could not be built ($(( $(now) - start )) s): $(cause "$dir.failed") (log: $dir.failed)"
   rm -rf -- "$tmp"
   return 1
 }
