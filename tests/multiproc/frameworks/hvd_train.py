@@ -74,7 +74,7 @@ def main():
     with open(os.path.join(args.out, f"hvd-{global_rank}.json"), "w") as fh:
         json.dump({"rank": global_rank, "size": hvd.size(), "local_rank": local_rank,
                    "controller": "mpi" if hvd.mpi_enabled() else "gloo" if hvd.gloo_enabled() else "?",
-                   "params": flat.tolist(), "loss": float(loss)}, fh)
+                   "params": flat.tolist(), "loss": loss.item()}, fh)
 
 
 if __name__ == '__main__':
