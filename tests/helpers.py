@@ -6,6 +6,7 @@ pytest puts the root conftest's folder there, and tests/workers.py puts it on th
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import sys
@@ -184,3 +185,29 @@ def module_python(folder: Path) -> Path:
     python.write_text(_MODULE_PYTHON.format(python=sys.executable, paths=paths))
     python.chmod(0o755)
     return python
+
+
+def framework_python(name: str) -> Path:
+    """The interpreter of the venv ``scripts/frameworks_env.sh`` built for ``name`` (horovod,
+    tensorflow); the test skips with the script's reason (not built, or why it failed) otherwise."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parent.parent / "scripts" / "frameworks_env.sh"
+    proc = subprocess.run(["bash", str(script), "--find", name], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHON": sys.executable})
+    if proc.returncode != 0:
+        pytest.skip(proc.stderr.strip() or f"no {name} venv (scripts/frameworks_env.sh {name})")
+    return Path(proc.stdout.strip()) / "bin" / "python"
+
+
+def trained_alike(results: list[dict[str, Any]], reference: list[float], key: str, *, rtol: float) -> None:
+    """Every worker's ``key`` (its flattened trained parameters) is the same, and equals one
+    process's ``reference`` within ``rtol`` (the sums of a gradient's parts run in another order)."""
+    import numpy as np
+
+    first = np.asarray(results[0][key])
+    assert first.size == len(reference) > 0
+    for other in results[1:]:
+        np.testing.assert_allclose(other[key], first, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(first, reference, rtol=rtol, atol=rtol / 10)

@@ -171,6 +171,7 @@ EMULATE_JOB_VAR = "SCALETRAIN_EMULATE_JOB"    # the emulated Slurm job id
 EMULATE_KEEP_VAR = "SCALETRAIN_EMULATE_KEEP"  # JSON: torchrun variables the user exported, kept
 EMULATE_GPUS_VAR = "SCALETRAIN_EMULATE_GPUS"  # GPUs per emulated node (faked ones under --cpu)
 CPU_SMOKE_VAR = "SCALETRAIN_CPU_SMOKE"        # "1": run a CUDA/NCCL program on CPU processes
+DS_ACCELERATOR_VAR = "DS_ACCELERATOR"          # DeepSpeed's accelerator: "cpu" under --cpu unless the user chose one
 
 
 # The provenance line every generated script starts with (after the shebang); lint reads the

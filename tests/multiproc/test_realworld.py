@@ -177,3 +177,19 @@ def test_unresolvable_master_addr_stops_init_under_another_launcher(tmp_path):
                           env=env, capture_output=True, text=True, timeout=90)
     assert proc.returncode != 0
     assert "rank 1: MASTER_ADDR='no-such-host.invalid' does not resolve" in proc.stderr
+
+
+def test_csc_deepspeed_shape_trains_on_deepspeeds_cpu_accelerator(tmp_path):
+    """The CSC guide's DeepSpeed program under --cpu: torch.cuda answers as a GPU node there, so
+    DeepSpeed would take its CUDA accelerator and JIT-build CUDA ops; --cpu gives it its CPU one
+    (DS_ACCELERATOR=cpu, the user's own choice kept). The config's Adam is torch's (torch_adam):
+    DeepSpeed's fused CPU Adam is a C++ build of minutes on first use, not what is tested here."""
+    if importlib.util.find_spec("deepspeed") is None:
+        pytest.skip("deepspeed is not installed (scripts/test.sh installs it)")
+    config = tmp_path / "ds_config.json"
+    config.write_text(json.dumps({"train_micro_batch_size_per_gpu": 16,
+                                  "optimizer": {"type": "Adam", "params": {"lr": 0.01, "torch_adam": True}}}))
+    result, _ = _train(tmp_path, "csc_deepspeed.py", "--deepspeed", "--deepspeed_config", str(config))
+    assert result["accelerator"] == "cpu" and result["backend"] == "gloo"
+    assert result["steps"] == 12                      # 128 samples / (16 x 2 ranks) x 3 epochs
+    assert result["last_loss"] < result["first_loss"]

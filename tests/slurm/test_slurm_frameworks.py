@@ -166,3 +166,66 @@ def test_deepspeed_launcher_trains_with_the_config_the_job_wrote(slurm_cluster, 
     # the hostfile sits with the configs in the run folder, nothing loose where the job ran
     assert (tmp_path / "run" / "hostfile").read_text().split() == ["n1", "slots=2", "n2", "slots=2"]
     assert not list(tmp_path.glob("hostfile*"))
+
+
+# The guides' Horovod and TensorFlow programs with their real packages (venvs of
+# scripts/frameworks_env.sh), as 2-node batch jobs written by submit; each worker's trained
+# parameters must agree, and equal one process's training on the same global batches.
+FRAMEWORK_PROGS = REPO / "tests" / "multiproc" / "frameworks"
+
+
+def _reference(python: Any, program: str, out: Any, *args: str) -> list[float]:
+    import subprocess
+
+    from workers import worker_env
+
+    out.mkdir()
+    proc = subprocess.run([str(python), str(FRAMEWORK_PROGS / program), str(out), *args], env=worker_env(),
+                          capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (found,) = out.glob("*.json")
+    data = json.loads(found.read_text())
+    return data.get("params") or data["weights"]
+
+
+def _submit_on_two_nodes(cluster: Any, profile: Any, tmp_path: Any, python: Any, program: str, *flags: str) -> Any:
+    """submit --wait PROGRAM OUT on 2 nodes x 1 CPU worker, the job's Python the venv of ``python``; OUT."""
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = cluster.scaletrain(
+        "submit", "--profile", str(profile), "--run-dir", str(tmp_path / "run"), "--wait",
+        "--nodes", "2", "--gpus-per-node", "1", "--cpus-per-gpu", "1", "--device", "cpu", "--time", "00:10:00",
+        "--venv", str(python.parent.parent), *flags, "--", str(FRAMEWORK_PROGS / program), str(out), timeout=900)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return out
+
+
+def test_tensorflow_multiworker_trains_across_two_nodes(slurm_cluster, probed_profile, tmp_path):
+    """--launcher tensorflow with the job's Python in a venv that has tensorflow and no need of
+    scaletrain: TF_CONFIG from bash in each task, one worker per node."""
+    from helpers import framework_python, trained_alike
+
+    python = framework_python("tensorflow")
+    reference = _reference(python, "tf_multiworker.py", tmp_path / "ref")
+    out = _submit_on_two_nodes(slurm_cluster, probed_profile, tmp_path, python, "tf_multiworker.py",
+                               "--launcher", "tensorflow")
+    workers = [json.loads((out / f"tf-{i}.json").read_text()) for i in (0, 1)]
+    assert [(w["index"], w["workers"]) for w in workers] == [(0, 2), (1, 2)]
+    trained_alike(workers, reference, "weights", rtol=1e-4)
+    assert "import scaletrain" not in (tmp_path / "run" / "job.sh").read_text()
+
+
+def test_horovod_trains_as_a_batch_job_with_srun(slurm_cluster, probed_profile, tmp_path):
+    """--launcher mpi (one task per GPU) with srun's PMIx: Horovod takes its 2 ranks from MPI."""
+    from helpers import framework_python, trained_alike
+
+    python = framework_python("horovod")
+    mpis = slurm_cluster.run("srun", "--mpi=list", timeout=30)
+    if "pmix" not in mpis.stdout + mpis.stderr:
+        pytest.skip(f"this Slurm has no PMIx plugin: {mpis.stdout.strip()} {mpis.stderr.strip()}")
+    reference = _reference(python, "hvd_train.py", tmp_path / "ref", "--batch_size", "32")
+    out = _submit_on_two_nodes(slurm_cluster, probed_profile, tmp_path, python, "hvd_train.py", "--launcher", "mpi",
+                               "--env", "SLURM_MPI_TYPE=pmix", "--env", "OMPI_MCA_btl=self,tcp")
+    ranks = [json.loads((out / f"hvd-{r}.json").read_text()) for r in (0, 1)]
+    assert [(r["rank"], r["size"], r["controller"]) for r in ranks] == [(0, 2, "mpi"), (1, 2, "mpi")]
+    trained_alike(ranks, reference, "params", rtol=1e-4)

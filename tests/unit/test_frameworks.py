@@ -87,11 +87,43 @@ def test_tf_config_for_a_two_node_allocation():
             "SLURM_STEP_TASKS_PER_NODE": "2(x2)"}
     configs = [tf_config({**base, "SLURM_PROCID": str(r)}) for r in range(4)]
     port = 10000 + 123456 % 20000 + 1
-    workers = [f"gpu01:{port}", f"gpu01:{port + 1}", f"gpu02:{port}", f"gpu02:{port + 1}"]
+    # a port per task of the job, not per task of a node: nodes sharing a machine never meet on one
+    workers = [f"gpu01:{port}", f"gpu01:{port + 1}", f"gpu02:{port + 2}", f"gpu02:{port + 3}"]
     assert all(c["cluster"]["worker"] == workers for c in configs)
     assert [c["task"] for c in configs] == [{"type": "worker", "index": r} for r in range(4)]
     assert len(set(workers)) == 4
+    exported = tf_config({**base, "SLURM_PROCID": "0", "MASTER_PORT": "20000"})   # the job's own port
+    assert exported["cluster"]["worker"][0] == "gpu01:20001"
     with pytest.raises(DistEnvError, match="outside"):
         tf_config({**base, "SLURM_PROCID": "4"})
     with pytest.raises(DistEnvError, match="srun task"):
         tf_config({})
+
+
+def test_the_jobs_shell_form_of_tf_config_is_the_modules(tmp_path):
+    """What each task of a --launcher tensorflow job runs (bash and scontrol, no scaletrain) gives
+    the TF_CONFIG tf_config() gives for one task per node, on every node."""
+    import json
+    import subprocess
+
+    from scaletrain.frameworks.tensorflow import TASK_SHELL
+
+    fake = tmp_path / "scontrol"
+    fake.write_text("#!/bin/sh\nprintf 'gpu01\\ngpu02\\ngpu03\\n'\n")
+    fake.chmod(0o755)
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "SLURM_JOB_NODELIST": "gpu[01-03]", "MASTER_PORT": "12000",
+           "SLURM_JOB_ID": "77"}
+    for task in range(3):
+        out = subprocess.run(["bash", "-c", TASK_SHELL + '; printf %s "$TF_CONFIG"'], capture_output=True, text=True,
+                             env={**env, "SLURM_PROCID": str(task)}, timeout=30, check=True).stdout
+        want = tf_config({**env, "SLURM_PROCID": str(task), "SLURM_STEP_NODELIST": "gpu[01-03]",
+                          "SLURM_STEP_TASKS_PER_NODE": "1(x3)"})
+        assert json.loads(out) == want
+        assert want["cluster"]["worker"] == ["gpu01:12001", "gpu02:12002", "gpu03:12003"]
+    empty = tmp_path / "none"
+    empty.mkdir()
+    (empty / "scontrol").write_text("#!/bin/sh\nexit 0\n")
+    (empty / "scontrol").chmod(0o755)
+    proc = subprocess.run(["bash", "-c", TASK_SHELL], capture_output=True, text=True, timeout=30,
+                          env={**env, "PATH": f"{empty}:/usr/bin:/bin", "SLURM_PROCID": "0"})
+    assert proc.returncode == 3 and "listed no node of job 77" in proc.stderr

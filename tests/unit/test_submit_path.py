@@ -125,13 +125,15 @@ def test_on_a_login_node_the_api_gives_the_job_the_running_python_and_sbatch_acc
     assert seen["PATH"] == os.environ["PATH"]
 
 
-def test_a_setup_line_of_the_user_makes_a_miss_a_warning(capsys, cluster, tmp_path) -> None:
+def test_a_setup_line_of_the_user_does_not_make_a_miss_a_warning(capsys, cluster, tmp_path) -> None:
+    """--setup lines are not run here; the environment they would make is made before the job."""
     venv = _bare_venv(tmp_path / "bare")
     code, _, err = run_cli(capsys, "submit", "--profile", str(cluster["profile"]), "--gpus", "2", "--venv", str(venv),
                            "--setup", "export PYTHONPATH=/somewhere", "--run-dir", str(tmp_path / "run"), "--",
                            "train.py")
-    assert code == 0 and "warning:" in err and "your --setup lines" in err
-    assert cluster["called"].exists()
+    assert code == DistEnvError.exit_code, err
+    assert "cannot import scaletrain" in err and "your --setup lines are not run here" in err
+    assert not cluster["called"].exists()
 
 
 def test_a_failing_set_up_is_refused_with_its_own_line(capsys, cluster, tmp_path) -> None:
@@ -297,7 +299,7 @@ def test_values_reach_the_check_quoted(capsys, cluster, tmp_path) -> None:
 
 @pytest.mark.parametrize("launcher, names", [
     ("scaletrain", ("scaletrain", "torch")), ("torchrun", ("torch",)), ("accelerate", ("accelerate",)),
-    ("deepspeed", ("deepspeed",)), ("tensorflow", ("scaletrain",)), ("srun", ()),
+    ("deepspeed", ("deepspeed",)), ("tensorflow", ("tensorflow",)), ("srun", ()),
 ])
 def test_what_each_launch_needs_from_the_jobs_python(launcher, names) -> None:
     from scaletrain.clusters.profile import load_profile
@@ -326,3 +328,27 @@ def test_the_alliance_job_venv_is_judged_without_running_anything(launcher, lack
     torchrun = make_plan(JobRequest(cluster="narval", script="t.py", gpus=4, launcher="torchrun", account="def-x"),
                          load_profile("narval"))
     assert check_job_python(torchrun, environ={"PATH": "/nonexistent"}) is None
+
+
+@needs_installed
+def test_dry_run_checks_the_jobs_python_and_says_what_it_found(capsys, cluster, tmp_path) -> None:
+    (tmp_path / "train.py").write_text("import json\nimport torch\n")
+    code, out, err = run_cli(capsys, "submit", "--profile", str(cluster["profile"]), "--gpus", "2", "--dry-run",
+                             "--run-dir", str(tmp_path / "run"), "--", "train.py")
+    assert code == 0, err
+    assert "scaletrain: checked here: the job's Python imports scaletrain, torch" in err
+    assert not cluster["called"].exists() and (tmp_path / "run" / "job.sh").is_file()
+
+
+@needs_installed
+def test_a_program_import_the_jobs_python_lacks_is_refused_before_sbatch(capsys, cluster, tmp_path) -> None:
+    """The program's own imports are asked for too (read from its file; nothing of it runs here)."""
+    (tmp_path / "train.py").write_text("import torch\nimport surely_not_installed_xyz\n"
+                                       "try:\n    import also_not_installed_abc\nexcept ImportError:\n    pass\n")
+    for dry in ((), ("--dry-run",)):
+        code, _, err = run_cli(capsys, "submit", "--profile", str(cluster["profile"]), "--gpus", "2", *dry,
+                               "--run-dir", str(tmp_path / f"run{len(dry)}"), "--", "train.py")
+        assert code == DistEnvError.exit_code, err
+        assert "cannot import surely_not_installed_xyz" in err and "also_not_installed_abc" not in err
+        assert "install what provides surely_not_installed_xyz into it" in err
+    assert not cluster["called"].exists()

@@ -174,6 +174,7 @@ def request_from_args(args: argparse.Namespace) -> JobRequest:
     """Build the JobRequest from parsed ``add_plan_arguments`` flags (used by plan and submit)."""
     from scaletrain.envs.create import check_venv_dir
     from scaletrain.envs.finished import finished_env
+    from scaletrain.envs.imports import program_imports
     from scaletrain.plan.request import JobRequest, parse_mem_gb, parse_params
     from scaletrain.slurm.submit import account_or_env
 
@@ -226,6 +227,7 @@ def request_from_args(args: argparse.Namespace) -> JobRequest:
         accelerate_config=accel, deepspeed_config=ds, precision=args.precision, micro_batch=args.micro_batch,
         expand_args=bool(args.expand_args),
         gpus_per_proc=args.gpus_per_proc, procs_per_gpu=args.procs_per_gpu, cpus=args.cpus,
+        program_imports=program_imports(args.script, cwd=args.chdir),
     )
 
 

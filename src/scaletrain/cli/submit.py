@@ -8,9 +8,9 @@ already holds a ``job.sh`` or ``job_id`` is refused rather than overwritten (its
 running). Files are written whole or not at all. The job itself runs in the folder the user
 submitted from (``#SBATCH --chdir``), with the training script's path made absolute, so the
 program and the relative paths it is given resolve as they did on the command line. ``--dry-run`` stops before
-sbatch. Before sbatch, the job's set-up lines run on this login node and its Python must import
-scaletrain and the launcher's package (``scaletrain.envs.check``): a job that would stop at its
-first line is refused with the fix. The verb is a thin layer over the library's submit path
+sbatch, after the check. Before sbatch, the job's set-up lines run on this login node and its Python must import
+scaletrain, the launcher's package and the program's imports (``scaletrain.envs.check``): a job that would stop
+at its first line is refused with the fix; a dry run says what was found. The verb is a thin layer over the library's submit path
 (``scaletrain.jobs.submit``), which ``scaletrain.submit()`` uses too. ``--wait`` follows the job with ``scontrol show job`` until it ends, prints its output
 file and exits with the job's exit code.
 
@@ -115,12 +115,16 @@ def run_submit(args: argparse.Namespace) -> int:
                              "use --run-dir DIR (and --dry-run to stop before sbatch), or 'scaletrain plan'")
     request = request_from_args(args)   # the flags are checked before any folder is made
     profile = load_profile(args.profile if args.profile else args.cluster)
-    prepared = prepare(request, profile, run_dir=getattr(args, "run_dir", None), check=not args.dry_run)
+    # a dry run checks the job's Python too: what sbatch would be spared is what it shows
+    prepared = prepare(request, profile, run_dir=getattr(args, "run_dir", None))
     print(render_summary(prepared.plan).rstrip("\n"), file=sys.stderr)
     for note in prepared.notes:
         print(f"scaletrain: warning: {note}", file=sys.stderr)
     run_dir, script = prepared.run_dir, prepared.script
     if args.dry_run:
+        if prepared.checked:
+            print(f"scaletrain: checked here: the job's Python imports {', '.join(prepared.checked)}",
+                  file=sys.stderr)
         print(f"scaletrain: dry run: wrote {script}; not submitted "
               f"(submit it with: cd {run_dir} && sbatch {JOB_SCRIPT})", file=sys.stderr)
         print(script)

@@ -6,8 +6,15 @@ stops at its first line with exit 3. ``submit`` asks first: it runs the job's ow
 fresh ``bash`` with the environment sbatch will hand the job, then the job's Python, which
 reports which of the needed packages it cannot find. The lines are ours, rendered from
 validated values (``scaletrain.plan.software``); the user's ``--setup`` lines and the MPS
-daemon are not run here (a ``--setup`` line may well make the environment: then a miss is a
-warning, not a refusal).
+daemon are not run here. A miss is refused with ``--setup`` too: the job's environment is made by
+what this check runs (``--venv``/``--conda``/``--module``), and one that a ``--setup`` line makes
+must be made before the job, where it can be checked. The names asked for: scaletrain (when the
+launch imports it), the launcher's package (``scaletrain.plan.software.LAUNCHER_PACKAGES``) and
+the program's own imports when its file is readable here (``scaletrain.envs.imports``).
+
+A ``--venv`` folder that does not exist here, or is not a finished venv (no ``bin/activate``, no
+``pyvenv.cfg``), and a ``--conda`` path with no ``conda-meta``, are refused first, without running
+anything: that holds on a login node whose CPU differs from the GPU nodes' too.
 
 Outcomes: ``None`` (the job's Python has everything), a warning (could not be asked here: a
 container runtime absent on this node, an image that does not start, nodes of another CPU
@@ -69,15 +76,44 @@ def needed_imports(plan: Plan) -> tuple[str, ...]:
     names += _LAUNCH_IMPORTS.get(plan.launcher, ())
     if plan.launcher in LAUNCHER_PACKAGES:
         names.append(LAUNCHER_PACKAGES[plan.launcher])
+    names += plan.request.program_imports or ()
     return tuple(dict.fromkeys(names))
+
+
+def check_env_folder(venv: str | None, conda: str | None) -> None:
+    """``DistEnvError`` when the ``--venv`` folder (or a ``--conda`` path) is not a finished
+    environment here; a conda environment given by name is left to conda."""
+    if venv:
+        root = venv.rstrip("/") or "/"
+        lacking = [f for f in ("bin/activate", "pyvenv.cfg") if not os.path.isfile(os.path.join(root, f))]
+        if not os.path.isdir(root):
+            raise DistEnvError(f"--venv {venv}: no such folder here, so the job's 'source {root}/bin/activate' "
+                               "would fail", "make it first ('scaletrain env create --cluster NAME DIR') or "
+                               "give the path of an existing venv")
+        if lacking:
+            raise DistEnvError(f"--venv {venv} is not a finished venv: it has no {' and no '.join(lacking)} "
+                               "(an interrupted 'env create' or 'python -m venv'?)",
+                               "make it again ('scaletrain env create --cluster NAME DIR'), or give another folder")
+    if conda and "/" in conda and not os.path.isdir(os.path.join(conda, "conda-meta")):
+        raise DistEnvError(f"--conda {conda}: no conda environment there (no conda-meta folder)",
+                           "give the path of an existing environment ('conda env list' shows them), or its name")
 
 
 def _fix(plan: Plan, names: tuple[str, ...]) -> str:
     from scaletrain.envs.create import PACKAGES
 
-    extra = [n for n in names if n in PACKAGES.values()]
+    modules = plan.profile.tensorflow_setup_lines
+    if plan.launcher == "tensorflow" and modules and not plan.profile.python_env_lines:
+        # env create builds on the centre's PyTorch; TensorFlow is the centre's other module
+        return (f"leave out --venv/--conda: the job then runs {plan.cluster}'s TensorFlow module "
+                f"({'; '.join(modules)}); or make your venv on that module (those lines, then "
+                "'python3 -m venv --system-site-packages DIR')")
+    known = {*PACKAGES.values(), *plan.profile.wheels.values()}
+    extra = [n for n in names if n in known]
+    other = [n for n in names if n not in known and n not in ("scaletrain", "torch")]
     with_ = f"--with {','.join(extra)} " if extra else ""
-    return (f"on this login node run 'scaletrain env create --cluster {plan.cluster} {with_}DIR' and submit "
+    also = f", install what provides {', '.join(other)} into it," if other else ""
+    return (f"on this login node run 'scaletrain env create --cluster {plan.cluster} {with_}DIR'{also} and submit "
             "with --venv DIR (or submit from an environment that has them)")
 
 
@@ -170,6 +206,7 @@ def check_job_python(plan: Plan, *, environ: Mapping[str, str] | None = None, cw
     if not names or plan.scheduler != "slurm":
         return None
     request, profile = plan.request, plan.profile
+    check_env_folder(request.venv, request.conda)
     image = software.image(request, profile)
     if not image and not software.known(request) and profile.python_env_lines:
         # the job builds a venv from the centre's wheels on the node: what it installs, nothing else
@@ -193,9 +230,10 @@ def check_job_python(plan: Plan, *, environ: Mapping[str, str] | None = None, cw
         found = next((ln for ln in out.splitlines() if ln.startswith("scaletrain-missing:")), "")
         missing = tuple(n for n in found.partition(":")[2].split(",") if n) or names
         what = f"{plan.python} {where} cannot import {', '.join(missing)}"
-        if request.setup:
-            return f"{what} here; the job runs your --setup lines first, which may provide it"
-        raise DistEnvError(f"the job would stop at its first line: {what}", _fix(plan, missing))
+        fix = _fix(plan, missing)
+        if request.setup:   # not run here; an environment they would make can be made now
+            fix += "; your --setup lines are not run here: make that environment before submitting"
+        raise DistEnvError(f"the job would stop at its first line: {what}", fix)
     if code == _NO_RUNTIME_EXIT or image:
         why = "the container runtime is not on PATH here" if code == _NO_RUNTIME_EXIT else _last_line(out)
         return f"not checked whether the image {image} has {', '.join(names)} ({why})"

@@ -1,9 +1,18 @@
 """``TF_CONFIG`` for a ``tf.distribute.MultiWorkerMirroredStrategy`` job, from Slurm's variables.
 
-Each srun task is one worker. The worker list is every task of the step in rank order, each at
-``host:port`` with ports counted from the job's rendezvous port (the same formula the runtime
-uses for MASTER_PORT) plus one, plus the task's local id, so tasks sharing a node never share a
-port. In a batch script::
+Each srun task is one worker. The worker list is every task of the step in rank order, task ``i``
+at ``host:port`` with ``port = MASTER_PORT + 1 + i`` (MASTER_PORT: the job's rendezvous port, the
+contract's formula when it is not exported). Ports differ for every task of the job, not only on
+a node: TensorFlow's server listens on every interface, and nodes that share one machine (a test
+cluster) would meet on one port otherwise.
+
+Two forms of the same rule, kept together here:
+
+- :data:`TASK_SHELL`, what a batch job runs in each task (one task per node, ``--launcher
+  tensorflow``): bash and ``scontrol`` only, so the job's Python needs TensorFlow and nothing of
+  scaletrain (it runs on the centre's TensorFlow module as the centres' own examples do);
+- :func:`tf_config` (``python -m scaletrain.frameworks.tensorflow`` prints it), for any number of
+  tasks per node, e.g. under ``scaletrain run --emulate slurm``::
 
     srun bash -c 'export TF_CONFIG="$(python3 -m scaletrain.frameworks.tensorflow)"; exec python3 train.py'
 """
@@ -30,6 +39,25 @@ def _get(environ: Mapping[str, str], *names: str) -> str:
                        "run it as 'srun ... python3 -m scaletrain.frameworks.tensorflow'")
 
 
+def first_port(environ: Mapping[str, str]) -> int:
+    """The first worker's port: MASTER_PORT + 1 (the job exports MASTER_PORT; else its formula)."""
+    master = environ.get("MASTER_PORT", "").strip()
+    if master.isdigit():
+        return int(master) + 1
+    return port_from_job_id(_get(environ, "SLURM_JOB_ID", "SLURM_JOBID")) + 1
+
+
+# What each task of a batch job runs before the program (one task per node, in node-list order,
+# so SLURM_PROCID is the node's index): the list tf_config() makes for that layout. No single
+# quote in it: the launch line quotes it whole for 'srun bash -c'.
+TASK_SHELL = (
+    'w=; i=0; for h in $(scontrol show hostnames "$SLURM_JOB_NODELIST"); do '
+    'w="$w${w:+,}\\"$h:$((MASTER_PORT + 1 + i))\\""; i=$((i + 1)); done; '
+    '[ -n "$w" ] || { echo "scaletrain: TF_CONFIG: scontrol listed no node of job $SLURM_JOB_ID" >&2; exit 3; }; '
+    'export TF_CONFIG="{\\"cluster\\":{\\"worker\\":[$w]},\\"task\\":{\\"type\\":\\"worker\\",'
+    '\\"index\\":$SLURM_PROCID}}"')
+
+
 def tf_config(environ: Mapping[str, str]) -> dict[str, Any]:
     """The TF_CONFIG mapping of the srun task described by ``environ``."""
     hosts = expand_hostlist(_get(environ, "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST"))
@@ -38,9 +66,9 @@ def tf_config(environ: Mapping[str, str]) -> dict[str, Any]:
     if len(counts) != len(hosts):
         raise DistEnvError(f"{len(hosts)} hosts but task counts for {len(counts)} nodes",
                            "run inside one srun step of the job")
-    base = port_from_job_id(_get(environ, "SLURM_JOB_ID", "SLURM_JOBID")) + 1
-    workers = [f"{host}:{base + local}" for host, count in zip(hosts, counts)
-               for local in range(count)]
+    base = first_port(environ)
+    tasks = [host for host, count in zip(hosts, counts) for _ in range(count)]
+    workers = [f"{host}:{base + i}" for i, host in enumerate(tasks)]
     index = int(_get(environ, "SLURM_PROCID"))
     if not 0 <= index < len(workers):
         raise DistEnvError(f"SLURM_PROCID={index} is outside the step's {len(workers)} tasks",

@@ -27,7 +27,8 @@ HINT = "see help(scaletrain.submit) and scaletrain.plan.request.JobRequest"
 _SET_BY_SUBMIT = {"cluster": "cluster=", "script": "program=", "script_args": "program=",
                   "gpus": "gpus=", "nodes": "nodes=", "account": "account=", "command": "",
                   "profile_file": "cluster=FILE.toml", "files_dir": "run_dir=", "env_origin": "",
-                  "python": "venv= or conda=", "stage_data_gb": "stage_data=: it is measured, as the CLI does"}
+                  "python": "venv= or conda=", "stage_data_gb": "stage_data=: it is measured, as the CLI does",
+                  "program_imports": ""}
 # a str given for these is one item (one module, one set-up line), not a sequence of letters
 _ONE_ITEM = {"modules", "setup"}
 # the request's fields that submit()'s own parameters fill, by the keyword the caller typed
@@ -67,6 +68,11 @@ def build_request(*, cluster: object, program: object, gpus: object, nodes: obje
     if isinstance(stage, str) and stage.strip():   # as the CLI: measured here (node-local disk), kept absolute
         values["stage_data_gb"] = tree_size_gb(stage)
         values["stage_data"] = os.path.abspath(os.path.expanduser(stage))
+    if isinstance(words[0], str) and words[0]:   # as the CLI: what the program imports, read here
+        from scaletrain.envs.imports import program_imports
+
+        chdir = values.get("chdir")
+        values["program_imports"] = program_imports(words[0], cwd=chdir if isinstance(chdir, str) else None)
     is_file = cluster.endswith(".toml") or os.sep in cluster
     try:
         req = JobRequest(cluster=cluster, script=words[0], script_args=tuple(words[1:]), gpus=gpus, nodes=nodes,

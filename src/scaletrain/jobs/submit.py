@@ -32,6 +32,7 @@ class Prepared:
     script: Path
     environ: Mapping[str, str]          # what sbatch runs with (the job inherits it)
     notes: tuple[str, ...] = ()         # what could not be checked here (said, not refused)
+    checked: tuple[str, ...] = ()       # what the job's Python was found to import here (the check passed)
 
 
 def prepare(request: JobRequest, profile: ClusterProfile, *, run_dir: str | os.PathLike[str] | None = None,
@@ -44,7 +45,7 @@ def prepare(request: JobRequest, profile: ClusterProfile, *, run_dir: str | os.P
     errors, ``DistEnvError`` for a job whose Python lacks scaletrain or the launcher's package,
     ``UsageError`` for a run folder that cannot be made or written.
     """
-    from scaletrain.envs.check import check_job_python
+    from scaletrain.envs.check import check_job_python, needed_imports
     from scaletrain.envs.detect import with_running_environment
     from scaletrain.plan.planner import job_name_for, make_plan
     from scaletrain.plan.render import render_script
@@ -57,9 +58,11 @@ def prepare(request: JobRequest, profile: ClusterProfile, *, run_dir: str | os.P
     request = with_running_environment(request, profile, environ=env)
     plan = make_plan(request, profile)     # a request the cluster cannot take fails before any folder exists
     notes: list[str] = []
+    checked: tuple[str, ...] = ()
     if check:
         note = check_job_python(plan, environ=env, cwd=request.chdir)
         notes += [note] if note else []
+        checked = () if note or plan.scheduler != "slurm" else needed_imports(plan)
     wanted = Path(run_dir).expanduser() if run_dir else None
     try:
         existed = wanted is not None and wanted.exists()
@@ -77,7 +80,7 @@ def prepare(request: JobRequest, profile: ClusterProfile, *, run_dir: str | os.P
             except OSError:
                 pass
         raise
-    return Prepared(plan=plan, run_dir=folder, script=script, environ=env, notes=tuple(notes))
+    return Prepared(plan=plan, run_dir=folder, script=script, environ=env, notes=tuple(notes), checked=checked)
 
 
 def send(prepared: Prepared) -> str:

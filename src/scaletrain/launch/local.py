@@ -13,6 +13,7 @@ caller is about to exit with 75 and a late SIGTERM must not kill it (see launch.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import signal
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from scaletrain.contract import EXIT_STOPPED, GROUP_RECORD_VAR
 from scaletrain.errors import LaunchError
+from scaletrain.frameworks.horovod import rendezvous_store
 from scaletrain.launch.inproc.cpu_smoke import BANNER
 from scaletrain.launch.failure import (FailedRank, collect_failures, render_tail, root_cause,
                                        worker_failed_error)
@@ -200,9 +202,11 @@ def launch(plan: LaunchPlan) -> int:
         with forward_stop_signals() as forwarding, \
                 mps_daemon(plan.procs_per_gpu is not None and plan.gpus > 0,
                            grace_s=_shutdown_timeout()) as mps_env, \
+                rendezvous_store(plan.emulate == "mpi" and importlib.util.find_spec("horovod") is not None) \
+                as horovod_env, \
                 ending_with_run(_shutdown_timeout()), \
                 run_folder(plan.run_dir) as run_dir, \
-                _scoped_environ({**plan.worker_env, **mps_env, **worker_environ(run_dir),
+                _scoped_environ({**plan.worker_env, **mps_env, **horovod_env, **worker_environ(run_dir),
                                  GROUP_RECORD_VAR: records}), \
                 _scoped_signal_handlers(), \
                 scoped_patches(adapter, one_node=plan.rdzv_backend == "c10d" and plan.nnodes == 1), \

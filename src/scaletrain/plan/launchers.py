@@ -138,12 +138,11 @@ def _deepspeed(plan: LaunchFacts) -> str:
 
 
 def _tensorflow(plan: LaunchFacts) -> str:
-    # TF_CONFIG lists every task of the step; each task finds its own index (SLURM_PROCID), so it
-    # is computed on the node. A failure there stops the task with the module's own message.
-    py = f"{plan.container}{plan.python}"
-    inner = (f'TF_CONFIG="$({py} -m scaletrain.frameworks.tensorflow)" || exit $?; export TF_CONFIG; '
-             f'exec {py} -u "$@"')
-    return _per_node(plan, inner)
+    # TF_CONFIG lists every node; each task finds its own index (SLURM_PROCID), so it is computed
+    # on the node, by bash alone: the job's Python (the centre's TensorFlow) needs no scaletrain.
+    from scaletrain.frameworks.tensorflow import TASK_SHELL
+
+    return _per_node(plan, f'{TASK_SHELL}; exec {plan.container}{plan.python} -u "$@"')
 
 
 _SPECS = (
@@ -164,7 +163,7 @@ _SPECS = (
     LauncherSpec("deepspeed", True, False, "LOCAL_RANK, set by the deepspeed launcher",
                  "one task per node; the deepspeed launcher starts a worker per GPU", _deepspeed,
                  requeue_ok=False),
-    LauncherSpec("tensorflow", True, True, "TF_CONFIG, built for each task from the allocation",
+    LauncherSpec("tensorflow", True, False, "TF_CONFIG, built for each task from the allocation",
                  "one task per node, driving all its GPUs; TF_CONFIG lists every node as a "
                  "MultiWorkerMirroredStrategy worker", _tensorflow, requeue_ok=False, one_process=True),
     LauncherSpec("mpi", False, False, "the MPI rank (SLURM_PROCID under srun)",

@@ -154,11 +154,27 @@ def _check_request(req: JobRequest, profile: ClusterProfile) -> None:
                          "when they stop",
                          "use --launcher scaletrain-run (torchrun-style scripts run unchanged and the signal "
                          "reaches them), or a launcher with one task per GPU (scaletrain, srun)")
+    _check_horovod(req, profile)
     missing = profile.missing_launchers.get(req.launcher)
     if missing and not (req.container or req.venv or req.conda or req.modules):
         raise PlanError(f"--launcher {req.launcher} on {profile.name}: {missing}",
                         "bring an environment that has it (--container IMAGE, --venv DIR or --module NAME), "
                         "or use a PyTorch launcher")
+
+
+def _check_horovod(req: JobRequest, profile: ClusterProfile) -> None:
+    """A program that imports horovod: one task per GPU, and an environment that has Horovod."""
+    if "horovod" not in (req.program_imports or ()):
+        return
+    if SPECS[req.launcher].per_node:
+        raise UsageError(f"{req.script} imports horovod, which takes its ranks from MPI (one task per GPU); "
+                         f"--launcher {req.launcher} starts one task per node",
+                         "use --launcher mpi (srun starts one task per GPU, as the Alliance's Horovod job does)")
+    missing = profile.missing_launchers.get("horovod")
+    if missing and not (req.container or req.venv or req.conda):
+        raise PlanError(f"{req.script} imports horovod, and {profile.name}'s software has none: {missing}",
+                        "bring an environment with Horovod built against the cluster's PyTorch (--venv DIR "
+                        "or --container IMAGE), or train with PyTorch DDP (no horovod import)")
 
 
 def _limits(res: Resources, profile: ClusterProfile) -> list[str]:
@@ -258,9 +274,13 @@ def _launcher_notes(request: JobRequest, profile: ClusterProfile, nodes: int, gp
         notes.append("the program runs inside the container given by --container (apptainer exec)")
     horovod = profile.missing_launchers.get("horovod")
     own_env = request.venv or request.conda or request.container
-    if horovod and request.launcher == "mpi":
+    if horovod and request.launcher == "mpi" and request.program_imports is None:
         notes.append(f"if the program uses Horovod: {horovod}; bring it with --venv or --container")
-    elif "horovod" in profile.wheels and request.launcher == "mpi" and not own_env:
+    elif horovod and "horovod" in (request.program_imports or ()):
+        notes.append("Horovod from your own environment: its last release (0.28.1) builds against torch >= 2.1 "
+                     "only with its PyTorch extension raised to C++17 (docs/bring-your-script.md, 'Building Horovod')")
+    elif "horovod" in profile.wheels and request.launcher == "mpi" and not own_env and \
+            "horovod" in (request.program_imports or ("horovod",)):
         notes.append(f"if the program uses Horovod: the job's venv gets only torch; make one with the centre's "
                      f"Horovod wheel ('scaletrain env create --cluster {profile.name} --with horovod DIR') and "
                      "pass --venv DIR")

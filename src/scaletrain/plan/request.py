@@ -165,6 +165,9 @@ class JobRequest:
     cpus: int | None = setting("a CPU-only job: cores per process", default=None, check=_COUNT, flag="--cpus")
     expand_args: bool = setting("$NAME in program arguments expands on the node", default=False,
                                 check=boolean(), flag="--expand-args")
+    program_imports: tuple[str, ...] | None = setting(
+        "what the program file imports (scaletrain.envs.imports; None: not readable where the request was made)",
+        default=None, check=texts())
 
     def __post_init__(self) -> None:
         # Checked once, here: the planner and the renderer trust every value (one line + hint, exit 2).

@@ -104,8 +104,10 @@ def job_wheels(request: JobRequest, profile: ClusterProfile) -> str:
     return " ".join(dict.fromkeys([*base.split(), *request.wheels]))
 
 
-# What each launcher needs in the job's Python besides torch (the Alliance's job venv has only torch).
-LAUNCHER_PACKAGES = {"accelerate": "accelerate", "deepspeed": "deepspeed", "lightning": "lightning"}
+# What each launcher needs in the job's Python besides torch (the Alliance's job venv has only torch,
+# or the framework its wheelhouse has for the launcher: tensorflow).
+LAUNCHER_PACKAGES = {"accelerate": "accelerate", "deepspeed": "deepspeed", "lightning": "lightning",
+                     "tensorflow": "tensorflow"}
 
 
 def python_of(request: JobRequest, profile: ClusterProfile) -> str:
@@ -153,7 +155,7 @@ def warnings(request: JobRequest, profile: ClusterProfile, *, needs_scaletrain: 
                 "of yours is known here (the job would stop at its import check, after its wait in the "
                 "queue); fix: " + fix.format(extra=f"--with {wheel} " if wheel else "")]
     pkg = LAUNCHER_PACKAGES.get(request.launcher)
-    if pkg and profile.python_env_lines:
+    if pkg and profile.python_env_lines and pkg not in job_wheels(request, profile).split():
         return [f"--launcher {request.launcher}: the job's venv gets only torch from the centre's wheels, "
                 f"not {pkg}; fix: " + fix.format(extra=f"--with {pkg} ")]
     return []

@@ -39,7 +39,9 @@ CUDA_MISSING = ("Torch not compiled with CUDA enabled", "Found no NVIDIA driver"
                 "No CUDA GPUs are available", "doesn't have NCCL built in",
                 "Attempting to deserialize object on a CUDA device",
                 "ProcessGroupNCCL is only supported with GPUs", "CUDA driver initialization failed",
-                "Cannot access accelerator device when none is available")
+                "Cannot access accelerator device when none is available",
+                # a CUDA extension built at run time (DeepSpeed's fused ops, torch's cpp_extension)
+                "CUDA_HOME environment variable is not set", "CUDA_HOME does not exist")
 
 
 # What --cpu cannot run, each with the reason shown in its one-line error.

@@ -36,8 +36,8 @@ FRAMEWORK_HINTS: dict[str, str] = {
                          "strategy='ddp')",
     "deepspeed": "DeepSpeed needs deepspeed.init_distributed() (or deepspeed.initialize) in "
                  "every process",
-    "horovod": "Horovod forms its group through MPI: start it with mpirun or srun, not "
-               "scaletrain run",
+    "horovod": "Horovod forms its group through MPI: start it with mpirun or srun, or with "
+               "'scaletrain run --emulate mpi' (Horovod's Gloo rendezvous)",
 }
 _STATE: dict[str, Any] = {}
 module_state.register(__name__, "_STATE")
@@ -148,6 +148,28 @@ def _recording_teardown(destroy: Any) -> Any:
         return destroy(*args, **kwargs)
 
     return destroy_process_group
+
+
+def patch_horovod(hvd: Any) -> None:  # horovod.torch
+    """Wrap ``hvd.init`` to record Horovod's world as the worker's group (it forms its own, not
+    torch.distributed's)."""
+    original = getattr(hvd, "init", None)
+    if original is None or getattr(original, "_scaletrain_recorded", False):
+        return
+
+    @functools.wraps(original)
+    def init(*args: Any, **kwargs: Any) -> Any:
+        result = original(*args, **kwargs)
+        try:
+            world = int(hvd.size())
+        except Exception:  # noqa: BLE001 - a record must never break the program
+            return result
+        _STATE["world"] = world
+        _write("group", {"rank": _STATE.get("rank"), "world_size": world})
+        return result
+
+    setattr(init, "_scaletrain_recorded", True)
+    setattr(hvd, "init", init)
 
 
 @dataclass(frozen=True, kw_only=True)

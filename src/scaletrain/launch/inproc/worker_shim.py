@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, MutableMapping
 from types import ModuleType
 from typing import Any
 
-from scaletrain.contract import (CPU_SMOKE_VAR, EMULATE_GPUS_VAR, EMULATE_JOB_VAR,
+from scaletrain.contract import (CPU_SMOKE_VAR, DS_ACCELERATOR_VAR, EMULATE_GPUS_VAR, EMULATE_JOB_VAR,
                                  EMULATE_KEEP_VAR, EMULATE_NODES_VAR, EMULATE_VAR,
                                  GROUP_RECORD_VAR)
 
@@ -88,6 +88,13 @@ def _emulate(mode: str, environ: MutableMapping[str, str]) -> None:
     for name in TORCHRUN_VARS:
         environ.pop(name, None)
     environ.update(emulated_vars(mode, place))
+    if mode == "mpi":   # Horovod's Gloo rendezvous, when the launcher serves one
+        from scaletrain.frameworks.horovod import horovod_vars
+        from scaletrain.launch.inproc.emulate import node_names
+
+        environ.update(horovod_vars(environ, rank=place.rank, world=place.world, local_rank=place.local_rank,
+                                    local_size=place.per_node, node=place.node, nodes=place.nodes,
+                                    host=node_names(place.nodes)[2][place.node]))
     environ.update(kept_exports(environ.get(EMULATE_KEEP_VAR, "")))
 
 
@@ -130,6 +137,7 @@ def activate(environ: MutableMapping[str, str] | None = None) -> None:
             hooks.setdefault("torch.distributed.distributed_c10d", []).append(
                 group_record.patch_c10d)
             hooks.setdefault("torch.optim.optimizer", []).append(group_record.patch_optimizer)
+            hooks.setdefault("horovod.torch", []).append(group_record.patch_horovod)
         if env.get(CPU_SMOKE_VAR) == "1":
             from scaletrain.launch.inproc import cpu_smoke
 
@@ -179,4 +187,8 @@ def launcher_env(*, environ: Mapping[str, str], emulate: str | None, nodes: int,
             out[EMULATE_KEEP_VAR] = json.dumps(exported, sort_keys=True, allow_nan=False)
     if cpu:
         out[CPU_SMOKE_VAR] = "1"
+        # --cpu makes torch.cuda answer as a GPU node: DeepSpeed would take its CUDA accelerator
+        # and JIT-build CUDA ops (FusedAdam); its CPU accelerator runs the same program on gloo
+        if not environ.get(DS_ACCELERATOR_VAR):   # unless the user chose one
+            out[DS_ACCELERATOR_VAR] = "cpu"
     return out

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# The frameworks the centres' guides teach besides torch's own, each in a venv of its own for the
+# tests that train with the real package (docs/frameworks.md):
+#   horovod     PyPI's horovod (HOROVOD_VERSION) with PyTorch, MPI and Gloo, built against the torch
+#               of this Python (pip's own build needs torch at build time: no build isolation);
+#   tensorflow  tensorflow-cpu from the package index (TF_PACKAGE).
+# Both venvs see this Python's packages (--system-site-packages: torch, pytest, scaletrain's own
+# dependencies) and add only their framework, so the main environment is never changed.
+#
+# Horovod 0.28.1 (its last release) sets C++14 for its PyTorch extension; torch >= 2.1's headers
+# stop with "#error C++17 or later compatible compiler is required to use PyTorch." The build
+# here takes PyPI's source package and raises that one line to C++17 (HOROVOD_PATCH below); the
+# build log says so and keeps pip's output.
+#
+# Venvs live in ${SCALETRAIN_CI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/scaletrain-ci}, named by the
+# framework and a hash of what went in (package, build flags, patch, this Python and its torch). A
+# complete one is reused; otherwise it is built in a temporary folder beside it and renamed into
+# place when its last package is in (as scripts/test_torch_range.sh does). A build that failed
+# leaves its whole log in NAME-KEY.failed (the tests' skip reason quotes its first error line); it
+# is not retried (an hour of compiling on 2 cores) unless FRAMEWORKS_RETRY=1 or the key changes.
+#
+# Usage: scripts/frameworks_env.sh [horovod|tensorflow ...]      build what is missing (default: both)
+#        scripts/frameworks_env.sh --find NAME                   print the venv's path (exit 0), or why
+#                                                                there is none (exit 1); builds nothing
+# Environment: FRAMEWORKS_BUILD_JOBS (make's -j for Horovod's C++, default 1), FRAMEWORKS_RETRY=1.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+CACHE=${SCALETRAIN_CI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/scaletrain-ci}
+HOROVOD_VERSION=0.28.1
+TF_PACKAGE=tensorflow-cpu==2.21.0
+HOROVOD_FLAGS=(HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_TENSORFLOW=1
+               HOROVOD_WITHOUT_MXNET=1)
+# the one change to PyPI's source: C++17 for the PyTorch extension (torch >= 2.1 needs it)
+HOROVOD_PATCH='s/set(CMAKE_CXX_STANDARD 14)/set(CMAKE_CXX_STANDARD 17)/'
+
+say() { echo "scaletrain frameworks: $*" >&2; }
+now() { date +%s; }
+
+# key NAME: a hash of what the venv is made of
+key() {
+  local torch
+  torch=$("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo none)
+  case $1 in
+    horovod) echo "horovod==$HOROVOD_VERSION ${HOROVOD_FLAGS[*]} $HOROVOD_PATCH torch=$torch" ;;
+    tensorflow) echo "$TF_PACKAGE" ;;
+  esac | { cat; "$PY" -c 'import sys; print(sys.version)'; } | sha256sum | cut -c1-12
+}
+
+# cause LOG: the first line of a build log that says why it failed (a compiler's or linker's
+# error, a killed process), else its last line
+cause() {
+  grep -m 1 -E ": (fatal )?error:|undefined reference|ld returned|Killed|make.*Error [0-9]+" "$1" \
+    || grep -v '^\s*$' "$1" | tail -n 1
+}
+
+# find NAME: the complete venv's path on stdout; else why not (stderr) and exit 1
+find_env() {
+  local dir="$CACHE/frameworks-$1-$(key "$1")"
+  if [ -f "$dir/.complete" ]; then echo "$dir"; return 0; fi
+  if [ -f "$dir.failed" ]; then
+    echo "$1 could not be built here: $(cause "$dir.failed") (log: $dir.failed)" >&2
+  else
+    echo "no $1 venv in $CACHE: run scripts/frameworks_env.sh $1" >&2
+  fi
+  return 1
+}
+
+# install_horovod VENV LOG: PyPI's source package, patched, built against the venv's torch
+install_horovod() {
+  local venv=$1 log=$2 src
+  src=$(mktemp -d "$venv/.src-XXXXXX") || return 1
+  "$venv/bin/python" -c 'import torch' >>"$log" 2>&1 || { echo "no torch in $PY: Horovod builds against it" >>"$log"; return 1; }
+  "$venv/bin/python" -m pip download -q --no-deps --no-binary :all: -d "$src" "horovod==$HOROVOD_VERSION" >>"$log" 2>&1 \
+    && tar -xzf "$src"/horovod-*.tar.gz -C "$src" \
+    && sed -i "$HOROVOD_PATCH" "$src/horovod-$HOROVOD_VERSION/horovod/torch/CMakeLists.txt" \
+    && echo "patched horovod/torch/CMakeLists.txt: $HOROVOD_PATCH" >>"$log" \
+    && env "${HOROVOD_FLAGS[@]}" MAKEFLAGS="-j${FRAMEWORKS_BUILD_JOBS:-1}" \
+         "$venv/bin/python" -m pip install -v --no-build-isolation --no-cache-dir \
+         "$src/horovod-$HOROVOD_VERSION" >>"$log" 2>&1 \
+    && "$venv/bin/python" -c 'import horovod.torch as hvd; assert hvd.mpi_built() and hvd.gloo_built()' >>"$log" 2>&1
+  local rc=$?
+  rm -rf -- "$src"
+  return $rc
+}
+
+# build NAME: the venv for NAME, built when missing
+build() {
+  local name=$1 dir tmp start rc
+  dir="$CACHE/frameworks-$name-$(key "$name")"
+  if [ -f "$dir/.complete" ]; then say "$name: venv reused ($dir)"; return 0; fi
+  if [ -f "$dir.failed" ] && [ "${FRAMEWORKS_RETRY:-0}" != 1 ]; then
+    say "$name: failed before, not retried (FRAMEWORKS_RETRY=1 retries): $(cause "$dir.failed")"; return 1
+  fi
+  mkdir -p "$CACHE" || return 1
+  [ -d "$dir" ] && rm -rf -- "$dir"   # ours, and never completed
+  find "$CACHE" -maxdepth 1 -name ".build-frameworks-*" -mmin +240 -exec rm -rf -- {} + 2>/dev/null
+  tmp=$(mktemp -d "$CACHE/.build-frameworks-$name-XXXXXX") || return 1
+  start=$(now)
+  say "$name: building $dir (log: $tmp/build.log)"
+  if "$PY" -m venv --system-site-packages "$tmp" >"$tmp/build.log" 2>&1; then
+    case $name in
+      horovod) install_horovod "$tmp" "$tmp/build.log" ;;
+      tensorflow) "$tmp/bin/python" -m pip install -q --disable-pip-version-check "$TF_PACKAGE" >>"$tmp/build.log" 2>&1 \
+                    && "$tmp/bin/python" -c 'import tensorflow' >>"$tmp/build.log" 2>&1 ;;
+    esac
+  fi
+  rc=$?
+  echo "built in $(( $(now) - start )) s, exit $rc" >>"$tmp/build.log"
+  # a venv's scripts (bin/activate, pip's shebangs) name the folder it was made in: the final one
+  [ $rc -eq 0 ] && { grep -rlI -- "$tmp" "$tmp/bin" "$tmp/pyvenv.cfg" | xargs -r sed -i "s|$tmp|$dir|g"; }
+  if [ $rc -eq 0 ] && touch "$tmp/.complete" && mv -T "$tmp" "$dir"; then
+    rm -f -- "$dir.failed"
+    say "$name: venv built in $(( $(now) - start )) s ($dir)"; return 0
+  fi
+  cp -- "$tmp/build.log" "$dir.failed"   # the whole log: the cause is far above pip's last lines
+  say "$name: could not be built ($(( $(now) - start )) s): $(cause "$dir.failed") (log: $dir.failed)"
+  rm -rf -- "$tmp"
+  return 1
+}
+
+if [ "${1:-}" = --find ]; then
+  [ $# -eq 2 ] || { say "usage: $0 --find horovod|tensorflow"; exit 2; }
+  find_env "$2"; exit $?
+fi
+names=("$@")
+[ ${#names[@]} -gt 0 ] || names=(tensorflow horovod)
+status=0
+for name in "${names[@]}"; do
+  case $name in
+    horovod|tensorflow) build "$name" || status=1 ;;
+    *) say "unknown framework $name (horovod, tensorflow)"; status=2 ;;
+  esac
+done
+exit $status
