@@ -6,9 +6,14 @@
 #   Then the torch range: tiers 1 and 2's launch/strategy/checkpoint tests and the README's example
 #   on the oldest supported torch and on the newest available (scripts/test_torch_range.sh).
 #   Slurm is installed from Debian's packages when missing and we are root; otherwise those tests skip with a reason.
+#   Then, from a user's venv on a Python without torch, the tests whose outcome depends on how
+#   scaletrain is installed (scripts/test_venv.sh).
+#   SCALETRAIN_TORCH_RANGE=skip leaves the torch range out (a quicker local run; CI never sets it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+CACHE=${SCALETRAIN_CI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/scaletrain-ci}
+if [ $# -eq 0 ]; then bash scripts/test_costs.sh "$PY" "$CACHE" >&2; fi
 bash scripts/install.sh test
 if [ -x tests/slurm/harness/install.sh ]; then
   # WITH_MPI=1: Open MPI too (before any slurmd starts: slurmd loads libpmix at start), for the
@@ -35,7 +40,11 @@ fi
 # first init_distributed, which DS_BUILD_OPS=0 leaves to that first use (240 s on a loaded 2-core
 # machine, inside a timed test): build it here, once; torch caches it (a few seconds after)
 if "$PY" -c "import deepspeed" >/dev/null 2>&1; then
-  echo "scaletrain tests: DeepSpeed's CPU collectives op (built the first time only, ~4 min)" >&2
+  # its own folder per DeepSpeed, torch and Python, exported to every test: another install (a
+  # different torch, a DeepSpeed upgrade) cannot invalidate it mid-run and make a test rebuild it
+  ds_key=$("$PY" -c 'import sys, deepspeed, torch; print(f"ds{deepspeed.__version__}-torch{torch.__version__}-py{sys.version_info[0]}{sys.version_info[1]}")' 2>/dev/null) \
+    && export TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-$CACHE/torch-extensions/$ds_key}"
+  echo "scaletrain tests: DeepSpeed's CPU collectives op (built the first time only, ~4 min; ${TORCH_EXTENSIONS_DIR:-the default folder})" >&2
   "$PY" -c 'from deepspeed.accelerator import get_accelerator as g
 b = g().create_op_builder("ShareMemCommBuilder")
 b is None or not b.is_compatible() or b.load()' >/dev/null 2>&1 \
@@ -72,8 +81,15 @@ status=0
 echo "scaletrain tests: multi-process and Slurm tiers from $named" >&2
 (cd "$named" && PYTHONPATH="$named/src${PYTHONPATH:+:$PYTHONPATH}" \
   "$PY" -m pytest -q -p no:cacheprovider --durations=25 tests/multiproc tests/slurm) || status=$?
+# How a user installs: a venv on a Python without torch, scaletrain pip-installed into it
+echo "scaletrain tests: the install-dependent tests from a user's venv (scripts/test_venv.sh)" >&2
+(cd "$named" && bash scripts/test_venv.sh) || status=$?
 # The supported torch range: the unit tier, the launch/strategy/checkpoint tests and the example
-# again on the oldest supported torch and the newest available, each in its own venv
-echo "scaletrain tests: the torch range (scripts/test_torch_range.sh)" >&2
-(cd "$named" && bash scripts/test_torch_range.sh) || status=$?
+# again on the releases the centres ship, each in its own venv
+if [ "${SCALETRAIN_TORCH_RANGE:-}" = skip ]; then
+  echo "scaletrain tests: the torch range skipped (SCALETRAIN_TORCH_RANGE=skip)" >&2
+else
+  echo "scaletrain tests: the torch range (scripts/test_torch_range.sh)" >&2
+  (cd "$named" && bash scripts/test_torch_range.sh) || status=$?
+fi
 exit "$status"

@@ -10,8 +10,9 @@
 # one is reused; otherwise it is built in a temporary folder beside it and renamed into place when
 # its last package is in, so an interrupted build is never used.
 # Install and tier times go to the log. Exit status: non-zero when any step failed on any torch.
-# Usage: scripts/test_torch_range.sh [--venvs-only] [CONSTRAINTS_FILE ...]   (default: both pins)
+# Usage: scripts/test_torch_range.sh [--venvs-only | --plan] [CONSTRAINTS_FILE ...]   (default: both pins)
 #   --venvs-only: build (or find) the venvs and print their paths; run no test.
+#   --plan: say for each pin whether its venv is reused or would be built (and its cost); build nothing.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -31,8 +32,9 @@ MULTIPROC=(tests/multiproc/test_launch_contract.py tests/multiproc/test_launch_f
            tests/multiproc/test_preempt_multiproc.py tests/multiproc/test_strategy_interface.py
            tests/multiproc/test_checkpoint_multiproc.py
            --deselect tests/multiproc/test_launch_failure.py::test_workers_helper_reruns_a_native_crash_once)
-venvs_only=0
+venvs_only=0 plan_only=0
 if [ "${1:-}" = --venvs-only ]; then venvs_only=1; shift; fi
+if [ "${1:-}" = --plan ]; then plan_only=1; shift; fi
 pins=("$@")
 [ ${#pins[@]} -gt 0 ] || pins=(constraints/torch-oldest.txt constraints/torch-newest.txt)
 
@@ -49,6 +51,11 @@ venv_for() {
   fi
   key=$({ grep -v '^#' "$pin"; echo "${PACKAGES[*]}"; "$PY" -c 'import sys; print(sys.version)'; } | sha256sum | cut -c1-12)
   dir="$CACHE/torch-$version-$key"
+  if [ $plan_only = 1 ]; then   # what a run would do, before it downloads anything
+    if [ -f "$dir/.complete" ]; then echo "torch $version: venv reused ($dir)"
+    else echo "torch $version: venv to build, ~5 GB download and disk (a CUDA build on a CPU machine), 3-5 min"; fi
+    return 0
+  fi
   if [ -f "$dir/.complete" ]; then
     say "torch $version: venv reused ($dir), install 0 s"
     echo "$dir"; return 0
@@ -108,6 +115,7 @@ example() {
 status=0
 summary=()
 for pin in "${pins[@]}"; do
+  if [ $plan_only = 1 ]; then venv_for "$pin"; continue; fi
   if ! venv=$(venv_for "$pin"); then
     status=1; summary+=("$pin: no venv"); continue
   fi

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# What `scripts/test.sh` is about to install and build, where, and what it costs: printed before
+# anything is downloaded, from what this machine already has (figures measured on a fresh 2-core
+# machine, README "Set-up"). Usage: scripts/test_costs.sh PYTHON CACHE_DIR
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=$1 CACHE=$2
+have() { "$PY" -c "import $1" >/dev/null 2>&1; }
+line() { printf 'scaletrain tests:   %s\n' "$*"; }
+echo "scaletrain tests: before it starts, what this run installs and builds, and where:"
+where=$("$PY" -c 'import sys; print(sys.prefix)' 2>/dev/null)
+if have torch && have pytest && have deepspeed; then
+  line "into $where: nothing new (torch, the test extras and DeepSpeed are there)"
+else
+  line "into $where: scaletrain (editable), the test extras, torch's CPU wheel if missing, DeepSpeed, mpi4py: ~2 GB, ~8 min"
+fi
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  if command -v slurmctld >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1 && command -v chromium >/dev/null 2>&1; then
+    line "Debian packages: none new (Slurm, munge, Open MPI, Chromium are installed)"
+  else
+    line "Debian packages, system-wide: Slurm, munge, Open MPI, Chromium (69 packages, ~470 MB); README says how to remove them"
+  fi
+else
+  line "Debian packages: none (not root, or no apt): the Slurm tests and the HTML render test will skip with the reason"
+fi
+if [ -d "$CACHE" ] && compgen -G "$CACHE/user-venv-*/.complete" >/dev/null; then
+  line "a user's venv for the install-dependent tests: reused from $CACHE"
+else
+  line "a user's venv for the install-dependent tests: ~1 GB under $CACHE, ~2-3 min"
+fi
+if [ "${SCALETRAIN_TORCH_RANGE:-}" = skip ]; then
+  line "the torch range: skipped (SCALETRAIN_TORCH_RANGE=skip)"
+else
+  bash scripts/test_torch_range.sh --plan 2>&1 | sed 's/^/scaletrain tests:   /'
+  line "(the torch range's venvs stay in $CACHE for the next run; SCALETRAIN_TORCH_RANGE=skip leaves it out)"
+fi
+free=$(df -Pk "${CACHE%/*}" 2>/dev/null | awk 'NR==2 {printf "%.0f", $4/1048576}')
+[ -n "$free" ] && line "free disk where the venvs go: ${free} GB"
+exit 0
