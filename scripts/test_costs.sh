@@ -28,6 +28,14 @@ if [ -d "$CACHE" ] && compgen -G "$CACHE/user-venv-*/.complete" >/dev/null; then
 else
   line "a user's venv for the install-dependent tests: ~1 GB under $CACHE, ~2-3 min"
 fi
+if [ -d "$CACHE" ] && compgen -G "$CACHE/frameworks-tensorflow-*/.complete" >/dev/null; then
+  line "TensorFlow's venv for the framework tests: reused from $CACHE"
+else
+  line "TensorFlow's venv for the framework tests: tensorflow-cpu, ~1.4 GB under $CACHE, ~2 min"
+fi
+if [ "${SCALETRAIN_HOROVOD:-}" = build ]; then
+  line "Horovod's venv (SCALETRAIN_HOROVOD=build): built from source once, 25-60 min of C++ on 2 cores"
+fi
 if [ "${SCALETRAIN_TORCH_RANGE:-}" = skip ]; then
   line "the torch range: skipped (SCALETRAIN_TORCH_RANGE=skip)"
 else
