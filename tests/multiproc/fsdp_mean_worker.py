@@ -95,7 +95,7 @@ def one_case(case: str, strategy: str) -> dict:
         try:
             wrapped, _ = scaletrain.setup(model, strategy=strategy, min_params=100, **extra)
         except StrategyError as err:
-            return {"raised": type(err).__name__, "message": str(err), "hint": err.hint}
+            return {"raised": type(err).__name__, "message": err.message, "hint": err.hint}
         part = slice(rank * GLOBAL_BATCH // world, (rank + 1) * GLOBAL_BATCH // world)
         nn.functional.cross_entropy(wrapped(x[part]), y[part]).backward()
     diff = 0.0
