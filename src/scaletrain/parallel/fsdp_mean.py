@@ -75,13 +75,15 @@ def _probe_ratio(mesh: Any, fsdp_kwargs: dict[str, Any],
     place = 0
     for coordinate, size in zip(mesh.get_coordinate() or [0], mesh.mesh.shape):
         place = place * int(size) + int(coordinate)
-    device = probe.weight.to_local().device
+    weight: Any = probe.weight  # a DTensor now (typed as the Parameter it replaced)
+    device = weight.to_local().device
     try:
         with torch.enable_grad():
             probe(torch.full((2 * n,), float(place + 1), device=device)).backward()
     except RuntimeError as err:
         return None, (str(err).strip().splitlines() or [type(err).__name__])[0]
-    got = probe.weight.grad.full_tensor().float()
+    grad: Any = probe.weight.grad  # the reduced shard, a DTensor
+    got = grad.full_tensor().float()
     return float(got.mean()) / ((n + 1) / 2), ""
 
 

@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 from functools import lru_cache
+from typing import Any
 
 from scaletrain.errors import StrategyError
 
@@ -95,15 +96,14 @@ def choose_schedule(schedule: str, backend: str) -> str:
     import torch
     import torch.distributed as dist
 
-    verdict: list[object] = [None]
+    tried: dict[str, str | None] = {}
     if dist.get_rank() == 0:
-        tried = {schedule: probe_schedule(schedule)}
+        tried[schedule] = probe_schedule(schedule)
         if tried[schedule] is not None and schedule != "gpipe":
             tried["gpipe"] = probe_schedule("gpipe")  # the fallback, asked only when needed
-        verdict[0] = tried
+    verdict: list[Any] = [tried]
     dist.broadcast_object_list(verdict, src=0)
     tried = verdict[0]
-    assert isinstance(tried, dict)
     if tried[schedule] is None:
         return schedule
     where = f"pipeline schedule {schedule!r} over gloo on torch {torch.__version__}"
