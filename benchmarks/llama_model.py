@@ -139,7 +139,16 @@ def _classes() -> dict[str, type]:
             self.ffn_norm = nn.RMSNorm(cfg.dim, eps=cfg.norm_eps)
             self.feed_forward = FeedForward(cfg)
 
-        def forward(self, x: Any, cos: Any, sin: Any) -> Any:
+        def forward(self, x: Any, cos: Any, sin: Any, checkpointed: bool = False) -> Any:
+            if checkpointed:
+                # recompute the block's own arithmetic only, with FSDP2's hooks (which gather
+                # and free its parameters) outside: checkpointing the FSDP2 module itself fails
+                # its recomputation on torch 2.7.1-2.12.1 ("CheckpointError: Recomputed values
+                # ... have different metadata"), as torchtitan's wrapping order avoids
+                return checkpoint(self.body, x, cos, sin, use_reentrant=False)
+            return self.body(x, cos, sin)
+
+        def body(self, x: Any, cos: Any, sin: Any) -> Any:
             x = x + self.attention(self.attention_norm(x), cos, sin)
             return x + self.feed_forward(self.ffn_norm(x))
 
@@ -165,11 +174,9 @@ def _classes() -> dict[str, type]:
             t = tokens.shape[1]
             cos, sin = self.cos[:, :t], self.sin[:, :t]
             h = self.tok_embeddings(tokens)
+            recompute = self.checkpointing and torch.is_grad_enabled()
             for layer in self.layers:
-                if self.checkpointing and torch.is_grad_enabled():
-                    h = checkpoint(layer, h, cos, sin, use_reentrant=False)
-                else:
-                    h = layer(h, cos, sin)
+                h = layer(h, cos, sin, checkpointed=recompute)
             return self.output(self.norm(h))
 
     _CACHE.update(Llama=Llama, Block=Block)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from scaletrain.errors import StrategyError
 from scaletrain.parallel import optim
+from scaletrain.parallel.fsdp_mean import ensure_mean
 from scaletrain.parallel.options import PrecisionSpec, StrategyOptions, StrategySpec
 from scaletrain.parallel.precision import fsdp_mp_policy
 from scaletrain.torch_features import fsdp_on_cpu
@@ -90,6 +91,9 @@ def shard(model: Any, mesh: Any, *, spec: StrategySpec, options: StrategyOptions
     for module in wrap_targets(model, min_params=options.min_params, wrap=options.wrap):
         fully_shard(module, mp_policy=fsdp_mp_policy(precision), **kwargs)
     fully_shard(model, mp_policy=fsdp_mp_policy(precision, root=True), **kwargs)
+    # torch 2.7/2.8 over gloo sum where they should average: measured, then corrected or refused
+    ensure_mean(model, mesh, {"mp_policy": fsdp_mp_policy(precision), "offload_policy": offload},
+                strategy=spec.name)
     return model
 
 

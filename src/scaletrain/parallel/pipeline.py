@@ -34,6 +34,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from scaletrain.errors import DistEnvError, StrategyError
@@ -47,6 +48,7 @@ from scaletrain.parallel.options import (
     resolve_precision,
 )
 from scaletrain.parallel.pipeline_model import PipelineModel, batch_size, check_divisible
+from scaletrain.parallel.pipeline_probe import choose_schedule
 from scaletrain.parallel.pipeline_split import microbatch_of, split_model
 from scaletrain.parallel.precision import wrap_forward_autocast
 from scaletrain.parallel.strategy import Context, Layout, Sharding, build_mesh
@@ -63,6 +65,11 @@ __all__ = ["PipelineModel", "PipelineStrategy", "apply", "SCHEDULES"]
 
 SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b")
 _DATA_PARALLEL: tuple[str, ...] = ("ddp", "fsdp")
+
+
+def schedule_name(schedule_cls: type) -> str:
+    """The name in ``SCHEDULES`` of a schedule class that ``_schedule_class`` returns."""
+    return "1f1b" if schedule_cls.__name__ == "Schedule1F1B" else "gpipe"
 
 
 def _schedule_class(name: str) -> type:
@@ -147,6 +154,9 @@ def _build(model: nn.Module | None, optimizer: torch.optim.Optimizer | None, *,
     """The pipeline strategy; ``mesh``/``dims`` come from ``setup()`` or are built here."""
     schedule_cls = _check_request(precision, loss_fn, n_microbatches, data_parallel, schedule,
                                   split_points, stages)
+    # over gloo some releases hang or abort in a schedule: probed, then kept, GPipe, or refused
+    chosen = choose_schedule(schedule_name(schedule_cls), dist.get_backend())
+    schedule_cls = _schedule_class(chosen)
     rank, world = group_rank_world()
     split = split_model(model, split_points=split_points, stages=stages,
                         example_microbatch=_example_microbatch(model, example_input,
