@@ -48,10 +48,19 @@ def _own(name: str, value: object) -> Any:
     return settings.check_value(OWN[name], value, f"submit(): {name}")
 
 
+def _imports_of(script: object, chdir: object) -> tuple[str, ...] | None:
+    """What the program file imports (None where it cannot be read here), as ``plan`` reads it."""
+    if not isinstance(script, str) or not script:
+        return None
+    from scaletrain.envs.imports import program_imports
+
+    return program_imports(script, cwd=chdir if isinstance(chdir, str) else None)
+
+
 def build_request(*, cluster: object, program: object, gpus: object, nodes: object, account: object,
                   run_dir: object, fields: Mapping[str, Any]) -> JobRequest:
     """The JobRequest for ``submit()``'s arguments (UsageError naming the first bad one)."""
-    cluster = _own("cluster", cluster)
+    name_or_file: str = _own("cluster", cluster)
     words = _own("program", program)
     if not words:
         raise UsageError("submit(): program must be a list: the script and its arguments", OWN["program"].doc)
@@ -63,21 +72,20 @@ def build_request(*, cluster: object, program: object, gpus: object, nodes: obje
         if name in _SET_BY_SUBMIT:
             how = _SET_BY_SUBMIT[name]
             raise UsageError(f"submit(): {name} is set by submit() itself" + (f" (use {how})" if how else ""), HINT)
-    values = {name: (v,) if name in _ONE_ITEM and isinstance(v, str) else v for name, v in fields.items()}
+    values: dict[str, Any] = {name: (v,) if name in _ONE_ITEM and isinstance(v, str) else v
+                              for name, v in fields.items()}
     stage = values.get("stage_data")
     if isinstance(stage, str) and stage.strip():   # as the CLI: measured here (node-local disk), kept absolute
         values["stage_data_gb"] = tree_size_gb(stage)
         values["stage_data"] = os.path.abspath(os.path.expanduser(stage))
-    if isinstance(words[0], str) and words[0]:   # as the CLI: what the program imports, read here
-        from scaletrain.envs.imports import program_imports
-
-        chdir = values.get("chdir")
-        values["program_imports"] = program_imports(words[0], cwd=chdir if isinstance(chdir, str) else None)
-    is_file = cluster.endswith(".toml") or os.sep in cluster
+    values["program_imports"] = _imports_of(words[0], values.get("chdir"))   # as the CLI: read here
+    is_file = name_or_file.endswith(".toml") or os.sep in name_or_file
+    # gpus, nodes and account are checked by the request itself (one check, where the value enters)
+    unchecked: dict[str, Any] = {"gpus": gpus, "nodes": nodes, "account": account}
     try:
-        req = JobRequest(cluster=cluster, script=words[0], script_args=tuple(words[1:]), gpus=gpus, nodes=nodes,
-                         account=account, profile_file=str(Path(cluster).expanduser().absolute()) if is_file else None,
-                         **values)
+        req = JobRequest(cluster=name_or_file, script=words[0], script_args=tuple(words[1:]),
+                         profile_file=str(Path(name_or_file).expanduser().absolute()) if is_file else None,
+                         **unchecked, **values)
     except SettingError as err:   # the request's own check: said with the keyword, not the CLI flag
         raise err.renamed(f"submit(): {_KEYWORD.get(err.name, err.name)}") from None
     if req.venv:

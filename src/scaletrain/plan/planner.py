@@ -89,6 +89,7 @@ class Plan:
     warnings: tuple[str, ...] = ()  # what the job would lack (said now, not after the queue)
     sample_gpus: float | None = None  # --sample-gpus S: a GPU sampler per node every S seconds
     srun_cpus_export: bool = True   # export SRUN_CPUS_PER_TASK (False: the profile's Slurm passes it on)
+    requests_gpus: bool = True      # False on a CPU-only cluster: the script asks Slurm for no GPU
 
 
 def job_name_for(request: JobRequest) -> str:
@@ -255,6 +256,7 @@ def make_plan(request: JobRequest, profile: ClusterProfile) -> Plan:
         image=software.image(request, profile), software=software.describe(request, profile),
         sample_gpus=request.sample_gpus,
         srun_cpus_export=srun_cpus_export(profile.slurm_version),
+        requests_gpus=profile.gpus_per_node > 0,
         warnings=tuple(software.warnings(request, profile, needs_scaletrain=spec.needs_scaletrain)),
         master_addr_suffix=profile.master_addr_suffix, accelerate_config=fw.accelerate_word,
         job_files=fw.files, disk_gb=disk,

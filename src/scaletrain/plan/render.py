@@ -45,7 +45,7 @@ def _header(plan: Plan) -> list[str]:
     command = shlex.join(plan.command) if plan.command else "(library call: make_plan/render_script)"
     procs = f"{plan.world_size} process{'es' if plan.world_size != 1 else ''}"
     gpus = (f" x {plan.gpus_per_node} GPU{'s' if plan.gpus_per_node != 1 else ''}"
-            if plan.profile.gpus_per_node else " without GPUs")   # what the #SBATCH lines ask
+            if plan.requests_gpus else " without GPUs")   # what the #SBATCH lines ask
     what = f"{plan.nodes} node{'s' if plan.nodes != 1 else ''}{gpus}, {procs}, launcher {plan.launcher}"
     if plan.scheduler != "slurm":
         what = f"{plan.world_size} CPU worker process{'es' if plan.world_size != 1 else ''} on this machine"

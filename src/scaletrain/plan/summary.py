@@ -120,7 +120,7 @@ def render_summary(plan: Plan) -> str:
         # in G like the node figures beside it (the script keeps Slurm's exact MiB form)
         mem = f", {p.mem_per_proc_gb:.1f}G memory".replace(".0G", "G") if p.mem_per_proc_gb else ""
         per = p.gpus_per_node / p.procs_per_node
-        share = f"{per:g} GPU{'s' if per > 1 else ''}" if p.profile.gpus_per_node else "no GPU"
+        share = f"{per:g} GPU{'s' if per > 1 else ''}" if p.gpus_per_node and p.requests_gpus else "no GPU"
         lines.append(f"  per process: {share}, {p.threads_per_proc} CPU core{'s' if p.threads_per_proc != 1 else ''}"
                      f"{mem}; Slurm tasks: {p.tasks_per_node} per node x {p.cpus_per_task} CPUs"
                      + (f", --mem={p.mem}" if p.mem else ""))
