@@ -41,8 +41,9 @@ fi
 # machine, inside a timed test): build it here, once; torch caches it (a few seconds after)
 if "$PY" -c "import deepspeed" >/dev/null 2>&1; then
   # its own folder per DeepSpeed, torch and Python, exported to every test: another install (a
-  # different torch, a DeepSpeed upgrade) cannot invalidate it mid-run and make a test rebuild it
-  ds_key=$("$PY" -c 'import sys, deepspeed, torch; print(f"ds{deepspeed.__version__}-torch{torch.__version__}-py{sys.version_info[0]}{sys.version_info[1]}")' 2>/dev/null) \
+  # different torch, a DeepSpeed upgrade) cannot invalidate it mid-run and make a test rebuild it.
+  # The key is the last line printed: DeepSpeed prints a dated warning on stdout at import.
+  ds_key=$("$PY" -c 'import sys, deepspeed, torch; print(f"ds{deepspeed.__version__}-torch{torch.__version__}-py{sys.version_info[0]}{sys.version_info[1]}")' 2>/dev/null | tail -n 1) \
     && export TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-$CACHE/torch-extensions/$ds_key}"
   echo "scaletrain tests: DeepSpeed's CPU collectives op (built the first time only, ~4 min; ${TORCH_EXTENSIONS_DIR:-the default folder})" >&2
   "$PY" -c 'from deepspeed.accelerator import get_accelerator as g
