@@ -172,6 +172,7 @@ EMULATE_KEEP_VAR = "SCALETRAIN_EMULATE_KEEP"  # JSON: torchrun variables the use
 EMULATE_GPUS_VAR = "SCALETRAIN_EMULATE_GPUS"  # GPUs per emulated node (faked ones under --cpu)
 CPU_SMOKE_VAR = "SCALETRAIN_CPU_SMOKE"        # "1": run a CUDA/NCCL program on CPU processes
 DS_ACCELERATOR_VAR = "DS_ACCELERATOR"          # DeepSpeed's accelerator: "cpu" under --cpu unless the user chose one
+HOROVOD_RENDEZVOUS_VAR = "SCALETRAIN_HOROVOD_RENDEZVOUS"  # "HOST:PORT" of the --emulate mpi Horovod store
 
 
 # The provenance line every generated script starts with (after the shebang); lint reads the

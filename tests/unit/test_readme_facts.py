@@ -15,7 +15,8 @@ REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
 # a path in backquotes that starts at one of the repository's top folders
 _PATH = re.compile(r"`((?:scripts|examples|docs|constraints|tests|benchmarks|src|\.ci)/[^`\s]*)`")
-_VERB = re.compile(r"(?:^|\s)(?:python3? -m )?scaletrain ([a-z]+)\b")
+# a command at the start of a line or after && ; | (comments are cut off first)
+_VERB = re.compile(r"(?:^|&&|;|\|)\s*(?:python3? -m )?scaletrain ([a-z]+)\b")
 # "about 2,700 unit tests": the figure the README gives for the unit tier
 _COUNT = re.compile(r"about ([\d,]+) unit tests")
 
@@ -39,7 +40,9 @@ def test_every_verb_the_readme_runs_exists() -> None:
     from scaletrain.cli.main import VERBS
 
     verbs = set(VERBS)
-    used = {m for block in re.findall(r"```bash\n(.*?)```", _text(), re.S) for m in _VERB.findall(block)}
+    lines = [line.split(" #", 1)[0] for block in re.findall(r"```bash\n(.*?)```", _text(), re.S)
+             for line in block.splitlines()]
+    used = {m for line in lines for m in _VERB.findall(line)}
     assert used, "the pattern finds the README's commands"
     assert used <= verbs, f"README runs verbs scaletrain does not have: {sorted(used - verbs)}"
 

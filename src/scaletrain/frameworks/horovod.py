@@ -20,8 +20,10 @@ import http.server
 import threading
 from collections.abc import Iterator, Mapping
 
+from scaletrain.contract import HOROVOD_RENDEZVOUS_VAR
+
 # launcher -> workers: "HOST:PORT" of the store (set only while one is served)
-RENDEZVOUS_VAR = "SCALETRAIN_HOROVOD_RENDEZVOUS"
+RENDEZVOUS_VAR = HOROVOD_RENDEZVOUS_VAR
 _HOST = "127.0.0.1"
 
 
