@@ -302,3 +302,28 @@ def test_a_format_1_marker_without_checksums_still_loads_by_its_sizes(ck):
     marker["format"] = 1
     (folder / "COMMIT.json").write_text(json.dumps(marker))
     assert _load(ck, strict=True) == 30
+
+
+def test_dcp_metadata_enum_members_pickled_by_getattr_load_and_nothing_else_does():
+    """Python 3.12 (and Debian's 3.11) pickle an enum member as getattr(EnumClass, "NAME"): DCP's
+    .metadata then holds builtins.getattr, which the allow-list refused for every checkpoint."""
+    import io
+    import pickle
+
+    from torch.distributed.checkpoint.metadata import _MEM_FORMAT_ENCODING
+
+    from scaletrain.checkpoint.safeio import _MetadataUnpickler
+
+    class ByName:
+        def __init__(self, owner, name):
+            self.owner, self.name = owner, name
+
+        def __reduce__(self):
+            return (getattr, (self.owner, self.name))
+
+    member = _MEM_FORMAT_ENCODING.TORCH_CONTIGUOUS_FORMAT
+    data = pickle.dumps(ByName(_MEM_FORMAT_ENCODING, member.name))
+    assert _MetadataUnpickler(io.BytesIO(data)).load() is member
+    for owner, name in ((int, "real"), (_MEM_FORMAT_ENCODING, "__class__"), (_MEM_FORMAT_ENCODING, "mro")):
+        with pytest.raises(pickle.UnpicklingError):
+            _MetadataUnpickler(io.BytesIO(pickle.dumps(ByName(owner, name)))).load()

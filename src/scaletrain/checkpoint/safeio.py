@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import enum
 import gc
 import io
 import os
@@ -134,10 +135,22 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+def _enum_member(cls: Any, name: str) -> Any:
+    """``getattr(cls, name)`` for an enum class the allow-list let in, and a member's name only:
+    Python 3.12 (and some 3.11 builds) pickle an enum member as ``getattr(EnumClass, "NAME")``
+    (DCP's ``_MEM_FORMAT_ENCODING.TORCH_CONTIGUOUS_FORMAT`` in every ``.metadata``)."""
+    if isinstance(cls, type) and issubclass(cls, enum.Enum) and isinstance(name, str) and name in cls.__members__:
+        return cls.__members__[name]
+    raise pickle.UnpicklingError(f"getattr({getattr(cls, '__name__', type(cls).__name__)}, {name!r}) "
+                                 "in DCP metadata is not an enum member")
+
+
 class _MetadataUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         import torch
 
+        if (module, name) == ("builtins", "getattr"):   # only ever applied to an allowed class
+            return _enum_member
         if (module, name) in _METADATA_CLASSES:
             return super().find_class(module, name)
         if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
