@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import run_cli
+from helpers import module_python, run_cli
 
 from scaletrain.envs.finished import ENV_MARKER, STAMP, finished_env
 
@@ -27,9 +27,10 @@ _CLI = "from scaletrain.cli.main import main; raise SystemExit(main())"
 
 @pytest.fixture
 def standin(tmp_path: Path, monkeypatch) -> Path:
-    """A profile whose "module" is this interpreter (it has torch), without modules to load."""
+    """A profile whose "module" is a Python with torch (helpers.module_python), without modules to load."""
     profile = tmp_path / "standin.toml"
-    profile.write_text(f'name = "standin"\npython = "{sys.executable}"\ngpus_per_node = 2\n'
+    python = module_python(tmp_path / "module")   # a Python with torch, also when the suite runs in a venv
+    profile.write_text(f'name = "standin"\npython = "{python}"\ngpus_per_node = 2\n'
                        'cores_per_node = 4\nmem_per_node_gb = 8\naccount_required = false\n'
                        '[partitions.p]\ndefault = true\n')
     monkeypatch.setenv("PIP_NO_INDEX", "1")           # the optional crc32c: no index, fail fast

@@ -56,6 +56,7 @@ def test_the_unit_test_count_is_the_collected_count() -> None:
     if found is None:
         pytest.fail("pytest collected nothing: " + out.stdout[-500:] + out.stderr[-500:])
     collected = int(found.group(1))
-    for n in stated:   # "about": the README rounds to the hundred, and the tier grows between edits
-        assert abs(n - collected) <= max(150, collected // 20), (
-            f"README says about {n} unit tests; a clone collects {collected}")
+    # "about": the README rounds to the hundred, and the tier grows between edits; it gives the
+    # count of a bare clone and of one with the centre guides beside it (their jobs add tests)
+    assert any(abs(n - collected) <= max(150, collected // 20) for n in stated), (
+        f"README says about {stated} unit tests; this checkout collects {collected}")

@@ -98,7 +98,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not getattr(args, "func", None):
             parser.print_help()
             return 2
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        # what is still buffered is written here, inside the handlers below: a reader that went
+        # away then ends quietly instead of in Python's exit-time flush (exit 120, a message)
+        sys.stdout.flush()
+        return code
     except ScaletrainError as exc:
         print(exc.render(), file=sys.stderr)
         return exc.exit_code
