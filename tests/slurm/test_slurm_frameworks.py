@@ -96,11 +96,15 @@ with open(os.path.join(sys.argv[1], f"tf-{index}.json"), "w") as fh:
 
 def test_tensorflow_launcher_gives_each_node_its_tf_config(slurm_cluster, probed_profile, tmp_path):
     """--launcher tensorflow: one worker per node, TF_CONFIG lists both nodes, each task its own index."""
+    from helpers import framework_python
+
+    # the check before sbatch asks the job's Python for tensorflow: the TF venv provides it
+    venv = framework_python("tensorflow").parent.parent
     program = tmp_path / "tf_probe.py"
     program.write_text(TF_PROBE)
     proc = slurm_cluster.scaletrain(
         "submit", "--profile", str(probed_profile), "--run-dir", str(tmp_path / "run"), "--wait",
-        "--nodes", "2", "--gpus-per-node", "2", "--cpus-per-gpu", "1", "--device", "cpu",
+        "--nodes", "2", "--gpus-per-node", "2", "--cpus-per-gpu", "1", "--device", "cpu", "--venv", str(venv),
         "--time", "00:05:00", "--launcher", "tensorflow", "--", str(program), str(tmp_path), timeout=240)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     seen = [json.loads((tmp_path / f"tf-{i}.json").read_text()) for i in (0, 1)]
