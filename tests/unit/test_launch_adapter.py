@@ -118,12 +118,18 @@ def test_this_torch_has_every_name_and_every_patch_is_on():
 
 @pytest.mark.parametrize("private", PRIVATES, ids=lambda p: p.name.split("(")[0].rsplit(".", 2)[-1])
 def test_a_missing_name_turns_its_speed_patch_off_or_stops_the_launch(monkeypatch, private):
+    if not adapter._probe(private):   # an older torch in the range (2.6) never had it
+        pytest.skip(f"this torch has no {private.name}: the launch already runs without it")
     patch = _patch_of(private)
+    before_out = io.StringIO()
+    before = check({}, max_restarts=1, out=before_out)   # what this torch does with every name it has
     REMOVE[private](monkeypatch)
-    assert not adapter._probe(private)
+    torch_features.forget_answers()   # the probes above were answered with the name still there
+    if adapter._probe(private):   # torch 2.6 sets _tail_logs outside the __init__ the stand-in renames
+        pytest.skip(f"the test's stand-in cannot take {private.name} away on this torch")
     out = io.StringIO()
-    if len(patch.ways) > 1:  # another way still works on this torch: nothing to say
-        assert patch in check({}, max_restarts=1, out=out) and out.getvalue() == ""
+    if any(all(adapter._probe(q) for q in way) for way in patch.ways):  # another way still works here
+        assert patch in check({}, max_restarts=1, out=out) and out.getvalue() == before_out.getvalue()
         return
     if patch.behaviour:
         with pytest.raises(LaunchError) as info:
@@ -132,8 +138,8 @@ def test_a_missing_name_turns_its_speed_patch_off_or_stops_the_launch(monkeypatc
         assert f"{TORCH_AS_IS_VAR}=1" in info.value.hint
         return
     found = check({}, max_restarts=1, out=out)
-    lines = out.getvalue().splitlines()
-    assert patch not in found and found.on == {p.name for p in PATCHES} - {patch.name}
+    lines = [line for line in out.getvalue().splitlines() if line not in before_out.getvalue().splitlines()]
+    assert patch not in found and found.on == before.on - {patch.name}
     assert len(lines) == 1 and private.name in lines[0] and patch.without in lines[0]
 
 
