@@ -114,7 +114,7 @@ def render_summary(plan: Plan) -> str:
         part = p.partition or "(chosen by Slurm)"
         nodes = f"{p.nodes} node{'s' if p.nodes != 1 else ''}"
         gpus = (f" x {p.gpus_per_node} {p.profile.gpu_model} = {p.gpus} GPU{'s' if p.gpus != 1 else ''}"
-                if p.profile.gpus_per_node else " without GPUs (the script requests none: a CPU-only cluster)")
+                if p.requests_gpus else " without GPUs (the script requests none: a CPU-only cluster)")
         lines.append(f"scaletrain plan: {p.cluster}, partition {part}: {nodes}{gpus}, "
                      f"{p.world_size} process{'es' if p.world_size != 1 else ''} ({p.launcher})")
         # in G like the node figures beside it (the script keeps Slurm's exact MiB form)
@@ -124,7 +124,7 @@ def render_summary(plan: Plan) -> str:
         lines.append(f"  per process: {share}, {p.threads_per_proc} CPU core{'s' if p.threads_per_proc != 1 else ''}"
                      f"{mem}; Slurm tasks: {p.tasks_per_node} per node x {p.cpus_per_task} CPUs"
                      + (f", --mem={p.mem}" if p.mem else ""))
-        if p.profile.gpus_per_node:
+        if p.requests_gpus:
             used = p.gpus * p.time_seconds / 3600 / p.profile.gpus_per_billing_unit
             lines.append(f"  time {p.time} -> {billing_text(p.gpu_hours, used, p.profile)}")
         else:   # a CPU-only cluster: no GPU unit to bill in
