@@ -162,6 +162,30 @@ def test_create_recipes_follow_the_profile() -> None:
     assert f"{lumi.default_image} python3 -m venv --system-site-packages /p/env" in inside
 
 
+@pytest.mark.parametrize("cluster, module", [("roihu", "module load python-tensorflow"),
+                                             ("lumi", "module load tensorflow/2.16")])
+def test_a_tensorflow_venv_is_made_on_the_centres_tensorflow_module(cluster: str, module: str) -> None:
+    """CSC: 'The virtual environment needs to be created with the correct python module activated'."""
+    profile = load_profile(cluster)
+    text = create_script(profile, EnvRecipe(directory="/p/tf", packages=("tensorflow",)), scaletrain_dir=PKG)
+    assert module in text and "python-pytorch" not in text and "singularity" not in text
+    assert "python3 -m venv --system-site-packages /p/tf" in text
+    assert "install --quiet tensorflow" not in text and "torch" not in text   # the module's tensorflow
+    assert "/p/tf/bin/python -c 'import scaletrain, tensorflow'" in text
+    # the job that uses it loads the same module, then the venv
+    plan = make_plan(JobRequest(cluster=cluster, script="t.py", gpus=2, account="project_1",
+                                launcher="tensorflow", venv="/p/tf"), profile)
+    setup = render_script(plan)
+    assert setup.index(module) < setup.index("source /p/tf/bin/activate")
+
+
+def test_a_tensorflow_venv_on_the_alliance_comes_from_the_wheelhouse_without_torch() -> None:
+    text = create_script(load_profile("narval"), EnvRecipe(directory="/p/tf", packages=("tensorflow",)),
+                         scaletrain_dir=PKG)
+    assert "module load cuda cudnn" in text and "pip install --no-index --quiet tensorflow" in text
+    assert "torch" not in text
+
+
 def test_create_cli_dry_run_and_bad_input(capsys, tmp_path: Path) -> None:
     code, out, err = run_cli(capsys, "env", "create", "--cluster", "roihu", "--with", "lightning", "--dry-run",
                              str(tmp_path / "e"))

@@ -220,4 +220,5 @@ def test_a_tensorflow_venv_without_tensorflow_is_sent_back_to_the_centres_module
     with pytest.raises(DistEnvError) as err:
         check.check_job_python(plan_for("roihu", nodes=2, launcher="tensorflow", venv=str(venv)))
     assert "cannot import tensorflow" in err.value.message
-    assert "module load python-tensorflow" in err.value.hint and "env create" not in err.value.hint
+    assert "module load python-tensorflow" in err.value.hint
+    assert "scaletrain env create --cluster roihu --with tensorflow DIR" in err.value.hint   # made on that module

@@ -32,7 +32,7 @@ from scaletrain.clusters.check import compare
 from scaletrain.clusters.profile import _shipped_dir, load_profile
 from scaletrain.clusters.resources import ERROR, WARNING, Resources
 from scaletrain.clusters.schema import build_profile
-from scaletrain.envs.create import parse_with
+from scaletrain.envs.create import known_packages, parse_with
 from scaletrain.errors import PlanError, ProfileError, UsageError
 from scaletrain.lint.engine import lint_text
 from scaletrain.plan.planner import make_plan
@@ -231,9 +231,15 @@ def test_alliance_tensorflow_comes_from_the_wheelhouse(cluster: str) -> None:
     assert parse_with("tensorflow,horovod", load_profile(cluster).wheels) == ("tensorflow", "horovod")
 
 
-def test_env_create_with_a_framework_only_where_the_wheelhouse_has_it() -> None:
+def test_env_create_with_a_framework_only_where_the_centre_has_it() -> None:
+    # CSC has a TensorFlow module (the venv is made on it) but no Horovod; JSC no TensorFlow module
+    assert parse_with("tensorflow", known_packages(load_profile("roihu"))) == ("tensorflow",)
     with pytest.raises(UsageError, match="not a launcher package"):
-        parse_with("tensorflow", load_profile("roihu").wheels)
+        parse_with("horovod", known_packages(load_profile("roihu")))
+    with pytest.raises(UsageError, match="not a launcher package"):
+        parse_with("tensorflow", known_packages(load_profile("jupiter")))
+    with pytest.raises(UsageError, match="venv without lightning"):
+        parse_with("tensorflow,lightning", known_packages(load_profile("narval")))
     assert parse_with("accelerate") == ("accelerate",)
 
 

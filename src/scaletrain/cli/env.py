@@ -64,7 +64,7 @@ def run_create(args: argparse.Namespace) -> int:
     import scaletrain
     from scaletrain.clusters.profile import load_profile
     from scaletrain.envs.check import this_arch
-    from scaletrain.envs.create import EnvRecipe, check_venv_dir, create_script, parse_with
+    from scaletrain.envs.create import TENSORFLOW, EnvRecipe, check_venv_dir, create_script, known_packages, parse_with
     from scaletrain.errors import UsageError
     from scaletrain.plan.software import image as job_image
     from scaletrain.plan.request import JobRequest
@@ -81,7 +81,7 @@ def run_create(args: argparse.Namespace) -> int:
     if profile.scheduler != "slurm":
         raise UsageError(f"the {profile.name} profile runs here, in this Python: no environment to make",
                          "name a cluster: scaletrain env create --cluster roihu DIR")
-    packages = parse_with(args.with_, profile.wheels)
+    packages = parse_with(args.with_, known_packages(profile))
     directory = os.path.abspath(os.path.expanduser(args.directory or f"scaletrain-env-{profile.name}"))
     check_venv_dir("DIR", directory)
     flag = f"--venv {shlex.quote(str(directory))}"   # a hint to paste into a shell: quoted
@@ -90,7 +90,8 @@ def run_create(args: argparse.Namespace) -> int:
         print(flag)
         return 0
     # the same rule as a job's: --container, else the profile's default image unless --module
-    probe = JobRequest(cluster=profile.name, script="-", container=args.container, modules=tuple(args.module))
+    probe = JobRequest(cluster=profile.name, script="-", container=args.container, modules=tuple(args.module),
+                       **({"launcher": "tensorflow"} if TENSORFLOW in packages else {}))
     recipe = EnvRecipe(directory=directory, packages=packages, image=job_image(probe, profile),
                        modules=tuple(args.module))
     text = create_script(profile, recipe, scaletrain_dir=os.path.dirname(scaletrain.__file__))
@@ -98,7 +99,7 @@ def run_create(args: argparse.Namespace) -> int:
     if profile.cpu_arch and machine and machine != profile.cpu_arch:
         # compiled wheels and the module's own Python differ between x86_64 and aarch64
         print(f"scaletrain: warning: this machine is {machine}, {profile.name}'s GPU nodes are {profile.cpu_arch}: "
-              f"build the environment on a {profile.cpu_arch} login node, or in a job on a GPU node",
+              f"build the environment on a login node of that architecture, or in a job on a GPU node",
               file=sys.stderr)
     if args.dry_run:
         sys.stdout.write(text)

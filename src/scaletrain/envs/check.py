@@ -104,10 +104,10 @@ def _fix(plan: Plan, names: tuple[str, ...]) -> str:
 
     modules = plan.profile.tensorflow_setup_lines
     if plan.launcher == "tensorflow" and modules and not plan.profile.python_env_lines:
-        # env create builds on the centre's PyTorch; TensorFlow is the centre's other module
+        # the job runs the centre's TensorFlow module; a venv for it is made on that module
         return (f"leave out --venv/--conda: the job then runs {plan.cluster}'s TensorFlow module "
-                f"({'; '.join(modules)}); or make your venv on that module (those lines, then "
-                "'python3 -m venv --system-site-packages DIR')")
+                f"({'; '.join(modules)}); or make a venv on that module: 'scaletrain env create "
+                f"--cluster {plan.cluster} --with tensorflow DIR'")
     known = {*PACKAGES.values(), *plan.profile.wheels.values()}
     extra = [n for n in names if n in known]
     other = [n for n in names if n not in known and n not in ("scaletrain", "torch")]

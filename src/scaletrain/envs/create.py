@@ -12,6 +12,11 @@
   ``singularity exec``, with ``--system-site-packages`` (the LUMI AI guide's way to add packages);
   jobs put its ``bin`` first on the container's PATH.
 
+``--with tensorflow`` makes a venv for TensorFlow jobs instead: on the centre's TensorFlow module
+where the profile names one (CSC: "The virtual environment needs to be created with the correct
+python module activated"; the module brings tensorflow, so pip adds none), and from the wheelhouse
+on the Alliance, without torch in either case (a TensorFlow job imports neither torch nor scaletrain).
+
 scaletrain itself is copied from the installation that runs this command into the venv's
 site-packages: it is pure Python, needs no index or network, and is the very version that wrote
 the job's script (``torch`` and ``numpy`` come from the cluster's PyTorch).
@@ -31,6 +36,7 @@ from scaletrain.plan.values import check_text
 q = shlex.quote
 # --with NAME -> what pip installs (the launchers whose package the centre's PyTorch may lack)
 PACKAGES = {"accelerate": "accelerate", "deepspeed": "deepspeed", "lightning": "lightning"}
+TENSORFLOW = "tensorflow"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,7 +79,28 @@ def parse_with(text: str | None, wheels: Mapping[str, str] | None = None) -> tup
     if bad:
         raise UsageError(f"--with {','.join(bad)}: not a launcher package scaletrain knows",
                          "use any of: " + ", ".join(known))
+    torch_only = [n for n in names if n in PACKAGES]
+    if TENSORFLOW in names and torch_only:
+        # a TensorFlow venv is made on the centre's TensorFlow, without torch: the PyTorch
+        # launchers' packages have nothing to run on there (Horovod also works with TensorFlow)
+        raise UsageError(f"--with {','.join(names)}: tensorflow goes in a venv without "
+                         f"{', '.join(torch_only)}, which need torch",
+                         "make one venv --with tensorflow for TensorFlow jobs and another for the rest")
     return tuple(dict.fromkeys(known[n] for n in names))
+
+
+def known_packages(profile: ClusterProfile) -> dict[str, str]:
+    """The ``--with`` names ``profile`` can build: the wheelhouse's frameworks (the Alliance's
+    tensorflow and horovod) and tensorflow where the centre has a TensorFlow module."""
+    known = dict(profile.wheels)
+    if profile.tensorflow_setup_lines:
+        known.setdefault(TENSORFLOW, TENSORFLOW)
+    return known
+
+
+def for_tensorflow(recipe: EnvRecipe) -> bool:
+    """True when the venv is for TensorFlow jobs (built on the centre's TensorFlow, without torch)."""
+    return TENSORFLOW in recipe.packages
 
 
 def wheelhouse(profile: ClusterProfile) -> bool:
@@ -82,7 +109,9 @@ def wheelhouse(profile: ClusterProfile) -> bool:
 
 
 def _module_lines(profile: ClusterProfile, recipe: EnvRecipe) -> list[str]:
-    lines = list(profile.setup_lines)
+    # a TensorFlow job loads the centre's TensorFlow (plan.software.setup_lines): its venv is made there
+    tf = for_tensorflow(recipe) and profile.tensorflow_setup_lines
+    lines = list(profile.tensorflow_setup_lines if tf else profile.setup_lines)
     if recipe.modules:
         lines = [ln for ln in lines if not ln.lstrip().startswith("module load")]
         lines.append("module load " + " ".join(q(check_text("--module", m)) for m in recipe.modules))
@@ -97,8 +126,13 @@ def create_script(profile: ClusterProfile, recipe: EnvRecipe, *, scaletrain_dir:
     the folder the build is moved to once complete (``envs.finished``), for the last message.
     """
     d = q(check_venv_dir("DIR", check_text("DIR", recipe.directory)))
-    pkg = " ".join(q(p) for p in recipe.packages)
-    lines = ["#!/bin/bash", f"# scaletrain env create for {profile.name}: a venv on the cluster's PyTorch",
+    tf = for_tensorflow(recipe)
+    packages = recipe.packages
+    if tf and profile.tensorflow_setup_lines and not wheelhouse(profile):
+        packages = tuple(p for p in packages if p != TENSORFLOW)   # the module's own tensorflow
+    pkg = " ".join(q(p) for p in packages)
+    base = "TensorFlow" if tf else "PyTorch"
+    lines = ["#!/bin/bash", f"# scaletrain env create for {profile.name}: a venv on the cluster's {base}",
              "set -eo pipefail"]
     if recipe.image:
         from scaletrain.plan.software import runtime
@@ -112,7 +146,7 @@ def create_script(profile: ClusterProfile, recipe: EnvRecipe, *, scaletrain_dir:
         lines += _module_lines(profile, recipe) + ["set -u",
                   f"virtualenv --no-download {d} || python3 -m venv {d}",
                   f"{d}/bin/python -m pip install --no-index --quiet --upgrade pip",
-                  f"{d}/bin/python -m pip install --no-index --quiet torch numpy"]
+                  f"{d}/bin/python -m pip install --no-index --quiet {'numpy' if tf else 'torch numpy'}"]
         pip = f"{d}/bin/python -m pip install --no-index --quiet"
     else:
         lines += _module_lines(profile, recipe) + ["set -u",
@@ -132,6 +166,6 @@ def create_script(profile: ClusterProfile, recipe: EnvRecipe, *, scaletrain_dir:
               'find "$site/scaletrain" -name __pycache__ -prune -exec rm -rf {} +',
               "# the job's imports, checked here rather than after its wait in the queue",
               f"{'' if not recipe.image else run + ' '}{d}/bin/python -c "
-              f"{q('import scaletrain, torch' + ''.join(', ' + p for p in recipe.packages))}",
+              f"{q('import scaletrain' + ('' if tf else ', torch') + ''.join(', ' + p for p in recipe.packages))}",
               f"echo \"scaletrain: made {final or recipe.directory}\" >&2"]
     return "\n".join(lines) + "\n"
