@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The frameworks the centres' guides teach besides torch's own, each in a venv of its own for the
-# tests that train with the real package (docs/frameworks.md):
+# tests that train with the real package (docs/bring-your-script.md):
 #   horovod     PyPI's horovod (HOROVOD_VERSION) with PyTorch, MPI and Gloo, built against the torch
 #               of this Python (pip's own build needs torch at build time: no build isolation);
 #   tensorflow  tensorflow-cpu from the package index (TF_PACKAGE).
@@ -9,15 +9,19 @@
 #
 # Horovod 0.28.1 (its last release) sets C++14 for its PyTorch extension; torch >= 2.1's headers
 # stop with "#error C++17 or later compatible compiler is required to use PyTorch." The build
-# here takes PyPI's source package and raises that one line to C++17 (HOROVOD_PATCH below); the
-# build log says so and keeps pip's output.
+# here takes PyPI's source package and raises that line to C++17, and the top-level one that the
+# bundled Gloo is compiled with (HOROVOD_PATCHES below): with Gloo at C++14, its store.cc defines
+# Store::kDefaultTimeout out of line while C++17's http_store.cc holds it as an inline variable,
+# and the link stops with "multiple definition of gloo::rendezvous::Store::kDefaultTimeout"
+# (Horovod builds a C++17 Gloo the same way for a C++17 TensorFlow: its compatible17_gloo). The build log
+# says so and keeps pip's output.
 #
 # Venvs live in ${SCALETRAIN_CI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/scaletrain-ci}, named by the
 # framework and a hash of what went in (package, build flags, patch, this Python and its torch). A
 # complete one is reused; otherwise it is built in a temporary folder beside it and renamed into
 # place when its last package is in (as scripts/test_torch_range.sh does). A build that failed
 # leaves its whole log in NAME-KEY.failed (the tests' skip reason quotes its first error line); it
-# is not retried (an hour of compiling on 2 cores) unless FRAMEWORKS_RETRY=1 or the key changes.
+# is not retried (minutes of compiling) unless FRAMEWORKS_RETRY=1 or the key changes.
 #
 # Usage: scripts/frameworks_env.sh [horovod|tensorflow ...]      build what is missing (default: both)
 #        scripts/frameworks_env.sh --find NAME                   print the venv's path (exit 0), or why
@@ -31,8 +35,10 @@ HOROVOD_VERSION=0.28.1
 TF_PACKAGE=tensorflow-cpu==2.21.0
 HOROVOD_FLAGS=(HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_TENSORFLOW=1
                HOROVOD_WITHOUT_MXNET=1)
-# the one change to PyPI's source: C++17 for the PyTorch extension (torch >= 2.1 needs it)
-HOROVOD_PATCH='s/set(CMAKE_CXX_STANDARD 14)/set(CMAKE_CXX_STANDARD 17)/'
+# the changes to PyPI's source, "FILE:SED": C++17 for the PyTorch extension (torch >= 2.1 needs
+# it) and for the rest, the Gloo it links included (one C++ standard on both sides of the link)
+HOROVOD_PATCHES=('horovod/torch/CMakeLists.txt:s/set(CMAKE_CXX_STANDARD 14)/set(CMAKE_CXX_STANDARD 17)/'
+                 'CMakeLists.txt:s/set(CMAKE_CXX_STANDARD 14)/set(CMAKE_CXX_STANDARD 17)/')
 
 say() { echo "scaletrain frameworks: $*" >&2; }
 now() { date +%s; }
@@ -42,7 +48,7 @@ key() {
   local torch
   torch=$("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo none)
   case $1 in
-    horovod) echo "horovod==$HOROVOD_VERSION ${HOROVOD_FLAGS[*]} $HOROVOD_PATCH torch=$torch" ;;
+    horovod) echo "horovod==$HOROVOD_VERSION ${HOROVOD_FLAGS[*]} ${HOROVOD_PATCHES[*]} torch=$torch" ;;
     tensorflow) echo "$TF_PACKAGE" ;;
   esac | { cat; "$PY" -c 'import sys; print(sys.version)'; } | sha256sum | cut -c1-12
 }
@@ -62,12 +68,23 @@ find_env() {
     echo "$1 could not be built here: $(cause "$dir.failed") (log: $dir.failed)" >&2
   else
     if [ "$1" = horovod ]; then
-      echo "no horovod venv in $CACHE: Horovod is built only when asked (about 25-60 min of C++ on 2 cores, beyond CI's time): SCALETRAIN_HOROVOD=build bash scripts/test.sh, or scripts/frameworks_env.sh horovod" >&2
+      echo "no horovod venv in $CACHE: scripts/test.sh builds it (about 5 min of C++ on 2 cores) unless SCALETRAIN_HOROVOD=skip; or run scripts/frameworks_env.sh horovod" >&2
     else
       echo "no $1 venv in $CACHE: run scripts/frameworks_env.sh $1" >&2
     fi
   fi
   return 1
+}
+
+# patch_horovod SRC LOG: HOROVOD_PATCHES applied; fails when a line to change is not there
+patch_horovod() {
+  local p file expr
+  for p in "${HOROVOD_PATCHES[@]}"; do
+    file=${p%%:*} expr=${p#*:}
+    grep -qF -- "$(echo "$expr" | cut -d/ -f2)" "$1/$file" \
+      || { echo "patch: nothing to change in $file ($expr)" >>"$2"; return 1; }
+    sed -i "$expr" "$1/$file" && echo "patched $file: $expr" >>"$2" || return 1
+  done
 }
 
 # install_horovod VENV LOG: PyPI's source package, patched, built against the venv's torch
@@ -77,8 +94,7 @@ install_horovod() {
   "$venv/bin/python" -c 'import torch' >>"$log" 2>&1 || { echo "no torch in $PY: Horovod builds against it" >>"$log"; return 1; }
   "$venv/bin/python" -m pip download -q --no-deps --no-binary :all: -d "$src" "horovod==$HOROVOD_VERSION" >>"$log" 2>&1 \
     && tar -xzf "$src"/horovod-*.tar.gz -C "$src" \
-    && sed -i "$HOROVOD_PATCH" "$src/horovod-$HOROVOD_VERSION/horovod/torch/CMakeLists.txt" \
-    && echo "patched horovod/torch/CMakeLists.txt: $HOROVOD_PATCH" >>"$log" \
+    && patch_horovod "$src/horovod-$HOROVOD_VERSION" "$log" \
     && env "${HOROVOD_FLAGS[@]}" MAKEFLAGS="-j${FRAMEWORKS_BUILD_JOBS:-1}" \
          "$venv/bin/python" -m pip install -v --no-build-isolation --no-cache-dir \
          "$src/horovod-$HOROVOD_VERSION" >>"$log" 2>&1 \

@@ -33,8 +33,12 @@ if [ -d "$CACHE" ] && compgen -G "$CACHE/frameworks-tensorflow-*/.complete" >/de
 else
   line "TensorFlow's venv for the framework tests: tensorflow-cpu, ~1.4 GB under $CACHE, ~2 min"
 fi
-if [ "${SCALETRAIN_HOROVOD:-}" = build ]; then
-  line "Horovod's venv (SCALETRAIN_HOROVOD=build): built from source once, 25-60 min of C++ on 2 cores"
+if [ "${SCALETRAIN_HOROVOD:-}" = skip ]; then
+  line "Horovod's venv: skipped (SCALETRAIN_HOROVOD=skip); its tests skip"
+elif [ -d "$CACHE" ] && compgen -G "$CACHE/frameworks-horovod-*/.complete" >/dev/null; then
+  line "Horovod's venv for the framework tests: reused from $CACHE"
+else
+  line "Horovod's venv for the framework tests: built from PyPI's source, ~100 MB under $CACHE, ~5 min of C++"
 fi
 if [ "${SCALETRAIN_TORCH_RANGE:-}" = skip ]; then
   line "the torch range: skipped (SCALETRAIN_TORCH_RANGE=skip)"

@@ -197,7 +197,11 @@ def framework_python(name: str) -> Path:
     proc = subprocess.run(["bash", str(script), "--find", name], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHON": sys.executable})
     if proc.returncode != 0:
-        pytest.skip(proc.stderr.strip() or f"no {name} venv (scripts/frameworks_env.sh {name})")
+        why = proc.stderr.strip() or f"no {name} venv (scripts/frameworks_env.sh {name})"
+        # scripts/test.sh built it just before: a missing venv there is a failure, not a skip
+        if name in os.environ.get("FRAMEWORKS_REQUIRED", "").split():
+            pytest.fail(f"{name} was built for this run but is missing: {why}")
+        pytest.skip(why)
     return Path(proc.stdout.strip()) / "bin" / "python"
 
 

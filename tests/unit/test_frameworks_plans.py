@@ -51,6 +51,20 @@ def test_program_imports_are_the_third_party_ones_it_cannot_run_without(tmp_path
     assert program_imports("train.py", cwd=str(tmp_path)) == program_imports(str(program))
 
 
+@pytest.mark.parametrize("change", ["sys.path.insert(0, os.path.join(here, '..', 'lib'))",
+                                    "sys.path.append('/project/p/src')", "sys.path += ['/p']",
+                                    "sys.path[:0] = ['/p']", "site.addsitedir('/p')"])
+def test_imports_below_a_change_of_sys_path_may_come_from_there(tmp_path, change):
+    """The guides' programs reach a folder of their project this way: what they import from it
+    cannot be known here, and is not asked of the job's Python (which would refuse the job)."""
+    from scaletrain.envs.imports import program_imports
+
+    program = tmp_path / "train.py"
+    program.write_text(f"import os, site, sys\nimport numpy\nhere = os.path.dirname(__file__)\n{change}\n"
+                       "from cifar10_cnn import Net\nimport horovod.torch as hvd\n")
+    assert program_imports(str(program)) == ("numpy",)
+
+
 @pytest.mark.parametrize("script, text", [
     ("missing.py", None), ("job.sh", "#!/bin/bash\n"), ("-m", None), ("broken.py", "def (:\n"),
 ])

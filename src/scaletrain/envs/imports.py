@@ -7,7 +7,9 @@ the centre's stack has no Horovod. Only what the program needs whatever happens 
 - imports inside a ``try`` whose handlers catch the import's failure are optional, left out;
 - the standard library, ``__future__`` and relative imports are left out;
 - a module that is a file or package beside the program is the program's own (the program's
-  folder is the first entry of ``sys.path`` when it runs), left out.
+  folder is the first entry of ``sys.path`` when it runs), left out;
+- once the program changes ``sys.path`` (``sys.path.insert(0, ...)`` to reach a folder of its
+  project, ``site.addsitedir``), what it imports below that line may come from there: left out.
 
 Unreadable, too large or not Python (a shell script, ``-m module``): None, "not known here".
 """
@@ -34,11 +36,34 @@ def _catches_import_error(node: ast.Try) -> bool:
     return False
 
 
+def _path_changed_at(tree: ast.AST) -> int | None:
+    """The first line that changes ``sys.path`` (a call of its methods, an assignment to it or
+    to an item of it, ``site.addsitedir``), or None."""
+    def is_path(node: ast.AST) -> bool:
+        return (isinstance(node, ast.Attribute) and node.attr == "path"
+                and isinstance(node.value, ast.Name) and node.value.id == "sys")
+
+    lines: list[int] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if is_path(node.func.value) or node.func.attr == "addsitedir":
+                lines.append(node.lineno)
+        elif isinstance(node, (ast.Assign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(is_path(t) or (isinstance(t, ast.Subscript) and is_path(t.value)) for t in targets):
+                lines.append(node.lineno)
+    return min(lines) if lines else None
+
+
 def _imported(tree: ast.AST) -> list[str]:
-    """Top-level names of the imports not guarded by a ``try`` that catches their failure."""
+    """Top-level names of the imports not guarded by a ``try`` that catches their failure and
+    not below a change of ``sys.path``."""
     names: list[str] = []
+    changed = _path_changed_at(tree)
 
     def visit(node: ast.AST, guarded: bool) -> None:
+        if changed is not None and isinstance(node, (ast.Import, ast.ImportFrom)) and node.lineno > changed:
+            guarded = True   # may come from the folder the program added
         if isinstance(node, ast.Import) and not guarded:
             names.extend(alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and not guarded and not node.level and node.module:
