@@ -17,10 +17,9 @@
 # says so and keeps pip's output.
 #
 # Venvs live in ${SCALETRAIN_CI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/scaletrain-ci}, named by the
-# framework and a hash of what went in (package, build flags, patch, this Python and its torch). A
-# complete one is reused; otherwise it is built in a temporary folder beside it and renamed into
-# place when its last package is in (as scripts/test_torch_range.sh does). A build that failed
-# leaves its whole log in NAME-KEY.failed (the tests' skip reason quotes its first error line); it
+# framework and a hash of what went in (package, build flags, patch, this Python and its torch),
+# built and kept as scripts/cached_venv.sh does for every test venv. A build that failed
+# leaves its whole log in NAME-KEY.failed (the tests' reason quotes its first error line); it
 # is not retried (minutes of compiling) unless FRAMEWORKS_RETRY=1 or the key changes.
 #
 # Usage: scripts/frameworks_env.sh [horovod|tensorflow ...]      build what is missing (default: both)
@@ -29,6 +28,7 @@
 # Environment: FRAMEWORKS_BUILD_JOBS (make's -j for Horovod's C++, default 1), FRAMEWORKS_RETRY=1.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+source scripts/cached_venv.sh
 PY=${PYTHON:-python3}
 CACHE=${SCALETRAIN_CI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/scaletrain-ci}
 HOROVOD_VERSION=0.28.1
@@ -104,38 +104,30 @@ install_horovod() {
   return $rc
 }
 
+# make_env TMP NAME: the venv for NAME made in TMP (output: the build log)
+make_env() {
+  "$PY" -m venv --system-site-packages "$1" || return 1
+  case $2 in
+    horovod) install_horovod "$1" "$1/build.log" ;;
+    tensorflow) "$1/bin/python" -m pip install -q --disable-pip-version-check "$TF_PACKAGE" \
+                  && "$1/bin/python" -c 'import tensorflow' ;;
+  esac
+}
+
 # build NAME: the venv for NAME, built when missing
 build() {
-  local name=$1 dir tmp start rc
+  local name=$1 dir start
   dir="$CACHE/frameworks-$name-$(key "$name")"
   if [ -f "$dir/.complete" ]; then say "$name: venv reused ($dir)"; return 0; fi
   if [ -f "$dir.failed" ] && [ "${FRAMEWORKS_RETRY:-0}" != 1 ]; then
     say "$name: failed before, not retried (FRAMEWORKS_RETRY=1 retries): $(cause "$dir.failed")"; return 1
   fi
-  mkdir -p "$CACHE" || return 1
-  [ -d "$dir" ] && rm -rf -- "$dir"   # ours, and never completed
-  find "$CACHE" -maxdepth 1 -name ".build-frameworks-*" -mmin +240 -exec rm -rf -- {} + 2>/dev/null
-  tmp=$(mktemp -d "$CACHE/.build-frameworks-$name-XXXXXX") || return 1
   start=$(now)
-  say "$name: building $dir (log: $tmp/build.log)"
-  if "$PY" -m venv --system-site-packages "$tmp" >"$tmp/build.log" 2>&1; then
-    case $name in
-      horovod) install_horovod "$tmp" "$tmp/build.log" ;;
-      tensorflow) "$tmp/bin/python" -m pip install -q --disable-pip-version-check "$TF_PACKAGE" >>"$tmp/build.log" 2>&1 \
-                    && "$tmp/bin/python" -c 'import tensorflow' >>"$tmp/build.log" 2>&1 ;;
-    esac
-  fi
-  rc=$?
-  echo "built in $(( $(now) - start )) s, exit $rc" >>"$tmp/build.log"
-  # a venv's scripts (bin/activate, pip's shebangs) name the folder it was made in: the final one
-  [ $rc -eq 0 ] && { grep -rlI -- "$tmp" "$tmp/bin" "$tmp/pyvenv.cfg" | xargs -r sed -i "s|$tmp|$dir|g"; }
-  if [ $rc -eq 0 ] && touch "$tmp/.complete" && mv -T "$tmp" "$dir"; then
-    rm -f -- "$dir.failed"
+  say "$name: building $dir (the log goes to $dir.failed if it fails)"
+  if cached_venv "$dir" make_env "$name"; then
     say "$name: venv built in $(( $(now) - start )) s ($dir)"; return 0
   fi
-  cp -- "$tmp/build.log" "$dir.failed"   # the whole log: the cause is far above pip's last lines
   say "$name: could not be built ($(( $(now) - start )) s): $(cause "$dir.failed") (log: $dir.failed)"
-  rm -rf -- "$tmp"
   return 1
 }
 

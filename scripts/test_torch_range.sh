@@ -8,28 +8,27 @@
 #      (MULTIPROC); between them, the tests where those releases differed (BETWEEN),
 #   3. the README's example: scaletrain run --nproc-per-node 2 examples/cifar10_cnn.py --epochs 1.
 # The venvs live outside the tree, in ${SCALETRAIN_CI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/scaletrain-ci},
-# one per pin (named by the torch and a hash of the pin, the packages and this Python). A complete
-# one is reused; otherwise it is built in a temporary folder beside it and renamed into place when
-# its last package is in, so an interrupted build is never used.
+# one per pin (named by the torch and a hash of the pin, the packages and this Python), built and
+# kept as scripts/cached_venv.sh does for every test venv (an interrupted build is never used).
 # Install and tier times go to the log. Exit status: non-zero when any step failed on any torch.
 # Usage: scripts/test_torch_range.sh [--venvs-only | --plan] [CONSTRAINTS_FILE ...]   (default: PINS)
 #   --venvs-only: build (or find) the venvs and print their paths; run no test.
 #   --plan: say for each pin whether its venv is reused or would be built (and its cost); build nothing.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+source scripts/cached_venv.sh
 PY=${PYTHON:-python3}
 CACHE=${SCALETRAIN_CI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/scaletrain-ci}
 TIER_TIMEOUT_S=${SCALETRAIN_RANGE_TIMEOUT_S:-2400}
 # What the selected tests import (mypy, accelerate, lightning, tensorboard are not installed:
 # the tests that need them skip with a reason, and they do not depend on the torch release).
 PACKAGES=(numpy crc32c pytest hypothesis)
-# The releases CI runs by default: the two ends. The centres' releases (constraints/torch-2.7.1.txt,
-# LUMI's container; torch-2.9.1.txt, JUPITER's and EasyBuild's module; torch-2.8.0.txt) run when
-# named: not yet by default, because the strategy tests' pipeline cases do not yet gate on the
-# schedule probe (on 2.9.1 setup(strategy="pipeline") over gloo now refuses in one line, which
-# those workers do not expect). docs/torch-support.md has each one's venv build time and size.
-PINS=(constraints/torch-oldest.txt constraints/torch-2.7.1.txt constraints/torch-newest.txt)
-# Between the ends (LUMI's 2.7.1 by default; 2.8.0 and 2.9.1 when named): the tests where those
+# The releases CI runs by default: the two ends, and between them the centres' releases
+# (constraints/torch-2.7.1.txt, LUMI's container; torch-2.9.1.txt, JUPITER's and EasyBuild's
+# module); torch-2.8.0.txt when named. docs/torch-support.md has each one's venv build time and size.
+PINS=(constraints/torch-oldest.txt constraints/torch-2.7.1.txt constraints/torch-2.9.1.txt
+      constraints/torch-newest.txt)
+# Between the ends (2.7.1 and 2.9.1 by default; 2.8.0 when named): the tests where those
 # releases differed - FSDP2's reduction (zero3/hsdp summed over gloo on 2.7/2.8), the pipeline
 # schedule probe (1F1B hangs on 2.7.1, every schedule aborts over gloo on 2.9.1), --emulate's
 # environment - and the example. The whole multi-process set waits on the strategy tests'
@@ -60,7 +59,7 @@ now() { date +%s; }
 
 # venv_for PIN: the venv for the pin (built when missing), its path on stdout; non-zero if it failed.
 venv_for() {
-  local pin version key dir tmp start
+  local pin version key dir start
   pin="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
   version=$(sed -n 's/^torch==\([^ ]*\).*/\1/p' "$pin" | head -n 1)
   if [ -z "$version" ]; then
@@ -77,29 +76,27 @@ venv_for() {
     say "torch $version: venv reused ($dir), install 0 s"
     echo "$dir"; return 0
   fi
-  mkdir -p "$CACHE" || return 1
-  [ -d "$dir" ] && rm -rf -- "$dir"   # ours, and never completed
-  # what an interrupted build left (a build takes minutes, not hours)
-  find "$CACHE" -maxdepth 1 -name ".build-torch-*" -mmin +180 -exec rm -rf -- {} + 2>/dev/null
-  tmp=$(mktemp -d "$CACHE/.build-torch-$version-XXXXXX") || return 1
   start=$(now)
+  if cached_venv "$dir" make_torch_venv "$pin"; then
+    say "torch $version: venv built in $(( $(now) - start )) s ($dir)"
+    echo "$dir"; return 0
+  fi
+  say "torch $version: the venv could not be built ($(( $(now) - start )) s); last lines of pip ($dir.failed):"
+  tail -n 15 "$dir.failed" >&2 2>/dev/null
+  return 1
+}
+
+# make_torch_venv TMP PIN: a venv in TMP with the pin's torch and PACKAGES
+make_torch_venv() {
   local extra=()
   if ! command -v nvidia-smi >/dev/null 2>&1 && ! command -v rocm-smi >/dev/null 2>&1; then
     mapfile -t extra < <("$PY" scripts/torch_index.py)   # PyTorch's CPU wheels when reachable
   fi
   # PIP_CONSTRAINT names the pin alone: it replaces any constraints file of the machine's own pip
   # configuration (which may cap torch below the newest release the index offers).
-  if "$PY" -m venv "$tmp" \
-      && PIP_CONSTRAINT="$pin" "$tmp/bin/python" -m pip install -q --disable-pip-version-check \
-           "${extra[@]}" torch "${PACKAGES[@]}" >"$tmp/install.log" 2>&1 \
-      && touch "$tmp/.complete" && mv -T "$tmp" "$dir"; then
-    say "torch $version: venv built in $(( $(now) - start )) s ($dir)"
-    echo "$dir"; return 0
-  fi
-  say "torch $version: the venv could not be built ($(( $(now) - start )) s); last lines of pip:"
-  tail -n 15 "$tmp/install.log" >&2 2>/dev/null
-  rm -rf -- "$tmp"
-  return 1
+  "$PY" -m venv "$1" \
+    && PIP_CONSTRAINT="$2" "$1/bin/python" -m pip install -q --disable-pip-version-check \
+         "${extra[@]}" torch "${PACKAGES[@]}"
 }
 
 # tier NAME VENV VERSION ARGS...: pytest ARGS on the venv's Python; no test collected is a failure.

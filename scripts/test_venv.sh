@@ -6,12 +6,12 @@
 # they passed in the system Python and failed in every venv) must hold there too.
 #
 # The venv is cached like the torch-range venvs (${SCALETRAIN_CI_CACHE:-~/.cache/scaletrain-ci}),
-# keyed by the CPU pin, the packages and this Python, built in a temporary folder and renamed into
-# place when complete. scaletrain itself is installed into it afresh on every run (not editable: a
+# keyed by the CPU pin, the packages and this Python, built and kept as scripts/cached_venv.sh does. scaletrain itself is installed into it afresh on every run (not editable: a
 # user's `pip install .`), from the tree this script is in.
 # Usage: scripts/test_venv.sh [PYTEST ARGS...]   (default: the tests named in TESTS below)
 set -uo pipefail
 cd "$(dirname "$0")/.."
+source scripts/cached_venv.sh
 PY=${PYTHON:-python3}
 CACHE=${SCALETRAIN_CI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/scaletrain-ci}
 PACKAGES=(numpy crc32c pytest hypothesis setuptools wheel)
@@ -35,23 +35,22 @@ fi
 key=$({ grep -v '^#' constraints/cpu.txt; echo "${PACKAGES[*]}"; command -v "$BASE"; "$BASE" -c 'import sys; print(sys.version)'; } \
       | sha256sum | cut -c1-12)
 venv="$CACHE/user-venv-$key"
-if [ ! -f "$venv/.complete" ]; then
-  mkdir -p "$CACHE" || exit 1
-  [ -d "$venv" ] && rm -rf -- "$venv"   # ours, and never completed
-  tmp=$(mktemp -d "$CACHE/.build-user-venv-XXXXXX") || exit 1
-  extra=()
+# make_user_venv TMP: a venv on BASE with the CPU pin's torch and PACKAGES
+make_user_venv() {
+  local extra=()
   if ! command -v nvidia-smi >/dev/null 2>&1 && ! command -v rocm-smi >/dev/null 2>&1; then
     mapfile -t extra < <("$PY" scripts/torch_index.py)
   fi
+  "$BASE" -m venv "$1" \
+    && PIP_CONSTRAINT="$PWD/constraints/cpu.txt" "$1/bin/python" -m pip install -q \
+         --disable-pip-version-check "${extra[@]}" torch "${PACKAGES[@]}"
+}
+if [ ! -f "$venv/.complete" ]; then
   start=$(date +%s)
   say "a user's venv for the install-dependent tests: building $venv on $BASE (torch from constraints/cpu.txt, ~1 GB)"
-  if ! { "$BASE" -m venv "$tmp" \
-         && PIP_CONSTRAINT="$PWD/constraints/cpu.txt" "$tmp/bin/python" -m pip install -q \
-              --disable-pip-version-check "${extra[@]}" torch "${PACKAGES[@]}" >"$tmp/install.log" 2>&1 \
-         && touch "$tmp/.complete" && mv -T "$tmp" "$venv"; }; then
-    say "the user's venv could not be built; last lines of pip:"
-    tail -n 15 "$tmp/install.log" >&2 2>/dev/null
-    rm -rf -- "$tmp"
+  if ! cached_venv "$venv" make_user_venv; then
+    say "the user's venv could not be built; last lines of pip ($venv.failed):"
+    tail -n 15 "$venv.failed" >&2 2>/dev/null
     exit 1
   fi
   say "the user's venv: built in $(( $(date +%s) - start )) s"

@@ -65,7 +65,18 @@ def test_a_working_schedule_is_kept_and_other_backends_are_not_probed(group, mon
     assert pipeline_probe.choose_schedule("1f1b", "nccl") == "1f1b"
 
 
+# Releases measured to abort every schedule over gloo (docs/torch-support.md): there the probe
+# must find the abort; on every other release the range runs (2.6.0, 2.7.1, 2.8.0, 2.13.0,
+# 2.15.0) GPipe runs, so a broken probe program (which would report an abort) fails the test.
+GPIPE_ABORTS_OVER_GLOO = {"2.9": "Received data size doesn't match expected size"}
+
+
 def test_this_torch_runs_gpipe_over_gloo_in_the_probe(fresh):
-    # the probe's own program is right: on the suite's torch (2.13) GPipe runs (a broken
-    # program would report an abort here)
-    assert pipeline_probe.probe_schedule("gpipe") is None
+    import torch
+
+    found = pipeline_probe.probe_schedule("gpipe")
+    aborts = GPIPE_ABORTS_OVER_GLOO.get(".".join(torch.__version__.split(".")[:2]))
+    if aborts is None:
+        assert found is None
+    else:
+        assert found is not None and found.startswith("aborts in gloo (") and aborts in found
