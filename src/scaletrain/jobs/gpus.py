@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scaletrain.contract import GPU_SAMPLES_PREFIX
+from scaletrain.contract.files import GPU_SAMPLES_PREFIX
 from scaletrain.jobs.runfolder import SEARCH_DEPTH, as_object, iter_records, walk
 from scaletrain.jobs.thin import Thinned
 

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 
 from scaletrain.checkpoint import layout
-from scaletrain.contract import COMMIT_MARKER, STEP_DIR_PREFIX, generated_for
+from scaletrain.contract.files import COMMIT_MARKER, STEP_DIR_PREFIX
+from scaletrain.contract.script import generated_for
 from scaletrain.errors import ProfileError, SlurmError, UsageError, printable
 from scaletrain.fileio import open_regular
 from scaletrain.jobs import gpus as gpu_files

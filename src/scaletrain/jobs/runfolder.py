@@ -24,8 +24,8 @@ from typing import IO, Any, Callable, Iterator
 
 from scaletrain.checkpoint.layout import Choice, choose
 from scaletrain.checkpoint.stoprecord import has_stop_record, read_stop_record
-from scaletrain.contract import (COMMIT_MARKER, JOB_ID_FILE, JOB_SCRIPT, METRICS_FILE, RUNS_DIR, STEP_DIR_PREFIX,
-                                 TENSORBOARD_DIR)
+from scaletrain.contract.files import (COMMIT_MARKER, JOB_ID_FILE, JOB_SCRIPT, METRICS_FILE, RUNS_DIR, STEP_DIR_PREFIX,
+                                       TENSORBOARD_DIR)
 from scaletrain.fileio import json_text, open_regular, read_json_object
 from scaletrain.slurm.submit import read_job_id
 SEARCH_DEPTH = 2                 # sub-folder levels searched for the Monitor's and Checkpointer's files

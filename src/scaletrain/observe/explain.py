@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from scaletrain.clusters.resources import billed_amount
-from scaletrain.contract import SCALING_REPORT, SUMMARY_FILE
+from scaletrain.contract.files import SCALING_REPORT, SUMMARY_FILE
 from scaletrain.errors import UsageError
 from scaletrain.observe.overhead import STEP_EXPONENT, Overhead, from_record, load_calibration
 from scaletrain.observe.scaling import (DEFAULT_THRESHOLD, Links, StepProfile, billed_gpus, efficiency_text,

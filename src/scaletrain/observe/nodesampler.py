@@ -26,7 +26,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Sequence
 
-from scaletrain.contract import GPU_SAMPLES_PREFIX
+from scaletrain.contract.files import GPU_SAMPLES_PREFIX
 from scaletrain.errors import UsageError
 from scaletrain.fileio import json_text
 from scaletrain.observe.devices import Backend, open_backend
