@@ -1,18 +1,20 @@
-"""A writer owns its reader (issue 40): the Monitor's metrics.jsonl and the GPU sampler's
-gpus-<host>.jsonl are read back by the observe module that writes them, and the after-submit
-verbs (jobs/) call those readers instead of parsing the files themselves."""
+"""A writer owns its reader (issue 40): the Monitor's metrics.jsonl and summary.json and the GPU
+sampler's gpus-<host>.jsonl are read back by the observe module that writes them, and the
+after-submit verbs (jobs/) and ``plan --explain`` call those readers instead of parsing the files
+themselves."""
 
 from __future__ import annotations
 
 import ast
+import json
 import math
 from pathlib import Path
 
 import pytest
 
-from scaletrain.contract.files import METRICS_FILE
+from scaletrain.contract.files import METRICS_FILE, SUMMARY_FILE
 from scaletrain.jobs import gpus, runfolder, status
-from scaletrain.observe import metricsfile, nodesampler
+from scaletrain.observe import monitorfiles, nodesampler
 from scaletrain.observe.devices import Sample
 from scaletrain.observe.monitor import Monitor
 
@@ -33,13 +35,13 @@ def test_metrics_read_back_what_the_monitor_wrote_nan_as_null_and_a_cut_line_ski
     assert '"loss": null' in path.read_text()                   # the writer: NaN is JSON's null
     with open(path, "a", encoding="utf-8") as fh:               # a job killed mid-write
         fh.write('{"type": "step", "step": 4, "t": 9.5, "loss"')
-    records = list(metricsfile.read_records(path))
+    records = list(monitorfiles.read_records(path))
     assert [r["type"] for r in records] == ["start", "step", "step", "step", "summary"]
     steps = [r for r in records if r["type"] == "step"]
     assert [r["step"] for r in steps] == [1, 2, 3]
     assert [r.get("loss") for r in steps] == [0.5, None, 0.25]   # null reads back as "no loss", not NaN
     assert all(r["samples"] == 4 and r["samples_per_s"] > 0 for r in steps)
-    start, last = metricsfile.metrics_tail(path)
+    start, last = monitorfiles.metrics_tail(path)
     assert start is not None and start["type"] == "start"
     assert last is not None and (last["step"], last["loss"]) == (3, 0.25)   # the whole line before the cut one
 
@@ -48,8 +50,8 @@ def test_the_tail_finds_the_step_lines_the_writer_starts_with(tmp_path):
     """The tail searches for the writer's first bytes; a change of the step lines' template that
     the reader does not follow shows here (status would see no step at all)."""
     path = _monitor_run(tmp_path / "run", [1.0] * 5)
-    assert path.read_bytes().count(metricsfile.STEP_HEAD) == 5
-    start, last = metricsfile.metrics_tail(path)
+    assert path.read_bytes().count(monitorfiles.STEP_HEAD) == 5
+    start, last = monitorfiles.metrics_tail(path)
     assert start is not None and last is not None and last["step"] == 5
     got = status.RunStatus(run=runfolder.open_run(tmp_path / "run"), state="RUNNING")
     status._progress(got)                                       # status reads through the same reader
@@ -60,7 +62,24 @@ def test_a_hand_edited_record_loses_the_bad_fields_not_the_file(tmp_path):
     path = tmp_path / METRICS_FILE
     path.write_text('{"type": "step", "step": 3, "t": 1.0, "loss": "x", "samples_per_s": -2}\n'
                     '{"type": "step", "step": true, "t": 1.0}\n[1, 2]\nnot json\n')
-    assert list(metricsfile.read_records(path)) == [{"type": "step", "step": 3, "t": 1.0}]
+    assert list(monitorfiles.read_records(path)) == [{"type": "step", "step": 3, "t": 1.0}]
+
+
+def test_the_summary_reads_back_as_the_step_the_monitor_measured(tmp_path):
+    mon = Monitor(tmp_path / "run", console=False, device_sampler=None, warmup=2)
+    for _ in range(8):
+        mon.step(samples=4, loss=float("nan"))
+    written = mon.close()
+    doc = json.loads((tmp_path / "run" / SUMMARY_FILE).read_text())   # strict JSON: no bare NaN in it
+    measured = monitorfiles.summary_step(doc)
+    assert measured is not None
+    assert measured.step_s == pytest.approx(written["step_s_median"]) and measured.step_s > 0
+    assert (measured.samples_per_step, measured.world_size, measured.steps) == (4, 1, 8)
+    assert measured.samples == written["total_samples"] and measured.grad_bytes is None
+    few = Monitor(tmp_path / "few", console=False, device_sampler=None, warmup=5)
+    few.step(samples=4)
+    few.close()
+    assert monitorfiles.summary_step(json.loads((tmp_path / "few" / SUMMARY_FILE).read_text())) is None
 
 
 class _Backend:

@@ -32,7 +32,7 @@ from scaletrain.jobs import gpus as gpu_files
 from scaletrain.jobs import runfolder
 from scaletrain.jobs.svg import line_chart
 from scaletrain.jobs.thin import MAX_POINTS, Thinned
-from scaletrain.observe import metricsfile
+from scaletrain.observe import monitorfiles
 from scaletrain.slurm.parse import is_count, parse_duration_seconds, parse_mem_mib
 
 if TYPE_CHECKING:
@@ -154,7 +154,7 @@ def _read_runs(path: Path) -> tuple[list[RunPart], list[dict[str, Any]], list[st
 
     def records() -> Iterator[dict[str, Any]]:
         try:
-            yield from metricsfile.read_records(path)
+            yield from monitorfiles.read_records(path)
         except OSError as exc:
             failed.append(exc)
 

@@ -11,7 +11,7 @@ Monitor folder on its own (no job) is a run folder too, for ``scaletrain report`
 Everything here is read-only and tolerant: a folder deleted or edited by hand, a file that is
 not what its writer writes gives a note, never an exception (``status`` over 200 folders must not
 stop at one broken one). This module finds the files; each is read by its writer's reader
-(``metrics.jsonl``: :mod:`scaletrain.observe.metricsfile`; ``stop.json``:
+(``metrics.jsonl``: :mod:`scaletrain.observe.monitorfiles`; ``stop.json``:
 :mod:`scaletrain.checkpoint.stoprecord`; ``job_id``: :mod:`scaletrain.slurm.submit`).
 """
 

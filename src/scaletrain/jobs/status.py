@@ -24,7 +24,7 @@ from typing import Any, Callable, Mapping, Sequence
 from scaletrain.errors import SlurmError, printable
 from scaletrain.jobs import runfolder
 from scaletrain.jobs.runfolder import RunFolder
-from scaletrain.observe.metricsfile import metrics_tail
+from scaletrain.observe.monitorfiles import metrics_tail
 from scaletrain.slurm.parse import FINAL_STATES, base_state, is_count, parse_duration_seconds, parse_time_seconds
 from scaletrain.slurm.poll import PATIENCE, Waited, poll_until
 

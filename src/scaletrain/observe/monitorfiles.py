@@ -1,11 +1,13 @@
-"""Reading back the Monitor's ``metrics.jsonl``: the one reader of what :mod:`.sinks` writes.
+"""Reading back the Monitor's files: the one reader of ``metrics.jsonl`` and ``summary.json``.
 
 The Monitor appends a line per record (:func:`scaletrain.observe.records.encode` and the step
 lines of :class:`~scaletrain.observe.records.StepBatch`, through
 :class:`~scaletrain.observe.sinks.JsonlSink`): a ``start`` line per run, ``step`` lines, events
 and a ``summary`` line when a run closes. ``scaletrain status`` wants the last run's start and
 last step of a file that may hold millions of lines; ``scaletrain report`` wants every record.
-Both read it here, so the writer's format and the reader's rules change together.
+Both read it here, so the writer's format and the reader's rules change together. At close the
+Monitor also writes ``summary.json`` (:meth:`~scaletrain.observe.monitor.Monitor.close`), whose
+measured step ``plan --explain`` models from: :func:`summary_step` says what its fields mean.
 
 Reading is tolerant and bounded: a truncated last line (a job killed mid-write), a hand-edited
 value of the wrong type or a line that is not JSON is skipped, never an exception; a line over
@@ -19,6 +21,8 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Iterator
 
@@ -130,3 +134,28 @@ def metrics_tail(path: Path | None, limit: int = SCAN_BYTES) -> tuple[dict[str, 
     except OSError:
         return None, None
     return start, last
+
+
+@dataclass(frozen=True, kw_only=True)
+class SummaryStep:
+    """What a Monitor summary says of the run's step, for ``plan --explain``."""
+
+    step_s: float                 # the median step time after warm-up, seconds
+    samples_per_step: float       # per process
+    data_wait_frac: float         # share of the step spent waiting for data
+    grad_bytes: int | None        # the gradients all-reduced per step (``monitor.watch(model)``), or None
+    samples: float                # the run's work: every process's samples together
+    steps: object                 # steps measured, as the summary gives it ("?" when it does not)
+    world_size: int
+
+
+def summary_step(summary: Mapping[str, Any]) -> SummaryStep | None:
+    """The measured step of a ``summary.json`` (a JSON object, as read), or None when it has none
+    (fewer steps than the Monitor's warm-up, or the figures edited out)."""
+    step_s, per_step = summary.get("step_s_median"), summary.get("samples_per_step")
+    if not step_s or not per_step:
+        return None
+    world = int(summary.get("world_size") or 1)
+    return SummaryStep(step_s=step_s, samples_per_step=per_step, data_wait_frac=summary.get("data_wait_frac") or 0.0,
+                       grad_bytes=summary.get("grad_bytes"), samples=float(summary.get("total_samples") or 0) * world,
+                       steps=summary.get("steps", "?"), world_size=world)
