@@ -9,7 +9,6 @@ Each folder has a job id and a Monitor metrics.jsonl of 2,000 steps; half the jo
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import sys
@@ -20,7 +19,9 @@ from pathlib import Path
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "tests" / d) for d in ("unit", "")]
 from test_jobs_after_submit import SACCT, SQUEUE, acct_row, queue_row  # noqa: E402
 
+from scaletrain.contract.files import METRICS_FILE  # noqa: E402
 from scaletrain.jobs import status  # noqa: E402
+from scaletrain.observe.records import encode  # noqa: E402  (the Monitor's own line writer)
 
 
 def main(n: int = 200) -> None:
@@ -38,10 +39,10 @@ def main(n: int = 200) -> None:
             (run / "monitor").mkdir(parents=True)
             (run / "job_id").write_text(job + "\n")
             (run / "job.sh").write_text("#!/bin/bash\n")
-            lines = [json.dumps({"type": "start", "time": 0.0, "total_steps": 4000, "start_step": 0})]
-            lines += [json.dumps({"type": "step", "step": s, "t": s * 0.1, "step_s": 0.1, "samples": 8,
+            lines = [encode({"type": "start", "time": 0.0, "total_steps": 4000, "start_step": 0})]
+            lines += [encode({"type": "step", "step": s, "t": s * 0.1, "step_s": 0.1, "samples": 8,
                                   "loss": 1.0 / s, "samples_per_s": 80.0}) for s in range(1, 2001)]
-            (run / "monitor" / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+            (run / "monitor" / METRICS_FILE).write_text("\n".join(lines) + "\n")
             (queue if i % 2 else acct).append(queue_row(job, "RUNNING") if i % 2 else acct_row(job, "COMPLETED"))
             runs.append(run)
         (root / "queue").write_text("\n".join(queue) + "\n")

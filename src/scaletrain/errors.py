@@ -20,7 +20,7 @@ Exit codes (one mapping for every verb, ``scaletrain run`` included; README "Err
            DistEnvError raised inside a worker
     4      Slurm is missing or refused the job
     75     stopped on purpose at a time limit or preemption after saving its state
-           (``scaletrain.contract.EXIT_STOPPED``): requeue, or run again, to resume
+           (``scaletrain.contract.environ.EXIT_STOPPED``): requeue, or run again, to resume
     128+N  killed by signal N: a worker (137 = SIGKILL, often out of memory) or
            ``scaletrain run`` itself (130 = Ctrl-C, 143 = SIGTERM)
 """

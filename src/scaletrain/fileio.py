@@ -23,6 +23,7 @@ from typing import Any, BinaryIO
 from scaletrain.errors import UsageError
 
 READ_LIMIT = 16 * 1024 * 1024     # a record, a marker, a job id: anything bigger is not ours
+LINE_BYTES = 1024 * 1024          # a line of a file read as a stream (a record, a log line): read in pieces of this
 
 
 def _kind(mode: int) -> str:
@@ -212,6 +213,26 @@ def json_text(value: Any, **options: Any) -> str:
         return json.dumps(value, allow_nan=False, **options)
     except ValueError:  # NaN/inf somewhere: rare, so cleaned only then (a cycle raises again)
         return json.dumps(finite(value), allow_nan=False, **options)
+
+
+def json_lines(path: str | os.PathLike[str], *, line_bytes: int = LINE_BYTES) -> Iterator[Any]:
+    """Each line of the JSON-lines file ``path`` parsed, streamed so memory stays bounded however
+    long the file: a line longer than ``line_bytes`` is skipped whole, and so is one that is not
+    JSON (half-written, edited by hand). What a value means is its writer's reader's to decide.
+    ``OSError`` when the file cannot be opened or is not a regular file (a pipe is refused)."""
+    with open_regular(path) as fh:
+        while True:
+            raw = fh.readline(line_bytes)
+            if not raw:
+                return
+            if len(raw) == line_bytes and not raw.endswith(b"\n"):
+                while raw and not raw.endswith(b"\n"):      # the rest of an overlong line
+                    raw = fh.readline(line_bytes)
+                continue
+            try:
+                yield json.loads(raw)
+            except (ValueError, RecursionError):
+                continue                                    # a half-written or hand-edited line
 
 
 def read_json_object(path: str | os.PathLike[str], *, errors: str = "strict") -> dict[str, Any] | None:

@@ -25,7 +25,7 @@ import torch
 
 import scaletrain
 from scaletrain.checkpoint.stoprecord import write_stop_record
-from scaletrain.contract import EXIT_STOPPED
+from scaletrain.contract.environ import EXIT_STOPPED
 from scaletrain.runtime import preempt
 from scaletrain.runtime.agreement import StopAgreement
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from workers import worker_env
 
-from scaletrain.contract import TORCH_AS_IS_VAR
+from scaletrain.contract.environ import TORCH_AS_IS_VAR
 
 pytestmark = pytest.mark.multiproc
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from workers import launcher_cmd, worker_env
 
-from scaletrain.contract import TEARDOWN_WAIT_VAR
+from scaletrain.contract.environ import TEARDOWN_WAIT_VAR
 
 pytestmark = pytest.mark.multiproc
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from workers import REPO, launcher_cmd, run_workers, worker_env
 
-from scaletrain.contract import EXIT_STOPPED
+from scaletrain.contract.environ import EXIT_STOPPED
 
 pytestmark = pytest.mark.multiproc
 

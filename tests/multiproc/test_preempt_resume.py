@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from workers import run_workers
 
-from scaletrain.contract import EXIT_STOPPED
+from scaletrain.contract.environ import EXIT_STOPPED
 
 pytestmark = pytest.mark.multiproc
 

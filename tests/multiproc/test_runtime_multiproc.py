@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from workers import REPO, run_workers, worker_env
 
-from scaletrain.contract import port_from_job_id
+from scaletrain.contract.environ import port_from_job_id
 
 pytestmark = pytest.mark.multiproc
 

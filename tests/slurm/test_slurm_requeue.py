@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from scaletrain.contract import EXIT_STOPPED
+from scaletrain.contract.environ import EXIT_STOPPED
 from scaletrain.plan.planner import MAX_REQUEUES
 
 pytestmark = pytest.mark.slurm

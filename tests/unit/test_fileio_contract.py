@@ -1,4 +1,4 @@
-"""The two leaf modules every stage shares: atomic files and the launcher<->runtime contract."""
+"""The leaf modules every stage shares: atomic files and the launcher<->runtime environment."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from scaletrain import contract
+from scaletrain.contract import environ
 from scaletrain.fileio import atomic_file, atomic_write
 
 
@@ -38,12 +38,12 @@ def test_atomic_write_new_file_bytes(tmp_path):
 
 def test_port_formula_and_shell_form_agree():
     job = 123456
-    assert contract.port_from_job_id(str(job)) == 10000 + job % 20000 == 13456
+    assert environ.port_from_job_id(str(job)) == 10000 + job % 20000 == 13456
     # the shell form is the same arithmetic, as bash evaluates it
-    expr = contract.PORT_SHELL_EXPR.replace("SLURM_JOB_ID", str(job))
+    expr = environ.PORT_SHELL_EXPR.replace("SLURM_JOB_ID", str(job))
     assert eval(expr[3:-2]) == 13456  # strip "$((" and "))"
-    assert contract.port_from_job_id("abc") == contract.port_from_job_id("abc")
-    assert contract.PORT_BASE <= contract.port_from_job_id("abc") < contract.PORT_BASE + contract.PORT_SPAN
+    assert environ.port_from_job_id("abc") == environ.port_from_job_id("abc")
+    assert environ.PORT_BASE <= environ.port_from_job_id("abc") < environ.PORT_BASE + environ.PORT_SPAN
 
 
 def test_exit_stopped_does_not_collide_with_cli_codes():
@@ -52,7 +52,7 @@ def test_exit_stopped_does_not_collide_with_cli_codes():
     codes = {cls.exit_code for cls in vars(errors).values()
              if isinstance(cls, type) and issubclass(cls, errors.ScaletrainError)}
     assert codes == {1, 2, 3, 4}
-    assert contract.EXIT_STOPPED not in codes | {0}
+    assert environ.EXIT_STOPPED not in codes | {0}
 
 
 def test_atomic_file_streams_and_leaves_the_old_file_on_error(tmp_path):

@@ -21,7 +21,7 @@ from torch.distributed.elastic.multiprocessing import api, tail_log  # noqa: E40
 from torch.distributed.elastic.rendezvous import dynamic_rendezvous as rdzv  # noqa: E402
 
 from scaletrain import torch_features  # noqa: E402
-from scaletrain.contract import TORCH_AS_IS_VAR  # noqa: E402
+from scaletrain.contract.environ import TORCH_AS_IS_VAR
 from scaletrain.errors import LaunchError  # noqa: E402
 from scaletrain.launch import adapter  # noqa: E402
 from scaletrain.launch.adapter import PATCHES, PRIVATES, Private, check  # noqa: E402

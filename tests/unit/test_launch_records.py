@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from scaletrain.contract import EXIT_STOPPED, RUN_DIR_VAR
+from scaletrain.contract.environ import EXIT_STOPPED, RUN_DIR_VAR
 from scaletrain.errors import UsageError
 from scaletrain.launch import frames, rundir, supervise
 from scaletrain.launch.inproc import hang, worker

@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 
-from scaletrain.contract import EXIT_STOPPED
+from scaletrain.contract.environ import EXIT_STOPPED
 from scaletrain.launch import signals
 from scaletrain.launch.signals import Forwarding, forward_stop_signals, stop_outcome, worker_pids
 

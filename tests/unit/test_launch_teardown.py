@@ -13,7 +13,7 @@ import types
 
 import pytest
 
-from scaletrain.contract import TEARDOWN_WAIT_VAR
+from scaletrain.contract.environ import TEARDOWN_WAIT_VAR
 from scaletrain.launch import rundir, teardown
 from scaletrain.launch.inproc import group_record
 

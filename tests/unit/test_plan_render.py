@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from scaletrain.clusters.profile import list_profiles, load_profile
-from scaletrain.contract import EXIT_STOPPED
+from scaletrain.contract.environ import EXIT_STOPPED
 from scaletrain.plan.planner import make_plan
 from scaletrain.plan.render import launch_command, render_script
 from scaletrain.plan.launchers import SPECS
@@ -193,7 +193,7 @@ def test_srun_mode_sets_torch_env_from_slurm(fakebin) -> None:
 def test_master_address_suffix_and_port_formula(fakebin) -> None:
     argv, _ = fakebin(render("juwels-booster", gpus=8))
     assert argv[argv.index("ENV") + 2:] == ["nodeAi", "13456"]   # 10000 + 123456 % 20000
-    from scaletrain.contract import port_from_job_id
+    from scaletrain.contract.environ import port_from_job_id
     assert port_from_job_id("123456") == 13456
 
 

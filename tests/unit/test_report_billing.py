@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from scaletrain.contract import GENERATED_BY
+from scaletrain.contract.script import GENERATED_BY
 from scaletrain.jobs import report
 
 

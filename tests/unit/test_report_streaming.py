@@ -95,13 +95,13 @@ def test_gpu_figures_survive_the_thinning(tmp_path):
 def test_an_unreadable_metrics_file_is_a_note_not_zero_runs(tmp_path, monkeypatch):
     """Item 8: an error of the disk is named, not read as "the Monitor recorded nothing"."""
     _metrics(tmp_path / "run", 10)
-    from scaletrain.jobs import runfolder
+    from scaletrain.observe import monitorfiles
 
-    def eio(path, clean=runfolder.clean_record):
+    def eio(path):
         raise OSError(5, "Input/output error")
         yield  # pragma: no cover - a generator, like the real one
 
-    monkeypatch.setattr(runfolder, "iter_records", eio)
+    monkeypatch.setattr(monitorfiles, "read_records", eio)
     rep = report.build(tmp_path / "run", use_sacct=False)
     text = report.render_text(rep)
     assert f"cannot read {tmp_path / 'run' / 'metrics.jsonl'}: Input/output error" in text

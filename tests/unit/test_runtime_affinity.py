@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from scaletrain.errors import UsageError
-from scaletrain.contract import format_cores
+from scaletrain.contract.environ import format_cores
 from scaletrain.runtime.affinity import (binding_mode, plan_binding,
                                          ranks_share_cpuset, share_of)
 from scaletrain.runtime.threads import choose_threads

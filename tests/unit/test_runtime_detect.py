@@ -11,7 +11,7 @@ import pytest
 from scaletrain.errors import DistEnvError, UsageError
 from scaletrain.runtime import detect as detect_mod
 from scaletrain.runtime import device as device_mod
-from scaletrain.contract import port_from_job_id
+from scaletrain.contract.environ import port_from_job_id
 from scaletrain.runtime.detect import (DETECTORS, LocalEnv, OpenMPIEnv, PMIEnv, SlurmEnv,
                                        TorchrunEnv, detect)
 

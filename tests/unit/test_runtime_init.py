@@ -185,7 +185,7 @@ def test_cpu_plan_uses_the_exported_map_and_physical_gpu():
     """LUMI: the generated script exports the profile's GPU->cores map; a task that sees
     GCD 3 as cuda:0 is bound to that GCD's CCD, cores 25-31. No profile is read here."""
     from scaletrain.clusters.profile import load_profile
-    from scaletrain.contract import GPU_CPU_MAP_VAR, format_gpu_cpu_map
+    from scaletrain.contract.environ import GPU_CPU_MAP_VAR, format_gpu_cpu_map
     from scaletrain.runtime.env import Placement
     from scaletrain.runtime.resolve import plan_cpus
 

@@ -13,7 +13,7 @@ import textwrap
 import pytest
 
 from scaletrain.checkpoint.stoprecord import write_stop_record
-from scaletrain.contract import EXIT_STOPPED, STOP_SIGNALS_VAR
+from scaletrain.contract.environ import EXIT_STOPPED, STOP_SIGNALS_VAR
 from scaletrain.errors import UsageError
 from scaletrain.runtime import preempt
 from scaletrain.runtime.agreement import StopAgreement

@@ -11,12 +11,12 @@ import html
 from pathlib import Path
 from typing import Any
 
-from scaletrain.contract import SCALING_REPORT
+from scaletrain.contract.files import SCALING_REPORT
 from scaletrain.extras import install_hint
 from scaletrain.fileio import atomic_write, json_text
 from scaletrain.observe.scaling import percent
 
-SCALING_HTML = "scaling.html"    # beside contract.SCALING_REPORT: the page and the plot
+SCALING_HTML = "scaling.html"    # beside contract.files.SCALING_REPORT: the page and the plot
 SCALING_PNG = "scaling.png"
 
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from scaletrain.bench.scaling import ScalingRequest, build_document, profile_links, worker_args
 from scaletrain.bench.slurm_jobs import SizeJob, cancel_unfinished, ended, hangup_is_interrupt, wait_all
-from scaletrain.contract import JOB_LOG
+from scaletrain.contract.files import JOB_LOG
 from scaletrain.errors import ScaletrainError, SlurmError, UsageError
 
 if TYPE_CHECKING:

@@ -73,7 +73,7 @@ class Checkpointer:
             ``replicated.pt``) of a GPU the same way before writing it, so that write runs at
             the disk's speed: host memory the size of that state on rank 0, until ``close()``.
         exit_on_stop: on an agreed stop (time limit, preemption), ``step()`` saves and raises
-            ``SystemExit(75)`` (``contract.EXIT_STOPPED``); with False it returns True and
+            ``SystemExit(75)`` (``contract.environ.EXIT_STOPPED``); with False it returns True and
             ``should_stop()`` is True from then on.
         strict: a damaged newest checkpoint (a file missing, truncated, or with another
             checksum than when it was written) raises CheckpointError in ``load_latest``.
@@ -279,7 +279,7 @@ class Checkpointer:
 
     def _stop(self, step: int, state: MutableMapping[str, Any], reason: str) -> bool:
         from scaletrain.checkpoint.stoprecord import write_stop_record
-        from scaletrain.contract import EXIT_STOPPED
+        from scaletrain.contract.environ import EXIT_STOPPED
 
         if self._last_saved != step:
             self.save(step, state)

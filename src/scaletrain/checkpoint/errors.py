@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from scaletrain.contract import STEP_DIR_PREFIX
+from scaletrain.contract.files import STEP_DIR_PREFIX
 from scaletrain.errors import ScaletrainError
 
 

@@ -42,7 +42,7 @@ from typing import Any
 
 from scaletrain.checkpoint import marker
 from scaletrain.checkpoint.marker import MARKER
-from scaletrain.contract import STEP_DIR_PREFIX
+from scaletrain.contract.files import STEP_DIR_PREFIX
 from scaletrain.errors import UsageError
 from scaletrain.fileio import atomic_write, fsync_dir, json_text
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from scaletrain.checkpoint.checksum import ALGORITHMS
-from scaletrain.contract import COMMIT_MARKER
+from scaletrain.contract.files import COMMIT_MARKER
 from scaletrain.fileio import read_bounded
 
 MARKER = COMMIT_MARKER   # the contract's name: status and report read it too

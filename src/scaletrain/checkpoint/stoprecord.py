@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from scaletrain.contract import STOP_RECORD
+from scaletrain.contract.files import STOP_RECORD
 from scaletrain.fileio import atomic_write, json_text, read_bounded, read_json_object
 
 def _now() -> str:

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from scaletrain.contract import SCALING_REPORT
+from scaletrain.contract.files import SCALING_REPORT
 from scaletrain.errors import LaunchError, ScaletrainError, UsageError
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from scaletrain.contract import CLUSTERS_DIR_VAR
+from scaletrain.contract.environ import CLUSTERS_DIR_VAR
 from scaletrain.errors import UsageError
 from scaletrain.fileio import json_text
 

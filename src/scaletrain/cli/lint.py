@@ -22,7 +22,7 @@ files: regular files of at most 4 MiB (a bigger one is refused, not cut)
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``lint`` verb."""
     from scaletrain.cli.args import name, text
-    from scaletrain.contract import CLUSTER_VAR
+    from scaletrain.contract.environ import CLUSTER_VAR
 
     p = subparsers.add_parser(
         "lint", help="check Slurm batch scripts for launch and resource mistakes",

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from scaletrain.cli import args as A
-from scaletrain.contract import DATA_VAR, DEVICE_VAR, TIME_LIMIT_SIGNAL
+from scaletrain.contract.environ import DATA_VAR, DEVICE_VAR, TIME_LIMIT_SIGNAL
 from scaletrain.errors import UsageError
 from scaletrain.fileio import json_text, tree_size_gb
 

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import IO
 
-from scaletrain.contract import JOB_SCRIPT
+from scaletrain.contract.files import JOB_SCRIPT
 from scaletrain.errors import UsageError
 from scaletrain.fileio import open_regular
 

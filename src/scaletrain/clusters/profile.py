@@ -28,7 +28,7 @@ from scaletrain.clusters.model import (  # noqa: F401 - re-exported
     format_time,
     parse_time,
 )
-from scaletrain.contract import CLUSTERS_DIR_VAR
+from scaletrain.contract.environ import CLUSTERS_DIR_VAR
 from scaletrain.errors import ProfileError, UsageError
 from scaletrain.fileio import read_user_file
 

@@ -20,7 +20,7 @@ import http.server
 import threading
 from collections.abc import Iterator, Mapping
 
-from scaletrain.contract import HOROVOD_RENDEZVOUS_VAR
+from scaletrain.contract.environ import HOROVOD_RENDEZVOUS_VAR
 
 # launcher -> workers: "HOST:PORT" of the store (set only while one is served)
 RENDEZVOUS_VAR = HOROVOD_RENDEZVOUS_VAR

@@ -24,7 +24,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from scaletrain.contract import port_from_job_id
+from scaletrain.contract.environ import port_from_job_id
 from scaletrain.errors import DistEnvError
 from scaletrain.fileio import json_text
 from scaletrain.runtime.nodelist import expand_hostlist, parse_tasks_per_node

@@ -1,6 +1,6 @@
 """``scaletrain cancel RUN [--save]``: stop a job now, or let it save and stop without requeueing.
 
-``--save`` sends ``contract.SAVE_AND_STOP_SIGNAL`` (USR2). A script from ``plan --requeue``
+``--save`` sends ``contract.environ.SAVE_AND_STOP_SIGNAL`` (USR2). A script from ``plan --requeue``
 traps it in the batch shell, relays it to the tasks and remembers not to requeue; other
 scripts have no trap, so the signal goes to the job's steps (the tasks) directly, and nothing
 requeues them anyway. ``scaletrain.init()`` made USR2 a stop request with reason
@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from scaletrain.contract import SAVE_AND_STOP_SIGNAL, SAVE_AND_STOP_TRAP, STOP_RECORD
+from scaletrain.contract.environ import SAVE_AND_STOP_SIGNAL
+from scaletrain.contract.files import STOP_RECORD
+from scaletrain.contract.script import SAVE_AND_STOP_TRAP
 from scaletrain.errors import SlurmError, UsageError
 from scaletrain.jobs import runfolder, status
 from scaletrain.jobs.runfolder import RunFolder

@@ -1,16 +1,15 @@
-"""The per-node GPU samplers' files (``gpus-<host>.jsonl``, :mod:`scaletrain.observe.nodesampler`)
-read back for the report: per GPU utilisation and memory over time, busy GPU-hours, idle GPUs."""
+"""The per-node GPU samplers' readings gathered for the report: per GPU utilisation and memory over
+time, busy GPU-hours, idle GPUs. The files (``gpus-<host>.jsonl``) are found in the run folder and
+read by their writer's reader, :func:`scaletrain.observe.nodesampler.read_samples`."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from scaletrain.contract import GPU_SAMPLES_PREFIX
-from scaletrain.jobs.runfolder import SEARCH_DEPTH, as_object, iter_records, walk
+from scaletrain.jobs.runfolder import SEARCH_DEPTH, walk
 from scaletrain.jobs.thin import Thinned
+from scaletrain.observe.nodesampler import Reading, read_samples, sample_files
 
 IDLE_PCT = 30.0          # a GPU busier than this on average is not called idle
 HINT = ("feed it faster: more DataLoader workers (num_workers) and pinned memory, CPU cores bound near the GPU "
@@ -62,11 +61,8 @@ class GpuSeries:
 
 
 def sampler_files(run_dir: Path) -> list[Path]:
-    """Every ``gpus-*.jsonl`` in the run folder and two levels below."""
-    found: list[Path] = []
-    for folder in walk(run_dir, SEARCH_DEPTH):
-        found += sorted(folder.glob(f"{GPU_SAMPLES_PREFIX}*.jsonl"))
-    return found
+    """Every sampler's file in the run folder and two levels below."""
+    return [path for folder in walk(run_dir, SEARCH_DEPTH) for path in sample_files(folder)]
 
 
 def read_samplers(files: list[Path]) -> tuple[list[GpuSeries], list[str]]:
@@ -75,10 +71,14 @@ def read_samplers(files: list[Path]) -> tuple[list[GpuSeries], list[str]]:
     notes: list[str] = []
     dropped = 0
     for path in files:
-        host, interval = path.stem[len(GPU_SAMPLES_PREFIX):], 10.0
         try:
-            for rec in iter_records(path, as_object):   # streamed; a pipe or device in its place is refused
-                host, interval, dropped = _take(rec, host, interval, series, notes, dropped)
+            for line in read_samples(path):     # streamed; a pipe or device in its place is refused
+                if isinstance(line, Reading):
+                    dropped += _take(line, series)
+                elif line.reason:
+                    note = f"GPU sampler on {line.host}: {line.reason}"
+                    if note not in notes and len(notes) < MAX_NOTES:
+                        notes.append(note)
         except OSError as exc:
             notes.append(f"cannot read {path}: {exc.strerror or exc}; its GPUs' readings from "
                          "there on are missing")
@@ -87,38 +87,17 @@ def read_samplers(files: list[Path]) -> tuple[list[GpuSeries], list[str]]:
     return [series[k] for k in sorted(series)], notes
 
 
-def _take(rec: dict[str, Any], host: str, interval: float,
-          series: dict[tuple[str, str], GpuSeries], notes: list[str],
-          dropped: int) -> tuple[str, float, int]:
-    """One record of a sampler file into ``series``: (host, interval, readings dropped) after it."""
-    if rec.get("type") == "sampler":
-        host = str(rec.get("host", host))[:200]
-        interval = _number(rec.get("interval_s"), low=1e-3) or interval
-        note = f"GPU sampler on {host}: {rec['reason']}" if rec.get("reason") else None
-        if note and note not in notes and len(notes) < MAX_NOTES:
-            notes.append(note)
-        return host, interval, dropped
-    devices = rec.get("devices")
-    when = _number(rec.get("t"))
-    if not isinstance(devices, dict) or when is None:
-        return host, interval, dropped     # not a reading the sampler wrote (a hand-edited line)
-    for dev, fig in devices.items():
-        if not isinstance(fig, dict):
-            continue
-        key = (host, str(dev))
+def _take(reading: Reading, series: dict[tuple[str, str], GpuSeries]) -> int:
+    """One reading into ``series``; the count of its GPUs' readings left out (past MAX_SERIES)."""
+    dropped = 0
+    for dev, (util, mem) in reading.devices.items():
+        key = (reading.host, dev)
         if key not in series and len(series) >= MAX_SERIES:
             dropped += 1
             continue
-        one = series.setdefault(key, GpuSeries(host=host, device=str(dev), interval_s=interval))
-        one.add(when, _number(fig.get("util_pct")), _number(fig.get("mem_gb")))
-    return host, interval, dropped
-
-
-def _number(value: Any, *, low: float = 0.0) -> float | None:
-    """A finite reading from ``low`` up, else None (a hand-edited or garbled value is no reading)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return float(value) if low <= value <= 1e15 else None
+        one = series.setdefault(key, GpuSeries(host=reading.host, device=dev, interval_s=reading.interval_s))
+        one.add(reading.t, util, mem)
+    return dropped
 
 
 def idle(series: list[GpuSeries]) -> list[GpuSeries]:

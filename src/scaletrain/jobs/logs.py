@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import IO, Callable, Iterator, TextIO
 
 from scaletrain.errors import UsageError
-from scaletrain.fileio import open_regular
-from scaletrain.jobs.runfolder import LINE_BYTES, RunFolder, is_dir, open_run
+from scaletrain.fileio import LINE_BYTES, open_regular
+from scaletrain.jobs.runfolder import RunFolder, is_dir, open_run
 from scaletrain.slurm.poll import poll_until
 
 _RANK = re.compile(r"^(?:\[rank ([0-9]{1,7})\] ?|\s*([0-9]{1,7}): )")

@@ -24,13 +24,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 
 from scaletrain.checkpoint import layout
-from scaletrain.contract import COMMIT_MARKER, STEP_DIR_PREFIX, generated_for
+from scaletrain.contract.files import COMMIT_MARKER, STEP_DIR_PREFIX
+from scaletrain.contract.script import generated_for
 from scaletrain.errors import ProfileError, SlurmError, UsageError, printable
 from scaletrain.fileio import open_regular
 from scaletrain.jobs import gpus as gpu_files
 from scaletrain.jobs import runfolder
 from scaletrain.jobs.svg import line_chart
 from scaletrain.jobs.thin import MAX_POINTS, Thinned
+from scaletrain.observe import monitorfiles
 from scaletrain.slurm.parse import is_count, parse_duration_seconds, parse_mem_mib
 
 if TYPE_CHECKING:
@@ -152,7 +154,7 @@ def _read_runs(path: Path) -> tuple[list[RunPart], list[dict[str, Any]], list[st
 
     def records() -> Iterator[dict[str, Any]]:
         try:
-            yield from runfolder.iter_records(path)
+            yield from monitorfiles.read_records(path)
         except OSError as exc:
             failed.append(exc)
 

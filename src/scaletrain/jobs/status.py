@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping, Sequence
 from scaletrain.errors import SlurmError, printable
 from scaletrain.jobs import runfolder
 from scaletrain.jobs.runfolder import RunFolder
+from scaletrain.observe.monitorfiles import metrics_tail
 from scaletrain.slurm.parse import FINAL_STATES, base_state, is_count, parse_duration_seconds, parse_time_seconds
 from scaletrain.slurm.poll import PATIENCE, Waited, poll_until
 
@@ -176,7 +177,7 @@ def _from_acct(status: RunStatus, runs: Sequence[Mapping[str, str]]) -> None:
 
 def _progress(status: RunStatus) -> None:
     run = status.run
-    start, last = runfolder.metrics_tail(run.metrics)
+    start, last = metrics_tail(run.metrics)
     if start is not None:
         status.total_steps = start.get("total_steps") if isinstance(start.get("total_steps"), int) else None
     if last is not None:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from scaletrain.contract import TORCH_AS_IS_VAR
+from scaletrain.contract.environ import TORCH_AS_IS_VAR
 from scaletrain.errors import LaunchError
 from scaletrain.launch.tailer import tail_logfile
 from scaletrain.torch_features import (NEWEST_TESTED, SIGNALS_ENV, agent_reads_signals_env,

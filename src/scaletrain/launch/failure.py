@@ -20,7 +20,7 @@ import signal
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from scaletrain.contract import EXIT_STOPPED
+from scaletrain.contract.environ import EXIT_STOPPED
 from scaletrain.errors import WorkerFailedError
 from scaletrain.launch import crash
 from scaletrain.launch.crash import CrashStack

@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from scaletrain.contract import EXIT_STOPPED, GROUP_RECORD_VAR
+from scaletrain.contract.environ import EXIT_STOPPED, GROUP_RECORD_VAR
 from scaletrain.errors import LaunchError
 from scaletrain.frameworks.horovod import rendezvous_store
 from scaletrain.launch.inproc.cpu_smoke import BANNER

@@ -26,7 +26,7 @@ import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
-from scaletrain.contract import AGENT_PID_VAR
+from scaletrain.contract.environ import AGENT_PID_VAR
 
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_GET_CHILD_SUBREAPER = 37

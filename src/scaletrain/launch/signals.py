@@ -5,7 +5,7 @@ torch's elastic agent turns SIGTERM, SIGINT, SIGHUP and SIGQUIT into "kill the w
 all - and its workers run in sessions of their own, so a signal sent to the agent's process
 group never reaches them. Under Slurm, USR1 (``--signal=B:USR1@grace``) means "the time limit
 is near" and SIGTERM "preempted"; the workers must get them and stay alive long enough to
-reach a step boundary, agree, save and exit with :data:`~scaletrain.contract.EXIT_STOPPED`.
+reach a step boundary, agree, save and exit with :data:`~scaletrain.contract.environ.EXIT_STOPPED`.
 
 So, while the workers run:
 - USR1 and USR2 are forwarded to every worker; the agent keeps waiting.
@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from scaletrain.contract import EXIT_STOPPED, FORWARDED_SIGNALS
+from scaletrain.contract.environ import EXIT_STOPPED, FORWARDED_SIGNALS
 from scaletrain.launch.reaper import children, send
 
 FORWARDED = tuple(signal.Signals["SIG" + name] for name in FORWARDED_SIGNALS)

@@ -22,7 +22,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from scaletrain.contract import BACKEND_VAR, DEFAULT_PORT, PROCS_PER_GPU_VAR, TIMEOUT_VAR
+from scaletrain.contract.environ import BACKEND_VAR, DEFAULT_PORT, PROCS_PER_GPU_VAR, TIMEOUT_VAR
 from scaletrain.errors import UsageError
 from scaletrain.launch.inproc.emulate import MODES
 from scaletrain.launch.threads import ThreadBudget, thread_budget

@@ -26,7 +26,7 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
-from scaletrain.contract import AGENT_PID_VAR, EXIT_STOPPED, RUN_DIR_VAR
+from scaletrain.contract.environ import AGENT_PID_VAR, EXIT_STOPPED, RUN_DIR_VAR
 from scaletrain.fileio import writable_dir
 from scaletrain.launch import rundir
 from scaletrain.launch.adapter import FORENSICS, RESTARTS, Adapter

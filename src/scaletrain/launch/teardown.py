@@ -32,7 +32,7 @@ from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TextIO
 
-from scaletrain.contract import TEARDOWN_WAIT_VAR
+from scaletrain.contract.environ import TEARDOWN_WAIT_VAR
 from scaletrain.launch import rundir
 from scaletrain.launch.inproc import hang
 from scaletrain.launch.inproc.group_record import read_records

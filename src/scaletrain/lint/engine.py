@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Mapping
 
-from scaletrain.contract import CLUSTER_VAR, generated_for
+from scaletrain.contract.environ import CLUSTER_VAR
+from scaletrain.contract.script import generated_for
 from scaletrain.errors import UsageError
 from scaletrain.fileio import read_user_file
 from scaletrain.lint import rules_cluster, rules_launch, rules_program, rules_sbatch, rules_shell  # noqa: F401  (registers rules)

@@ -112,7 +112,7 @@ _TCP_PORT = re.compile(r"tcp://[^\s/:]+:(\d+)")
 @rule("master-port", "a fixed rendezvous port (MASTER_PORT, --master_port, tcp://HOST:PORT) "
       "on nodes other jobs share")
 def master_port(ctx: LintContext) -> Iterable[Finding]:
-    from scaletrain.contract import PORT_SHELL_EXPR  # the runtime's own formula
+    from scaletrain.contract.environ import PORT_SHELL_EXPR
 
     if ctx.whole_nodes or not ctx.shares_nodes:
         return    # no other job runs on these nodes (or lint cannot tell): nothing to collide with
@@ -266,7 +266,7 @@ _CALLED = re.compile(r"(?:\$\(|`)\s*([A-Za-z_][\w.-]*)")
 @rule("site-command", "a rendezvous value from a command that is neither standard nor defined "
       "in the script (another centre's shell function)")
 def site_command(ctx: LintContext) -> Iterable[Finding]:
-    from scaletrain.contract import PORT_SHELL_EXPR
+    from scaletrain.contract.environ import PORT_SHELL_EXPR
 
     text = ctx.script.text
     for name in _RDZV_VARS:

@@ -218,7 +218,7 @@ def _profile(environ: Mapping[str, str]) -> Any:
     doctor is a CLI verb: it may read the profile itself; the training runtime never does.
     """
     from scaletrain.clusters.profile import load_profile
-    from scaletrain.contract import CLUSTER_VAR
+    from scaletrain.contract.environ import CLUSTER_VAR
     from scaletrain.errors import ScaletrainError
 
     name = environ.get(CLUSTER_VAR, "").strip()

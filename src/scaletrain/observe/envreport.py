@@ -15,7 +15,7 @@ import sys
 from typing import Any, Mapping
 
 from scaletrain._version import __version__
-from scaletrain.contract import CLUSTER_VAR, DEVICE_VAR
+from scaletrain.contract.environ import CLUSTER_VAR, DEVICE_VAR
 
 SLURM_VARS = ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_NNODES", "SLURM_NTASKS",
               "SLURM_NTASKS_PER_NODE", "SLURM_CPUS_PER_TASK", "SRUN_CPUS_PER_TASK", "SLURM_GPUS",
@@ -88,7 +88,7 @@ def collect(environ: Mapping[str, str] | None = None, *, with_torch: bool = True
         cores = sorted(os.sched_getaffinity(0))
     except AttributeError:
         cores = list(range(os.cpu_count() or 1))
-    from scaletrain.contract import format_cores
+    from scaletrain.contract.environ import format_cores
 
     report: dict[str, Any] = {
         "scaletrain": __version__,

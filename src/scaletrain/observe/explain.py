@@ -17,8 +17,9 @@ from collections.abc import Callable
 from typing import Any
 
 from scaletrain.clusters.resources import billed_amount
-from scaletrain.contract import SCALING_REPORT, SUMMARY_FILE
+from scaletrain.contract.files import SCALING_REPORT, SUMMARY_FILE
 from scaletrain.errors import UsageError
+from scaletrain.observe.monitorfiles import summary_step
 from scaletrain.observe.overhead import STEP_EXPONENT, Overhead, from_record, load_calibration
 from scaletrain.observe.scaling import (DEFAULT_THRESHOLD, Links, StepProfile, billed_gpus, efficiency_text,
                                         links_from_profile, predict, recommend, sizes_up_to, time_to_solution)
@@ -60,16 +61,14 @@ def load_measurement(path: str, *, params: float | None = None) -> tuple[StepPro
         work = per_step * r["steps"]
         what = f"bench scaling of {r['workload']} on 1 process"
     else:
-        step_s = doc.get("step_s_median")
-        per_step = doc.get("samples_per_step")
-        if not step_s or not per_step:
+        measured = summary_step(doc)
+        if measured is None:
             raise UsageError(f"--explain: {p} has no measured steps (step_s_median, samples_per_step)",
                              "run more steps than the Monitor's warm-up before explaining")
-        wait_frac = doc.get("data_wait_frac") or 0.0
-        grad = doc.get("grad_bytes")
-        work = float(doc.get("total_samples") or 0) * int(doc.get("world_size") or 1)
-        what = f"Monitor summary of {doc.get('steps', '?')} steps on {doc.get('world_size', 1)} process(es)"
-        if int(doc.get("world_size") or 1) > 1:
+        step_s, per_step, wait_frac = measured.step_s, measured.samples_per_step, measured.data_wait_frac
+        grad, work = measured.grad_bytes, measured.samples
+        what = f"Monitor summary of {measured.steps} steps on {measured.world_size} process(es)"
+        if measured.world_size > 1:
             what += " (its step is treated as a 1-GPU step; it includes that run's communication)"
     if not grad:
         if params is None:

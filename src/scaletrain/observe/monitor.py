@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from scaletrain.contract import SUMMARY_FILE
+from scaletrain.contract.files import SUMMARY_FILE
 from scaletrain.fileio import atomic_write, json_text
 from scaletrain.observe.commwait import CommWait, attach
 from scaletrain.observe.config import MonitorConfig, make_config

@@ -11,27 +11,31 @@ reads every GPU of the node through NVML or AMD SMI (the Monitor's backends,
     {"t": 1764031200.1, "devices": {"0": {"util_pct": 97.0, "mem_gb": 61.2, "power_w": 402.0}, ...}}
 
 It stops on SIGTERM (the end of the job) or when the node has no GPU it can read (one line that
-says why, then exit 0: a sampler never fails a job). ``scaletrain report`` reads these files.
+says why, then exit 0: a sampler never fails a job). ``scaletrain report`` reads these files back
+through :func:`read_samples`, the one reader of what :func:`sample_loop` writes.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import signal
 import socket
 import sys
 import threading
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
-from scaletrain.contract import GPU_SAMPLES_PREFIX
+from scaletrain.contract.files import GPU_SAMPLES_PREFIX
 from scaletrain.errors import UsageError
-from scaletrain.fileio import json_text
+from scaletrain.fileio import json_lines, json_text
 from scaletrain.observe.devices import Backend, open_backend
 
 VENDORS = ("nvidia", "amd")
+DEFAULT_INTERVAL_S = 10.0   # seconds between readings unless --interval says otherwise
 
 
 def first_backend() -> tuple[Backend | None, str, str]:
@@ -45,6 +49,68 @@ def first_backend() -> tuple[Backend | None, str, str]:
     return None, "", "; ".join(reasons)
 
 
+def samples_path(out_dir: Path, host: str) -> Path:
+    """The file the sampler of ``host`` appends to in ``out_dir``."""
+    return out_dir / f"{GPU_SAMPLES_PREFIX}{host}.jsonl"
+
+
+def sample_files(folder: Path) -> list[Path]:
+    """Every sampler's file in ``folder``, by name; an unreadable folder has none."""
+    try:
+        return sorted(folder.glob(f"{GPU_SAMPLES_PREFIX}*.jsonl"))
+    except OSError:
+        return []
+
+
+@dataclass(frozen=True, kw_only=True)
+class SamplerLine:
+    """A sampler's header (or its last word): which host, and why it reads no GPU if it does not."""
+
+    host: str
+    reason: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reading:
+    """One reading of a node's GPUs, every ``interval_s`` seconds on ``host``: ``devices`` maps a
+    GPU's index to (utilisation %, memory GB), either None where the line held no finite number."""
+
+    host: str
+    interval_s: float
+    t: float
+    devices: dict[str, tuple[float | None, float | None]]
+
+
+def _number(value: Any, *, low: float = 0.0) -> float | None:
+    """A finite reading from ``low`` up, else None (a hand-edited or garbled value is no reading)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value) if low <= value <= 1e15 else None
+
+
+def read_samples(path: str | os.PathLike[str]) -> Iterator[SamplerLine | Reading]:
+    """The lines of one sampler's file, oldest first, streamed with bounded memory
+    (:func:`scaletrain.fileio.json_lines`): a line the sampler did not write (not JSON, cut short,
+    edited by hand) is skipped, a figure that is not a finite number reads as None. A reading
+    belongs to the host and interval of the header before it (the file name's host and the
+    default interval before any). ``OSError`` when the file cannot be read."""
+    host, interval = Path(path).stem[len(GPU_SAMPLES_PREFIX):], DEFAULT_INTERVAL_S
+    for rec in json_lines(path):
+        if not isinstance(rec, dict):
+            continue
+        if rec.get("type") == "sampler":
+            host = str(rec.get("host", host))[:200]
+            interval = _number(rec.get("interval_s"), low=1e-3) or interval
+            yield SamplerLine(host=host, reason=str(rec["reason"]) if rec.get("reason") else None)
+            continue
+        devices, when = rec.get("devices"), _number(rec.get("t"))
+        if not isinstance(devices, dict) or when is None:
+            continue                          # not a reading the sampler wrote
+        yield Reading(host=host, interval_s=interval, t=when,
+                      devices={str(dev): (_number(fig.get("util_pct")), _number(fig.get("mem_gb")))
+                               for dev, fig in devices.items() if isinstance(fig, dict)})
+
+
 def sample_loop(out_dir: Path, interval_s: float, backend: Backend | None, *, vendor: str = "",
                 reason: str = "", host: str | None = None, stop: threading.Event | None = None,
                 max_samples: int | None = None) -> Path:
@@ -52,7 +118,7 @@ def sample_loop(out_dir: Path, interval_s: float, backend: Backend | None, *, ve
     host = host or socket.gethostname()
     stop = stop or threading.Event()
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{GPU_SAMPLES_PREFIX}{host}.jsonl"
+    path = samples_path(out_dir, host)
     head: dict[str, Any] = {"type": "sampler", "host": host, "interval_s": interval_s}
     head.update({"backend": vendor} if backend is not None else {"reason": reason or "no GPU backend"})
     with open(path, "a", encoding="utf-8") as fh:
@@ -82,7 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m scaletrain.observe.nodesampler",
                                      description="Sample this node's GPUs into DIR/gpus-<host>.jsonl")
     parser.add_argument("dir")
-    parser.add_argument("--interval", type=float, default=10.0)
+    parser.add_argument("--interval", type=float, default=DEFAULT_INTERVAL_S)
     args = parser.parse_args(argv)
     out = Path(args.dir)
     if out.exists() and not out.is_dir():

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Collection, Protocol, TextIO
 
-from scaletrain.contract import METRICS_FILE, SUMMARY_FILE, TENSORBOARD_DIR
+from scaletrain.contract.files import METRICS_FILE, SUMMARY_FILE, TENSORBOARD_DIR
 from scaletrain.errors import UsageError
 from scaletrain.extras import install_hint
 from scaletrain.observe.config import MonitorConfig

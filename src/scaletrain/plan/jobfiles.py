@@ -22,9 +22,9 @@ import shlex
 from dataclasses import dataclass
 
 from scaletrain.clusters.profile import ClusterProfile
-from scaletrain.contract import (ACCELERATE_CONFIG_VAR as ACCELERATE_VAR, DEEPSPEED_CONFIG_VAR as DEEPSPEED_VAR,
-                                 HEREDOC_END as _EOF, JOB_FILES_VAR as FILES_VAR,
-                                 SCRATCH_PLACEHOLDER as _SCRATCH)
+from scaletrain.contract.environ import (ACCELERATE_CONFIG_VAR as ACCELERATE_VAR, DEEPSPEED_CONFIG_VAR as DEEPSPEED_VAR,
+                                         JOB_FILES_VAR as FILES_VAR)
+from scaletrain.contract.script import HEREDOC_END as _EOF, SCRATCH_PLACEHOLDER as _SCRATCH
 from scaletrain.errors import PlanError, UsageError
 from scaletrain.frameworks.accelerate import ALIASES, accelerate_config, to_yaml
 from scaletrain.frameworks.deepspeed import STRATEGIES as DEEPSPEED_STRATEGIES, deepspeed_config, to_json

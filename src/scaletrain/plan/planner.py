@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from scaletrain.clusters.profile import ClusterProfile, format_time, parse_time
 from scaletrain.clusters.resources import ERROR, Resources, billed_gpu_hours
-from scaletrain.contract import EXIT_STOPPED, TIME_LIMIT_SIGNAL
+from scaletrain.contract.environ import EXIT_STOPPED, TIME_LIMIT_SIGNAL
 from scaletrain.errors import PlanError, UsageError
 from scaletrain.plan import layout, software
 from scaletrain.plan.jobfiles import JobFile, framework_files

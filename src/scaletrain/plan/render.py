@@ -15,8 +15,9 @@ import shlex
 from scaletrain._version import __version__
 
 # one formula for MASTER_PORT and the variable names, shared with the runtime and lint
-from scaletrain.contract import (CLUSTER_VAR, DATA_VAR, EXIT_STOPPED, GENERATED_BY, PORT_SHELL_EXPR,
-                                 PREEMPT_SIGNAL, SAVE_AND_STOP_SIGNAL, TIME_LIMIT_SIGNAL, trap_line)
+from scaletrain.contract.environ import (CLUSTER_VAR, DATA_VAR, EXIT_STOPPED, PORT_SHELL_EXPR, PREEMPT_SIGNAL,
+                                         SAVE_AND_STOP_SIGNAL, TIME_LIMIT_SIGNAL)
+from scaletrain.contract.script import GENERATED_BY, trap_line
 from scaletrain.errors import DistEnvError
 from scaletrain.plan.jobfiles import folder_word
 from scaletrain.plan.jobfiles import shell_lines as job_file_lines

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from scaletrain.contract import JOB_LOG
+from scaletrain.contract.files import JOB_LOG
 from scaletrain.errors import PlanError, UsageError
 from scaletrain.parallel.options import PRECISIONS
 from scaletrain.plan.values import SBATCH_SHAPES, check_request_values

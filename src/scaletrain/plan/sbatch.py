@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 
 from scaletrain.clusters.profile import ClusterProfile, format_time
-from scaletrain.contract import JOB_LOG, TIME_LIMIT_SIGNAL
+from scaletrain.contract.environ import TIME_LIMIT_SIGNAL
+from scaletrain.contract.files import JOB_LOG
 from scaletrain.errors import UsageError
 from scaletrain.plan.request import JOB_OPTIONS, JobRequest
 

@@ -23,8 +23,8 @@ import shlex
 
 from scaletrain.clusters.model import JOB_PACKAGES
 from scaletrain.clusters.profile import ClusterProfile
-from scaletrain.contract import (BACKEND_VAR, CLUSTER_VAR, DEVICE_VAR, GPU_CPU_MAP_VAR,
-                                 PROCS_PER_GPU_VAR, format_gpu_cpu_map)
+from scaletrain.contract.environ import (BACKEND_VAR, CLUSTER_VAR, DEVICE_VAR, GPU_CPU_MAP_VAR, PROCS_PER_GPU_VAR,
+                                         format_gpu_cpu_map)
 from scaletrain.errors import UsageError
 from scaletrain.plan.request import JobRequest
 

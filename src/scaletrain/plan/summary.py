@@ -11,7 +11,7 @@ from dataclasses import asdict
 from typing import Any
 
 from scaletrain.clusters.resources import billing_text
-from scaletrain.contract import DATA_VAR, DEVICE_VAR, GPU_CPU_MAP_VAR
+from scaletrain.contract.environ import DATA_VAR, DEVICE_VAR, GPU_CPU_MAP_VAR
 from scaletrain.parallel.options import STRATEGIES, world_sized
 from scaletrain.plan.planner import Plan
 

@@ -20,7 +20,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from scaletrain.contract import BIND_VAR
+from scaletrain.contract.environ import BIND_VAR
 from scaletrain.errors import UsageError
 
 

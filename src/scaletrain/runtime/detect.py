@@ -24,7 +24,7 @@ import re
 from collections.abc import Mapping
 from typing import ClassVar
 
-from scaletrain.contract import DEFAULT_PORT, port_from_job_id
+from scaletrain.contract.environ import DEFAULT_PORT, port_from_job_id
 from scaletrain.errors import DistEnvError
 from scaletrain.runtime.device import gpu_view
 from scaletrain.runtime.env import Env, Placement

@@ -18,7 +18,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from scaletrain.contract import DEVICE_VAR
+from scaletrain.contract.environ import DEVICE_VAR
 from scaletrain.errors import DistEnvError, UsageError
 
 VISIBLE_VARS = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from scaletrain.contract import RESOLVE_WAIT_VAR
+from scaletrain.contract.environ import RESOLVE_WAIT_VAR
 from scaletrain.errors import DistEnvError
 
 # Seconds to keep retrying a name that does not resolve (SCALETRAIN_RESOLVE_TIMEOUT overrides).

@@ -6,7 +6,7 @@ minutes before the time limit, and a preempted job gets SIGTERM, then SIGKILL af
 partition's grace time. Python's default action for both is to die, losing everything since
 the last checkpoint. :func:`install` (run by ``scaletrain.init()``) replaces it with a handler
 that only *records* the request; the training loop then stops at a step boundary, saves and
-exits with :data:`scaletrain.contract.EXIT_STOPPED` so that the script requeues the job.
+exits with :data:`scaletrain.contract.environ.EXIT_STOPPED` so that the script requeues the job.
 
 Ranks receive their signals at different moments, so a rank cannot stop on its own: its peers
 would wait forever in the next collective. :class:`scaletrain.runtime.agreement.StopAgreement`
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scaletrain import module_state
-from scaletrain.contract import DEFAULT_STOP_SIGNALS, EXIT_STOPPED, STOP_SIGNALS_VAR, format_stop_signals
+from scaletrain.contract.environ import DEFAULT_STOP_SIGNALS, EXIT_STOPPED, STOP_SIGNALS_VAR, format_stop_signals
 from scaletrain.errors import UsageError
 
 # The reasons a stop can have, in increasing urgency: when ranks disagree (one got USR1, another

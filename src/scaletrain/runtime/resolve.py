@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from scaletrain.contract import (BACKEND_VAR, DEVICE_VAR, GPU_CPU_MAP_VAR, PROCS_PER_GPU_VAR, format_cores,
-                                 parse_gpu_cpu_map)
+from scaletrain.contract.environ import (BACKEND_VAR, DEVICE_VAR, GPU_CPU_MAP_VAR, PROCS_PER_GPU_VAR, format_cores,
+                                         parse_gpu_cpu_map)
 from scaletrain.errors import DistEnvError, UsageError
 from scaletrain.runtime.affinity import Binding, binding_mode, plan_binding, ranks_share_cpuset
 from scaletrain.runtime.device import GpuView, normalize_request, physical_gpu, pick_gpu_index

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 
 from scaletrain import module_state
-from scaletrain.contract import TIMEOUT_VAR
+from scaletrain.contract.environ import TIMEOUT_VAR
 from scaletrain.errors import DistEnvError, UsageError
 
 # Slurm may start the nodes of one job minutes apart; the first collective waits for all.

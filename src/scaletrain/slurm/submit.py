@@ -22,7 +22,7 @@ import re
 from pathlib import Path
 from typing import Mapping
 
-from scaletrain.contract import JOB_ID_FILE, JOB_SCRIPT, RUNS_DIR
+from scaletrain.contract.files import JOB_ID_FILE, JOB_SCRIPT, RUNS_DIR
 from scaletrain.errors import ScaletrainError, SlurmError, UsageError
 from scaletrain.fileio import atomic_write, fresh_dir, read_bounded
 from scaletrain.slurm.parse import is_count

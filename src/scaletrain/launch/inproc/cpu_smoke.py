@@ -27,7 +27,7 @@ import sys
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
-from scaletrain.contract import CPU_SMOKE_VAR
+from scaletrain.contract.environ import CPU_SMOKE_VAR
 from scaletrain.launch import frames
 from scaletrain.launch.inproc import cpu_cuda, cpu_map
 
@@ -83,7 +83,7 @@ def _patch_unsupported(torch: ModuleType) -> None:
 
 
 def _describe_affinity(cores: set[int]) -> str:
-    from scaletrain.contract import format_cores
+    from scaletrain.contract.environ import format_cores
 
     return format_cores(sorted(cores))
 

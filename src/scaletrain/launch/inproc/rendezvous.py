@@ -28,7 +28,7 @@ import threading
 from types import ModuleType
 from typing import Any
 
-from scaletrain.contract import AGENT_PORT_VAR, NESTED_VAR, RENDEZVOUS_WAIT_VAR
+from scaletrain.contract.environ import AGENT_PORT_VAR, NESTED_VAR, RENDEZVOUS_WAIT_VAR
 
 RENDEZVOUS_WAIT_S = 300.0
 _USE_AGENT_STORE = "TORCHELASTIC_USE_AGENT_STORE"
@@ -109,7 +109,7 @@ def _masteraddr() -> tuple[Any, Any, Any]:
 
 
 def _on_emulated_node(host: str) -> bool:
-    from scaletrain.contract import EMULATE_VAR
+    from scaletrain.contract.environ import EMULATE_VAR
     from scaletrain.launch.inproc.emulate import is_emulated_host
 
     return bool(os.environ.get(EMULATE_VAR)) and is_emulated_host(host)

@@ -28,7 +28,7 @@ import sys
 import traceback
 from types import TracebackType
 
-from scaletrain.contract import AGENT_PID_VAR, RUN_DIR_VAR
+from scaletrain.contract.environ import AGENT_PID_VAR, RUN_DIR_VAR
 from scaletrain.errors import ScaletrainError
 from scaletrain.launch import frames, rundir
 from scaletrain.launch.inproc import hang

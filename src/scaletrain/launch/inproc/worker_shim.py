@@ -2,7 +2,7 @@
 
 Activated by the ``sitecustomize`` in :mod:`scaletrain.launch.inproc.shim`, which the launcher puts on
 its workers' PYTHONPATH only (the user's environment is never changed). It reads what the
-launcher asked for from ``SCALETRAIN_*`` variables (:mod:`scaletrain.contract`):
+launcher asked for from ``SCALETRAIN_*`` variables (:mod:`scaletrain.contract.environ`):
 
 - ``SCALETRAIN_GROUP_RECORD``: record the process group each worker forms, so the launcher can
   say when N workers finished without ever forming one group of N (:mod:`group_record`);
@@ -23,9 +23,8 @@ from collections.abc import Callable, Mapping, MutableMapping
 from types import ModuleType
 from typing import Any
 
-from scaletrain.contract import (CPU_SMOKE_VAR, DS_ACCELERATOR_VAR, EMULATE_GPUS_VAR, EMULATE_JOB_VAR,
-                                 EMULATE_KEEP_VAR, EMULATE_NODES_VAR, EMULATE_VAR,
-                                 GROUP_RECORD_VAR)
+from scaletrain.contract.environ import (CPU_SMOKE_VAR, DS_ACCELERATOR_VAR, EMULATE_GPUS_VAR, EMULATE_JOB_VAR,
+                                         EMULATE_KEEP_VAR, EMULATE_NODES_VAR, EMULATE_VAR, GROUP_RECORD_VAR)
 
 Hook = Callable[[ModuleType], None]
 

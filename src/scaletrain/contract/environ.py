@@ -1,14 +1,13 @@
-"""The launcher <-> runtime contract: the facts both sides of a job must agree on.
+"""The environment between a launcher and the processes it starts.
 
 A generated batch script (``plan``), the local launcher (``scaletrain run``), the linter and the
 per-process runtime (``scaletrain.init()``) each need the same few facts: how MASTER_PORT is
 derived from a Slurm job id, which ``SCALETRAIN_*`` variables carry a choice from the launcher to
-its workers, and which exit code means "stopped on purpose, state saved, requeue me". The
-after-submit verbs (``status``, ``logs``, ``cancel``, ``report``) read back what ``submit``, the
-batch script and the training program wrote: the run folder's file names and the batch shell's
-trap. They live here, in one leaf module that imports nothing of scaletrain, so no side has to
-reach into another. Every ``SCALETRAIN_*`` name is spelt here only (a unit test holds it);
-everything else imports it.
+its workers (and which ones a user sets to change scaletrain's waits), the format of their
+values, which signals stop a job on purpose and which exit code means "stopped on purpose, state
+saved, requeue me". Every environment variable scaletrain sets or reads for itself is spelt here
+only (a unit test holds it); everything else imports it. A leaf module: it imports nothing of
+scaletrain, so no side has to reach into another.
 """
 
 from __future__ import annotations
@@ -25,6 +24,14 @@ PORT_SPAN = 20000
 PORT_SHELL_EXPR = f"$(({PORT_BASE} + SLURM_JOB_ID % {PORT_SPAN}))"
 # torch's own default, used when nothing else says which port (a plain local run).
 DEFAULT_PORT = 29500
+
+
+def port_from_job_id(job_id: str) -> int:
+    """A rendezvous port derived from a job id: ``10000 + id % 20000`` (crc32 if not numeric)."""
+    text = job_id.strip()
+    number = int(text) if text.isdigit() else zlib.crc32(text.encode())
+    return PORT_BASE + number % PORT_SPAN
+
 
 # Variables a launcher or a generated script sets for the processes it starts.
 CLUSTER_VAR = "SCALETRAIN_CLUSTER"            # profile name or absolute .toml path
@@ -60,10 +67,17 @@ CLUSTERS_DIR_VAR = "SCALETRAIN_CLUSTERS_DIR"   # the user's own cluster profiles
 JOB_FILES_VAR = "SCALETRAIN_JOB_FILES"
 ACCELERATE_CONFIG_VAR = "SCALETRAIN_ACCELERATE_CONFIG"
 DEEPSPEED_CONFIG_VAR = "SCALETRAIN_DEEPSPEED_CONFIG"
-# Not variables but words of a generated script: the end of a config's here-document, and where
-# the node-local disk goes in a config's text until the job fills it in.
-HEREDOC_END = "SCALETRAIN_EOF"
-SCRATCH_PLACEHOLDER = "@SCALETRAIN_SCRATCH@"
+
+# `scaletrain run` -> its workers, read by the worker shim (scaletrain/launch/inproc/worker_shim.py).
+GROUP_RECORD_VAR = "SCALETRAIN_GROUP_RECORD"  # folder where each worker records its process group
+EMULATE_VAR = "SCALETRAIN_EMULATE"            # "slurm" or "mpi": give workers that launcher's variables
+EMULATE_NODES_VAR = "SCALETRAIN_EMULATE_NODES"  # emulated nodes the local workers are spread over
+EMULATE_JOB_VAR = "SCALETRAIN_EMULATE_JOB"    # the emulated Slurm job id
+EMULATE_KEEP_VAR = "SCALETRAIN_EMULATE_KEEP"  # JSON: torchrun variables the user exported, kept
+EMULATE_GPUS_VAR = "SCALETRAIN_EMULATE_GPUS"  # GPUs per emulated node (faked ones under --cpu)
+CPU_SMOKE_VAR = "SCALETRAIN_CPU_SMOKE"        # "1": run a CUDA/NCCL program on CPU processes
+DS_ACCELERATOR_VAR = "DS_ACCELERATOR"          # DeepSpeed's accelerator: "cpu" under --cpu unless the user chose one
+HOROVOD_RENDEZVOUS_VAR = "SCALETRAIN_HOROVOD_RENDEZVOUS"  # "HOST:PORT" of the --emulate mpi Horovod store
 
 # Exit code of a process that stopped on purpose at a time limit or preemption after its
 # state was saved: "try again later" (BSD sysexits EX_TEMPFAIL). A batch script requeues the
@@ -83,37 +97,6 @@ PREEMPT_SIGNAL = "TERM"
 FORWARDED_SIGNALS = ("USR1", "USR2", "TERM")
 DEFAULT_STOP_SIGNALS: dict[str, str] = {TIME_LIMIT_SIGNAL: "time_limit", PREEMPT_SIGNAL: "preempted",
                                         SAVE_AND_STOP_SIGNAL: "requested"}   # scaletrain cancel --save
-
-
-def trap_action(name: str, *, keep: bool = False) -> str:
-    """What the batch shell of a --requeue script runs on signal ``name``: relay it to the tasks;
-    ``keep``: and remember not to requeue the job afterwards."""
-    return f"{'_scaletrain_keep=1; ' if keep else ''}_scaletrain_stop {name}"
-
-
-def trap_line(name: str, *, keep: bool = False) -> str:
-    """The script line that sets :func:`trap_action` for signal ``name``."""
-    return f"trap '{trap_action(name, keep=keep)}' {name}"
-
-
-# `plan --requeue` traps SAVE_AND_STOP_SIGNAL with this; `scaletrain cancel --save` looks for it in
-# the run folder's job.sh to send the signal to the batch shell rather than straight to the tasks.
-SAVE_AND_STOP_TRAP = trap_action(SAVE_AND_STOP_SIGNAL, keep=True)
-
-# The run folder `submit` makes and the after-submit verbs read (jobs/runfolder.py), and the
-# files the training program's Monitor and Checkpointer write into the folders it chooses.
-RUNS_DIR = "runs"                  # where run folders go by default, relative to the caller's folder
-JOB_SCRIPT = "job.sh"              # the batch script, written whole before sbatch
-JOB_ID_FILE = "job_id"             # the id sbatch gave, written once sbatch answered
-JOB_LOG = "%x-%j.out"              # the job's output (sbatch's pattern), in the run folder when submitted
-METRICS_FILE = "metrics.jsonl"     # the Monitor's records, a line per event
-SUMMARY_FILE = "summary.json"      # the Monitor's summary at close
-TENSORBOARD_DIR = "tensorboard"    # the Monitor's TensorBoard events
-GPU_SAMPLES_PREFIX = "gpus-"       # the node sampler's gpus-<host>.jsonl (plan --sample-gpus)
-STOP_RECORD = "stop.json"          # in the Checkpointer's folder: why and at which step it stopped
-STEP_DIR_PREFIX = "step-"          # a committed checkpoint's folder, step-00001200 (checkpoint/layout.py)
-COMMIT_MARKER = "COMMIT.json"      # in each step-N folder: the checkpoint is complete
-SCALING_REPORT = "scaling.json"    # `bench scaling --out`'s report, which `plan --explain` reads too
 
 
 def format_stop_signals(signals: Mapping[str, str]) -> str:
@@ -155,36 +138,3 @@ def parse_gpu_cpu_map(text: str) -> dict[int, tuple[int, ...]]:
             found.extend(range(int(low), int(high or low) + 1))
         out[int(gpu)] = tuple(found)
     return out
-
-
-def port_from_job_id(job_id: str) -> int:
-    """A rendezvous port derived from a job id: ``10000 + id % 20000`` (crc32 if not numeric)."""
-    text = job_id.strip()
-    number = int(text) if text.isdigit() else zlib.crc32(text.encode())
-    return PORT_BASE + number % PORT_SPAN
-
-# `scaletrain run` -> its workers, read by the worker shim (scaletrain/launch/inproc/worker_shim.py).
-GROUP_RECORD_VAR = "SCALETRAIN_GROUP_RECORD"  # folder where each worker records its process group
-EMULATE_VAR = "SCALETRAIN_EMULATE"            # "slurm" or "mpi": give workers that launcher's variables
-EMULATE_NODES_VAR = "SCALETRAIN_EMULATE_NODES"  # emulated nodes the local workers are spread over
-EMULATE_JOB_VAR = "SCALETRAIN_EMULATE_JOB"    # the emulated Slurm job id
-EMULATE_KEEP_VAR = "SCALETRAIN_EMULATE_KEEP"  # JSON: torchrun variables the user exported, kept
-EMULATE_GPUS_VAR = "SCALETRAIN_EMULATE_GPUS"  # GPUs per emulated node (faked ones under --cpu)
-CPU_SMOKE_VAR = "SCALETRAIN_CPU_SMOKE"        # "1": run a CUDA/NCCL program on CPU processes
-DS_ACCELERATOR_VAR = "DS_ACCELERATOR"          # DeepSpeed's accelerator: "cpu" under --cpu unless the user chose one
-HOROVOD_RENDEZVOUS_VAR = "SCALETRAIN_HOROVOD_RENDEZVOUS"  # "HOST:PORT" of the --emulate mpi Horovod store
-
-
-# The provenance line every generated script starts with (after the shebang); lint reads the
-# cluster back from it when a partition alone names several profiles (JSC's "booster").
-GENERATED_BY = "# Generated by scaletrain {version} for cluster {cluster}"
-
-
-def generated_for(lines: Sequence[str]) -> str | None:
-    """The cluster a scaletrain-generated script was planned for (its header's), or None."""
-    head, _, tail = GENERATED_BY.partition("{version}")
-    middle = tail.partition("{cluster}")[0]
-    for line in lines[:3]:
-        if line.startswith(head) and middle in line:
-            return line.split(middle, 1)[1].split(" (partition ", 1)[0].strip() or None
-    return None
