@@ -226,9 +226,12 @@ def test_the_api_measures_stage_data_as_the_cli_does(tmp_path):
     data.write_bytes(b"x")
     with open(data, "r+b") as f:
         f.truncate(200 * 1024 ** 3)     # sparse: 200 GB do not fit Roihu's 150 GB of $TMPDIR
+    from scaletrain.jobs.submit import plan_job   # the one sequence, the CLI's too (test_one_sequence.py)
+
     req = api_values.build_request(cluster="roihu", program=["t.py"], gpus=4, nodes=None, account="p", run_dir=None,
                                    fields={"stage_data": str(data)})
-    assert req.stage_data_gb == 200.0 and req.stage_data == str(data)
+    with pytest.raises(PlanError, match="needs about 220 GB on each node"):
+        plan_job(req)
     with pytest.raises(PlanError, match="needs about 220 GB on each node, but \\$TMPDIR holds 150 GB on roihu"):
         scaletrain.submit(cluster="roihu", program=["t.py"], gpus=4, account="p", stage_data=str(data),
                           run_dir=tmp_path / "run")
