@@ -81,9 +81,9 @@ class Job:
         waiting gives up, nothing is cancelled), or when Slurm stops answering: each silence is
         retried, said on stderr, and a few in a row end the wait."""
         from scaletrain.jobs.status import wait_for
-        from scaletrain.slurm.poll import check_seconds
+        from scaletrain.slurm.poll import seconds
 
-        poll_s = check_seconds(poll, "poll", positive=True) or 5.0
+        poll_s = seconds("poll", poll) or 5.0
         waited = wait_for(self.job_id, timeout=timeout, poll=poll_s, max_poll=max(60.0, poll_s), env=self.env,
                           on_note=lambda text: print(f"scaletrain: job {self.job_id}: {text}",
                                                      file=sys.stderr, flush=True))
