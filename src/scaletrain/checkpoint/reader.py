@@ -18,7 +18,7 @@ from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any
 
-from scaletrain.checkpoint import checksum, layout, replicated, sharded
+from scaletrain.checkpoint import checksum, layout, replicated, sharded, stepfolder
 from scaletrain.checkpoint.collect import Entry
 from scaletrain.checkpoint.comm import Comm
 from scaletrain.checkpoint.errors import CheckpointError, unreadable
@@ -31,7 +31,7 @@ class _Chooser:
     """Rank 0's walk from the newest committed checkpoint to older ones, past damaged ones."""
 
     def __init__(self, directory: Path) -> None:
-        layout.clean_partials(directory)
+        stepfolder.clean_partials(directory)
         self.items = layout.candidates(directory)  # the order of layout.choose, the one rule
         self.bad_markers = layout.damaged(directory)
         self.skipped: list[tuple[Path, str]] = []  # (folder, why) of damaged checkpoints
