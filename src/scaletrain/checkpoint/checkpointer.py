@@ -235,7 +235,7 @@ class Checkpointer:
                            strict=self.strict)
         if comm.rank == 0:
             # damage is warned by the reader as it passes over it; a step gone back is the rule's
-            for note in layout.choose(self.directory).backwards_notes():
+            for note in layout.choose(self.directory, verify_bytes=0).backwards_notes():   # just loaded: no reread
                 warnings.warn(note, stacklevel=2)
         if step is not None:
             self._last_saved = step

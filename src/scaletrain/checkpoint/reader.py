@@ -93,13 +93,7 @@ def verify_share(folder: Path, marker: dict[str, Any], rank: int, world: int) ->
 
     Checkpoints written before checksums existed have none to check (their sizes are).
     """
-    algorithm, crcs = checksum.recorded(marker)
-    for rel in _share(marker["files"], rank, world):
-        if rel in crcs:
-            why = checksum.mismatch(folder / rel, crcs[rel], algorithm)
-            if why:
-                return f"{rel}: {why}"
-    return None
+    return checksum.first_mismatch(folder, marker, _share(marker["files"], rank, world))
 
 
 def _report(chooser: _Chooser, choice: Any, strict: bool) -> tuple[str, str] | None:
