@@ -2,8 +2,9 @@
 
 The cluster profile's ``fact(...)`` (``clusters/model.py``) declares each profile field with its
 shape; this module does the same for the settings of the Python API and the CLI: the fields of
-``JobRequest`` (``plan``/``submit`` and ``scaletrain.submit()``), of ``MonitorConfig`` and the
-options of ``Checkpointer``. A setting is declared beside its field::
+``JobRequest`` (``plan``/``submit`` and ``scaletrain.submit()``), of ``MonitorConfig``, the
+options of ``Checkpointer``, the seconds of a wait (``slurm.poll.SECONDS``: ``Job.wait()``,
+``cancel()``'s ``wait_s``) and ``scale_lr``'s values. A setting is declared beside its field::
 
     mem_per_gpu_gb: float | None = setting("memory per GPU", default=None, unit="GB",
                                            check=number(low=MIN_MEM_GB), flag="--mem-per-gpu")

@@ -180,7 +180,7 @@ def test_two_jobs_saving_into_one_folder_are_told_so(ck):
 
 def test_two_writers_racing_for_the_same_step_name_the_other_writer(ck, monkeypatch):
     """The step folder appears between our check and our rename (the other job won)."""
-    from scaletrain.checkpoint import layout
+    from scaletrain.checkpoint import stepfolder
 
     real_replace = os.replace
 
@@ -189,7 +189,7 @@ def test_two_writers_racing_for_the_same_step_name_the_other_writer(ck, monkeypa
             (Path(dst) / "x").mkdir(parents=True)  # the other job's folder, not empty
         return real_replace(src, dst)
 
-    monkeypatch.setattr(layout.os, "replace", racing)
+    monkeypatch.setattr(stepfolder.os, "replace", racing)
     model, opt = _objects()
     ckpt = scaletrain.Checkpointer(ck)
     with pytest.raises(CheckpointError) as info:

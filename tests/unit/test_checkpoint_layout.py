@@ -1,4 +1,5 @@
-"""Checkpoint folder rules (scaletrain.checkpoint.layout): pure file-system logic, no torch."""
+"""Checkpoint folder rules (scaletrain.checkpoint.layout, the readers' rule, and .stepfolder, the writer's side):
+pure file-system logic, no torch."""
 
 from __future__ import annotations
 
@@ -11,12 +12,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scaletrain.checkpoint import layout
+from scaletrain.checkpoint import layout, stepfolder
 from scaletrain.errors import UsageError
 
 
 def _commit(directory, step, files=None):
-    folder = layout.PartialFolder(directory, step)
+    folder = stepfolder.PartialFolder(directory, step)
     folder.create()
     files = files or {"a.bin": b"x" * (step % 7 + 1)}
     for name, data in files.items():
@@ -52,7 +53,7 @@ def test_folder_without_marker_or_partial_is_ignored(tmp_path):
     _commit(tmp_path, 10)
     (tmp_path / "step-00000050").mkdir()  # renamed but marker never written (killed)
     (tmp_path / "step-00000050" / "replicated.pt").write_bytes(b"half")
-    partial = layout.PartialFolder(tmp_path, 60)
+    partial = stepfolder.PartialFolder(tmp_path, 60)
     partial.create()  # a save in progress
     (tmp_path / "step-00000070").mkdir()  # marker naming another step: not ours
     (tmp_path / "step-00000070" / layout.MARKER).write_text(json.dumps({"step": 9, "files": {}}))
@@ -77,7 +78,7 @@ def test_verify_files_reports_missing_and_truncated(tmp_path):
 @given(st.lists(st.integers(0, 10_000), max_size=30), st.integers(1, 6),
        st.sets(st.integers(0, 10_000), max_size=3))
 def test_retention_keeps_newest_k_and_protected(steps, keep, protect):
-    doomed = layout.to_delete(steps, keep, protect)
+    doomed = stepfolder.to_delete(steps, keep, protect)
     survivors = sorted(set(steps) - set(doomed))
     assert not set(doomed) & protect
     if steps:
@@ -90,13 +91,13 @@ def test_retention_keeps_newest_k_and_protected(steps, keep, protect):
 
 def test_retention_rejects_keep_zero():
     with pytest.raises(ValueError):
-        layout.to_delete([1, 2], 0, set())
+        stepfolder.to_delete([1, 2], 0, set())
 
 
 def test_apply_retention_deletes_oldest_and_marker_first(tmp_path):
     for step in (1, 2, 3, 4):
         _commit(tmp_path, step)
-    assert layout.apply_retention(tmp_path, 2, protect={4}) == [1, 2]
+    assert stepfolder.apply_retention(tmp_path, 2, protect={4}) == [1, 2]
     assert [c.step for c in layout.committed(tmp_path)] == [3, 4]
     assert sorted(os.listdir(tmp_path)) == ["step-00000003", "step-00000004"]
 
@@ -106,7 +107,7 @@ def test_protected_older_step_survives_retention(tmp_path):
         _commit(tmp_path, step)
     with pytest.warns(UserWarning, match="the step went backwards"):
         _commit(tmp_path, 5)  # a lower step just written (e.g. a restarted schedule)
-    layout.apply_retention(tmp_path, 1, protect={5})
+    stepfolder.apply_retention(tmp_path, 1, protect={5})
     assert [c.step for c in layout.committed(tmp_path)] == [5, 30]
 
 
@@ -129,7 +130,7 @@ def test_moved_aside_copy_counts_when_swap_was_interrupted(tmp_path):
 
 
 def test_clean_partials_removes_dead_writers_only(tmp_path):
-    live = layout.PartialFolder(tmp_path, 3)
+    live = stepfolder.PartialFolder(tmp_path, 3)
     live.create()  # this process holds the lock
     dead = tmp_path / layout.partial_dirname(2)
     dead.mkdir()
@@ -139,9 +140,9 @@ def test_clean_partials_removes_dead_writers_only(tmp_path):
                           capture_output=True, text=True, check=True)
     gone = tmp_path / layout.partial_dirname(4)
     gone.mkdir()
-    (gone / layout.OWNER).write_text(json.dumps({"host": os.uname().nodename,
+    (gone / stepfolder.OWNER).write_text(json.dumps({"host": os.uname().nodename,
                                                  "pid": int(proc.stdout), "time": 0}))
-    removed = layout.clean_partials(tmp_path)
+    removed = stepfolder.clean_partials(tmp_path)
     assert sorted(removed) == sorted([dead.name, gone.name])
     assert live.path.is_dir()
     live.abandon()
@@ -152,22 +153,22 @@ def test_clean_partials_keeps_folder_of_live_process(tmp_path):
     folder = tmp_path / layout.partial_dirname(9)
     folder.mkdir()
     # the parent of this test is alive: a live writer on this host
-    (folder / layout.OWNER).write_text(json.dumps({"host": os.uname().nodename,
+    (folder / stepfolder.OWNER).write_text(json.dumps({"host": os.uname().nodename,
                                                    "pid": os.getppid(), "time": 0}))
-    assert layout.clean_partials(tmp_path) == []
+    assert stepfolder.clean_partials(tmp_path) == []
     assert folder.is_dir()
 
 
 def test_check_directory_refuses_file_and_unwritable(tmp_path):
-    layout.check_directory(tmp_path / "new" / "ckpt")
+    stepfolder.check_directory(tmp_path / "new" / "ckpt")
     assert (tmp_path / "new" / "ckpt").is_dir()
     (tmp_path / "file").write_text("x")
     with pytest.raises(UsageError, match="not a directory"):
-        layout.check_directory(tmp_path / "file")
+        stepfolder.check_directory(tmp_path / "file")
     with pytest.raises(UsageError, match="cannot create"):
-        layout.check_directory(tmp_path / "file" / "sub")
+        stepfolder.check_directory(tmp_path / "file" / "sub")
     if os.geteuid() != 0:  # root writes anywhere
         ro = tmp_path / "ro"
         ro.mkdir(mode=0o500)
         with pytest.raises(UsageError, match="not writable"):
-            layout.check_directory(ro)
+            stepfolder.check_directory(ro)

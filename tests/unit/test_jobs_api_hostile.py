@@ -26,12 +26,12 @@ WRONG = [
     (lambda run: api.Job(""), UsageError, "run_dir"),
     (lambda run: api.Job(run, env=["PATH"]), TypeError, "env"),
     (lambda run: api.Job(run, env={"A": 1}), TypeError, "env"),
-    (lambda run: api.Job(run).wait(timeout="60"), TypeError, "timeout"),
+    (lambda run: api.Job(run).wait(timeout="60"), UsageError, "timeout"),   # the settings vocabulary
     (lambda run: api.Job(run).wait(poll=0), UsageError, "poll"),
-    (lambda run: api.Job(run).wait(poll="5"), TypeError, "poll"),
+    (lambda run: api.Job(run).wait(poll="5"), UsageError, "poll"),
     (lambda run: api.Job(run).logs(rank="0"), TypeError, "rank"),
     (lambda run: api.Job(run).cancel(save="no"), TypeError, "save"),
-    (lambda run: api.Job(run).cancel(wait_s="300"), TypeError, "wait_s"),
+    (lambda run: api.Job(run).cancel(wait_s="300"), UsageError, "wait_s"),
     (lambda run: api.Job(run).report(out=5), TypeError, "out"),
 ]
 

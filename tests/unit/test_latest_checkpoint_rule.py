@@ -89,17 +89,46 @@ def test_status_report_and_resume_name_the_same_checkpoint(tmp_path, damage, exp
     assert _views(run)[:2] == (expected, expected)      # after the resume set the damage aside too
 
 
-def test_a_checksum_damage_is_found_by_the_resume_and_then_named_by_every_reader(tmp_path):
-    # sizes unchanged: only reading every byte finds it, which the resume does (status does not)
-    run, ckpt = _run_folder(tmp_path)
-    _save(ckpt, [100, 200, 300])
+def _flip_late_byte(ckpt: Path) -> None:   # sizes unchanged: only reading every byte finds it
     path = ckpt / "step-00000300" / "replicated.pt"
     data = bytearray(path.read_bytes())
     data[-30] ^= 0xFF
     path.write_bytes(bytes(data))
+
+
+def test_a_checksum_damage_is_named_by_every_reader_before_the_resume(tmp_path):
+    """A small checkpoint's checksums are read by the rule itself: status and report name the step
+    the resume will load before it runs, and pass over the damaged one saying why."""
+    run, ckpt = _run_folder(tmp_path)
+    _save(ckpt, [100, 200, 300])
+    _flip_late_byte(ckpt)
+    shown, reported, notes, lines = _views(run)
+    assert (shown, reported) == (200, 200)
+    assert any("step-00000300 is damaged (replicated.pt: its checksum is" in n for n in notes), notes
+    assert not any("sizes checked" in line for line in lines)
     loaded, weight, messages = _resume(ckpt)
     assert (loaded, weight) == (200, 200.0)
     assert any("step-00000300" in m and "damaged" in m for m in messages)
+    assert _views(run)[:2] == (200, 200)
+
+
+def test_a_checkpoint_too_big_to_read_is_chosen_by_its_sizes_and_says_so(tmp_path, monkeypatch):
+    """Over the bound the checksums are not read: status says "sizes checked" until the resume,
+    which reads every byte, sets the damage aside; from then on every reader agrees."""
+    run, ckpt = _run_folder(tmp_path)
+    _save(ckpt, [100, 200, 300])
+    size = sum(p.stat().st_size for p in (ckpt / "step-00000300").iterdir() if p.name != "COMMIT.json")
+    monkeypatch.setattr(layout, "VERIFY_BYTES", size - 1)
+    _flip_late_byte(ckpt)
+    row = status.collect([run])[0]
+    assert (row.checkpoint, row.checkpoint_unread) == (300, True)
+    assert "checkpoint step 300 (sizes checked)" in status.format_row(row)
+    assert any("a resume loads step 300 (sizes checked here; the resume reads its checksums)" in line
+               for line in _views(run)[3])
+    assert layout.choose(ckpt, verify_bytes=size).step == 200     # the same folder, read: passed over
+    assert layout.choose(ckpt, verify_bytes=0).unread
+    loaded, _, _ = _resume(ckpt)
+    assert loaded == 200
     assert _views(run)[:2] == (200, 200)
 
 

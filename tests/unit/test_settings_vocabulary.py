@@ -20,6 +20,7 @@ from scaletrain.errors import PlanError, ProfileError, UsageError
 from scaletrain.jobs import api, api_values
 from scaletrain.observe.config import MonitorConfig
 from scaletrain.plan.request import JobRequest, format_mem
+from scaletrain.slurm.poll import poll_until
 
 NAN, INF = float("nan"), float("inf")
 SRC = Path(scaletrain.__file__).parent
@@ -226,12 +227,77 @@ def test_the_api_measures_stage_data_as_the_cli_does(tmp_path):
     data.write_bytes(b"x")
     with open(data, "r+b") as f:
         f.truncate(200 * 1024 ** 3)     # sparse: 200 GB do not fit Roihu's 150 GB of $TMPDIR
+    from scaletrain.jobs.submit import plan_job   # the one sequence, the CLI's too (test_one_sequence.py)
+
     req = api_values.build_request(cluster="roihu", program=["t.py"], gpus=4, nodes=None, account="p", run_dir=None,
                                    fields={"stage_data": str(data)})
-    assert req.stage_data_gb == 200.0 and req.stage_data == str(data)
+    with pytest.raises(PlanError, match="needs about 220 GB on each node"):
+        plan_job(req)
     with pytest.raises(PlanError, match="needs about 220 GB on each node, but \\$TMPDIR holds 150 GB on roihu"):
         scaletrain.submit(cluster="roihu", program=["t.py"], gpus=4, account="p", stage_data=str(data),
                           run_dir=tmp_path / "run")
     assert not (tmp_path / "run").exists()
     with pytest.raises(UsageError, match="stage_data_gb is set by submit\\(\\) itself"):
         scaletrain.submit(cluster="roihu", program=["t.py"], gpus=4, account="p", stage_data_gb=1.0)
+
+
+# -- a value checked outside the vocabulary is a decision ------------------------------------------
+
+def _bool_guard(node: ast.AST) -> bool:
+    """``isinstance(x, bool)``: how a hand-written number check starts (True is an int)."""
+    return isinstance(node, ast.Call) and getattr(node.func, "id", None) == "isinstance" \
+        and len(node.args) == 2 and getattr(node.args[1], "id", None) == "bool"
+
+
+def _hand_checks() -> set[str]:
+    """Functions that check a number by hand (a bool guard or ``isfinite``) and raise: ``module:function``."""
+    found = set()
+    for path in SRC.rglob("*.py"):
+        if path.name == "settings.py":
+            continue
+        for fn in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            nodes = list(ast.walk(fn))
+            finite = any(isinstance(n, ast.Call) and (getattr(n.func, "attr", None) or getattr(n.func, "id", None))
+                         == "isfinite" for n in nodes)
+            if any(isinstance(n, ast.Raise) for n in nodes) and (finite or any(_bool_guard(n) for n in nodes)):
+                found.add(f"{path.relative_to(SRC).with_suffix('').as_posix()}:{fn.name}")
+    return found
+
+
+# The other styles, each with its reason. A value a user sets belongs in scaletrain.settings (a
+# Spec, or setting() on a dataclass field); adding a name here instead is the decision this test asks for.
+OUTSIDE = {
+    # the profile's own vocabulary, fact() (clusters/model.py), and the TOML reader under it
+    "clusters/validate:number", "clusters/validate:check", "clusters/schema:_typed", "clusters/probe:_toml_value",
+    # text parsers: a CLI word or a size written as text, turned into the value a setting then checks
+    "cli/args:mem_size", "cli/args:params", "plan/request:parse_params", "parallel/memory:parse_param_count",
+    # not a setting: a refusal of what the planner computed, and per-step data a training loop hands in
+    "plan/request:format_mem", "observe/inputs:check_samples", "observe/inputs:check_loss",
+    "runtime/agreement:poll",
+    # call arguments still checked by hand (left to move into the vocabulary: issue 40 follow-up)
+    "checkpoint/checkpointer:save", "data/loader:per_process_batch", "data/loader:loader", "data/loader:epoch",
+    "data/metrics:all_reduce_mean", "jobs/api:logs", "jobs/cancel:cancel", "parallel/memory:estimate_memory",
+    "parallel/pipeline:_check_request",
+}
+
+
+def test_numbers_are_checked_by_the_vocabulary_or_a_named_exception():
+    """The waits' seconds (poll_until, Job.wait, cancel) and scale_lr's values moved in; a new
+    hand-written check fails here until it is a setting or named above with its reason."""
+    assert _hand_checks() == OUTSIDE
+
+
+@pytest.mark.parametrize("call, says", [
+    (lambda: poll_until(lambda: "", bool, timeout=NAN, poll=1.0), "timeout must be a finite number from 0 (seconds), got nan"),
+    (lambda: poll_until(lambda: "", bool, timeout=None, poll="1"), "poll must be a finite number above 0 (seconds), got '1'"),
+    (lambda: poll_until(lambda: "", bool, timeout=None, poll=1.0, max_poll=-1), "max_poll must be a finite number above 0"),
+    (lambda: scaletrain.scale_lr(INF, 256, 512), "scale_lr(): base_lr must be a finite number above 0, got inf"),
+    (lambda: scaletrain.scale_lr(0.1, 256.0, 512), "scale_lr(): base_batch must be a whole number from 1"),
+    (lambda: scaletrain.scale_lr(0.1, 256, 512, "Linear"), "scale_lr(): rule must be one of 'linear', 'sqrt'"),
+])
+def test_the_waits_and_the_lr_rule_speak_the_vocabulary(call, says):
+    with pytest.raises(settings.SettingError) as info:
+        call()
+    assert info.value.message.startswith(says) and "\n" not in info.value.message

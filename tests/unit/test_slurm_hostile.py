@@ -78,7 +78,7 @@ def test_the_wait_loop_ends_at_its_timeout_and_refuses_endless_ones():
     for bad in (float("nan"), float("inf"), -1):
         with pytest.raises(UsageError, match="timeout must be a finite number"):
             poll_until(lambda: "", bool, timeout=bad, poll=1.0)
-    with pytest.raises(TypeError, match="^poll must be a number"):
+    with pytest.raises(UsageError, match="^poll must be a finite number above 0 \\(seconds\\), got '1'"):
         poll_until(lambda: "", bool, timeout=None, poll="1")   # type: ignore[arg-type]
 
 

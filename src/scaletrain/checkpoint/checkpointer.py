@@ -21,7 +21,7 @@ from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any
 
-from scaletrain.checkpoint import layout
+from scaletrain.checkpoint import layout, stepfolder
 from scaletrain.checkpoint.collect import classify
 from scaletrain.checkpoint.comm import Comm
 from scaletrain.checkpoint.errors import CheckpointError
@@ -94,7 +94,7 @@ class Checkpointer:
         self._stager: Stager | None = Stager()
         self.exit_on_stop: bool = _option("exit_on_stop", exit_on_stop)
         self.strict: bool = _option("strict", strict)
-        layout.check_directory(self.directory)
+        stepfolder.check_directory(self.directory)
         self._comm: Comm | None = None
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
@@ -235,7 +235,7 @@ class Checkpointer:
                            strict=self.strict)
         if comm.rank == 0:
             # damage is warned by the reader as it passes over it; a step gone back is the rule's
-            for note in layout.choose(self.directory).backwards_notes():
+            for note in layout.choose(self.directory, verify_bytes=0).backwards_notes():   # just loaded: no reread
                 warnings.warn(note, stacklevel=2)
         if step is not None:
             self._last_saved = step
@@ -331,7 +331,7 @@ def _retention(directory: Path, keep: int, step: int) -> None:
     """Delete committed checkpoints beyond the newest ``keep`` (never ``step``). A failure
     only leaves an old folder behind, so it is a warning, not a failed save."""
     try:
-        layout.apply_retention(directory, keep, protect={step})
+        stepfolder.apply_retention(directory, keep, protect={step})
     except OSError as err:
         warnings.warn(f"could not delete old checkpoints in {directory}: {err}; they stay "
                       "on disk", stacklevel=1)

@@ -26,7 +26,7 @@ import os
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -239,6 +239,19 @@ def mismatch(path: Path, expected: Any, algorithm: str) -> str | None:
     if actual != expected.lower():
         return (f"its checksum is {actual}, the commit marker says {expected} (the file "
                 "changed after it was written)")
+    return None
+
+
+def first_mismatch(folder: Path, marker: dict[str, Any], names: Iterable[str]) -> str | None:
+    """The first of ``names`` (files ``marker`` lists) whose bytes do not match its recorded
+    checksum, as ``"file: why"``, or None. A file with no checksum recorded (a checkpoint written
+    before checksums existed) is judged by its size, elsewhere."""
+    algorithm, crcs = recorded(marker)
+    for rel in names:
+        if rel in crcs:
+            why = mismatch(folder / rel, crcs[rel], algorithm)
+            if why:
+                return f"{rel}: {why}"
     return None
 
 

@@ -18,7 +18,7 @@ from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any
 
-from scaletrain.checkpoint import checksum, layout, replicated, sharded
+from scaletrain.checkpoint import checksum, layout, replicated, sharded, stepfolder
 from scaletrain.checkpoint.collect import Entry
 from scaletrain.checkpoint.comm import Comm
 from scaletrain.checkpoint.errors import CheckpointError, unreadable
@@ -31,7 +31,7 @@ class _Chooser:
     """Rank 0's walk from the newest committed checkpoint to older ones, past damaged ones."""
 
     def __init__(self, directory: Path) -> None:
-        layout.clean_partials(directory)
+        stepfolder.clean_partials(directory)
         self.items = layout.candidates(directory)  # the order of layout.choose, the one rule
         self.bad_markers = layout.damaged(directory)
         self.skipped: list[tuple[Path, str]] = []  # (folder, why) of damaged checkpoints
@@ -93,13 +93,7 @@ def verify_share(folder: Path, marker: dict[str, Any], rank: int, world: int) ->
 
     Checkpoints written before checksums existed have none to check (their sizes are).
     """
-    algorithm, crcs = checksum.recorded(marker)
-    for rel in _share(marker["files"], rank, world):
-        if rel in crcs:
-            why = checksum.mismatch(folder / rel, crcs[rel], algorithm)
-            if why:
-                return f"{rel}: {why}"
-    return None
+    return checksum.first_mismatch(folder, marker, _share(marker["files"], rank, world))
 
 
 def _report(chooser: _Chooser, choice: Any, strict: bool) -> tuple[str, str] | None:

@@ -19,7 +19,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from scaletrain.checkpoint import checksum, layout, replicated, sharded
+from scaletrain.checkpoint import checksum, layout, replicated, sharded, stepfolder
 from scaletrain.checkpoint.collect import Entry, strategy_name
 from scaletrain.checkpoint.comm import Comm
 from scaletrain.checkpoint.errors import CheckpointError
@@ -49,7 +49,7 @@ class SaveJob:
         self.keep = keep
         self.stager = stager  # async: copy to CPU now (with this), write later
         self.pinned = pinned  # blocking: where the replicated payload's GPU tensors go first
-        self.folder: layout.PartialFolder | None = None
+        self.folder: stepfolder.PartialFolder | None = None
         self.path: Path | None = None
         self.payload: dict[str, Any] | None = None
         self.local: dict[str, Any] | None = None
@@ -63,9 +63,9 @@ class SaveJob:
         name: Any = None
         if self.comm.rank == 0:
             try:
-                layout.clean_partials(self.directory)
-                layout.check_single_writer(self.directory)
-                self.folder = layout.PartialFolder(self.directory, self.step)
+                stepfolder.clean_partials(self.directory)
+                stepfolder.check_single_writer(self.directory)
+                self.folder = stepfolder.PartialFolder(self.directory, self.step)
                 self.folder.create()
                 name = self.folder.path.name
             except CheckpointError as err:

@@ -10,12 +10,12 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from scaletrain.cli import args as A
 from scaletrain.contract.environ import DATA_VAR, DEVICE_VAR, TIME_LIMIT_SIGNAL
 from scaletrain.errors import UsageError
-from scaletrain.fileio import json_text, tree_size_gb
+from scaletrain.fileio import json_text
 
 if TYPE_CHECKING:
     from scaletrain.plan.planner import Plan
@@ -171,23 +171,20 @@ def _command(args: argparse.Namespace) -> tuple[str, ...]:
 
 
 def request_from_args(args: argparse.Namespace) -> JobRequest:
-    """Build the JobRequest from parsed ``add_plan_arguments`` flags (used by plan and submit)."""
+    """Build the JobRequest from parsed ``add_plan_arguments`` flags (used by plan and submit).
+
+    Only the flags are read here; what this machine tells (the data's size, the account default,
+    the running environment) is read by the one sequence, :func:`scaletrain.jobs.submit.plan_job`.
+    """
     from scaletrain.envs.create import check_venv_dir
     from scaletrain.envs.finished import finished_env
-    from scaletrain.envs.imports import program_imports
     from scaletrain.plan.request import JobRequest, parse_mem_gb, parse_params
-    from scaletrain.slurm.submit import account_or_env
 
     if not args.cluster and not args.profile:
         raise UsageError("which cluster? --cluster NAME is required", "see 'scaletrain clusters' for the names")
     if not args.script:
         raise UsageError("no training script given",
                          "put it last, after '--': scaletrain plan --cluster roihu --gpus 4 -- train.py")
-    stage = args.stage_data
-    stage_gb = tree_size_gb(stage) if stage else None   # the API measures it the same way (jobs.api_values)
-    if stage:  # the job starts in the submit folder, but an absolute path survives a cd
-        stage = os.path.abspath(os.path.expanduser(stage))
-    account = account_or_env(args.account)
     venv = check_venv_dir("--venv", os.path.abspath(os.path.expanduser(args.venv))) if args.venv else None
     unfinished = finished_env(venv) if venv and os.path.lexists(venv) else None  # absent: the cluster's path
     if unfinished:
@@ -205,12 +202,11 @@ def request_from_args(args: argparse.Namespace) -> JobRequest:
         launcher=args.launcher,
         partition=args.partition,
         time=args.time,
-        account=account,
+        account=args.account,
         cpus_per_gpu=args.cpus_per_gpu,
         mem_per_gpu_gb=parse_mem_gb(args.mem_per_gpu) if args.mem_per_gpu else None,
         container=args.container,
-        stage_data=stage,
-        stage_data_gb=stage_gb,
+        stage_data=args.stage_data,
         requeue=bool(args.requeue),
         sample_gpus=getattr(args, "sample_gpus", None),
         device=args.device,
@@ -227,7 +223,6 @@ def request_from_args(args: argparse.Namespace) -> JobRequest:
         accelerate_config=accel, deepspeed_config=ds, precision=args.precision, micro_batch=args.micro_batch,
         expand_args=bool(args.expand_args),
         gpus_per_proc=args.gpus_per_proc, procs_per_gpu=args.procs_per_gpu, cpus=args.cpus,
-        program_imports=program_imports(args.script, cwd=args.chdir),
     )
 
 
@@ -263,22 +258,12 @@ def _pair(text: str, flag: str, *, required: bool) -> tuple[str, str]:
     return key, value
 
 
-def plan_from_args(args: argparse.Namespace, **overrides: Any) -> Plan:
-    """Load the profile and make the plan for parsed ``add_plan_arguments`` flags.
+def plan_from_args(args: argparse.Namespace) -> Plan:
+    """The plan for parsed ``add_plan_arguments`` flags, by the one sequence ``submit`` and
+    ``scaletrain.submit()`` run too (:func:`scaletrain.jobs.submit.plan_job`)."""
+    from scaletrain.jobs.submit import plan_job
 
-    ``overrides`` replace request fields (``submit`` sets the working directory and log path).
-    """
-    import dataclasses
-
-    from scaletrain.clusters.profile import load_profile
-    from scaletrain.envs.detect import with_running_environment
-    from scaletrain.plan.planner import make_plan
-
-    request = request_from_args(args)
-    if overrides:
-        request = dataclasses.replace(request, **overrides)
-    profile = load_profile(args.profile if args.profile else args.cluster)
-    return make_plan(with_running_environment(request, profile), profile)
+    return plan_job(request_from_args(args)).plan
 
 
 def run_plan(args: argparse.Namespace) -> int:

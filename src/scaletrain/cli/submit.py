@@ -105,7 +105,6 @@ def run_submit(args: argparse.Namespace) -> int:
     """CLI body of ``scaletrain submit``: the flags to a request, then the library's submit path
     (``scaletrain.jobs.submit``); what is printed is all that is the CLI's own."""
     from scaletrain.cli.plan import request_from_args
-    from scaletrain.clusters.profile import load_profile
     from scaletrain.jobs.submit import prepare, send
     from scaletrain.plan.summary import render_summary
 
@@ -114,9 +113,8 @@ def run_submit(args: argparse.Namespace) -> int:
             raise UsageError(f"{flag} is a 'plan' option; submit writes the script into its run folder",
                              "use --run-dir DIR (and --dry-run to stop before sbatch), or 'scaletrain plan'")
     request = request_from_args(args)   # the flags are checked before any folder is made
-    profile = load_profile(args.profile if args.profile else args.cluster)
     # a dry run checks the job's Python too: what sbatch would be spared is what it shows
-    prepared = prepare(request, profile, run_dir=getattr(args, "run_dir", None))
+    prepared = prepare(request, run_dir=getattr(args, "run_dir", None))
     print(render_summary(prepared.plan).rstrip("\n"), file=sys.stderr)
     for note in prepared.notes:
         print(f"scaletrain: warning: {note}", file=sys.stderr)

@@ -75,7 +75,11 @@ def load_profile(name_or_path: str) -> ClusterProfile:
     """
     candidate = Path(name_or_path).expanduser()
     if name_or_path.endswith(".toml") or os.sep in name_or_path:
-        if not candidate.exists():      # a pipe or device is refused by _load_file, by name
+        try:
+            found = candidate.exists()  # a pipe or device is refused by _load_file, by name
+        except OSError:                 # a name the file system refuses (too long): not found either
+            found = False
+        if not found:
             raise ProfileError(f"profile file {name_or_path!r} not found",
                                "give an existing .toml file, or a cluster name: "
                                + ", ".join(list_profiles()))

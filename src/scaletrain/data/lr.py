@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import math
 import warnings
+from typing import Any
 
-from scaletrain import module_state
-from scaletrain.errors import UsageError
+from scaletrain import module_state, settings
+from scaletrain.settings import Spec
 
 RULES = ("linear", "sqrt")
 
@@ -29,11 +30,26 @@ _warned: set[tuple[int, int, int]] = set()
 module_state.register(__name__, "_warned")
 
 
-def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise UsageError(f"{name} must be a positive integer, got {value!r}",
-                         hint=f"pass {name} as a whole number of samples, e.g. {name}=64")
-    return value
+# The largest batch (in samples) the checks take: far above any real one, and a bound all the same.
+MAX_BATCH = 10 ** 12
+# scale_lr's and check_global_batch's settings, declared in the settings vocabulary: one check and
+# one message style, "scale_lr(): base_lr must be a finite number above 0, got nan"
+OPTIONS: dict[str, Spec] = {
+    "base_lr": Spec(doc="pass the learning rate tuned for base_batch, e.g. base_lr=0.1",
+                    check=settings.number(above=0)),
+    "base_batch": Spec(doc="pass the global batch base_lr was tuned for, in samples, e.g. base_batch=256",
+                       check=settings.count(high=MAX_BATCH)),
+    "global_batch": Spec(doc="pass the global batch now, in samples, e.g. global_batch=1024",
+                         check=settings.count(high=MAX_BATCH)),
+    "rule": Spec(doc="use rule='linear' (SGD) or rule='sqrt' (Adam-style optimizers)", check=settings.choice(RULES)),
+    "base_world_size": Spec(doc="the number of processes the training was tuned on (None: no check)",
+                            check=settings.count(), optional=True),
+}
+
+
+def _checked(owner: str, **values: Any) -> None:
+    for name, value in values.items():
+        settings.check_value(OPTIONS[name], value, f"{owner}: {name}")
 
 
 def scale_lr(base_lr: float, base_batch: int, global_batch: int, rule: str = "linear") -> float:
@@ -46,15 +62,7 @@ def scale_lr(base_lr: float, base_batch: int, global_batch: int, rule: str = "li
     Raises ``UsageError`` for a non-positive or non-finite rate, non-positive batches or an
     unknown rule.
     """
-    if isinstance(base_lr, bool) or not isinstance(base_lr, (int, float)) \
-            or not math.isfinite(base_lr) or base_lr <= 0:
-        raise UsageError(f"base_lr must be a positive finite number, got {base_lr!r}",
-                         hint="pass the learning rate tuned for base_batch, e.g. base_lr=0.1")
-    _positive_int("base_batch", base_batch)
-    _positive_int("global_batch", global_batch)
-    if rule not in RULES:
-        raise UsageError(f"unknown learning-rate scaling rule {rule!r}",
-                         hint="use rule='linear' (SGD) or rule='sqrt' (Adam-style optimizers)")
+    _checked("scale_lr()", base_lr=base_lr, base_batch=base_batch, global_batch=global_batch, rule=rule)
     ratio = global_batch / base_batch
     return float(base_lr) * (ratio if rule == "linear" else math.sqrt(ratio))
 
@@ -82,7 +90,7 @@ def check_global_batch(per_process: int, world_size: int, *, base_world_size: in
     """
     if base_world_size is None or world_size == base_world_size:
         return None
-    _positive_int("base_world_size", base_world_size)
+    _checked("loader()", base_world_size=base_world_size)   # the door it is given by
     message = global_batch_message(per_process, world_size, base_world_size)
     key = (per_process, world_size, base_world_size)
     if is_main and key not in _warned:

@@ -16,7 +16,6 @@ call the same functions (:mod:`scaletrain.jobs`).
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -82,9 +81,9 @@ class Job:
         waiting gives up, nothing is cancelled), or when Slurm stops answering: each silence is
         retried, said on stderr, and a few in a row end the wait."""
         from scaletrain.jobs.status import wait_for
-        from scaletrain.slurm.poll import check_seconds
+        from scaletrain.slurm.poll import seconds
 
-        poll_s = check_seconds(poll, "poll", positive=True) or 5.0
+        poll_s = seconds("poll", poll) or 5.0
         waited = wait_for(self.job_id, timeout=timeout, poll=poll_s, max_poll=max(60.0, poll_s), env=self.env,
                           on_note=lambda text: print(f"scaletrain: job {self.job_id}: {text}",
                                                      file=sys.stderr, flush=True))
@@ -138,16 +137,13 @@ def submit(*, cluster: str, program: Sequence[str], gpus: int | None = None, nod
     """
     import warnings
 
-    from scaletrain.clusters.profile import load_profile
     from scaletrain.jobs.api_values import build_request, sbatch_environment
     from scaletrain.jobs.submit import prepare, send
 
     environ = sbatch_environment(env)
     req = build_request(cluster=cluster, program=program, gpus=gpus, nodes=nodes, account=account,
                         run_dir=run_dir, fields=request)
-    profile = load_profile(cluster)
-    req = dataclasses.replace(req, cluster=profile.name)
-    prepared = prepare(req, profile, run_dir=run_dir, environ=environ, flag="run_dir")
+    prepared = prepare(req, run_dir=run_dir, environ=environ, flag="run_dir")
     for note in prepared.notes:
         warnings.warn(f"scaletrain: {note}", stacklevel=2)
     send(prepared)

@@ -18,7 +18,6 @@ from typing import Any, Mapping
 
 from scaletrain import settings
 from scaletrain.errors import UsageError
-from scaletrain.fileio import tree_size_gb
 from scaletrain.plan.request import JobRequest
 from scaletrain.settings import SettingError, Spec
 
@@ -48,15 +47,6 @@ def _own(name: str, value: object) -> Any:
     return settings.check_value(OWN[name], value, f"submit(): {name}")
 
 
-def _imports_of(script: object, chdir: object) -> tuple[str, ...] | None:
-    """What the program file imports (None where it cannot be read here), as ``plan`` reads it."""
-    if not isinstance(script, str) or not script:
-        return None
-    from scaletrain.envs.imports import program_imports
-
-    return program_imports(script, cwd=chdir if isinstance(chdir, str) else None)
-
-
 def build_request(*, cluster: object, program: object, gpus: object, nodes: object, account: object,
                   run_dir: object, fields: Mapping[str, Any]) -> JobRequest:
     """The JobRequest for ``submit()``'s arguments (UsageError naming the first bad one)."""
@@ -74,11 +64,6 @@ def build_request(*, cluster: object, program: object, gpus: object, nodes: obje
             raise UsageError(f"submit(): {name} is set by submit() itself" + (f" (use {how})" if how else ""), HINT)
     values: dict[str, Any] = {name: (v,) if name in _ONE_ITEM and isinstance(v, str) else v
                               for name, v in fields.items()}
-    stage = values.get("stage_data")
-    if isinstance(stage, str) and stage.strip():   # as the CLI: measured here (node-local disk), kept absolute
-        values["stage_data_gb"] = tree_size_gb(stage)
-        values["stage_data"] = os.path.abspath(os.path.expanduser(stage))
-    values["program_imports"] = _imports_of(words[0], values.get("chdir"))   # as the CLI: read here
     is_file = name_or_file.endswith(".toml") or os.sep in name_or_file
     # gpus, nodes and account are checked by the request itself (one check, where the value enters)
     unchecked: dict[str, Any] = {"gpus": gpus, "nodes": nodes, "account": account}

@@ -21,9 +21,13 @@ from scaletrain.contract.script import SAVE_AND_STOP_TRAP
 from scaletrain.errors import SlurmError, UsageError
 from scaletrain.jobs import runfolder, status
 from scaletrain.jobs.runfolder import RunFolder
-from scaletrain.slurm.poll import Waited, check_seconds
+from scaletrain import settings
+from scaletrain.slurm.poll import Waited
 
 SAVE_WAIT_S = 300.0
+# cancel()'s wait, declared in the settings vocabulary (as the waits of scaletrain.slurm.poll are)
+WAIT_S = settings.Spec(doc="how long to wait for the job to save and stop, e.g. wait_s=300",
+                       check=settings.number(low=0), unit="seconds")
 CANCEL_WAIT_S = 30.0      # after a plain scancel: the state it settles in
 POLL_S = 2.0
 
@@ -66,7 +70,7 @@ def cancel(run_dir: str | Path, *, save: bool = False, wait_s: float = SAVE_WAIT
     """Cancel the run's job; with ``save``, ask it to checkpoint and stop, and wait for it."""
     from scaletrain.slurm import commands
 
-    wait_s = check_seconds(wait_s, "wait_s") or 0.0
+    wait_s = settings.check_value(WAIT_S, wait_s, "wait_s")
     if not isinstance(save, bool):
         raise TypeError(f"save must be True or False, not {type(save).__name__}")
     run = _job(run_dir)

@@ -93,6 +93,7 @@ class Report:
     checkpoints: list[int]
     stop: dict[str, Any] | None
     resume_step: int | None = None      # what a resume loads (the one rule, checkpoint.layout.choose)
+    resume_unread: bool = False         # chosen by its sizes: its checksums are read by the resume only
     acct: list[dict[str, str]]
     notes: list[str]
     gpus: list[gpu_files.GpuSeries] = field(default_factory=list)
@@ -192,7 +193,7 @@ def build(run_dir: str | Path, *, env: Mapping[str, str] | None = None, use_sacc
     choice = runfolder.checkpoint_choice(run.checkpoints)
     return Report(run_dir=run.path, job_id=run.job_id, parts=parts, findings=findings,
                   checkpoints=_committed(run.checkpoints), stop=runfolder.stop_record(run.checkpoints),
-                  resume_step=choice.step, acct=acct, notes=notes + choice.notes() + sampler_notes,
+                  resume_step=choice.step, resume_unread=choice.unread, acct=acct, notes=notes + choice.notes() + sampler_notes,
                   gpus=series, profile=profile)
 
 
@@ -353,7 +354,9 @@ def render_text(rep: Report) -> str:
                          f"{rec.get('State')}")
     if rep.checkpoints:
         lines.append(f"  checkpoints committed: steps {', '.join(map(str, rep.checkpoints))}; "
-                     + (f"a resume loads step {rep.resume_step}" if rep.resume_step is not None
+                     + (f"a resume loads step {rep.resume_step}"
+                        + (" (sizes checked here; the resume reads its checksums)" if rep.resume_unread else "")
+                        if rep.resume_step is not None
                         else "none is intact: a resume stops with an error (see the notes)"))
     if rep.stop:
         lines.append(f"  stopped on purpose: {rep.stop.get('reason')} at step {rep.stop.get('step')} "

@@ -48,6 +48,7 @@ class RunStatus:
     steps_per_s: float | None = None
     loss: float | None = None
     checkpoint: int | None = None   # latest committed step
+    checkpoint_unread: bool = False  # chosen by its sizes, its checksums not read here (layout.choose)
     stop: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
     forgotten: bool = False         # Slurm answered and knows nothing of the job: it will not come back
@@ -188,7 +189,7 @@ def _progress(status: RunStatus) -> None:
         step_s = _float(last.get("step_s"))
         status.steps_per_s = 1.0 / step_s if step_s else None
     choice = runfolder.checkpoint_choice(run.checkpoints)
-    status.checkpoint = choice.step
+    status.checkpoint, status.checkpoint_unread = choice.step, choice.unread
     status.notes += choice.notes()
     status.stop = runfolder.stop_record(run.checkpoints)
 
@@ -255,7 +256,7 @@ def format_row(s: RunStatus) -> str:
     if eta:
         parts.append(eta)
     if s.checkpoint is not None:
-        parts.append(f"checkpoint step {s.checkpoint}")
+        parts.append(f"checkpoint step {s.checkpoint}" + (" (sizes checked)" if s.checkpoint_unread else ""))
     if s.stop and not s.stop.get("superseded"):   # a later run went on past it: not the state now
         parts.append(f"stopped ({s.stop.get('reason')}) at step {s.stop.get('step')}")
     if s.nodes:

@@ -19,30 +19,35 @@ What the loop owns, so that no caller gets it wrong again:
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 from typing import Callable, Generic, TypeVar
 
-from scaletrain.errors import SlurmError, UsageError
+from scaletrain import settings
+from scaletrain.errors import SlurmError
+from scaletrain.settings import Spec
 
 T = TypeVar("T")
 
 PATIENCE = 5        # consecutive unanswered queries before a wait gives up
 
 
-def check_seconds(value: object, name: str, *, allow_none: bool = False, positive: bool = False) -> float | None:
-    """``value`` as seconds, or ``TypeError``/``UsageError`` naming ``name`` (nan, inf, negative, text)."""
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number of seconds{' or None' if allow_none else ''}, "
-                        f"not {type(value).__name__}")
-    seconds = float(value)
-    if not math.isfinite(seconds) or seconds < 0 or (positive and seconds == 0):
-        raise UsageError(f"{name} must be a finite number of seconds {'above' if positive else 'from'} 0, "
-                         f"not {value!r}", f"e.g. {name}=60" + (" (or None to wait for ever)" if allow_none else ""))
-    return seconds
+# A wait's seconds, declared in the settings vocabulary (scaletrain.settings): one check and one
+# message style for poll_until's parameters and the Python API's that feed them (Job.wait, cancel).
+SECONDS: dict[str, Spec] = {
+    "timeout": Spec(doc="the longest wait; None waits until the job ends, e.g. timeout=3600",
+                    check=settings.number(low=0), unit="seconds", optional=True),
+    "poll": Spec(doc="the pause between two looks at the job, e.g. poll=5", check=settings.number(above=0),
+                 unit="seconds"),
+    "max_poll": Spec(doc="the longest pause between two looks (the pace slows to it), e.g. max_poll=60",
+                     check=settings.number(above=0), unit="seconds", optional=True),
+}
+
+
+def seconds(name: str, value: object) -> float | None:
+    """``value`` checked by the declared setting ``name`` of :data:`SECONDS` (SettingError naming it)."""
+    checked: float | None = settings.check_value(SECONDS[name], value, name)
+    return checked
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,9 +73,9 @@ def poll_until(fetch: Callable[..., T], done: Callable[[T], bool], *, timeout: f
     ``patience`` failures in a row, or time running out before any answer, raise ``SlurmError``
     saying how long Slurm was silent and which limit ended the wait.
     """
-    limit = check_seconds(timeout, "timeout", allow_none=True)
-    delay = check_seconds(poll, "poll", positive=True) or 1.0
-    ceiling = delay if max_poll is None else max(delay, check_seconds(max_poll, "max_poll", positive=True) or delay)
+    limit = seconds("timeout", timeout)
+    delay = seconds("poll", poll) or 1.0
+    ceiling = max(delay, seconds("max_poll", max_poll) or delay)
     start = clock()
     last: list[T] = []
     failures = 0

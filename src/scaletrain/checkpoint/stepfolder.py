@@ -1,0 +1,265 @@
+"""A step folder's life on the writer's side: made, locked, committed, pruned, cleaned up.
+
+What counts as a committed checkpoint, and which one is "the latest", is the readers' rule
+(:mod:`scaletrain.checkpoint.layout`); this module writes folders that rule accepts.
+
+- A save writes into ``.partial-step-00001200-<token>/`` (:class:`PartialFolder`), locked by its
+  writer, and :meth:`PartialFolder.commit` renames it to ``step-00001200`` and writes the commit
+  marker last (atomically: temporary file, fsync, rename).
+- Retention keeps the newest ``keep`` committed folders and never touches the folder just
+  committed nor the newest valid one. A folder is deleted marker first, so a kill half-way
+  through a deletion leaves an uncommitted folder, never a committed partial one.
+- Clean-up of partial folders skips any folder whose writer is alive: the writer holds an
+  ``flock`` on ``<folder>/.lock`` for the whole save, and records its host and PID.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Set as AbstractSet
+
+import errno
+import fcntl
+import json
+import os
+import secrets
+import shutil
+import socket
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+from scaletrain.checkpoint import layout
+from scaletrain.checkpoint.layout import PARTIAL_DIR, REPLACED_DIR, names_in
+from scaletrain.checkpoint.marker import MARKER
+from scaletrain.errors import UsageError
+from scaletrain.fileio import atomic_write, fsync_dir, json_text
+
+LOCK = ".lock"
+OWNER = ".owner.json"
+
+
+def to_delete(steps: list[int], keep: int, protect: set[int]) -> list[int]:
+    """Steps to delete so that the newest ``keep`` remain; ``protect`` is never deleted.
+
+    Pure: ``steps`` are committed steps. The newest step is always kept (it is the last
+    valid checkpoint), whatever ``keep`` says.
+    """
+    if keep < 1:
+        raise ValueError("keep must be >= 1")
+    ordered = sorted(set(steps))
+    if not ordered:
+        return []
+    kept = set(ordered[-keep:]) | {ordered[-1]} | protect
+    return [s for s in ordered if s not in kept]
+
+
+def remove_committed(item: layout.Committed) -> None:
+    """Delete a committed folder: marker first (then it no longer counts), then the rest."""
+    try:
+        (item.path / MARKER).unlink()
+    except FileNotFoundError:
+        pass
+    fsync_dir(item.path)
+    shutil.rmtree(item.path, ignore_errors=True)
+
+
+def apply_retention(directory: Path, keep: int, protect: set[int]) -> list[int]:
+    """Delete committed folders beyond the newest ``keep``; returns the steps deleted."""
+    items = layout.committed(directory)
+    by_step = {item.step: item for item in items}
+    doomed = to_delete(list(by_step), keep, protect)
+    for step in doomed:
+        remove_committed(by_step[step])
+    # a stale moved-aside copy whose step has a committed folder again is garbage
+    for entry in names_in(directory):
+        match = REPLACED_DIR.match(entry)
+        if match and int(match.group(1)) in by_step and \
+                by_step[int(match.group(1))].path.name != entry:
+            _remove_if_abandoned(directory / entry)
+    return doomed
+
+
+class PartialFolder:
+    """A checkpoint being written: a ``.partial-`` folder locked by its writer.
+
+    Created by the process that commits (rank 0); other ranks only write files into it.
+    """
+
+    def __init__(self, directory: Path, step: int, name: str | None = None) -> None:
+        self.directory = directory
+        self.step = step
+        self.path = directory / (name or layout.partial_dirname(step))
+        self._lock_fd: int | None = None
+
+    def create(self) -> None:
+        """Make the folder, take its lock and record the owner (host, PID, time)."""
+        self.path.mkdir(parents=False, exist_ok=False)
+        self._lock_fd = os.open(self.path / LOCK, os.O_CREAT | os.O_RDWR, 0o644)
+        fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        # advisory (read by clean-up only), so no fsync: a lost owner file after a power
+        # cut just means the folder is treated as abandoned, which it then is
+        (self.path / OWNER).write_text(json_text(
+            {"host": socket.gethostname(), "pid": os.getpid(), "time": time.time()}))
+
+    def release(self) -> None:
+        """Drop the lock (after commit, or when giving up)."""
+        if self._lock_fd is not None:
+            try:
+                os.close(self._lock_fd)
+            finally:
+                self._lock_fd = None
+
+    def commit(self, marker: dict[str, Any]) -> Path:
+        """Rename to ``step-N`` and write the marker last; returns the committed path.
+
+        A committed folder of the same step (a re-save) is first moved aside under a
+        ``.replaced-`` name that readers still accept, and deleted only after the new marker
+        is on disk, so a valid copy of the step exists at every moment.
+        """
+        final = self.directory / layout.step_dirname(self.step)
+        aside: Path | None = None
+        marker = self._note_backwards(marker)
+        for name in (LOCK, OWNER):
+            try:
+                (self.path / name).unlink()
+            except FileNotFoundError:
+                pass
+        try:
+            if final.exists():
+                aside = self.directory / \
+                    f".replaced-{layout.step_dirname(self.step)}-{secrets.token_hex(4)}"
+                os.replace(final, aside)
+            os.replace(self.path, final)
+        except OSError as err:
+            if err.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT):
+                raise
+            # the folder appeared (or went) between our check and our rename: another writer
+            raise _two_writers(self.directory, f"it committed {final.name} at the same "
+                                               "moment") from None
+        # The marker (fsynced with its folder by atomic_write), then the parent folder, which
+        # makes the rename durable. A power cut before that leaves the marker inside a folder
+        # still named .partial-: ignored, as it should be.
+        atomic_write(final / MARKER, json_text(marker, indent=1, sort_keys=True) + "\n")
+        fsync_dir(self.directory)
+        self.release()
+        if aside is not None:
+            shutil.rmtree(aside, ignore_errors=True)
+        self.path = final
+        return final
+
+    def _note_backwards(self, marker: dict[str, Any]) -> dict[str, Any]:
+        """Record and warn when a higher step is already committed: a resume would load it,
+        not this one (see :class:`scaletrain.checkpoint.layout.Choice`)."""
+        higher = layout.latest(self.directory)
+        if higher is None or higher.step <= self.step:
+            return marker
+        warnings.warn(f"checkpoint step {self.step} saved in {self.directory}, which already holds "
+                      f"step {higher.step}: the step went backwards, and a resume loads the highest "
+                      f"step ({higher.step}), not this one; use a new checkpoint folder per run, or "
+                      "move the old steps aside", stacklevel=2)
+        return {**marker, layout.SAVED_AFTER: higher.step}
+
+    def abandon(self) -> None:
+        """Remove the folder after a failed save (best effort)."""
+        self.release()
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def clean_partials(directory: Path, *, exclude: AbstractSet[str] = frozenset()) -> list[str]:
+    """Remove ``.partial-`` folders whose writer is gone; returns their names.
+
+    A folder is left alone when its lock is held (a live save, here or on another node
+    where the file system honours flock), or when its owner is a live process on this host.
+    """
+    removed = []
+    for name in names_in(directory):
+        if name in exclude or not PARTIAL_DIR.match(name):
+            continue
+        if _remove_if_abandoned(directory / name):
+            removed.append(name)
+    return removed
+
+
+def busy_partials(directory: Path, *, exclude: AbstractSet[str] = frozenset()) -> list[str]:
+    """``.partial-`` folders whose writer is alive (its lock is held): another save in
+    progress. Call after :func:`clean_partials`."""
+    return sorted(name for name in names_in(directory)
+                  if name not in exclude and PARTIAL_DIR.match(name)
+                  and not _remove_if_abandoned(directory / name))
+
+
+def _two_writers(directory: Path, detail: str) -> Exception:
+    from scaletrain.checkpoint.errors import CheckpointError
+
+    return CheckpointError(
+        f"another job or process is saving checkpoints into {directory} ({detail}); two "
+        "writers in one checkpoint directory would replace and delete each other's steps",
+        hint="give each job its own checkpoint directory (e.g. one per run or per job ID)")
+
+
+def check_single_writer(directory: Path, *, exclude: AbstractSet[str] = frozenset()) -> None:
+    """CheckpointError when a live save of another process is in ``directory``."""
+    busy = busy_partials(directory, exclude=exclude)
+    if busy:
+        raise _two_writers(directory, f"its save {busy[0]} is in progress")
+
+
+def _remove_if_abandoned(path: Path) -> bool:
+    lock = path / LOCK
+    fd: int | None = None
+    try:
+        if lock.exists():
+            fd = os.open(lock, os.O_RDWR)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as err:
+                if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    return False  # a live writer holds it
+                raise
+        if _owner_alive(path):
+            return False
+        shutil.rmtree(path, ignore_errors=True)
+        return not path.exists()
+    except OSError:
+        return False
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def _owner_alive(path: Path) -> bool:
+    try:
+        owner = json.loads((path / OWNER).read_text(encoding="utf-8"))
+        host, pid = owner["host"], int(owner["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    if host != socket.gethostname() or pid == os.getpid():
+        # our own PID: this process is not saving it now (the save would exclude it)
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def check_directory(directory: Path) -> None:
+    """Create ``directory`` if needed and make sure this process can write into it."""
+    if directory.exists() and not directory.is_dir():
+        raise UsageError(f"checkpoint directory {directory} is not a directory",
+                         hint="pass a folder path, not a file")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UsageError(
+            f"cannot create the checkpoint directory {directory}: {err.strerror or err}",
+            hint="pass a directory on a writable file system (e.g. your project's scratch)")
+    if not directory.is_dir():
+        raise UsageError(f"checkpoint directory {directory} is not a directory",
+                         hint="pass a folder path, not a file")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise UsageError(f"checkpoint directory {directory} is not writable",
+                         hint="pass a directory you can write to, or fix its permissions")
