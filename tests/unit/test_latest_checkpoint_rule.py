@@ -132,6 +132,35 @@ def test_a_checkpoint_too_big_to_read_is_chosen_by_its_sizes_and_says_so(tmp_pat
     assert _views(run)[:2] == (200, 200)
 
 
+def test_a_listing_of_many_runs_reads_at_most_one_checkpoints_worth_of_checksums(tmp_path, monkeypatch):
+    """`status` over every run (and --watch, each refresh) shares the bound among the rows: each row
+    beyond its share is chosen by its sizes and says so; one run alone is read whole."""
+    runs = []
+    for name in ("a", "b"):
+        run, ckpt = _run_folder(tmp_path / name)
+        _save(ckpt, [100, 300])
+        _flip_late_byte(ckpt)
+        runs.append(run)
+    size = sum(p.stat().st_size for p in (runs[0] / "checkpoints" / "step-00000300").iterdir()
+               if p.name != "COMMIT.json")
+    monkeypatch.setattr(layout, "VERIFY_BYTES", size + size // 2)   # one whole, not two
+    read: list[int] = []
+    real = layout.choose
+
+    def counting(directory, **kw):
+        choice = real(directory, **kw)
+        read.append(kw.get("verify_bytes"))
+        return choice
+
+    monkeypatch.setattr(status.runfolder, "choose", counting)
+    rows = status.collect(runs)
+    assert [(r.checkpoint, r.checkpoint_unread) for r in rows] == [(300, True), (300, True)]
+    assert sum(read) <= layout.VERIFY_BYTES
+    alone = status.collect(runs[:1])[0]
+    assert alone.checkpoint == 100   # step 300 read whole: the damage found
+    assert any("step-00000300 is damaged" in n for n in alone.notes), alone.notes
+
+
 def test_a_step_that_went_backwards_is_warned_at_the_save_the_resume_and_in_status(tmp_path):
     run, ckpt = _run_folder(tmp_path)
     _save(ckpt, [100, 200, 300])

@@ -61,6 +61,8 @@ def _no_action(args: argparse.Namespace) -> int:
 
 def run_create(args: argparse.Namespace) -> int:
     """CLI body of ``scaletrain env create``."""
+    import dataclasses
+
     import scaletrain
     from scaletrain.clusters.profile import load_profile
     from scaletrain.envs.check import this_arch
@@ -90,8 +92,9 @@ def run_create(args: argparse.Namespace) -> int:
         print(flag)
         return 0
     # the same rule as a job's: --container, else the profile's default image unless --module
-    probe = JobRequest(cluster=profile.name, script="-", container=args.container, modules=tuple(args.module),
-                       **({"launcher": "tensorflow"} if TENSORFLOW in packages else {}))
+    probe = JobRequest(cluster=profile.name, script="-", container=args.container, modules=tuple(args.module))
+    if TENSORFLOW in packages:   # the centre's TensorFlow module, not its PyTorch image
+        probe = dataclasses.replace(probe, launcher="tensorflow")
     recipe = EnvRecipe(directory=directory, packages=packages, image=job_image(probe, profile),
                        modules=tuple(args.module))
     text = create_script(profile, recipe, scaletrain_dir=os.path.dirname(scaletrain.__file__))

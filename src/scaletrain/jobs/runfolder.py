@@ -152,13 +152,14 @@ def latest_checkpoint(folder: Path | None) -> int | None:
     return checkpoint_choice(folder).step
 
 
-def checkpoint_choice(folder: Path | None) -> Choice:
+def checkpoint_choice(folder: Path | None, *, verify_bytes: int | None = None) -> Choice:
     """The checkpoint folder's latest checkpoint by the one rule the resume uses, with its notes
-    (damaged newer ones, a step that went backwards); an unreadable folder is an empty choice."""
+    (damaged newer ones, a step that went backwards); an unreadable folder is an empty choice.
+    ``verify_bytes``: how much of it may be read to check checksums (``layout.choose``)."""
     if folder is None:
         return Choice(item=None)
     try:
-        return choose(folder)
+        return choose(folder, verify_bytes=verify_bytes)
     except (OSError, ValueError):
         return Choice(item=None)
 

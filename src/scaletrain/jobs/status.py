@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from scaletrain.checkpoint import layout
 from scaletrain.errors import SlurmError, printable
 from scaletrain.jobs import runfolder
 from scaletrain.jobs.runfolder import RunFolder
@@ -176,7 +177,7 @@ def _from_acct(status: RunStatus, runs: Sequence[Mapping[str, str]]) -> None:
     status.restarts = max(0, len(runs) - 1)
 
 
-def _progress(status: RunStatus) -> None:
+def _progress(status: RunStatus, verify_bytes: int | None = None) -> None:
     run = status.run
     start, last = metrics_tail(run.metrics)
     if start is not None:
@@ -188,7 +189,7 @@ def _progress(status: RunStatus) -> None:
         status.loss = _float(last.get("loss"))
         step_s = _float(last.get("step_s"))
         status.steps_per_s = 1.0 / step_s if step_s else None
-    choice = runfolder.checkpoint_choice(run.checkpoints)
+    choice = runfolder.checkpoint_choice(run.checkpoints, verify_bytes=verify_bytes)
     status.checkpoint, status.checkpoint_unread = choice.step, choice.unread
     status.notes += choice.notes()
     status.stop = runfolder.stop_record(run.checkpoints)
@@ -211,6 +212,10 @@ def collect(paths: Sequence[str | Path], *, env: Mapping[str, str] | None = None
             timeout: float = QUERY_TIMEOUT_S) -> list[RunStatus]:
     """The status of every run folder in ``paths`` (in that order), with two Slurm calls in all."""
     rows = [_open(p) for p in paths]
+    # checksums read for all the rows together at most what one checkpoint may cost (a listing of
+    # every run under ./runs, refreshed by --watch, must not reread gigabytes); a row beyond its
+    # share is judged by its sizes, and says so
+    share = layout.VERIFY_BYTES // max(1, len(rows))
     ids = [r.run.job_id for r in rows if r.run.job_id]
     queue, acct, notes = slurm_states(ids, env=env, timeout=timeout) if ids else ({}, {}, [])
     for row in rows:
@@ -230,7 +235,7 @@ def collect(paths: Sequence[str | Path], *, env: Mapping[str, str] | None = None
             row.forgotten = not any(n.startswith("squeue:") for n in notes)   # the queue answered without it
             row.notes += notes or [f"Slurm no longer knows job {job} (and keeps no accounting of it)"]
         try:
-            _progress(row)
+            _progress(row, share)
         except (OSError, ValueError, RecursionError) as exc:
             row.notes.append(f"cannot read its records: {exc}")
     return rows
