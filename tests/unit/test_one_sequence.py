@@ -146,8 +146,7 @@ SEQUENCE = {
     "account_or_env": {"jobs/submit.py",
                        "cli/bench.py",          # bench scaling --nodes: its own worker jobs, not a user's program
                        "cli/port.py"},          # port: the account of a script written for another cluster
-    "make_plan": {"jobs/submit.py",
-                  "bench/scaling_slurm.py",     # bench's worker jobs, planned from their own request
+    "make_plan": {"jobs/submit.py",             # bench's worker jobs too (plan_job: the running environment)
                   "port/translate.py"},         # a translation, planned for the target cluster, not here
 }
 
@@ -165,3 +164,22 @@ def _callers() -> dict[str, set[str]]:
 
 def test_one_module_runs_the_sequence_from_request_to_plan() -> None:
     assert _callers() == SEQUENCE
+
+
+def test_bench_scalings_worker_jobs_get_the_environment_running_scaletrain(login_node: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """``bench scaling --nodes`` submits its own worker jobs: on a login node they run in the
+    environment running scaletrain, as a submitted program does (they import scaletrain)."""
+    from scaletrain.bench import scaling_slurm
+    from scaletrain.bench.scaling import ScalingRequest
+    from scaletrain.clusters.profile import load_profile
+
+    venv = _finished_venv(login_node / "st-venv")
+    monkeypatch.setattr(sys, "prefix", str(venv))     # scaletrain runs from that venv
+    slurm = scaling_slurm.SlurmScaling(cluster="roihu", nodes=(1, 2), account="project_1", out_dir=login_node)
+    plan = scaling_slurm.plan_size(ScalingRequest(), slurm, load_profile("roihu"), 2, login_node / "job")
+    assert plan.request.venv == str(venv) and plan.request.env_origin
+    from scaletrain.jobs.submit import plan_job
+
+    program = plan_job(JobRequest(cluster="roihu", script="train.py", gpus=4, account="project_1")).plan
+    assert program.request.venv == plan.request.venv   # the same rule as a program's job

@@ -1,6 +1,6 @@
 """``scaletrain bench scaling --nodes 1,2,4``: one Slurm job per size, all submitted at once.
 
-Each size is planned by our own planner (``JobRequest`` -> ``make_plan`` -> ``render_script``)
+Each size is planned by our own planner (``JobRequest`` -> ``plan_job`` -> ``render_script``)
 as ``python -m scaletrain.bench.scaling_worker`` on N nodes with the profile's default launcher,
 written into ``DIR/jobs/<timestamp>/nodes-N/`` and submitted with ``sbatch`` through
 :mod:`scaletrain.slurm.commands` (the only module that runs Slurm's commands). The sizes are
@@ -79,8 +79,12 @@ def require_sbatch() -> None:
 
 def plan_size(req: ScalingRequest, slurm: SlurmScaling, profile: ClusterProfile, nodes: int,
               job_dir: Path) -> Plan:
-    """The plan of one size: the worker on ``nodes`` nodes, its output and result in ``job_dir``."""
-    from scaletrain.plan.planner import make_plan
+    """The plan of one size: the worker on ``nodes`` nodes, its output and result in ``job_dir``.
+
+    Planned by the one sequence ``plan``/``submit`` use (``jobs.submit.plan_job``): the account
+    default and, on a login node, the environment running scaletrain, which the workers need.
+    """
+    from scaletrain.jobs.submit import plan_job
     from scaletrain.plan.request import JobRequest
 
     is_file = slurm.cluster.endswith(".toml") or os.sep in slurm.cluster
@@ -90,7 +94,7 @@ def plan_size(req: ScalingRequest, slurm: SlurmScaling, profile: ClusterProfile,
         time=slurm.time or DEFAULT_TIME, device=slurm.device, job_name=f"bench-scaling-{nodes}n",
         command=slurm.command, chdir=str(job_dir), log=str(job_dir / JOB_LOG),
         profile_file=str(Path(slurm.cluster).expanduser().absolute()) if is_file else None)
-    return make_plan(request, profile)
+    return plan_job(request).plan
 
 
 def _jobs_root(out_dir: Path) -> Path:
