@@ -224,3 +224,13 @@ def test_the_summary_speaks_of_memory_in_one_unit(capsys):
     assert rc == 0
     line = next(x for x in err.splitlines() if "per process:" in x)
     assert "124.5G memory" in line and "--mem=498G" in line and "M memory" not in line
+
+
+def test_a_shipped_profiles_name_given_to_profile_names_the_flag_to_use(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)   # no file of that name here
+    code, out, err = run_cli(capsys, "plan", "--profile", "roihu", "--gpus", "4", "--account", "p", "--", "t.py")
+    assert code == 2 and out == ""
+    assert "--profile roihu: no such file" in err and "use --cluster roihu" in err
+    (tmp_path / "roihu").write_text("not a profile")   # a file of that name is read as the file it is
+    code, _, err = run_cli(capsys, "plan", "--profile", "roihu", "--gpus", "4", "--account", "p", "--", "t.py")
+    assert code == 2 and "use --cluster roihu" not in err

@@ -185,6 +185,12 @@ def request_from_args(args: argparse.Namespace) -> JobRequest:
     if not args.script:
         raise UsageError("no training script given",
                          "put it last, after '--': scaletrain plan --cluster roihu --gpus 4 -- train.py")
+    if args.profile and not os.path.lexists(os.path.expanduser(args.profile)):
+        from scaletrain.clusters.profile import list_profiles
+
+        if args.profile in list_profiles():   # a shipped profile's name given where a file goes
+            raise UsageError(f"--profile {args.profile}: no such file; {args.profile} is the name of a "
+                             "shipped cluster profile", f"use --cluster {args.profile}")
     venv = check_venv_dir("--venv", os.path.abspath(os.path.expanduser(args.venv))) if args.venv else None
     unfinished = finished_env(venv) if venv and os.path.lexists(venv) else None  # absent: the cluster's path
     if unfinished:
