@@ -173,9 +173,10 @@ def choice(allowed: Iterable[str]) -> Check:
 def text(*, pattern: re.Pattern[str] | None = None, shape: str = "one line of text") -> Check:
     """A non-empty str without control characters (and matching ``pattern`` when given)."""
     def check(value: Any) -> str:
-        if not isinstance(value, str) or not value.strip() or has_control(value) \
-                or (pattern is not None and not pattern.fullmatch(value)):
+        if not isinstance(value, str) or has_control(value) or (pattern is not None and not pattern.fullmatch(value)):
             raise Bad(shape)
+        if not value.strip():   # "" or spaces only: say so (the text itself looks like nothing)
+            raise Bad(f"{shape}, not blank")
         return value
     return check
 

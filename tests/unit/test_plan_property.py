@@ -30,6 +30,8 @@ pytestmark = pytest.mark.skipif(BASH is None, reason="bash not installed")
 CLUSTERS = [c for c in list_profiles() if c != "local" and not load_profile(c).retired]
 # Any text without control characters (those are refused, see test_plan_fidelity).
 TEXT = st.text(st.characters(blacklist_categories=("Cc", "Cs")), max_size=12)
+# a value the request refuses when blank (spaces only: "must be one line of text, not blank")
+FILLED = TEXT.filter(str.strip)
 WORD = st.from_regex(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,10}", fullmatch=True)
 
 
@@ -42,20 +44,20 @@ def requests(draw):
     gpn = per if nodes > 1 else draw(st.integers(1, per))
     launcher = draw(st.sampled_from(LAUNCHERS))
     kw = dict(cluster=cluster, nodes=nodes, gpus_per_node=gpn, account=draw(WORD),
-              launcher=launcher, script=draw(TEXT.filter(bool)),
-              script_args=tuple(draw(st.lists(TEXT, max_size=4))), job_name=draw(TEXT.filter(bool)),
+              launcher=launcher, script=draw(FILLED),
+              script_args=tuple(draw(st.lists(TEXT, max_size=4))), job_name=draw(FILLED),
               requeue=draw(st.booleans()) and SPECS[launcher].requeue_ok, device=draw(st.sampled_from(("auto", "cpu"))),
               env=tuple((k, v) for k, v in draw(st.dictionaries(st.from_regex(r"[A-Z][A-Z0-9_]{0,8}",
                                                                              fullmatch=True), TEXT,
                                                                  max_size=2)).items()),
               mail_type=draw(st.sampled_from((None, "END", "END,FAIL"))),
-              sbatch_extra=(("comment", draw(TEXT.filter(bool))),) if draw(st.booleans()) else ())
+              sbatch_extra=(("comment", draw(FILLED)),) if draw(st.booleans()) else ())
     if draw(st.booleans()):
         kw["cpus_per_gpu"] = draw(st.integers(1, prof.cores_per_gpu))
     if draw(st.booleans()) and prof.scratch_var:
         kw["stage_data"] = "/" + draw(TEXT.filter(lambda t: "/" not in t and t.strip(".")))
     if draw(st.booleans()):
-        kw["container"] = draw(TEXT.filter(bool))
+        kw["container"] = draw(FILLED)
     shape = draw(st.sampled_from(("gpu", "gpu", "cpu", "gpus_per_proc", "mps")))
     if shape == "cpu":   # a CPU-only job on the same nodes
         kw.pop("gpus_per_node"), kw.pop("cpus_per_gpu", None)
