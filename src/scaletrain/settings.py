@@ -63,6 +63,9 @@ class Spec:
     unit: str = ""
     flag: str | None = None     # the CLI flag that feeds it, named in the CLI's messages
     optional: bool = False      # None is a value (the default: "not given")
+    # the class a refusal raises (default SettingError): a subclass of SettingError that is also
+    # the caller's own error, so a setting of a strategy is refused as the StrategyError it promises
+    error: type[SettingError] | None = None
 
 
 class SettingError(UsageError):
@@ -77,7 +80,7 @@ class SettingError(UsageError):
 
     def renamed(self, param: str) -> SettingError:
         """The same refusal naming ``param`` (the keyword a Python caller typed, not the flag)."""
-        return SettingError(param, self.shape, self.value, self.hint, name=self.name)
+        return type(self)(param, self.shape, self.value, self.hint, name=self.name)
 
 
 def setting(doc: str, *, check: Check, default: Any = MISSING, factory: Callable[[], Any] | None = None,
@@ -102,7 +105,7 @@ def check_value(spec: Spec, value: Any, param: str, *, name: str = "") -> Any:
         return spec.check(value)
     except Bad as bad:
         shape = str(bad) + (f" ({spec.unit})" if spec.unit else "")
-        raise SettingError(param, shape, value, hint=spec.doc, name=name) from None
+        raise (spec.error or SettingError)(param, shape, value, hint=spec.doc, name=name) from None
 
 
 def check_fields(obj: Any, *, owner: str | None = None) -> None:
