@@ -281,7 +281,8 @@ OUTSIDE = {
 
 
 def test_numbers_are_checked_by_the_vocabulary_or_a_named_exception():
-    """The waits' seconds (poll_until, Job.wait, cancel) and scale_lr's values moved in; a new
+    """The waits' seconds (poll_until, Job.wait, cancel), scale_lr's values and the call arguments
+    below (save, loader, epoch, Job.logs, cancel, estimate_memory, pipeline) moved in; a new
     hand-written check fails here until it is a setting or named above with its reason."""
     assert _hand_checks() == OUTSIDE
 
