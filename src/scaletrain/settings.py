@@ -3,8 +3,10 @@
 The cluster profile's ``fact(...)`` (``clusters/model.py``) declares each profile field with its
 shape; this module does the same for the settings of the Python API and the CLI: the fields of
 ``JobRequest`` (``plan``/``submit`` and ``scaletrain.submit()``), of ``MonitorConfig``, the
-options of ``Checkpointer``, the seconds of a wait (``slurm.poll.SECONDS``: ``Job.wait()``,
-``cancel()``'s ``wait_s``) and ``scale_lr``'s values. A setting is declared beside its field::
+options of ``Checkpointer`` and ``save()``'s step, the seconds of a wait (``slurm.poll.SECONDS``:
+``Job.wait()``, ``cancel()``'s ``wait_s``), ``cancel()``'s save, ``Job.logs()``'s rank,
+``scale_lr``'s values, ``loader()``'s batch sizes, seed, workers and epoch, ``estimate_memory()``'s
+world size and the pipeline's ``n_microbatches``. A setting is declared beside its field::
 
     mem_per_gpu_gb: float | None = setting("memory per GPU", default=None, unit="GB",
                                            check=number(low=MIN_MEM_GB), flag="--mem-per-gpu")
@@ -16,6 +18,9 @@ in one style, naming the parameter the user typed - the CLI flag, or the keyword
     --mem-per-gpu must be a finite number from 0.0009765625 (GB), got 0.0001
     submit(): mem_per_gpu_gb must be a finite number from 0.0009765625 (GB), got 0.0001
     Checkpointer: every_minutes must be a finite number above 0 (minutes), got nan
+
+A setting whose caller promises a narrower error (a strategy's option, ``StrategyError``) names a
+subclass of both in its ``Spec(error=...)``: the same line, and the promised type.
 
 Floats are finite and in range (NaN compares false with every bound, so each bound is written as
 the test that must hold), enumerations match exactly (``"AMD"`` is not ``"amd"``: the allowed
@@ -63,6 +68,9 @@ class Spec:
     unit: str = ""
     flag: str | None = None     # the CLI flag that feeds it, named in the CLI's messages
     optional: bool = False      # None is a value (the default: "not given")
+    # the class a refusal raises (default SettingError): a subclass of SettingError that is also
+    # the caller's own error, so a setting of a strategy is refused as the StrategyError it promises
+    error: type[SettingError] | None = None
 
 
 class SettingError(UsageError):
@@ -77,7 +85,7 @@ class SettingError(UsageError):
 
     def renamed(self, param: str) -> SettingError:
         """The same refusal naming ``param`` (the keyword a Python caller typed, not the flag)."""
-        return SettingError(param, self.shape, self.value, self.hint, name=self.name)
+        return type(self)(param, self.shape, self.value, self.hint, name=self.name)
 
 
 def setting(doc: str, *, check: Check, default: Any = MISSING, factory: Callable[[], Any] | None = None,
@@ -102,7 +110,7 @@ def check_value(spec: Spec, value: Any, param: str, *, name: str = "") -> Any:
         return spec.check(value)
     except Bad as bad:
         shape = str(bad) + (f" ({spec.unit})" if spec.unit else "")
-        raise SettingError(param, shape, value, hint=spec.doc, name=name) from None
+        raise (spec.error or SettingError)(param, shape, value, hint=spec.doc, name=name) from None
 
 
 def check_fields(obj: Any, *, owner: str | None = None) -> None:

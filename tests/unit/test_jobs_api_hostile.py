@@ -29,8 +29,12 @@ WRONG = [
     (lambda run: api.Job(run).wait(timeout="60"), UsageError, "timeout"),   # the settings vocabulary
     (lambda run: api.Job(run).wait(poll=0), UsageError, "poll"),
     (lambda run: api.Job(run).wait(poll="5"), UsageError, "poll"),
-    (lambda run: api.Job(run).logs(rank="0"), TypeError, "rank"),
-    (lambda run: api.Job(run).cancel(save="no"), TypeError, "save"),
+    (lambda run: api.Job(run).logs(rank="0"), UsageError, "rank must be a whole number from 0"),
+    (lambda run: api.Job(run).logs(rank=-1), UsageError, "rank must be a whole number from 0"),
+    (lambda run: api.Job(run).logs(rank=True), UsageError, "rank must be a whole number from 0"),
+    (lambda run: api.Job(run).logs(rank=float("nan")), UsageError, "rank must be a whole number from 0"),
+    (lambda run: api.Job(run).cancel(save="no"), UsageError, "save must be True or False"),
+    (lambda run: api.Job(run).cancel(save=1), UsageError, "save must be True or False"),
     (lambda run: api.Job(run).cancel(wait_s="300"), UsageError, "wait_s"),
     (lambda run: api.Job(run).report(out=5), TypeError, "out"),
 ]

@@ -274,17 +274,15 @@ OUTSIDE = {
     # text parsers: a CLI word or a size written as text, turned into the value a setting then checks
     "cli/args:mem_size", "cli/args:params", "plan/request:parse_params", "parallel/memory:parse_param_count",
     # not a setting: a refusal of what the planner computed, and per-step data a training loop hands in
+    # (all_reduce_mean: a rank's metric and the samples it saw, any numbers.Real such as numpy's)
     "plan/request:format_mem", "observe/inputs:check_samples", "observe/inputs:check_loss",
-    "runtime/agreement:poll",
-    # call arguments still checked by hand (left to move into the vocabulary: issue 40 follow-up)
-    "checkpoint/checkpointer:save", "data/loader:per_process_batch", "data/loader:loader", "data/loader:epoch",
-    "data/metrics:all_reduce_mean", "jobs/api:logs", "jobs/cancel:cancel", "parallel/memory:estimate_memory",
-    "parallel/pipeline:_check_request",
+    "runtime/agreement:poll", "data/metrics:all_reduce_mean",
 }
 
 
 def test_numbers_are_checked_by_the_vocabulary_or_a_named_exception():
-    """The waits' seconds (poll_until, Job.wait, cancel) and scale_lr's values moved in; a new
+    """The waits' seconds (poll_until, Job.wait, cancel), scale_lr's values and the call arguments
+    below (save, loader, epoch, Job.logs, cancel, estimate_memory, pipeline) moved in; a new
     hand-written check fails here until it is a setting or named above with its reason."""
     assert _hand_checks() == OUTSIDE
 
@@ -301,3 +299,107 @@ def test_the_waits_and_the_lr_rule_speak_the_vocabulary(call, says):
     with pytest.raises(settings.SettingError) as info:
         call()
     assert info.value.message.startswith(says) and "\n" not in info.value.message
+
+
+# -- the call arguments that were checked by hand (issue 40 follow-up) -----------------------------
+
+def _save(bad):
+    ckpt = Checkpointer(Path(_save.tmp) / "ckpt")
+    try:
+        ckpt.save(bad, {})
+    finally:
+        ckpt.close()
+
+
+def _epoch(bad):
+    from scaletrain.data.loader import loader
+
+    loader(list(range(8)), batch_size=2, rank=0, world_size=1, num_workers=0).epoch = bad
+
+
+def _pipeline(bad):
+    from scaletrain.parallel import pipeline
+
+    pipeline.apply(None, None, n_microbatches=bad)
+
+
+def _loader(**kwargs):
+    from scaletrain.data.loader import loader
+
+    loader(list(range(8)), **{"rank": 0, "world_size": 1, "batch_size": 2, **kwargs})
+
+
+def _per_process_batch(*args):
+    from scaletrain.data.loader import per_process_batch
+
+    per_process_batch(*args)
+
+
+def _cancel(bad):
+    from scaletrain.jobs.cancel import cancel
+
+    cancel("no-such-run", save=bad)   # refused before the run folder is read
+
+
+CALLS = {   # each converted function, a bad value in, and the parameter its message must name
+    "save(): step": _save,
+    "loader(): batch_size": lambda bad: _per_process_batch(bad, None, 4),
+    "loader(): global_batch_size": lambda bad: _per_process_batch(None, bad, 4),
+    "loader(): seed": lambda bad: _loader(seed=bad),
+    "loader(): num_workers": lambda bad: _loader(num_workers=bad),
+    "DistributedLoader: epoch": _epoch,
+    "save": _cancel,
+    "estimate_memory(): world_size": lambda bad: scaletrain.estimate_memory(1000, world_size=bad),
+    "pipeline: n_microbatches": _pipeline,
+}
+BAD = [NAN, INF, -1, True, "3", 2.0]
+
+
+@pytest.mark.parametrize("bad", BAD, ids=repr)
+@pytest.mark.parametrize("param", list(CALLS))
+def test_call_arguments_speak_the_vocabulary(tmp_path, param, bad):
+    _save.tmp = tmp_path
+    if param == "save" and bad is True:
+        bad = 1     # True is cancel()'s save; 1 merely converts to it
+    with pytest.raises(settings.SettingError) as info:
+        CALLS[param](bad)
+    message = info.value.message
+    assert message.startswith(f"{param} must be ") and message.endswith(f", got {bad!r}"), message
+    assert "\n" not in str(info.value) and info.value.hint
+
+
+@pytest.mark.parametrize("param, says", [
+    ("save(): step", "save(): step must be a whole number from 0 to 1,000,000,000,000, got -1"),
+    ("loader(): num_workers", "loader(): num_workers must be 'auto' or a whole number from 0 to 100,000, got -1"),
+    ("DistributedLoader: epoch", "DistributedLoader: epoch must be a whole number from 0 to 1,000,000,000,000, got -1"),
+    ("estimate_memory(): world_size", "estimate_memory(): world_size must be a whole number from 1 to 100,000, got -1"),
+    ("pipeline: n_microbatches", "pipeline: n_microbatches must be a whole number from 1 to 100,000, got -1"),
+])
+def test_call_arguments_name_the_shape(tmp_path, param, says):
+    _save.tmp = tmp_path
+    with pytest.raises(settings.SettingError) as info:
+        CALLS[param](-1)
+    assert info.value.message == says
+
+
+def test_a_pipeline_option_is_still_the_strategy_error_setup_promises():
+    from scaletrain.errors import StrategyError
+
+    with pytest.raises(StrategyError) as info:
+        _pipeline(0)
+    assert isinstance(info.value, settings.SettingError)
+    assert isinstance(info.value.renamed("n_microbatches"), StrategyError)
+
+
+def test_the_converted_arguments_still_take_their_valid_values(tmp_path):
+    from scaletrain.data.loader import loader, per_process_batch
+
+    assert per_process_batch(3, None, 4) == 3 and per_process_batch(None, 12, 4) == 3
+    train = loader(list(range(8)), batch_size=2, rank=0, world_size=1, seed=2**64 - 1, num_workers="auto")
+    train.epoch = 5
+    assert train.epoch == 5 and train.seed == 2**64 - 1
+    assert scaletrain.estimate_memory(1000, world_size=8).world_size == 8
+    ckpt = Checkpointer(tmp_path / "ckpt")
+    ckpt.save(0, {"x": 1})
+    ckpt.close()
+    assert (tmp_path / "ckpt").is_dir() and any((tmp_path / "ckpt").iterdir())

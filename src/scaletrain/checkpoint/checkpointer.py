@@ -48,6 +48,9 @@ OPTIONS: dict[str, Spec] = {
     "exit_on_stop": Spec(doc="raise SystemExit(75) after the save on an agreed stop", check=settings.boolean()),
     "strict": Spec(doc="a damaged newest checkpoint raises instead of falling back", check=settings.boolean()),
 }
+# save()'s step, declared as the options are: "save(): step must be a whole number from 0 ..."
+STEP = Spec(doc="pass the number of optimizer steps done, e.g. save(1200, state)",
+            check=settings.count(low=0, high=10**12))
 
 
 def _option(name: str, value: Any) -> Any:
@@ -119,9 +122,7 @@ class Checkpointer:
         Returns when the checkpoint is committed, or with ``async_save`` once the state is
         copied and the background write has started.
         """
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise UsageError(f"checkpoint step must be a non-negative integer, got {step!r}",
-                             hint="pass the number of optimizer steps done, e.g. save(1200, state)")
+        step = settings.check_value(STEP, step, "save(): step")
         self._check_open()
         self.wait()
         from scaletrain.checkpoint.writer import SaveJob

@@ -33,7 +33,8 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
-from scaletrain.data.lr import check_global_batch
+from scaletrain import settings
+from scaletrain.data.lr import MAX_BATCH, check_global_batch
 from scaletrain.data.sampler import ResumableDistributedSampler, ShardedIterable
 from scaletrain.errors import ScaletrainError, UsageError
 from scaletrain.runtime import timeouts
@@ -41,6 +42,36 @@ from scaletrain.runtime.current import current_env, group_rank_world
 from scaletrain.runtime.env import Env
 
 AUTO_WORKERS_CAP = 8  # past ~8 workers per process, input pipelines rarely get faster
+
+
+def _workers(value: Any) -> Any:
+    """``"auto"`` or a whole number of worker processes from 0."""
+    if isinstance(value, str) and value == "auto":
+        return value
+    try:
+        return settings.count(low=0)(value)
+    except settings.Bad:
+        raise settings.Bad(f"'auto' or a whole number from 0 to {settings.MAX_COUNT:,}") from None
+
+
+# loader()'s settings, declared in the settings vocabulary (scaletrain.settings): one check and
+# one message style, "loader(): seed must be a whole number from 0 to ..., got -1"
+OPTIONS: dict[str, settings.Spec] = {
+    "batch_size": settings.Spec(doc="samples per process per step, e.g. batch_size=64",
+                                check=settings.count(high=MAX_BATCH)),
+    "global_batch_size": settings.Spec(doc="samples per optimizer step over all processes, e.g. "
+                                           "global_batch_size=256", check=settings.count(high=MAX_BATCH)),
+    # torch.Generator.manual_seed takes up to 2**64 - 1
+    "seed": settings.Spec(doc="use the same seed on every rank, e.g. seed=0",
+                          check=settings.count(low=0, high=2**64 - 1)),
+    "num_workers": settings.Spec(doc="num_workers='auto' uses the CPUs given to this process", check=_workers),
+    "epoch": settings.Spec(doc="e.g. loader.epoch = 3 starts the next pass at epoch 3",
+                           check=settings.count(low=0, high=10**12)),
+}
+
+
+def _option(name: str, value: Any, owner: str = "loader()") -> Any:
+    return settings.check_value(OPTIONS[name], value, f"{owner}: {name}")
 
 
 def per_process_batch(batch_size: int | None, global_batch_size: int | None,
@@ -52,13 +83,10 @@ def per_process_batch(batch_size: int | None, global_batch_size: int | None,
         raise UsageError("pass exactly one of batch_size= (per process) and global_batch_size=",
                          hint="global_batch_size=256 keeps the optimizer's batch fixed at any "
                               "world size; batch_size=64 is per process (global = 64 x processes)")
-    name, value = (("batch_size", batch_size) if batch_size is not None
-                   else ("global_batch_size", global_batch_size))
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise UsageError(f"{name} must be a positive integer, got {value!r}",
-                         hint=f"e.g. {name}=64")
     if batch_size is not None:
-        return batch_size
+        checked: int = _option("batch_size", batch_size)
+        return checked
+    _option("global_batch_size", global_batch_size)
     assert global_batch_size is not None  # narrowed above; not user input
     if global_batch_size % world_size == 0:
         return global_batch_size // world_size
@@ -177,10 +205,7 @@ class DistributedLoader(DataLoader):
 
     @epoch.setter
     def epoch(self, value: int) -> None:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise UsageError(f"epoch must be a non-negative integer, got {value!r}",
-                             hint="e.g. loader.epoch = 3 starts the next pass at epoch 3")
-        self._goto(value)
+        self._goto(_option("epoch", value, "DistributedLoader"))
 
     def set_epoch(self, epoch: int) -> None:
         """Same as ``loader.epoch = epoch``: the next pass starts epoch ``epoch`` from its start."""
@@ -319,9 +344,8 @@ def loader(dataset: Dataset, batch_size: int | None = None, global_batch_size: i
             raise UsageError(f"scaletrain.loader chooses the {key} itself",
                              hint="drop the sampler argument; shuffle=, seed= and eval= control "
                                   "the order, or use torch's DataLoader directly")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise UsageError(f"seed must be a non-negative integer, got {seed!r}",
-                         hint="use the same seed on every rank, e.g. seed=0")
+    _option("seed", seed)
+    asked_workers = _option("num_workers", num_workers)   # "auto" or an int from 0
     if group is not None:
         rank, world_size = group_rank_world(group)
         if rank < 0:
@@ -341,25 +365,21 @@ def loader(dataset: Dataset, batch_size: int | None = None, global_batch_size: i
         if batch_size is not None:
             check_global_batch(per, env.world_size, base_world_size=base_world_size,
                                is_main=env.is_main)
-    if num_workers == "auto":
-        num_workers = auto_num_workers(env)
-    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
-        raise UsageError(f"num_workers must be 'auto' or a non-negative integer, got {num_workers!r}",
-                         hint="num_workers='auto' uses the CPUs given to this process")
+    workers: int = auto_num_workers(env) if asked_workers == "auto" else asked_workers
     iterable = isinstance(dataset, IterableDataset)
     if persistent_workers is None:
-        persistent_workers = num_workers > 0 and not iterable
+        persistent_workers = workers > 0 and not iterable
     elif persistent_workers and iterable:
         raise UsageError("persistent_workers=True with an IterableDataset would keep the first "
                          "epoch's shard position in the workers",
                          hint="leave persistent_workers unset for iterable datasets")
-    if persistent_workers and num_workers == 0:
+    if persistent_workers and workers == 0:
         persistent_workers = False
     if pin_memory is None:
         pin_memory = env.device.startswith("cuda") and torch.cuda.is_available()
     result = DistributedLoader(dataset, env=env, per_process_batch=per, mode=mode,
                                shuffle=shuffle, seed=seed, drop_last=drop_last,
-                               num_workers=num_workers, collate_fn=collate_fn,
+                               num_workers=workers, collate_fn=collate_fn,
                                pin_memory=pin_memory, persistent_workers=persistent_workers,
                                **dataloader_kwargs)
     _check_not_empty(result, dataset, per, env.world_size, global_batch_size is not None)

@@ -21,11 +21,16 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
+from scaletrain import settings
 from scaletrain.errors import SlurmError, UsageError
 
 if TYPE_CHECKING:
     from scaletrain.jobs.cancel import CancelResult
     from scaletrain.jobs.status import RunStatus
+
+# Job.logs()'s rank, declared in the settings vocabulary (as Job.wait()'s seconds are)
+RANK = settings.Spec(doc="the rank whose lines to show (None: every rank's), e.g. rank=0",
+                     check=settings.count(low=0), optional=True)
 
 
 def _path(value: object, name: str) -> None:
@@ -96,8 +101,7 @@ class Job:
         """The job's output so far, every run of a requeued job; ``rank``: that rank's lines only."""
         from scaletrain.jobs.logs import read_lines
 
-        if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int) or rank < 0):
-            raise TypeError(f"rank must be a whole number from 0 (or None), not {rank!r}")
+        rank = settings.check_value(RANK, rank, "rank")
         return "".join(read_lines(self.run_dir, rank=rank))
 
     def cancel(self, save: bool = False, wait_s: float = 300.0) -> CancelResult:

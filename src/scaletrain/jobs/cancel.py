@@ -28,6 +28,8 @@ SAVE_WAIT_S = 300.0
 # cancel()'s wait, declared in the settings vocabulary (as the waits of scaletrain.slurm.poll are)
 WAIT_S = settings.Spec(doc="how long to wait for the job to save and stop, e.g. wait_s=300",
                        check=settings.number(low=0), unit="seconds")
+SAVE = settings.Spec(doc="save=True lets the job checkpoint and stop; save=False cancels it now",
+                     check=settings.boolean())
 CANCEL_WAIT_S = 30.0      # after a plain scancel: the state it settles in
 POLL_S = 2.0
 
@@ -71,8 +73,7 @@ def cancel(run_dir: str | Path, *, save: bool = False, wait_s: float = SAVE_WAIT
     from scaletrain.slurm import commands
 
     wait_s = settings.check_value(WAIT_S, wait_s, "wait_s")
-    if not isinstance(save, bool):
-        raise TypeError(f"save must be True or False, not {type(save).__name__}")
+    save = settings.check_value(SAVE, save, "save")
     run = _job(run_dir)
     job_id = str(run.job_id)
     state = _state(job_id, env)

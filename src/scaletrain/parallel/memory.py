@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from collections.abc import Collection
 from typing import Any
 
+from scaletrain import settings
 from scaletrain.errors import UsageError
 from scaletrain.parallel import options
 from scaletrain.parallel.options import PRECISION_ALIASES, PRECISIONS, StrategySpec
@@ -64,6 +65,9 @@ _OPTIMIZER_STATE: dict[str, int] = {
     "sgd": 0,
 }
 _MASTER_WEIGHT_BYTES = 4  # fp32 copy kept by mixed-precision optimizers
+# estimate_memory()'s world size, declared in the settings vocabulary (scaletrain.settings)
+WORLD_SIZE = settings.Spec(doc="pass the number of ranks (GPUs) in the job, e.g. world_size=8",
+                           check=settings.count())
 
 # every name of the strategy vocabulary that lays model state out (``auto`` only picks one)
 STRATEGIES: tuple[str, ...] = (
@@ -241,9 +245,7 @@ def estimate_memory(model_or_n_params: Any, optimizer: str = "adam", precision: 
     opt = _norm_choice(_optimizer_name(optimizer), _OPTIMIZER_STATE, "optimizer")
     prec = _norm_choice(precision, PRECISIONS, "precision", PRECISION_ALIASES)
     strat = _norm_choice(strategy, STRATEGIES, "strategy")
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise UsageError(f"world_size must be a positive integer, got {world_size!r}",
-                         hint="pass the number of ranks (GPUs) in the job")
+    settings.check_value(WORLD_SIZE, world_size, "estimate_memory(): world_size")
 
     width = PRECISIONS[prec].value_bytes
     mixed = width < 4

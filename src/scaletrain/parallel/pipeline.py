@@ -37,6 +37,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from scaletrain import settings
 from scaletrain.errors import DistEnvError, StrategyError
 from scaletrain.parallel import ddp, fsdp, optim
 from scaletrain.parallel.options import (
@@ -65,6 +66,19 @@ __all__ = ["PipelineModel", "PipelineStrategy", "apply", "SCHEDULES"]
 
 SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b")
 _DATA_PARALLEL: tuple[str, ...] = ("ddp", "fsdp")
+
+
+class PipelineSettingError(settings.SettingError, StrategyError):
+    """A pipeline option refused by its declaration: the vocabulary's one line, and the
+    StrategyError that ``apply``/``setup`` promise for a bad option."""
+
+
+# the pipeline's options (setup(strategy="pipeline", ...) or apply()), declared in the settings
+# vocabulary: "pipeline: n_microbatches must be a whole number from 1 to 100,000, got 0"
+OPTIONS: dict[str, settings.Spec] = {
+    "n_microbatches": settings.Spec(doc="use at least the number of stages, e.g. n_microbatches=4",
+                                    check=settings.count(), error=PipelineSettingError),
+}
 
 
 def schedule_name(schedule_cls: type) -> str:
@@ -206,6 +220,7 @@ def _check_request(precision: PrecisionSpec, loss_fn: Callable[..., torch.Tensor
                    split_points: Sequence[str] | None,
                    stages: Sequence[nn.Module] | None) -> type:
     """StrategyError/DistEnvError for a pipeline that cannot run; else the schedule's class."""
+    settings.check_value(OPTIONS["n_microbatches"], n_microbatches, "pipeline: n_microbatches")
     if live_dist() is None:
         raise DistEnvError("pipeline parallelism needs the process group",
                            hint="call scaletrain.init() first and start with "
@@ -218,10 +233,6 @@ def _check_request(precision: PrecisionSpec, loss_fn: Callable[..., torch.Tensor
     if loss_fn is None:
         raise StrategyError("pipeline training needs loss_fn=: the last stage computes the loss",
                             hint="pass loss_fn=torch.nn.functional.cross_entropy (mean-reduced)")
-    if isinstance(n_microbatches, bool) or not isinstance(n_microbatches, int) \
-            or n_microbatches < 1:
-        raise StrategyError(f"n_microbatches must be a positive integer, got {n_microbatches!r}",
-                            hint="use at least the number of stages, e.g. n_microbatches=4")
     if data_parallel not in _DATA_PARALLEL:
         raise StrategyError(f"unknown data_parallel {data_parallel!r} for the pipeline",
                             hint=f"use one of: {', '.join(_DATA_PARALLEL)}")
