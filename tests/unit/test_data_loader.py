@@ -14,9 +14,9 @@ from torch.utils.data import IterableDataset, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
 import scaletrain
-from scaletrain.data import loader as loader_mod
+from scaletrain.data import shares
 from scaletrain.data import lr as lr_mod
-from scaletrain.data.loader import auto_num_workers, per_process_batch
+from scaletrain.data.shares import auto_num_workers, per_process_batch
 from scaletrain.errors import UsageError
 from scaletrain.runtime.env import Env
 
@@ -212,7 +212,7 @@ def test_auto_num_workers(monkeypatch, cpus, total, local, want):
 
 
 def test_worker_and_pinning_defaults(monkeypatch):
-    monkeypatch.setattr(loader_mod, "auto_num_workers", lambda env: 2)
+    monkeypatch.setattr(shares, "auto_num_workers", lambda env: 2)
     ld = scaletrain.loader(dataset(8), batch_size=2, env=Env())
     assert ld.num_workers == 2 and ld.persistent_workers and not ld.pin_memory
     assert not scaletrain.loader(Stream(8), batch_size=2, env=Env()).persistent_workers

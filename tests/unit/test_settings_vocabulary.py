@@ -330,7 +330,7 @@ def _loader(**kwargs):
 
 
 def _per_process_batch(*args):
-    from scaletrain.data.loader import per_process_batch
+    from scaletrain.data.shares import per_process_batch
 
     per_process_batch(*args)
 
@@ -392,7 +392,8 @@ def test_a_pipeline_option_is_still_the_strategy_error_setup_promises():
 
 
 def test_the_converted_arguments_still_take_their_valid_values(tmp_path):
-    from scaletrain.data.loader import loader, per_process_batch
+    from scaletrain.data.loader import loader
+    from scaletrain.data.shares import per_process_batch
 
     assert per_process_batch(3, None, 4) == 3 and per_process_batch(None, 12, 4) == 3
     train = loader(list(range(8)), batch_size=2, rank=0, world_size=1, seed=2**64 - 1, num_workers="auto")

@@ -25,112 +25,20 @@ samples are counted twice) or on the unsharded model.
 
 from __future__ import annotations
 
-import dataclasses
-import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
-from scaletrain import settings
-from scaletrain.data.lr import MAX_BATCH, check_global_batch
+from scaletrain.data import shares
+from scaletrain.data.lr import check_global_batch
 from scaletrain.data.sampler import ResumableDistributedSampler, ShardedIterable
+from scaletrain.data.shares import check_option, per_process_batch, resolve_env
 from scaletrain.errors import ScaletrainError, UsageError
 from scaletrain.runtime import timeouts
-from scaletrain.runtime.current import current_env, group_rank_world
+from scaletrain.runtime.current import group_rank_world
 from scaletrain.runtime.env import Env
-
-AUTO_WORKERS_CAP = 8  # past ~8 workers per process, input pipelines rarely get faster
-
-
-def _workers(value: Any) -> Any:
-    """``"auto"`` or a whole number of worker processes from 0."""
-    if isinstance(value, str) and value == "auto":
-        return value
-    try:
-        return settings.count(low=0)(value)
-    except settings.Bad:
-        raise settings.Bad(f"'auto' or a whole number from 0 to {settings.MAX_COUNT:,}") from None
-
-
-# loader()'s settings, declared in the settings vocabulary (scaletrain.settings): one check and
-# one message style, "loader(): seed must be a whole number from 0 to ..., got -1"
-OPTIONS: dict[str, settings.Spec] = {
-    "batch_size": settings.Spec(doc="samples per process per step, e.g. batch_size=64",
-                                check=settings.count(high=MAX_BATCH)),
-    "global_batch_size": settings.Spec(doc="samples per optimizer step over all processes, e.g. "
-                                           "global_batch_size=256", check=settings.count(high=MAX_BATCH)),
-    # torch.Generator.manual_seed takes up to 2**64 - 1
-    "seed": settings.Spec(doc="use the same seed on every rank, e.g. seed=0",
-                          check=settings.count(low=0, high=2**64 - 1)),
-    "num_workers": settings.Spec(doc="num_workers='auto' uses the CPUs given to this process", check=_workers),
-    "epoch": settings.Spec(doc="e.g. loader.epoch = 3 starts the next pass at epoch 3",
-                           check=settings.count(low=0, high=10**12)),
-}
-
-
-def _option(name: str, value: Any, owner: str = "loader()") -> Any:
-    return settings.check_value(OPTIONS[name], value, f"{owner}: {name}")
-
-
-def per_process_batch(batch_size: int | None, global_batch_size: int | None,
-                      world_size: int) -> int:
-    """The per-process batch from exactly one of ``batch_size`` (per process) and
-    ``global_batch_size`` (divided by ``world_size``). ``UsageError`` otherwise, naming the
-    nearest valid global sizes when the global one does not divide."""
-    if (batch_size is None) == (global_batch_size is None):
-        raise UsageError("pass exactly one of batch_size= (per process) and global_batch_size=",
-                         hint="global_batch_size=256 keeps the optimizer's batch fixed at any "
-                              "world size; batch_size=64 is per process (global = 64 x processes)")
-    if batch_size is not None:
-        checked: int = _option("batch_size", batch_size)
-        return checked
-    _option("global_batch_size", global_batch_size)
-    assert global_batch_size is not None  # narrowed above; not user input
-    if global_batch_size % world_size == 0:
-        return global_batch_size // world_size
-    below = global_batch_size // world_size * world_size
-    above = below + world_size
-    options = [f"{g} ({g // world_size} per process)" for g in (below, above) if g > 0]
-    raise UsageError(
-        f"global_batch_size={global_batch_size} is not divisible by {world_size} processes",
-        hint=f"use global_batch_size={' or '.join(options)}, or pass batch_size= per process")
-
-
-def auto_num_workers(env: Env, cap: int = AUTO_WORKERS_CAP) -> int:
-    """DataLoader workers for this process: the CPUs it may run on, minus one for the main
-    process, at most ``cap``; 0 on a one-core share.
-
-    The CPU set is ``os.sched_getaffinity(0)`` (what Slurm's ``--cpus-per-task`` binding or
-    ``taskset`` gives). When it is the whole machine yet several ranks share the node (no
-    binding), each rank counts only its ``1/local_world_size`` share, so N ranks do not each
-    start a machine's worth of workers.
-    """
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cpus = os.cpu_count() or 1
-    if cpus >= (os.cpu_count() or cpus) and env.local_world_size > 1:
-        cpus = max(1, cpus // env.local_world_size)
-    return max(0, min(cap, cpus - 1))
-
-
-def resolve_env(env: Env | None = None, *, rank: int | None = None,
-                world_size: int | None = None) -> Env:
-    """The rank and world size to shard for: ``env`` if given; else the Env of
-    ``scaletrain.init()``; else a live torch.distributed process group; else
-    ``scaletrain.detect()``; else a single process. ``rank=``/``world_size=`` override."""
-    if env is None:
-        env = current_env()
-    if rank is not None or world_size is not None:
-        env = dataclasses.replace(env, rank=env.rank if rank is None else rank,
-                                  world_size=env.world_size if world_size is None else world_size)
-    if env.world_size < 1 or not 0 <= env.rank < env.world_size:
-        raise UsageError(f"rank {env.rank} is not in a world of {env.world_size} processes",
-                         hint="pass 0 <= rank < world_size, or let scaletrain.init() detect them")
-    return env
-
 
 class DistributedLoader(DataLoader):
     """A DataLoader over this rank's shard, with automatic epochs and exact resume.
@@ -205,7 +113,7 @@ class DistributedLoader(DataLoader):
 
     @epoch.setter
     def epoch(self, value: int) -> None:
-        self._goto(_option("epoch", value, "DistributedLoader"))
+        self._goto(check_option("epoch", value, "DistributedLoader"))
 
     def set_epoch(self, epoch: int) -> None:
         """Same as ``loader.epoch = epoch``: the next pass starts epoch ``epoch`` from its start."""
@@ -344,8 +252,8 @@ def loader(dataset: Dataset, batch_size: int | None = None, global_batch_size: i
             raise UsageError(f"scaletrain.loader chooses the {key} itself",
                              hint="drop the sampler argument; shuffle=, seed= and eval= control "
                                   "the order, or use torch's DataLoader directly")
-    _option("seed", seed)
-    asked_workers = _option("num_workers", num_workers)   # "auto" or an int from 0
+    check_option("seed", seed)
+    asked_workers = check_option("num_workers", num_workers)   # "auto" or an int from 0
     if group is not None:
         rank, world_size = group_rank_world(group)
         if rank < 0:
@@ -365,7 +273,7 @@ def loader(dataset: Dataset, batch_size: int | None = None, global_batch_size: i
         if batch_size is not None:
             check_global_batch(per, env.world_size, base_world_size=base_world_size,
                                is_main=env.is_main)
-    workers: int = auto_num_workers(env) if asked_workers == "auto" else asked_workers
+    workers: int = shares.auto_num_workers(env) if asked_workers == "auto" else asked_workers
     iterable = isinstance(dataset, IterableDataset)
     if persistent_workers is None:
         persistent_workers = workers > 0 and not iterable
