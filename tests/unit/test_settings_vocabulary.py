@@ -391,6 +391,25 @@ def test_a_pipeline_option_is_still_the_strategy_error_setup_promises():
     assert isinstance(info.value.renamed("n_microbatches"), StrategyError)
 
 
+@pytest.mark.parametrize("bad", [0, -1, True, 2.0, float("nan"), "4"])
+def test_degrees_and_accumulation_steps_are_strategy_settings(bad):
+    """accumulate(steps=True) ran as one step, and a degree's message had its own style."""
+    import torch
+
+    from scaletrain.errors import StrategyError
+    from scaletrain.parallel.options import ParallelDims
+    from scaletrain.parallel.precision import Accumulator
+
+    with pytest.raises(StrategyError) as info:
+        Accumulator(torch.nn.Linear(2, 2), bad)
+    assert isinstance(info.value, settings.SettingError) and "\n" not in info.value.message
+    assert info.value.message.startswith("accumulate(): steps must be a whole number from 1") and info.value.hint
+    with pytest.raises(StrategyError) as info:
+        ParallelDims(world_size=4, replicate=bad)
+    assert info.value.message.startswith("replicate must be a whole number from 1"), info.value.message
+    assert ParallelDims(world_size=4, replicate=2, shard=2).shard == 2
+
+
 def test_the_converted_arguments_still_take_their_valid_values(tmp_path):
     from scaletrain.data.loader import loader
     from scaletrain.data.shares import per_process_batch

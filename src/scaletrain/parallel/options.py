@@ -17,7 +17,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from scaletrain import settings
 from scaletrain.errors import StrategyError
+
+
+class StrategySettingError(settings.SettingError, StrategyError):
+    """A strategy's option refused by its declaration: the vocabulary's one line, and the
+    StrategyError that ``setup``/``apply`` promise for a bad option."""
+
+
+# a degree of parallelism (Degrees' fields), declared in the settings vocabulary
+DEGREE = settings.Spec(doc="degrees of parallelism are counts of ranks", check=settings.count(),
+                       error=StrategySettingError)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -158,10 +169,7 @@ class ParallelDims:
 
     def __post_init__(self) -> None:
         for dim in ("world_size", "replicate", "shard", "pipeline"):
-            value = getattr(self, dim)
-            if not isinstance(value, int) or value < 1:
-                raise StrategyError(f"{dim} must be a positive integer, got {value!r}",
-                                    hint="degrees of parallelism are counts of ranks")
+            settings.check_value(DEGREE, getattr(self, dim), dim)
         product = self.replicate * self.shard * self.pipeline
         if product != self.world_size:
             raise StrategyError(

@@ -45,6 +45,7 @@ from scaletrain.parallel.options import (
     ParallelDims,
     PrecisionSpec,
     StrategyOptions,
+    StrategySettingError,
     dims_for,
     resolve_precision,
 )
@@ -68,16 +69,11 @@ SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b")
 _DATA_PARALLEL: tuple[str, ...] = ("ddp", "fsdp")
 
 
-class PipelineSettingError(settings.SettingError, StrategyError):
-    """A pipeline option refused by its declaration: the vocabulary's one line, and the
-    StrategyError that ``apply``/``setup`` promise for a bad option."""
-
-
 # the pipeline's options (setup(strategy="pipeline", ...) or apply()), declared in the settings
 # vocabulary: "pipeline: n_microbatches must be a whole number from 1 to 100,000, got 0"
 OPTIONS: dict[str, settings.Spec] = {
     "n_microbatches": settings.Spec(doc="use at least the number of stages, e.g. n_microbatches=4",
-                                    check=settings.count(), error=PipelineSettingError),
+                                    check=settings.count(), error=StrategySettingError),
 }
 
 

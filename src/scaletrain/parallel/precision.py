@@ -45,8 +45,9 @@ import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from scaletrain import module_state
+from scaletrain import module_state, settings
 from scaletrain.errors import StrategyError
+from scaletrain.parallel.options import StrategySettingError
 
 if TYPE_CHECKING:
     import torch
@@ -226,6 +227,11 @@ def backward(loss: torch.Tensor, model: Any = None, **kwargs: Any) -> None:
     loss.backward(**kwargs)
 
 
+# accumulate()'s steps, declared in the settings vocabulary
+ACCUMULATE_STEPS = settings.Spec(doc="micro-batches per optimizer step, e.g. scaletrain.accumulate(model, steps=4)",
+                                 check=settings.count(), error=StrategySettingError)
+
+
 class Accumulator:
     """Gradient accumulation over ``steps`` micro-batches; use as ``with acc: ...``.
 
@@ -235,9 +241,7 @@ class Accumulator:
     """
 
     def __init__(self, model: Any, steps: int) -> None:
-        if not isinstance(steps, int) or steps < 1:
-            raise StrategyError(f"accumulation steps must be a positive integer, got {steps!r}",
-                                hint="e.g. scaletrain.accumulate(model, steps=4)")
+        settings.check_value(ACCUMULATE_STEPS, steps, "accumulate(): steps")
         self.model = model
         self.steps = steps
         self.count = 0  # micro-steps finished
