@@ -164,12 +164,6 @@ def checkpoint_choice(folder: Path | None, *, verify_bytes: int | None = None) -
         return Choice(item=None)
 
 
-def marker_step(marker: dict[str, Any] | None) -> int | None:
-    """The step a ``COMMIT.json`` names, or None when it names none (a hand-edited marker)."""
-    step = marker.get("step") if marker is not None else None
-    return step if isinstance(step, int) and not isinstance(step, bool) else None
-
-
 def stop_record(folder: Path | None) -> dict[str, Any] | None:
     """The Checkpointer's ``stop.json`` (why the job stopped on purpose, at which step), its
     fields of the types the verbs show (:func:`scaletrain.checkpoint.stoprecord.read_stop_record`)."""
