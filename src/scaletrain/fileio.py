@@ -82,6 +82,16 @@ def read_bounded(path: str | os.PathLike[str], limit: int = READ_LIMIT) -> bytes
     return data
 
 
+def read_tail(path: str | os.PathLike[str], limit: int = READ_LIMIT) -> bytes:
+    """The last ``limit`` bytes of the regular file ``path`` (all of it when smaller): a job's log
+    or a crash dump may be gigabytes, and its end is what tells. ``OSError`` when it is not one."""
+    with open_regular(path) as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if size > limit:
+            fh.seek(size - limit)
+        return fh.read(limit)
+
+
 def read_user_file(path: str | os.PathLike[str], *, what: str, hint: str, limit: int) -> bytes:
     """The bytes of a file the user named (a profile, a batch script, a program), read whole.
 

@@ -68,3 +68,28 @@ def test_atomic_file_streams_and_leaves_the_old_file_on_error(tmp_path):
         fh.write(b"new ")
         fh.write(b"content")
     assert target.read_bytes() == b"new content"
+
+
+def test_read_tail_reads_only_the_end_of_a_big_file_and_refuses_what_is_not_one(tmp_path):
+    """A job's log or a crash dump can be gigabytes: its end is read, at most the bound."""
+    from scaletrain.fileio import read_tail
+
+    big = tmp_path / "job.out"
+    big.write_bytes(b"x" * (3 * 2**20) + b"\nRuntimeError: boom\n")
+    tail = read_tail(big, limit=2**20)
+    assert len(tail) == 2**20 and tail.endswith(b"RuntimeError: boom\n")
+    small = tmp_path / "small"
+    small.write_bytes(b"abc")
+    assert read_tail(small, limit=2**20) == b"abc"
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(OSError):
+        read_tail(fifo)   # at once, not blocked on a writer that never comes
+
+
+def test_the_bench_log_tail_finds_the_error_at_the_end_of_a_long_log(tmp_path):
+    from scaletrain.bench.scaling_slurm import _log_tail
+
+    log = tmp_path / "bench.out"
+    log.write_text("step ok\n" * 3_000_000 + "Traceback ...\nValueError: the last words\n")   # ~24 MB
+    assert _log_tail(str(log)) == "ValueError: the last words"

@@ -32,6 +32,7 @@ from scaletrain.bench.scaling import ScalingRequest, build_document, profile_lin
 from scaletrain.bench.slurm_jobs import SizeJob, cancel_unfinished, ended, hangup_is_interrupt, wait_all
 from scaletrain.contract.files import JOB_LOG
 from scaletrain.errors import ScaletrainError, SlurmError, UsageError
+from scaletrain.fileio import read_bounded, read_tail
 
 if TYPE_CHECKING:
     from scaletrain.clusters.profile import ClusterProfile
@@ -161,7 +162,7 @@ def _log_tail(path: str | None) -> str:
     if not path:
         return ""
     try:
-        lines = [s.strip() for s in Path(path).read_text(errors="replace").splitlines() if s.strip()]
+        lines = [s.strip() for s in read_tail(path).decode(errors="replace").splitlines() if s.strip()]
     except OSError:
         return ""
     ours = [ln for ln in lines if not ln.startswith(("srun:", "slurmstepd:"))]
@@ -182,8 +183,8 @@ def collect(job: SizeJob, *, wait_s: float | None = None) -> dict[str, Any] | No
         while not (job.job_dir / RESULT).is_file() and time.monotonic() < deadline:
             time.sleep(0.2)
         try:
-            row = json.loads((job.job_dir / RESULT).read_text())
-        except (OSError, ValueError) as exc:
+            row = json.loads(read_bounded(job.job_dir / RESULT))
+        except (OSError, ValueError, RecursionError) as exc:
             job.error = f"job {job.job_id} COMPLETED but left no readable {RESULT} ({exc})"
         else:
             if isinstance(row, dict) and row.get("samples_per_s"):

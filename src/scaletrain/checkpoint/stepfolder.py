@@ -33,7 +33,7 @@ from scaletrain.checkpoint import layout
 from scaletrain.checkpoint.layout import PARTIAL_DIR, REPLACED_DIR, names_in
 from scaletrain.checkpoint.marker import MARKER
 from scaletrain.errors import UsageError
-from scaletrain.fileio import atomic_write, fsync_dir, json_text
+from scaletrain.fileio import atomic_write, fsync_dir, json_text, read_bounded
 
 LOCK = ".lock"
 OWNER = ".owner.json"
@@ -230,9 +230,9 @@ def _remove_if_abandoned(path: Path) -> bool:
 
 def _owner_alive(path: Path) -> bool:
     try:
-        owner = json.loads((path / OWNER).read_text(encoding="utf-8"))
+        owner = json.loads(read_bounded(path / OWNER))
         host, pid = owner["host"], int(owner["pid"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return False
     if host != socket.gethostname() or pid == os.getpid():
         # our own PID: this process is not saving it now (the save would exclude it)

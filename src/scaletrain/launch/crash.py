@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from scaletrain.fileio import read_tail
 from scaletrain.launch import frames, rundir
 
 FRAMES_SHOWN = 8
@@ -76,7 +77,7 @@ def crash_stack(run_dir: str | os.PathLike[str], rank: int) -> CrashStack | None
     """Rank ``rank``'s fatal-error dump in the run folder, or None when it left none."""
     path = rundir.stack_path(run_dir, rank)
     try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
+        text = read_tail(path).decode("utf-8", errors="replace")   # the fatal thread's stack ends it
     except OSError:
         return None
     info = rundir.read_rank_infos(run_dir).get(rank)
