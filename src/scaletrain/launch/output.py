@@ -14,6 +14,8 @@ import os
 from collections import deque
 from typing import Any
 
+from scaletrain.fileio import read_tail
+
 PREFIX_TEMPLATE = "[rank ${rank}] "
 
 # ``local_ranks_filter`` treats an empty set as "show all"; a set holding no real local rank
@@ -65,8 +67,5 @@ def tail_lines(path: str | None, count: int = 15, max_bytes: int = 64 * 1024) ->
     """The last ``count`` lines of a text file (empty list if it is missing)."""
     if not path or not os.path.isfile(path):
         return []
-    with open(path, "rb") as fh:
-        size = fh.seek(0, os.SEEK_END)
-        fh.seek(max(0, size - max_bytes))
-        text = fh.read().decode("utf-8", errors="replace")
+    text = read_tail(path, max_bytes).decode("utf-8", errors="replace")
     return list(deque((line for line in text.splitlines() if line.strip()), maxlen=count))

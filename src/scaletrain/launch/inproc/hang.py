@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from scaletrain import module_state
+from scaletrain.fileio import READ_LIMIT
 from scaletrain.launch import frames, rundir
 
 # Frames of these torch subpackages mean "waiting on other ranks" (collectives, DDP/FSDP hooks in
@@ -176,7 +177,7 @@ def _read_dumps(asked: _Asked) -> dict[int, str]:
                 time.sleep(0.05)  # let the handler finish writing
                 with open(path, encoding="utf-8", errors="replace") as fh:
                     fh.seek(size)
-                    texts[rank] = fh.read()
+                    texts[rank] = fh.read(READ_LIMIT)   # a stack dump: kilobytes
     return texts
 
 
