@@ -25,6 +25,8 @@
 # Usage: scripts/frameworks_env.sh [horovod|tensorflow ...]      build what is missing (default: both)
 #        scripts/frameworks_env.sh --find NAME                   print the venv's path (exit 0), or why
 #                                                                there is none (exit 1); builds nothing
+#        scripts/frameworks_env.sh --can-build NAME              exit 0 when this machine has what NAME's
+#                                                                build needs, else say what it lacks (exit 1)
 # Environment: FRAMEWORKS_BUILD_JOBS (make's -j for Horovod's C++, default 1), FRAMEWORKS_RETRY=1.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -60,6 +62,20 @@ cause() {
     || grep -v '^\s*$' "$1" | tail -n 1
 }
 
+# HOROVOD_NEEDS: the programs Horovod's build runs (its CMake, a C++ compiler, Open MPI's wrapper)
+HOROVOD_NEEDS=(cmake c++ mpicc)
+
+# can_build NAME: 0 when this machine has the programs NAME's build needs; else what it lacks (stdout)
+can_build() {
+  local c lacking=()
+  if [ "$1" = horovod ]; then
+    for c in "${HOROVOD_NEEDS[@]}"; do command -v "$c" >/dev/null 2>&1 || lacking+=("$c"); done
+  fi
+  [ ${#lacking[@]} -eq 0 ] && return 0
+  echo "${lacking[*]}"
+  return 1
+}
+
 # find NAME: the complete venv's path on stdout; else why not (stderr) and exit 1
 find_env() {
   local dir="$CACHE/frameworks-$1-$(key "$1")"
@@ -67,7 +83,10 @@ find_env() {
   if [ -f "$dir.failed" ]; then
     echo "$1 could not be built here: $(cause "$dir.failed") (log: $dir.failed)" >&2
   else
-    if [ "$1" = horovod ]; then
+    local lacking
+    if [ "$1" = horovod ] && ! lacking=$(can_build horovod); then
+      echo "no horovod venv in $CACHE, and this machine cannot build one: no $lacking on PATH (Horovod's build needs cmake, a C++ compiler and Open MPI's mpicc: as root, WITH_MPI=1 tests/slurm/harness/install.sh installs Open MPI)" >&2
+    elif [ "$1" = horovod ]; then
       echo "no horovod venv in $CACHE: scripts/test.sh builds it (about 5 min of C++ on 2 cores) unless SCALETRAIN_HOROVOD=skip; or run scripts/frameworks_env.sh horovod" >&2
     else
       echo "no $1 venv in $CACHE: run scripts/frameworks_env.sh $1" >&2
@@ -131,6 +150,11 @@ build() {
   return 1
 }
 
+if [ "${1:-}" = --can-build ]; then
+  [ $# -eq 2 ] || { say "usage: $0 --can-build horovod|tensorflow"; exit 2; }
+  if lacking=$(can_build "$2"); then exit 0; fi
+  say "$2 cannot be built here: no $lacking on PATH"; exit 1
+fi
 if [ "${1:-}" = --find ]; then
   [ $# -eq 2 ] || { say "usage: $0 --find horovod|tensorflow"; exit 2; }
   find_env "$2"; exit $?
