@@ -23,22 +23,20 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
 else
   line "Debian packages: none (not root, or no apt): the Slurm tests and the HTML render test will skip with the reason"
 fi
-if [ -d "$CACHE" ] && compgen -G "$CACHE/user-venv-*/.complete" >/dev/null; then
-  line "a user's venv for the install-dependent tests: reused from $CACHE"
-else
-  line "a user's venv for the install-dependent tests: ~1 GB under $CACHE, ~2-3 min"
-fi
-if [ -d "$CACHE" ] && compgen -G "$CACHE/frameworks-tensorflow-*/.complete" >/dev/null; then
-  line "TensorFlow's venv for the framework tests: reused from $CACHE"
-else
-  line "TensorFlow's venv for the framework tests: tensorflow-cpu, ~1.4 GB under $CACHE, ~2 min"
-fi
+# venv WHAT GLOB COST: WHAT reused when the cache holds a complete venv named GLOB, else what building it costs
+venv() {
+  if [ -d "$CACHE" ] && compgen -G "$CACHE/$2/.complete" >/dev/null; then line "$1: reused from $CACHE"
+  else line "$1: $3"; fi
+}
+venv "a user's venv for the install-dependent tests" "user-venv-*" "~1 GB under $CACHE, ~2-3 min"
+venv "TensorFlow's venv for the framework tests" "frameworks-tensorflow-*" "tensorflow-cpu, ~1.4 GB under $CACHE, ~2 min"
 if [ "${SCALETRAIN_HOROVOD:-}" = skip ]; then
   line "Horovod's venv: skipped (SCALETRAIN_HOROVOD=skip); its tests skip"
-elif [ -d "$CACHE" ] && compgen -G "$CACHE/frameworks-horovod-*/.complete" >/dev/null; then
-  line "Horovod's venv for the framework tests: reused from $CACHE"
+elif ! bash scripts/frameworks_env.sh --can-build horovod 2>/dev/null; then
+  line "Horovod's venv: not built, this machine lacks what its build needs (cmake, a C++ compiler, mpicc); its tests skip"
 else
-  line "Horovod's venv for the framework tests: built from PyPI's source, ~100 MB under $CACHE, ~5 min of C++"
+  venv "Horovod's venv for the framework tests" "frameworks-horovod-*" \
+    "built from PyPI's source, ~100 MB under $CACHE, ~5 min of C++"
 fi
 if [ "${SCALETRAIN_TORCH_RANGE:-}" = skip ]; then
   line "the torch range: skipped (SCALETRAIN_TORCH_RANGE=skip)"
