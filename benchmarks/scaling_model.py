@@ -25,7 +25,7 @@ from scaletrain.clusters.profile import load_profile  # noqa: E402
 from scaletrain.observe.scaling import StepProfile, links_from_profile, predict, time_to_solution  # noqa: E402
 
 # (GPUs, wall minutes) from the JSC course slides, declared with the other published tables
-from published_scaling import JSC_MINUTES as JSC_TABLE  # noqa: E402
+from published_tables import JSC_MINUTES as JSC_TABLE  # noqa: E402
 IMAGENET_STEPS_1GPU = 1_281_167 * 10 // 256     # 10 epochs, batch 256, drop_last
 RESNET50_GRAD_BYTES = 25_557_032 * 4            # torchvision resnet50 parameters, fp32 gradients
 
