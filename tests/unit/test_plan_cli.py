@@ -34,7 +34,7 @@ def test_script_on_stdout_summary_on_stderr(capsys) -> None:
     # 8 GPUs are more than gpumedium's 4 per job: gpularge, whose access condition the summary says
     assert "partition gpularge" in err and "16 GPU-hours" in err and "scalability test" in err
     # the summary names the unconfirmed facts this plan relied on
-    assert "unconfirmed: setup_lines" in err and "scaletrain clusters check" in err
+    assert "unconfirmed: gpu_cpu_map" in err and "scaletrain clusters check" in err
 
 
 def test_output_file(capsys, tmp_path: Path) -> None:
@@ -52,8 +52,9 @@ def test_json(capsys) -> None:
     assert rc == 0 and data["partition"] == "gpumedium" and data["nodes"] == 1
     assert data["tasks_per_node"] == 1 and data["cpus_per_task"] == 144
     assert ["gres", "gpu:gh200:2"] in data["sbatch"] and data["script"].startswith("#!/bin/bash")
-    assert [u["fact"] for u in data["unconfirmed"]] == ["setup_lines", "gpu_cpu_map"]
-    assert data["unconfirmed"][0]["why"].startswith("CSC's current PyTorch page for Roihu was not readable")
+    # CSC's PyTorch page names Roihu's module ("7.4.2026 PyTorch is now available on Roihu-GPU"): not unconfirmed
+    assert [u["fact"] for u in data["unconfirmed"]] == ["gpu_cpu_map"]
+    assert data["unconfirmed"][0]["why"].startswith("cores 72*i .. 72*i+71 on the Grace CPU")
     assert data["launch"].startswith("srun --kill-on-bad-exit=1 accelerate launch")
     assert data["request"]["script_args"] == ["x"]
 

@@ -43,7 +43,7 @@ def test_bad_provenance_fields_name_the_field(changes: dict, needle: str) -> Non
 def test_every_live_profile_cites_its_facts_and_the_date() -> None:
     for name in ("roihu", "jupiter", "lumi", "fir", "nibi", "rorqual", "trillium", "narval"):
         prof = load_profile(name)
-        assert prof.checked == "2026-11-27" and len(prof.facts) >= 6, name
+        assert prof.checked >= "2026-11-27" and len(prof.facts) >= 6, name
         assert {"gpus_per_node", "gpu_request"} <= set(prof.facts), name
         for key in prof.unconfirmed_facts:
             assert key not in prof.facts, f"{name}: {key} both sourced and unconfirmed"

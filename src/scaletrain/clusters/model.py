@@ -25,8 +25,9 @@ __all__ = ["GPU_REQUESTS", "JOB_PACKAGES", "MEM_REQUESTS", "ClusterProfile", "Pa
 GPU_REQUESTS = ("gres_typed", "gres", "gpus_per_node", "gpus_per_node_typed", "gpus_per_task")
 # What a GPU job is billed in, as each centre's page counts it: LUMI "GPU-hours" (one MI250X for an
 # hour); the Alliance "bundles" (RGU-core-memory bundles, one per GPU, each worth the GPU's RGUs);
-# CSC "GPU BU" (billing units, a rate per GPU-hour)
-BILLING_UNITS = ("GPU-hours", "bundles", "GPU BU")
+# CSC "GPU BU" (billing units, a rate per GPU-hour); JSC "core-h" (its allocation page: quota
+# "assigned in core-h"; the rate is the node's cores per GPU, a reading its pages do not confirm)
+BILLING_UNITS = ("GPU-hours", "bundles", "GPU BU", "core-h")
 MEM_REQUESTS = ("proportional", "whole_node", "none")
 # In ``python_env_lines``: the wheels the job's venv installs (torch, or the launcher's framework)
 JOB_PACKAGES = "@PACKAGES@"
@@ -183,7 +184,8 @@ class ClusterProfile:
     billing_unit: str = fact("what the centre bills a GPU job in, in its page's words: " + " | ".join(BILLING_UNITS),
                              default="GPU-hours", check=one_of(BILLING_UNITS))
     billing_rate: float | None = fact("the billing unit's worth per billed GPU-hour: the RGUs of one GPU's bundle "
-                                      "(Alliance H100: 12.2), the BUs of a GPU-hour (Roihu: 200)", default=None,
+                                      "(Alliance H100: 12.2), the BUs of a GPU-hour (Roihu: 200), the core-h of a "
+                                      "GPU-hour (JUPITER: 72)", default=None,
                                       check=_GB)
     # containers: what `apptainer exec` needs on this cluster (bind mounts, set-up before it)
     container_binds: tuple[str, ...] = fact("bind mounts for the container", default=(), check=_LINES)

@@ -240,20 +240,23 @@ def billed_gpu_hours(r: Resources, profile: ClusterProfile) -> float:
 
 def billed_amount(device_hours: float, profile: ClusterProfile) -> tuple[float, str]:
     """``device_hours`` (GPUs, or LUMI's GCDs, times hours) as the centre counts them, with the unit's
-    short name: bundle-hours (the Alliance), GPU BU (CSC), GPU-hours of ``gpus_per_billing_unit``
-    devices (LUMI: one billed GPU-hour is two GCDs)."""
+    short name: bundle-hours (the Alliance), GPU BU (CSC), core-h (JSC), GPU-hours of
+    ``gpus_per_billing_unit`` devices (LUMI: one billed GPU-hour is two GCDs)."""
     unit, rate = profile.billing_unit, profile.billing_rate
     if unit == "bundles":
         return device_hours, "bundle-h"
     if unit == "GPU BU" and rate:
         return device_hours * rate, "GPU BU"
+    if unit == "core-h" and rate:
+        return device_hours * rate, "core-h"
     return device_hours / max(profile.gpus_per_billing_unit, 1), "GPU-h"
 
 
 def billing_text(gpu_hours: float, used: float, profile: ClusterProfile) -> str:
     """What a job's ``gpu_hours`` (billed GPU-hours, ``used`` for its GPUs alone) cost, in the unit
     the centre counts: GPU-hours (LUMI: of ``gpus_per_billing_unit`` GCDs), bundles (the Alliance:
-    one GPU with its share of cores and memory, worth ``billing_rate`` RGUs) or GPU BU (CSC)."""
+    one GPU with its share of cores and memory, worth ``billing_rate`` RGUs), GPU BU (CSC) or
+    core-h (JSC: ``billing_rate`` cores per GPU, with the GPU-hours beside them)."""
     unit, rate = profile.billing_unit, profile.billing_rate
     more = abs(used - gpu_hours) > 0.005
     if unit == "bundles":
@@ -264,6 +267,12 @@ def billing_text(gpu_hours: float, used: float, profile: ClusterProfile) -> str:
         return text + (f" ({used:g} for the GPUs alone)" if more else "")
     if unit == "GPU BU" and rate:
         return (f"{round(gpu_hours * rate, 2):g} GPU BU billed ({gpu_hours:g} GPU-hours x {rate:g} BU)"
+                + (f" ({used:g} GPU-hours used)" if more else ""))
+    if unit == "core-h" and rate:
+        # the centre assigns quota in core-h; how a GPU node's hour converts is the profile's reading
+        # (its unconfirmed billing_rate), so the GPU-hours are said beside it
+        return (f"{round(gpu_hours * rate, 2):g} core-h billed ({gpu_hours:g} GPU-hours x {rate:g} cores per GPU; "
+                f"the conversion is unconfirmed, see 'scaletrain clusters show {profile.name}')"
                 + (f" ({used:g} GPU-hours used)" if more else ""))
     per = profile.gpus_per_billing_unit
     return (f"{gpu_hours:g} GPU-hours billed" + (f" ({used:g} used)" if more else "")
