@@ -1,14 +1,16 @@
-"""The scaling model against published multi-GPU scaling tables (issue 36, item 1).
+"""The scaling model against published multi-GPU tables: the fit set, the held-out set, the protocol.
 
-The tables, their sources and inputs are data in benchmarks/published_scaling.py (the same module
-prints docs/benchmarks.md's tables). A user's procedure: calibrate the distributed overhead on the
-table's own one-node point, predict the rest. The old model (no overhead term) said 100% at every
-point of one node and fails these tests.
+The tables, their sources and which fit the constants and which are held out are data in
+benchmarks/published_tables.py; the procedure (calibrate on a table's own one-node point, or start
+from the published default, then predict the rest) is benchmarks/published_scaling.py, which also
+prints docs/benchmarks.md's tables. The model of 39e04f3 took the overhead from the whole 1-GPU
+step under strong scaling and fails the BERT test here (13.6% at 256 GPUs, 93.1% measured).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -22,103 +24,144 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def published():
-    spec = importlib.util.spec_from_file_location("published_scaling", REPO / "benchmarks" / "published_scaling.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["published_scaling"] = module       # dataclasses look the module up by name
+    names = ("published_tables", "published_scaling")
+    saved = list(sys.path)
     try:
-        spec.loader.exec_module(module)
-        yield module
+        for name in names:      # dataclasses look their module up by name
+            spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            spec.loader.exec_module(module)
+        yield sys.modules["published_scaling"]
     finally:
-        sys.modules.pop("published_scaling", None)
+        for name in names:
+            sys.modules.pop(name, None)
+        sys.path[:] = saved
 
 
-def _per_step(published):
-    return [t for t in published.TABLES if t.per_step]
+@pytest.fixture(scope="module")
+def tables(published):
+    return sys.modules["published_tables"]
 
 
-def test_the_tables_are_the_published_figures(published):
-    # spot checks against the README's rows, so a transcription slip fails here
-    by = published.BY_KEY
+def _steps(ts):
+    return [t for t in ts if t.kind == "steps"]
+
+
+def test_the_tables_are_the_published_figures(tables):
+    # spot checks against the READMEs' rows, so that a transcription slip fails here
+    by = tables.BY_KEY
     assert dict(by["txl-large-mixed"].points)[16] == pytest.approx(14.296 / 16)
-    assert by["txl-large-mixed"].step_s == pytest.approx(8 * 384 / 14_787)
-    assert dict(by["txl-base-fp32"].points)[2] == pytest.approx(1.840 / 2)
     assert dict(by["txl-large-fp32-nodes"].points)[128] == pytest.approx(7.45 / 8)
-    assert by["txl-large-mixed-nodes"].step_s == pytest.approx(4 * 384 / (154_950 / 16))
-    assert dict(by["jsc-resnet50"].points)[128] == pytest.approx(342.2 / (128 * 4.805), abs=1e-3)
+    assert dict(by["gnmt-dgx2-mixed"].points)[16] == pytest.approx(852550 / (16 * 72684))
     assert dict(by["bart-512-bf16-nodes"].points)[320] == pytest.approx(36.29 / 40)
-    assert by["bart-128-tf32"].step_s == pytest.approx(100 / 202.53)
-    assert len(published.TABLES) == 15 and sum(len(t.points) for t in published.TABLES) == 39
+    # BERT-large pre-training, 32 DGX A100 (256 GPUs), sequence 128, mixed: 138294 against 580 on 1 GPU
+    bert = by["bert-a100-128-mixed"]
+    assert dict(bert.points)[256] == pytest.approx(0.931, abs=5e-4)
+    assert bert.step_s == pytest.approx(256 * 32 / 580) and bert.shares[256] == pytest.approx(1 / 32)
+    assert bert.micro[256] == 1 and bert.micro[8] == bert.micro[0] == 32
+    assert by["bert-a100-512-tf32"].micro[256] == 8          # 128 accumulated / 16 per micro-batch
+    assert dict(by["bert-v100-squad-dgx2-b4-mixed"].points)[16] == pytest.approx(462.08 / (16 * 38.16))
+    assert dict(by["bert-v100-pre-128-nodes"].points)[1024] == pytest.approx(188088.32 / (64 * 3379.2))
+    assert dict(by["mxnet-rn50-dgx1-mixed"].points)[2] == pytest.approx(2768 / 2752)
+    assert dict(by["jsc-resnet50"].points)[128] == pytest.approx(342.2 / (128 * 4.805), abs=1e-3)
+    assert dict(by["ncf-dgx2-mixed"].points)[16] == pytest.approx(133_300_953 / (16 * 21_056_129))
 
 
-def test_calibrated_on_one_node_multi_node_error_is_within_three_points(published):
-    mean, worst, points = published.summary("calibrated")
-    assert points == 6 and mean <= 3.0 and worst <= 3.5
-    mean_all, worst_all, _ = published.summary("calibrated", multi_node_only=False)
-    assert mean_all <= 1.5 and worst_all <= 4.0      # one node too, from the 2-GPU point alone
+def test_the_protocol_keeps_fit_and_held_out_apart(tables):
+    fit, held, outside = tables.FIT, tables.HELD_OUT, tables.OUTSIDE
+    assert {t.key for t in fit}.isdisjoint(t.key for t in held)
+    # whole sources apart: no model and stack is fitted on one table and judged on another
+    assert {t.family for t in fit}.isdisjoint(t.family for t in held)
+    assert {t.family for t in outside}.isdisjoint({t.family for t in fit} | {t.family for t in held})
+    # at least six sources, weak and strong scaling, several stacks and interconnects, all with a source
+    assert len({t.family for t in (*fit, *held)}) >= 6
+    assert any(t.strong for t in held) and any(not t.strong for t in held)
+    assert {"txl", "gnmt", "bart"} == {t.family for t in fit}
+    assert all(t.source and ("github.com/" in t.source or "seed 004" in t.source) for t in tables.TABLES)
+    assert all(t.note for t in outside)
 
 
-def test_uncalibrated_default_and_its_range(published):
-    mean, worst, _ = published.summary("default", multi_node_only=False)
-    assert mean <= 3.0 and worst <= 10.5
-    for table in _per_step(published):
-        for r in published.evaluate(table, "default"):
-            assert r["low"] - 0.01 <= r["measured"] <= r["high"] + 0.01, (table.key, r)
+def test_constants_are_fits_of_the_fit_set_only(published, tables):
+    one_gpu = published.one_gpu_tables(tables.FIT)
+    assert ov.GROWTH == pytest.approx(statistics.median(published.fit_growth(t) for t in one_gpu), abs=0.01)
+    points = [y / x for t in one_gpu for x, y in published.growth_points(t)]
+    assert ov.GROWTH_RANGE[0] <= min(points) <= ov.GROWTH_RANGE[0] + 0.01
+    assert ov.GROWTH_RANGE[1] >= max(points) >= ov.GROWTH_RANGE[1] - 0.01
+    fractions = [published.fraction_at_reference(t) for t in one_gpu]
+    assert ov.DEFAULT_FRACTION == pytest.approx(statistics.median(fractions), abs=0.002)
+    every = [published.fraction_at_reference(t) for t in tables.FIT if not t.calibrated_by]
+    assert min(every) == pytest.approx(ov.FRACTION_RANGE[0], abs=0.001)
+    assert max(every) == pytest.approx(ov.FRACTION_RANGE[1], abs=0.001)
+    # the calibration spread: the smallest (in steps of 0.5%) that holds 90% of the fitted points
+    fit = list(tables.FIT)
+    assert published.summary(fit, "calibrated", spread=ov.CALIBRATION_SPREAD)["coverage"] >= 0.9
+    assert published.summary(fit, "calibrated", spread=ov.CALIBRATION_SPREAD - 0.005)["coverage"] < 0.9
 
 
-def test_old_model_was_optimistic_everywhere(published):
-    # the model before the overhead term: every point at 100% on one node
-    old = [r for t in _per_step(published) for r in published.evaluate(t, "old")]
-    assert all(r["predicted"] > r["measured"] for r in old)
-    assert published.summary("old", multi_node_only=False)[0] > 8.0
-
-
-@pytest.mark.parametrize("threshold", [0.8, 0.85, 0.9, 0.95])
-@pytest.mark.parametrize("model", ["calibrated", "default"])
-def test_largest_size_above_threshold_never_exceeds_the_measured_one(published, threshold, model):
-    for table in _per_step(published):
-        rows = published.evaluate(table, model)
-        base = [(table.base_n, 1.0)]
-        measured = published.largest_above(base + [(r["n"], r["measured"]) for r in rows], threshold)
-        chosen = published.largest_above(base + [(r["n"], r["low"]) for r in rows], threshold)   # recommend()
-        assert chosen <= measured, (table.key, threshold)
-
-
-def test_jsc_whole_job_times_within_the_default_range_to_sixteen_nodes(published):
-    # wall times of 10-epoch jobs: per-job costs are inside them; the per-step model's default range
-    # holds them to 64 GPUs, not at 128 (4.8 minutes, docs/benchmarks.md)
-    rows = {r["n"]: r for r in published.evaluate(published.BY_KEY["jsc-resnet50"], "default")}
-    for n in (16, 32, 64):
-        assert rows[n]["low"] <= rows[n]["measured"] <= rows[n]["high"]
-    assert rows[128]["low"] > rows[128]["measured"]
-
-
-def test_bart_multi_node_with_its_unstated_accumulation(published):
-    # BART's pre-training accumulates gradients (40 steps by default, one all-reduce after them) and
-    # its benchmark rows do not say how many: calibrated on one node, 20 and 40 nodes come within
-    # 4.5 points on average, 8.4 at worst; the 3-point aim is not met here (docs/benchmarks.md)
-    mean, worst, points = published.summary("calibrated", kinds=("accumulated",))
-    assert points == 8 and mean <= 4.5 and worst <= 8.5
-    assert published.summary("old", kinds=("accumulated",))[0] > mean
-
-
-def test_overhead_constants_are_the_fits_of_the_tables(published):
-    one_node = [t for t in _per_step(published) if t.base_n == 1]
-    assert ov.GROWTH == pytest.approx(statistics.median(published.fit_growth(t) for t in one_node), abs=0.01)
-    points = [g for t in one_node for g in published.point_growths(t)]
-    assert ov.GROWTH_RANGE[0] <= min(points) <= ov.GROWTH_RANGE[0] + 0.02
-    assert ov.GROWTH_RANGE[1] >= max(points) >= ov.GROWTH_RANGE[1] - 0.02
-    fractions = [published.fraction_at_two(t) for t in published.FRACTION_TABLES]
-    assert ov.DEFAULT_FRACTION == pytest.approx(statistics.median(fractions), abs=0.005)
-    assert ov.FRACTION_RANGE[0] <= min(fractions) <= ov.FRACTION_RANGE[0] + 0.01
-    assert ov.FRACTION_RANGE[1] >= max(fractions) >= ov.FRACTION_RANGE[1] - 0.01
-
-
-def test_step_exponent_is_the_fp32_against_mixed_precision_fit(published):
-    import math
-
+def test_step_exponent_is_the_fp32_against_mixed_precision_fit(published, tables):
     exps = []
-    for size in ("base", "large"):
-        fp32, mixed = (published.calibration(published.BY_KEY[f"txl-{size}-{p}"]) for p in ("fp32", "mixed"))
+    for family in ("txl-base", "txl-large", "gnmt-dgx1", "gnmt-dgx2"):
+        fp32, mixed = (published.calibration(tables.BY_KEY[f"{family}-{p}"]) for p in ("fp32", "mixed"))
         exps.append(math.log(fp32.at_two_s / mixed.at_two_s) / math.log(fp32.at_step_s / mixed.at_step_s))
     assert min(exps) <= ov.STEP_EXPONENT <= max(exps)
     assert ov.STEP_EXPONENT == pytest.approx(statistics.mean(exps), abs=0.05)
+
+
+def test_strong_scaling_bert_large_at_256_gpus(published, tables):
+    """One global batch split 256 ways: each GPU's step is 1/32 of the 1-GPU step. Measured 93.1%;
+    39e04f3's model took its overhead from the whole 1-GPU step and said 13.6%."""
+    bert = tables.BY_KEY["bert-a100-128-mixed"]
+    for model in ("default", "calibrated"):
+        at = {int(r["n"]): r for r in published.evaluate(bert, model)}[256]
+        assert at["measured"] == pytest.approx(0.931, abs=5e-4)
+        assert at["low"] <= at["measured"] <= at["high"], (model, at)
+        assert abs(at["predicted"] - at["measured"]) < 0.11, (model, at)
+    # the held-out strong-scaling points, uncalibrated: 20 of 24 within the range; the four outside
+    # are sequence 512 in TF32 beyond 4 nodes (75.6% measured at 256 GPUs), under the low end by at
+    # most 4.2 points
+    strong = [t for t in tables.HELD_OUT if t.strong]
+    rows = [dict(r, key=t.key) for t in strong for r in published.evaluate(t, "default")]
+    outside = [r for r in rows if not r["low"] - 0.005 <= r["measured"] <= r["high"] + 0.005]
+    assert len(rows) == 24 and len(outside) == 4
+    assert all(r["key"] == "bert-a100-512-tf32" and r["low"] - r["measured"] <= 0.043 for r in outside)
+
+
+def test_held_out_per_step_tables_meet_the_range_aims(published, tables):
+    """The protocol's report (docs/benchmarks.md): on the held-out per-step tables the range holds 9
+    times in 10 and its low end is never more than 5 points above the published value; the middle's
+    mean error is 5.3 points uncalibrated (aim 5) and 3.2 calibrated (aim 3): near, not met."""
+    held = _steps(tables.HELD_OUT)
+    default, cal = (published.summary(held, m) for m in ("default", "calibrated"))
+    assert default["points"] == 61 and cal["points"] == 43
+    assert default["coverage"] >= 0.9 and cal["coverage"] >= 0.9
+    assert default["optimistic_low"] <= 5.0 and cal["optimistic_low"] <= 5.0
+    assert default["mean"] <= 5.5 and cal["mean"] <= 3.3
+    # the model before the overhead term (no overhead at all) was optimistic at every point
+    old = published.scored(held, "old")
+    assert all(r["predicted"] >= r["measured"] - 0.01 for r in old)
+
+
+def test_the_fit_set_itself(published, tables):
+    fit = _steps(tables.FIT)
+    default, cal = (published.summary(fit, m) for m in ("default", "calibrated"))
+    assert default["coverage"] == 1.0 and cal["coverage"] == 1.0
+    assert default["mean"] <= 3.0 and cal["mean"] <= 1.2
+
+
+@pytest.mark.parametrize("model", ["default", "calibrated"])
+def test_largest_size_above_threshold_on_held_out_tables(published, tables, model):
+    # the recommendation's rule (the range's low end at 80-95%) against the measured largest size:
+    # uncalibrated never larger; calibrated larger once, where MXNet on one DGX-2 measured 90.0%
+    # at 16 GPUs and the range's low end said 92.6%
+    larger = published.larger_than_measured(_steps(tables.HELD_OUT), model)
+    assert larger == ([] if model == "default" else [("mxnet-rn50-dgx2-mixed", 0.9, 16, 8)])
+
+
+def test_whole_job_times_are_outside_a_per_step_range(published, tables):
+    # JSC's wall times of 10-epoch jobs hold start-up and per-epoch pauses that do not shrink with N:
+    # the per-step range holds them to 64 GPUs uncalibrated, not at 128 (4.8-minute jobs)
+    rows = {int(r["n"]): r for r in published.evaluate(tables.BY_KEY["jsc-resnet50"], "default")}
+    for n in (16, 32, 64):
+        assert rows[n]["low"] <= rows[n]["measured"] <= rows[n]["high"]
+    assert rows[128]["low"] > rows[128]["measured"] + 0.15

@@ -8,16 +8,20 @@ anywhere, including a cluster's login node over a file share; the PNG needs matp
 from __future__ import annotations
 
 import html
+import json
+import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from scaletrain.contract.files import SCALING_REPORT
 from scaletrain.extras import install_hint
-from scaletrain.fileio import atomic_write, json_text
-from scaletrain.observe.scaling import percent
+from scaletrain.fileio import atomic_write, json_text, read_bounded
+from scaletrain.observe.scaling import UNSEEN, range_text
 
 SCALING_HTML = "scaling.html"    # beside contract.files.SCALING_REPORT: the page and the plot
 SCALING_PNG = "scaling.png"
+MAX_REPORT_BYTES = 64 * 2**20    # a report (or a Monitor summary read beside it) is far smaller
 
 
 def format_table(doc: dict[str, Any]) -> str:
@@ -27,14 +31,14 @@ def format_table(doc: dict[str, Any]) -> str:
     head = (f"{'nodes':>5} " if nodes else "") + \
         f"{'procs':>5} {'ms/step':>9} {'samples/s':>10} {'per dev':>9} {'speed-up':>9} {'effic.':>7}"
     if predicted:
-        head += f" {'model ms':>9} {'model eff':>9} {'error':>7}  limit"
+        head += f" {'model ms':>9} {'model eff':>15} {'error':>7}  limit"
     lines = [head]
     for r in doc["rows"]:
         line = (f"{r.get('nodes', 1):>5} " if nodes else "") + \
             (f"{r['nproc']:>5} {r['step_s'] * 1000:>9.1f} {r['samples_per_s']:>10.1f} "
              f"{r['samples_per_s_per_device']:>9.1f} {r['speedup']:>9.2f} {r['efficiency'] * 100:>6.0f}%")
         if "predicted_step_s" in r:
-            line += (f" {r['predicted_step_s'] * 1000:>9.1f} {percent(r['predicted_efficiency'], r['nproc']):>8}% "
+            line += (f" {r['predicted_step_s'] * 1000:>9.1f} {_model_efficiency(r):>15} "
                      f"{r['prediction_error'] * 100:>+6.0f}%  {r['predicted_limit']}")
         lines.append(line)
     for f in doc.get("failed", []):
@@ -42,11 +46,20 @@ def format_table(doc: dict[str, Any]) -> str:
     overhead = doc.get("model", {}).get("overhead")
     if predicted and overhead:
         lines.append(f"model: distributed overhead calibrated on this run, {overhead['at_two_s'] * 1000:.2f} ms "
-                     f"per step at 2 processes ({overhead['source']})")
+                     f"per step at 2 processes, exposed all-reduce included ({overhead['source']})")
     elif predicted:
         lines.append("model: distributed overhead NOT calibrated (no multi-process run on one node): "
                      "the published default, a range")
+    if predicted:
+        lines.append(f"model: {UNSEEN}")
     return "\n".join(lines)
+
+
+def _model_efficiency(row: dict[str, Any]) -> str:
+    """The model's efficiency of a row with its range, as plan --explain prints it."""
+    eff = row["predicted_efficiency"]
+    return range_text(eff, row.get("predicted_efficiency_low", eff), row.get("predicted_efficiency_high", eff),
+                      row["nproc"])
 
 
 def _by_nodes(doc: dict[str, Any]) -> bool:
@@ -114,7 +127,7 @@ def render_html(doc: dict[str, Any]) -> str:
             str(r["nproc"]), f"{r['step_s'] * 1000:.1f}", f"{r['samples_per_s']:.1f}",
             f"{r['samples_per_s_per_device']:.1f}", f"{r['speedup']:.2f}", f"{r['efficiency'] * 100:.0f}%"]
         if pred:
-            cells += ([f"{r['predicted_step_s'] * 1000:.1f}", f"{percent(r['predicted_efficiency'], r['nproc'])}%",
+            cells += ([f"{r['predicted_step_s'] * 1000:.1f}", _model_efficiency(r),
                        f"{r['prediction_error'] * 100:+.0f}%", esc(r["predicted_limit"])]
                       if "predicted_step_s" in r else ["-"] * 4)
         # the model's "limit" is prose: it wraps, so the table fits a laptop screen
@@ -155,8 +168,8 @@ td.limit {{ white-space: normal; text-align: left; min-width: 8em; }}
 {''.join(body)}
 </table>
 <p class="note">Efficiency = speed-up / size ratio against the smallest size. Model: ring all-reduce
-of the gradients with DDP's overlap, from the 1-process step; bandwidth: {esc(str(model.get('source', '')))}.
-{esc(str(model.get('note', '')))}</p>
+of the gradients with DDP's overlap, from the 1-process step; bandwidth: {esc(str(model.get('source', '')))};
+{esc(UNSEEN)}. {esc(str(model.get('note', '')))}</p>
 </body></html>
 """
 
@@ -200,3 +213,81 @@ def write_report(doc: dict[str, Any], out_dir: str | Path) -> list[str]:
     atomic_write(out / SCALING_HTML, render_html(doc))
     note = write_png(doc, out / SCALING_PNG)
     return [note] if note else []
+
+
+# ---- reading scaling.json back (plan --explain) -------------------------------------------------
+
+class ReportError(ValueError):
+    """A report that is not what :func:`write_report` writes: the message says what is wrong."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class OneProcessRow:
+    """The 1-process row of a scaling report: the step ``plan --explain`` models from."""
+
+    step_s: float
+    data_wait_frac: float
+    grad_bytes: int | None
+    batch_per_device: int
+    steps: int
+    workload: str
+    device: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScalingReport:
+    """What a ``scaling.json`` says, checked."""
+
+    one_process: OneProcessRow | None          # None: no run on 1 process
+    calibration: dict[str, Any] | None         # the stored calibration record (observe.overhead.to_record)
+
+
+def read_document(path: Path) -> Any:
+    """A report file parsed as JSON, at most MAX_REPORT_BYTES (the bound holds if it grows while read).
+    Raises OSError or ValueError (not JSON, nested past the parser's depth)."""
+    try:
+        return json.loads(read_bounded(path, MAX_REPORT_BYTES))
+    except RecursionError:
+        raise ValueError("nested too deeply to be a report") from None
+
+
+def is_scaling_report(doc: Any) -> bool:
+    """Whether a parsed document is a scaling report (else, for plan --explain, a Monitor summary)."""
+    return isinstance(doc, dict) and doc.get("kind") == "scaling"
+
+
+def scaling_report(doc: Any) -> ScalingReport:
+    """The checked content of a parsed ``scaling.json``; ReportError names the first thing that is
+    not as :func:`write_report` writes it (a missing key, a row that is not an object, ...)."""
+    if not is_scaling_report(doc):
+        raise ReportError('it is not a scaling report (no "kind": "scaling")')
+    rows = doc.get("rows")
+    if not isinstance(rows, list):
+        raise ReportError('"rows" is not a list')
+    one = None
+    for i, row in enumerate(rows, 1):
+        if not isinstance(row, dict):
+            raise ReportError(f"row {i} is not an object")
+        if row.get("nproc") == 1 and one is None:
+            one = _one_process(row, i)
+    cal = doc.get("calibration")
+    return ScalingReport(one_process=one, calibration=cal if isinstance(cal, dict) else None)
+
+
+def _one_process(row: dict[str, Any], i: int) -> OneProcessRow:
+    def number(key: str, low: float, high: float) -> float:
+        v = row.get(key)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not low <= v <= high:
+            raise ReportError(f"row {i} (1 process): {key!r} is missing or not a number in [{low:g}, {high:g}]")
+        return float(v)
+
+    grad = row.get("grad_bytes")
+    if grad is not None and (isinstance(grad, bool) or not isinstance(grad, int) or not 0 <= grad < 2**50):
+        raise ReportError(f"row {i} (1 process): 'grad_bytes' is not a byte count")
+    workload = row.get("workload")
+    device = row.get("device")
+    return OneProcessRow(step_s=number("step_s", 1e-9, 1e6), data_wait_frac=number("data_wait_frac", 0.0, 1.0),
+                         grad_bytes=grad or None, batch_per_device=int(number("batch_per_device", 1, 1e9)),
+                         steps=int(number("steps", 1, 1e12)),
+                         workload=str(workload) if isinstance(workload, str) else "?",
+                         device=device if isinstance(device, str) else None)

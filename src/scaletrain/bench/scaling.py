@@ -26,7 +26,8 @@ from typing import Any
 from scaletrain.errors import LaunchError, UsageError
 from scaletrain.fileio import read_bounded
 from scaletrain.observe.overhead import Overhead, calibrate, from_record, to_record
-from scaletrain.observe.scaling import Links, StepProfile, links_from_profile, modelled_without_overhead, predict
+from scaletrain.observe.scaling import (Links, StepProfile, exposed_communication, links_from_profile,
+                                        modelled_without_overhead, predict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -165,7 +166,9 @@ def _calibration(rows: list[dict[str, Any]], step: StepProfile, links: Links) ->
     r = min(one_node, key=lambda x: x["nproc"])
     share = r["batch_per_device"] / rows[0]["batch_per_device"]
     modelled = modelled_without_overhead(step, links, r["nproc"], share=share)
-    return calibrate(r["step_s"], modelled, r["nproc"], step_s=step.compute_s,
+    # the overhead belongs to each process's step as it was in that run (half the batch in strong mode)
+    return calibrate(r["step_s"], modelled, r["nproc"], step_s=step.compute_s * share,
+                     exposed_s=exposed_communication(step, links, r["nproc"], share=share),
                      source=f"bench scaling of {r['workload']} on {r['nproc']} processes, "
                             f"{r['step_s'] * 1000:.1f} ms/step measured, {modelled * 1000:.1f} ms modelled")
 

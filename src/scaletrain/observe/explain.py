@@ -1,84 +1,115 @@
 """``scaletrain plan --explain RUN``: how many GPUs are worth asking for?
 
-``RUN`` is what a measured run left behind: a Monitor run folder (its ``summary.json``), a
-``summary.json`` itself, or a ``scaling.json`` from ``scaletrain bench scaling`` (its 1-process
-row). From that step, the plan's cluster profile and the scaling model
-(:mod:`scaletrain.observe.scaling`) this prints, for 1..N GPUs: predicted step time,
-efficiency, time to solution for the run's amount of work, and billed GPU-hours; then it
-recommends the largest GPU count whose predicted efficiency stays at or above 80% and says
-what limits it. Pure apart from reading ``RUN``.
+``RUN`` is what a measured run left behind: a run folder (its Monitor's ``summary.json``, found
+where ``scaletrain report`` finds the Monitor's files: in the folder or up to two levels below), a
+``summary.json`` itself, or a ``scaling.json`` from ``scaletrain bench scaling`` (its 1-process row,
+read by the report's own reader, :mod:`scaletrain.bench.report`). From that step, the plan's cluster
+profile and the scaling model (:mod:`scaletrain.observe.scaling`) this prints, for 1..N GPUs:
+predicted step time, efficiency with its range, time to solution for the run's amount of work,
+and billed GPU-hours; then it recommends the largest GPU count whose predicted efficiency stays
+at or above 80% at the low end of its range and says what limits it. A step measured on the CPU
+is said to be one, and gets no GPU recommendation. Pure apart from reading ``RUN``.
 """
 
 from __future__ import annotations
 
-import json
+from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Callable
 from typing import Any
 
+from scaletrain.bench import report
 from scaletrain.clusters.resources import billed_amount
-from scaletrain.contract.files import SCALING_REPORT, SUMMARY_FILE
+from scaletrain.contract.files import METRICS_FILE, SCALING_REPORT, SUMMARY_FILE
 from scaletrain.errors import UsageError
-from scaletrain.fileio import read_bounded
+from scaletrain.jobs import runfolder
 from scaletrain.observe.monitorfiles import summary_step
-from scaletrain.observe.overhead import STEP_EXPONENT, Overhead, from_record, load_calibration
-from scaletrain.observe.scaling import (DEFAULT_THRESHOLD, Links, StepProfile, billed_gpus, efficiency_text,
+from scaletrain.observe.overhead import REFERENCE_STEP_S, STEP_EXPONENT, Overhead, from_record, load_calibration
+from scaletrain.observe.scaling import (DEFAULT_THRESHOLD, UNSEEN, Links, StepProfile, billed_gpus, efficiency_text,
                                         links_from_profile, predict, recommend, sizes_up_to, time_to_solution)
 
+MAX_REPORT_BYTES = report.MAX_REPORT_BYTES
+GIVE = "give a run folder (with the Monitor's summary.json), a summary.json or a bench scaling.json"
 
-MAX_REPORT_BYTES = 64 * 2**20
+
+@dataclass(frozen=True, kw_only=True)
+class Measurement:
+    """What RUN measured, for the model."""
+
+    step: StepProfile
+    work: float                            # samples of the measured run (0: unknown)
+    source: str                            # what it is and where
+    device: str | None = None              # where the step ran ("cpu", "cuda:0"...), None when not said
+    calibration: dict[str, Any] | None = None   # a bench scaling.json's own calibration record
+
+    @property
+    def on_cpu(self) -> bool:
+        return (self.device or "").split(":")[0] == "cpu"
 
 
-def load_measurement(path: str, *, params: float | None = None) -> tuple[StepProfile, float, str]:
-    """(step, samples of work, description) from a run folder, summary.json or scaling.json."""
+def _find(path: str) -> Path:
+    """The file RUN names: itself, or in a run folder the Monitor's summary.json (else a scaling.json)
+    in the folder or below it, where ``scaletrain report`` looks for the Monitor's files."""
     p = Path(path).expanduser()
+    if not runfolder.is_dir(p):
+        if p.exists() and not p.is_file():   # never block on a FIFO or read a device without end
+            raise UsageError(f"--explain: {path} is not a regular file or a folder", GIVE)
+        return p
+    folders = runfolder.walk(p, runfolder.SEARCH_DEPTH)
+    for name in (SUMMARY_FILE, SCALING_REPORT):
+        for folder in folders:
+            if (folder / name).is_file():
+                return folder / name
+    metrics = next((f / METRICS_FILE for f in folders if (f / METRICS_FILE).is_file()), None)
+    if metrics is not None:
+        raise UsageError(f"--explain: {path} has the Monitor's {metrics.relative_to(p)} but no {SUMMARY_FILE}",
+                         "the Monitor writes summary.json when the run closes (monitor.close()): "
+                         "explain a run that has finished")
+    raise UsageError(f"--explain: {path} holds no {SUMMARY_FILE} or {SCALING_REPORT} "
+                     f"(searched {runfolder.SEARCH_DEPTH} levels down)", GIVE)
+
+
+def load_measurement(path: str, *, params: float | None = None) -> Measurement:
+    """The measured step of a run folder, summary.json or scaling.json (read once)."""
     try:
-        if p.is_dir():
-            for name in (SUMMARY_FILE, SCALING_REPORT):
-                if (p / name).is_file():
-                    p = p / name
-                    break
-        # a report is a small regular file: never block on a FIFO or read a device without end
-        if p.exists() and not p.is_file():
-            raise UsageError(f"--explain: {path} is not a regular file",
-                             "give a Monitor run folder (with summary.json) or a bench scaling.json")
-        if p.exists() and p.stat().st_size > MAX_REPORT_BYTES:
-            raise UsageError(f"--explain: {path} is larger than a report can be "
-                             f"({MAX_REPORT_BYTES // 2**20} MiB)", "give a summary.json or scaling.json")
-        doc = json.loads(read_bounded(p, MAX_REPORT_BYTES))   # the bound holds if it grows meanwhile
+        p = _find(path)
+        doc = report.read_document(p)
     except FileNotFoundError:
-        raise UsageError(f"--explain: {path} not found",
-                         "give a Monitor run folder (with summary.json) or a bench scaling.json") from None
+        raise UsageError(f"--explain: {path} not found", GIVE) from None
     except (OSError, ValueError) as exc:
-        raise UsageError(f"--explain: cannot read {p}: {exc}", "give a Monitor summary.json or a scaling.json") from None
-    if not isinstance(doc, dict):
-        raise UsageError(f"--explain: {p} is not a Monitor summary or scaling report", "give a summary.json")
-    if doc.get("kind") == "scaling":
-        rows = [r for r in doc.get("rows", []) if r.get("nproc") == 1]
-        if not rows:
+        raise UsageError(f"--explain: cannot read {path}: {exc}", GIVE) from None
+    if report.is_scaling_report(doc):
+        try:
+            scaling = report.scaling_report(doc)
+        except report.ReportError as exc:
+            raise UsageError(f"--explain: {p} is not a scaling report as bench scaling writes it: {exc}",
+                             "run 'scaletrain bench scaling --nproc 1,2 --out DIR' again and give DIR") from None
+        row = scaling.one_process
+        if row is None:
             raise UsageError(f"--explain: {p} has no 1-process row", "run bench scaling with --nproc 1,...")
-        r = rows[0]
-        step_s, wait_frac, grad, per_step = r["step_s"], r["data_wait_frac"], r["grad_bytes"], r["batch_per_device"]
-        work = per_step * r["steps"]
-        what = f"bench scaling of {r['workload']} on 1 process"
-    else:
+        step_s, wait_frac, grad, per_step = row.step_s, row.data_wait_frac, row.grad_bytes, row.batch_per_device
+        work, device, calibration = float(per_step * row.steps), row.device, scaling.calibration
+        what = f"bench scaling of {row.workload} on 1 process"
+    elif isinstance(doc, dict):
         measured = summary_step(doc)
         if measured is None:
             raise UsageError(f"--explain: {p} has no measured steps (step_s_median, samples_per_step)",
                              "run more steps than the Monitor's warm-up before explaining")
-        step_s, per_step, wait_frac = measured.step_s, measured.samples_per_step, measured.data_wait_frac
-        grad, work = measured.grad_bytes, measured.samples
+        step_s, per_step, wait_frac = measured.step_s, int(measured.samples_per_step), measured.data_wait_frac
+        grad, work, device, calibration = measured.grad_bytes, measured.samples, measured.device, None
         what = f"Monitor summary of {measured.steps} steps on {measured.world_size} process(es)"
         if measured.world_size > 1:
             what += " (its step is treated as a 1-GPU step; it includes that run's communication)"
+    else:
+        raise UsageError(f"--explain: {p} is not a Monitor summary or scaling report", GIVE)
     if not grad:
         if params is None:
             raise UsageError(f"--explain: {p} does not give the gradient size",
                              "call monitor.watch(model) in the run, or pass --params (e.g. 25.6M)")
         grad = int(params * 4)  # fp32 gradients
-    wait = step_s * float(wait_frac)
-    step = StepProfile(compute_s=step_s - wait, data_wait_s=wait, grad_bytes=int(grad), samples_per_step=int(per_step))
-    return step, work, f"{what}, {p}"
+    wait = step_s * wait_frac
+    step = StepProfile(compute_s=step_s - wait, data_wait_s=wait, grad_bytes=int(grad), samples_per_step=max(1, per_step))
+    return Measurement(step=step, work=work, source=f"{what}, {p}", device=device, calibration=calibration)
 
 
 def _hms(seconds: float) -> str:
@@ -89,8 +120,9 @@ def _hms(seconds: float) -> str:
 def explain(step: StepProfile, links: Links, *, requested: int, work_samples: float, max_gpus: int | None = None,
             time_limit_s: float | None = None, threshold: float = DEFAULT_THRESHOLD,
             cluster: str = "", source: str = "", overhead: Overhead | None = None,
-            bill: Callable[[float], tuple[float, str]] | None = None) -> str:
-    """The advice text: a table for 1..N GPUs, the recommendation and what limits it."""
+            bill: Callable[[float], tuple[float, str]] | None = None, device: str | None = None) -> str:
+    """The advice text: a table for 1..N GPUs, the recommendation and what limits it. ``device``:
+    where the step was measured; a CPU step is said to be one and gets no recommendation."""
     top = max_gpus or max(requested * 4, links.devices_per_node * 2)
     sizes = sizes_up_to(top, include=(requested,))
     ov = overhead or Overhead()
@@ -118,59 +150,62 @@ def explain(step: StepProfile, links: Links, *, requested: int, work_samples: fl
     beyond = [p for p in preds if p.n > best.n]
     why = (f"; beyond it {beyond[0].limit} limits it ({beyond[0].n} GPUs: {efficiency_text(beyond[0])})"
            if beyond else f"; it stays above {threshold * 100:.0f}% up to the largest size shown")
-    lines.append(f"  recommendation: {best.n} GPU(s) on {best.nodes} node(s), the largest count whose predicted "
-                 f"efficiency stays >= {threshold * 100:.0f}% at the low end of its range{why}")
+    on_cpu = (device or "").split(":")[0] == "cpu"
+    if on_cpu:
+        # a GPU runs the same step many times faster, so communication and overhead weigh far more
+        # there: a table from a CPU step is arithmetic, not advice
+        lines.insert(2, f"  NOTE: this step was measured on the CPU ({device}); the table treats it as one GPU's "
+                        f"step. A GPU runs it many times faster, so the all-reduce and the overhead weigh more "
+                        f"than shown and every efficiency below is optimistic")
+        lines.append(f"  recommendation: none from a CPU measurement (were one GPU's step as long as this one: "
+                     f"{best.n} GPU(s)); measure one GPU on {cluster or 'the cluster'} first: a short run with the "
+                     f"Monitor, or 'scaletrain bench scaling --nproc 1,2 --cluster {cluster or 'NAME'}'")
+    else:
+        lines.append(f"  recommendation: {best.n} GPU(s) on {best.nodes} node(s), the largest count whose predicted "
+                     f"efficiency stays >= {threshold * 100:.0f}% at the low end of its range{why}")
     req = next(p for p in preds if p.n == requested)
     if work_samples and time_limit_s:
         tts = time_to_solution(req, step, samples=work_samples)
         fits = "fits in" if tts <= time_limit_s else "does NOT fit in"
         lines.append(f"  requested {requested} GPU(s): {_hms(tts)} for the measured run's work, which {fits} "
                      f"the time limit {_hms(time_limit_s)}")
-    lines.append("  the model leaves out start-up, evaluation and checkpoint pauses and file-system "
-                 "contention: measure with 'scaletrain bench scaling' or a short run to check")
+    lines.append(f"  {UNSEEN}: measure with 'scaletrain bench scaling' or a short run to check")
     return "\n".join(lines)
 
 
 def _overhead_lines(ov: Overhead, step: StepProfile, cluster: str) -> list[str]:
     """Where the cost of running distributed comes from, and what would narrow its range."""
     lo, hi = ov.growth_range
+    per_doubling = f"+{ov.growth * 100:.0f}% per doubling beyond (published runs: {lo * 100:.0f}-{hi * 100:.0f}%)"
     if ov.calibrated:
         here = ov.seconds(step.compute_s, 2)
         scaled = (f"; measured {(ov.at_two_s or 0) * 1000:.1f} ms with a {ov.at_step_s * 1000:.1f} ms step, scaled to "
                   f"this one as (step ratio)^{STEP_EXPONENT:g}" if ov.at_step_s and abs(here - (ov.at_two_s or 0)) > 1e-9
                   else "")
         return [f"  distributed overhead (sync, stragglers, launch): calibrated, {here * 1000:.1f} ms per step at 2 "
-                f"GPUs ({ov.source}{scaled}), +{ov.growth * 100:.0f}% per doubling beyond "
-                f"(published runs: {lo * 100:.0f}-{hi * 100:.0f}%, the range)"]
+                f"GPUs ({ov.source}{scaled}), {per_doubling}; the range adds the calibration's own spread "
+                f"(+-{ov.spread * 100:.1f}% of each GPU's step)"]
     flo, fhi = ov.fraction_range
-    return [f"  distributed overhead (sync, stragglers, launch): NOT calibrated, {ov.fraction * 100:.1f}% of the 1-GPU "
-            f"step at 2 GPUs (published runs: {flo * 100:.0f}-{fhi * 100:.0f}%, the range), "
-            f"+{ov.growth * 100:.0f}% per doubling",
+    here = ov.seconds(step.compute_s, 2)
+    return [f"  distributed overhead (sync, stragglers, launch): NOT calibrated, {here * 1000:.1f} ms per step at 2 GPUs "
+            f"({ov.fraction * 100:.1f}% of a {REFERENCE_STEP_S * 1000:.0f} ms step, published runs "
+            f"{flo * 100:.0f}-{fhi * 100:.0f}% the range, scaled as (step)^{STEP_EXPONENT:g}; each GPU's step at N "
+            f"under strong scaling), {per_doubling}",
             f"    to narrow the range: 'scaletrain bench scaling --nproc 1,2 --cluster {cluster or 'NAME'}' on one "
             "node with 2 GPUs (a short run; plan --explain then finds its calibration)"]
 
 
-def run_calibration(run: str, cluster: str) -> Overhead | None:
-    """The overhead a bench ``scaling.json`` given as RUN measured on ``cluster``, if it is one."""
-    p = Path(run).expanduser()
-    p = p / SCALING_REPORT if p.is_dir() else p
-    try:
-        doc = json.loads(read_bounded(p, MAX_REPORT_BYTES)) if p.name == SCALING_REPORT and p.is_file() else None
-    except (OSError, ValueError, RecursionError):
-        return None
-    cal = doc.get("calibration") if isinstance(doc, dict) else None
-    return from_record(cal) if isinstance(cal, dict) and cal.get("cluster") == cluster else None
-
-
 def explain_plan(plan: Any, run: str) -> str:
-    """``plan --explain RUN`` for a made plan: the overhead from RUN (a bench scaling.json on the
-    plan's cluster), else the cluster's stored calibration, else the published default."""
-    step, work, source = load_measurement(run, params=plan.request.params)
+    """``plan --explain RUN`` for a made plan: the overhead from RUN (a bench scaling.json measured on
+    the plan's cluster), else the cluster's stored calibration, else the published default."""
+    measured = load_measurement(run, params=plan.request.params)
     links = links_from_profile(plan.profile)
     if links is None:
         raise UsageError(f"cluster profile {plan.cluster!r} has no link bandwidths (intra_node_gbps)",
                          "add intra_node_gbps and inter_node_gbps to the profile, or explain on another cluster")
-    overhead = run_calibration(run, plan.profile.name) or load_calibration(plan.profile.name)
-    return explain(step, links, requested=plan.gpus, work_samples=work, time_limit_s=plan.time_seconds,
-                   cluster=plan.cluster, source=source, overhead=overhead,
+    cal = measured.calibration
+    own = from_record(cal) if cal and cal.get("cluster") == plan.profile.name else None
+    return explain(measured.step, links, requested=plan.gpus, work_samples=measured.work,
+                   time_limit_s=plan.time_seconds, cluster=plan.cluster, source=measured.source,
+                   overhead=own or load_calibration(plan.profile.name), device=measured.device,
                    bill=lambda device_hours: billed_amount(device_hours, plan.profile))

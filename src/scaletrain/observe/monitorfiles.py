@@ -147,15 +147,27 @@ class SummaryStep:
     samples: float                # the run's work: every process's samples together
     steps: object                 # steps measured, as the summary gives it ("?" when it does not)
     world_size: int
+    device: str | None = None     # where it ran ("cpu", "cuda:0", ...), None in an older summary
+
+
+def _number(value: Any, low: float, high: float) -> float | None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if ok and low <= value <= high else None
 
 
 def summary_step(summary: Mapping[str, Any]) -> SummaryStep | None:
     """The measured step of a ``summary.json`` (a JSON object, as read), or None when it has none
-    (fewer steps than the Monitor's warm-up, or the figures edited out)."""
-    step_s, per_step = summary.get("step_s_median"), summary.get("samples_per_step")
+    (fewer steps than the Monitor's warm-up, or the figures edited out or of the wrong type)."""
+    step_s = _number(summary.get("step_s_median"), 1e-9, 1e6)
+    per_step = _number(summary.get("samples_per_step"), 1e-9, 1e12)
     if not step_s or not per_step:
         return None
-    world = int(summary.get("world_size") or 1)
-    return SummaryStep(step_s=step_s, samples_per_step=per_step, data_wait_frac=summary.get("data_wait_frac") or 0.0,
-                       grad_bytes=summary.get("grad_bytes"), samples=float(summary.get("total_samples") or 0) * world,
-                       steps=summary.get("steps", "?"), world_size=world)
+    world = int(_number(summary.get("world_size"), 1, 10**7) or 1)
+    grad = summary.get("grad_bytes")
+    device = summary.get("device")
+    return SummaryStep(step_s=step_s, samples_per_step=per_step,
+                       data_wait_frac=_number(summary.get("data_wait_frac"), 0.0, 1.0) or 0.0,
+                       grad_bytes=grad if isinstance(grad, int) and not isinstance(grad, bool) and grad > 0 else None,
+                       samples=(_number(summary.get("total_samples"), 0, 1e18) or 0.0) * world,
+                       steps=summary.get("steps", "?"), world_size=world,
+                       device=device if isinstance(device, str) else None)

@@ -41,6 +41,10 @@ INTRA_ACHIEVED = 0.4     # of intra_node_gbps (bidirectional NVLink/xGMI figure)
 INTER_ACHIEVED = 0.8     # of inter_node_gbps (per-direction NIC rate, all NICs of a node)
 BACKWARD_SHARE = 2 / 3   # backward is about twice the forward: 2/3 of compute can hide comm
 DEFAULT_THRESHOLD = 0.8  # recommend the largest N whose predicted efficiency stays above this
+# Said wherever a range is printed: what a per-step model cannot know from one measured step
+# (on JSC's whole-job times these cost up to 28 points at 128 GPUs, docs/benchmarks.md).
+UNSEEN = ("the ranges are per training step: they leave out start-up, per-epoch pauses (evaluation, "
+          "data-loader restarts), checkpoints and file-system contention, which whole-job times include")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -140,7 +144,12 @@ def predict(step: StepProfile, links: Links, n: int, *, share: float = 1.0,
     ov = overhead or Overhead()
     base, *_ = _step(step, links, 1)
     plain, compute, comm, exposed, nodes = _step(step, links, n, share)
-    extra = {b: ov.seconds(step.compute_s, n, b) for b in ("low", "mid", "high")}
+    # the overhead rides on each GPU's step as it is at n, and what of it falls inside exposed
+    # communication is counted once (a rank waiting for a straggler waits in the all-reduce); how
+    # much of it does is not known, so the range's pessimistic end counts both in full
+    seconds = {b: ov.seconds(step.compute_s * share, n, b) for b in ("low", "mid", "high")}
+    extra = {"low": max(0.0, seconds["low"] - exposed), "mid": max(0.0, seconds["mid"] - exposed),
+             "high": seconds["high"]}
     step_s = plain + extra["mid"]
     losses = {"communication": exposed, "shared CPU cores": compute - step.compute_s * share,
               "distributed overhead (sync, stragglers)": extra["mid"]}
@@ -163,17 +172,27 @@ def modelled_without_overhead(step: StepProfile, links: Links, n: int, *, share:
     return _step(step, links, n, share)[0]
 
 
+def exposed_communication(step: StepProfile, links: Links, n: int, *, share: float = 1.0) -> float:
+    """The all-reduce time at ``n`` that the backward does not hide (a calibration's ``exposed_s``)."""
+    return _step(step, links, n, share)[3]
+
+
 def percent(efficiency: float, n: int) -> int:
     """A predicted efficiency in whole percent; beyond one device at most 99 (never a free step)."""
     value = int(round(efficiency * 100))
     return value if n == 1 else min(99, value)
 
 
+def range_text(efficiency: float, low: float, high: float, n: int) -> str:
+    """"87% (83-90%)": a figure and its range; never 100% beyond one device."""
+    if n == 1:
+        return f"{percent(efficiency, 1)}%"
+    return f"{percent(efficiency, n)}% ({percent(low, n)}-{percent(high, n)}%)"
+
+
 def efficiency_text(p: Prediction) -> str:
-    """"87% (83-90%)": the figure and its range; never 100% beyond one device."""
-    if p.n == 1:
-        return f"{percent(p.efficiency, 1)}%"
-    return f"{percent(p.efficiency, p.n)}% ({percent(p.efficiency_low, p.n)}-{percent(p.efficiency_high, p.n)}%)"
+    """A prediction's efficiency and range as :func:`range_text` writes them."""
+    return range_text(p.efficiency, p.efficiency_low, p.efficiency_high, p.n)
 
 
 def time_to_solution(pred: Prediction, step: StepProfile, *, samples: float, startup_s: float = 0.0) -> float:
