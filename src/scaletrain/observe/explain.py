@@ -28,7 +28,6 @@ from scaletrain.observe.overhead import REFERENCE_STEP_S, STEP_EXPONENT, Overhea
 from scaletrain.observe.scaling import (DEFAULT_THRESHOLD, UNSEEN, Links, StepProfile, billed_gpus, efficiency_text,
                                         links_from_profile, predict, recommend, sizes_up_to, time_to_solution)
 
-MAX_REPORT_BYTES = report.MAX_REPORT_BYTES
 GIVE = "give a run folder (with the Monitor's summary.json), a summary.json or a bench scaling.json"
 
 
