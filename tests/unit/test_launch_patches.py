@@ -202,3 +202,17 @@ def test_a_line_in_pieces_gets_one_prefix_and_a_filtered_line_stays_out_whole(tm
                              log_line_filter=lambda line: not line.startswith("hide"))
     out.flush()
     assert out.buffer.getvalue() == b"[r0] keep this line\n[r0] keep\n"
+
+
+def test_a_launch_as_is_puts_back_what_an_earlier_launch_installed(monkeypatch):
+    from scaletrain.launch.adapter import PATCHES, Adapter
+
+    for owner, name in ((api.PContext, "close"), (tail_log, "tail_logfile"), (rdzv, "get_method_name")):
+        monkeypatch.setattr(owner, name, getattr(owner, name))  # restored after the test
+    patches.install_lasting(Adapter(on=frozenset(p.name for p in PATCHES)))
+    assert all(getattr(f, "_scaletrain", False) for f in
+               (api.PContext.close, tail_log.tail_logfile, rdzv.get_method_name))
+    patches.install_lasting(Adapter(on=frozenset(), as_is=True))
+    now = (api.PContext.close, tail_log.tail_logfile, rdzv.get_method_name)
+    assert not any(getattr(f, "_scaletrain", False) for f in now)
+    assert all(f.__module__.startswith("torch.distributed.elastic.") for f in now)  # torch's own
