@@ -36,7 +36,7 @@ from scaletrain.launch.mps import mps_daemon
 from scaletrain.launch import lean
 from scaletrain.launch.adapter import LEAN_EXIT, check as check_torch
 from scaletrain.launch.patches import install_lasting, scoped_patches
-from scaletrain.launch.output import make_logs_specs, prefix_template
+from scaletrain.launch.output import make_logs_specs, prefix_template, shown_on_console
 from scaletrain.launch.ports import check_port_free
 from scaletrain.launch.reaper import ending_with_run
 from scaletrain.launch.crash import crash_stack
@@ -237,7 +237,9 @@ def launch(plan: LaunchPlan) -> int:
                           file=sys.stderr)
                     return EXIT_STOPPED
                 error = worker_failed_error(failed, plan.node_rank, emulate=plan.emulate)
-                print(render_tail(cause), file=sys.stderr)
+                print(render_tail(cause, shown=shown_on_console(plan.ranks, plan.node_rank,
+                                                                cause.local_rank)),
+                      file=sys.stderr)
                 _warn_alone(plan, records, crashed=True)
                 raise error from None
             except SignalException as exc:
