@@ -37,6 +37,8 @@ def per_task_shell_line(command: Command, *, before: str = "") -> str | None:
     split = _after_srun_options(words, start)
     if split >= len(words) or command.assignments or command.heredocs:
         return None
+    if any(e.name in PER_TASK for w in words[:split] for e in w.expansions):
+        return None   # in srun's own options: no shell of the task reads those
     body = [_in_double_quotes(w.raw) for w in words[split:]]
     if any(part is None for part in body):
         return None
