@@ -6,6 +6,7 @@ that cannot work is switched off with one line and the run goes on."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -60,3 +61,19 @@ def test_a_missing_speed_name_is_one_line_and_the_run_goes_on(tmp_path):
     assert "[rank 1] sum 3.0" in proc.stdout
     lines = [line for line in proc.stderr.splitlines() if "lacks" in line]
     assert len(lines) == 1 and "_finished_events: log tailers stopped together is off" in lines[0]
+
+
+def test_the_way_out_undoes_what_an_earlier_launch_of_the_process_patched(tmp_path):
+    """A second launch in the same process under SCALETRAIN_TORCH_AS_IS=1 runs torch's own
+    agent: the lasting patches the first launch installed are put back (they stayed, before)
+    and the launcher's exit tears the interpreter down as Python does (it was skipped)."""
+    program = tmp_path / "hello.py"
+    program.write_text("print('hello')\n")
+    proc = subprocess.run([sys.executable, str(DRIVER.with_name("as_is_driver.py")), str(program)],
+                          env=worker_env({}), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    first, second = json.loads(proc.stdout.split("STATE ", 1)[1])
+    assert first["code"] == second["code"] == 0
+    assert all(first["ours"].values()) and first["skip_teardown"]
+    assert not any(second["ours"].values()), second
+    assert not second["skip_teardown"]

@@ -45,8 +45,11 @@ def test_error_names_the_rank_and_shows_its_stderr(crashed):
     err = proc.stderr
     assert "scaletrain: error: rank 1 (local rank 1" in err
     assert "exited with code 1" in err
-    tail = err.split("last lines of rank 1's stderr:", 1)[1]
-    assert "ValueError: boom-from-rank-1" in tail
+    # the program's own line that raised and the error, once (its traceback was on the console)
+    tail = err.split("scaletrain: rank 1 failed at tests/multiproc/launch_fail_worker.py:", 1)[1]
+    assert tail.splitlines()[1:3] == ['  |     raise ValueError("boom-from-rank-1")',
+                                      "  | ValueError: boom-from-rank-1"], err
+    assert err.count("Traceback (most recent call last)") == 1
     assert "Traceback" not in err.split("scaletrain: error:", 1)[1]  # no launcher traceback
 
 

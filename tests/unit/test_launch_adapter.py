@@ -201,3 +201,23 @@ def test_the_exit_without_the_cpython_privates_is_sys_exit(monkeypatch):
     with pytest.raises(SystemExit) as info:
         lean.leave(3)
     assert info.value.code == 3
+
+
+def test_the_way_out_keeps_every_groups_timeout(monkeypatch):
+    """Changing a live group's timeout goes through torch's privates: under the way out the
+    worker leaves it (it was shortened regardless)."""
+    from scaletrain.runtime import current, timeouts
+
+    changed: list[float] = []
+    monkeypatch.setattr(timeouts, "set_group_timeouts", changed.append)
+    monkeypatch.setattr(current, "live_dist", lambda: object())
+    monkeypatch.setenv(TORCH_AS_IS_VAR, "1")
+    timeouts.configure(60.0)
+    try:
+        assert not timeouts.training_started()
+        assert changed == []
+        monkeypatch.setenv(TORCH_AS_IS_VAR, "0")
+        timeouts.configure(60.0)
+        assert timeouts.training_started() and changed == [60.0]
+    finally:
+        timeouts.configure(None)

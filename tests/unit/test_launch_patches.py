@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import inspect
 import io
+import re
 import threading
 
 import pytest
@@ -176,8 +177,9 @@ class _Bytes(io.TextIOWrapper):
 
 
 def test_the_tailer_copies_bytes_exactly_with_one_prefix_per_line(tmp_path):
-    """torch's tailer read the file as text: a lone \\r began a new prefixed line and bytes that
-    are not UTF-8 became U+FFFD (issue 29 item 9: `run` altered a program's binary stdout)."""
+    """torch's tailer read the file as text: bytes that are not UTF-8 became U+FFFD (`run`
+    altered a program's binary stdout); here they are copied as written. A lone \\r ends a line
+    as \\n does (a progress bar's redraw is a line of the log), \\r\\n stays as written."""
     data = bytes(range(256)) * 3 + b"\r\nno newline at the end\xff"
     log = tmp_path / "0.log"
     log.write_bytes(data)
@@ -187,8 +189,12 @@ def test_the_tailer_copies_bytes_exactly_with_one_prefix_per_line(tmp_path):
     patches.tail_logfile("[rank 0] ", str(log), out, finished, 0.1)
     out.flush()
     got = out.buffer.getvalue()
-    lines = data.split(b"\n")
-    assert got == b"".join(b"[rank 0] " + line + b"\n" for line in lines[:-1]) + b"[rank 0] " + lines[-1]
+    want = b""
+    for line in data.split(b"\n")[:-1]:
+        parts = [p for p in re.split(rb"\r(?!\n)", line + b"\n") if p]
+        want += b"".join(b"[rank 0] " + p + (b"" if p.endswith(b"\n") else b"\n") for p in parts)
+    assert b"\r\x0e" in data   # a lone \r: cut there
+    assert got == want + b"[rank 0] " + data.split(b"\n")[-1]
 
 
 def test_a_line_in_pieces_gets_one_prefix_and_a_filtered_line_stays_out_whole(tmp_path, monkeypatch):
@@ -202,3 +208,17 @@ def test_a_line_in_pieces_gets_one_prefix_and_a_filtered_line_stays_out_whole(tm
                              log_line_filter=lambda line: not line.startswith("hide"))
     out.flush()
     assert out.buffer.getvalue() == b"[r0] keep this line\n[r0] keep\n"
+
+
+def test_a_launch_as_is_puts_back_what_an_earlier_launch_installed(monkeypatch):
+    from scaletrain.launch.adapter import PATCHES, Adapter
+
+    for owner, name in ((api.PContext, "close"), (tail_log, "tail_logfile"), (rdzv, "get_method_name")):
+        monkeypatch.setattr(owner, name, getattr(owner, name))  # restored after the test
+    patches.install_lasting(Adapter(on=frozenset(p.name for p in PATCHES)))
+    assert all(getattr(f, "_scaletrain", False) for f in
+               (api.PContext.close, tail_log.tail_logfile, rdzv.get_method_name))
+    patches.install_lasting(Adapter(on=frozenset(), as_is=True))
+    now = (api.PContext.close, tail_log.tail_logfile, rdzv.get_method_name)
+    assert not any(getattr(f, "_scaletrain", False) for f in now)
+    assert all(f.__module__.startswith("torch.distributed.elastic.") for f in now)  # torch's own

@@ -26,6 +26,10 @@ FULL_PUHTI = PUHTI + ("--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=40", 
 TORCHRUN_2N = ("srun torchrun --nnodes=$SLURM_NNODES --nproc_per_node=4 --rdzv_id=$SLURM_JOB_ID "
                "--rdzv_backend=c10d --rdzv_endpoint={host}:29400 train.py")
 
+BOOSTER_1TASK = ("--account=a", "--partition=booster", "--nodes=1", "--ntasks-per-node=1", "--gres=gpu:4",
+                 "--time=1:00:00")
+TORCHRUN_1N = "srun torchrun --standalone --nproc_per_node=4 x.py"
+
 # rule id -> (cluster or None, bad script, good script, severity on the bad one)
 CASES: dict[str, tuple[str | None, str, str, str]] = {
     "gpus-per-node": ("puhti", job(*PUHTI, "--gres=gpu:v100:8"), job(*PUHTI, "--gres=gpu:v100:4"), "error"),
@@ -152,6 +156,9 @@ CASES: dict[str, tuple[str | None, str, str, str]] = {
                       job("--time=1:00:00", body='test -d data || { echo "no data"; exit 1; }\nsrun python x.py'),
                       "error"),
     # issue 29 item 13, issue 36 item 3: only on a cluster whose profile says it runs Slurm 22.05-23.02
+    # the one task lint's launcher-tasks fix leaves keeps one task's CPUs for all its workers
+    "launcher-cpus": ("juwels-booster", job(*BOOSTER_1TASK, "--cpus-per-task=12", body=TORCHRUN_1N),
+                      job(*BOOSTER_1TASK, "--cpus-per-task=96", body=TORCHRUN_1N), "warning"),
     "srun-cpus-per-task": (None, "", "", "warning"),   # needs a profile's Slurm release: test_lint_slurm_version
     "sbatch-unicode": (None, job("--time=1:00:00", "\u2014account=project_1"),
                        job("--time=1:00:00", "--account=project_1"), "error"),

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import argparse
+import difflib
 import errno
 import importlib
 import os
@@ -66,7 +67,43 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(message, f"see '{self.prog} --help'")
+        hint = f"see '{self.prog} --help'"
+        if message.startswith(_UNRECOGNIZED):
+            meant = _did_you_mean(message[len(_UNRECOGNIZED):].split(), self._flags())
+            if meant:
+                hint = f"did you mean {' '.join(meant)}? ({hint})"
+        raise UsageError(message, hint)
+
+    def _flags(self) -> set[str]:
+        """Every ``--flag`` of this parser and of the verbs registered under it."""
+        flags = {o for action in self._actions for o in action.option_strings}
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for verb in action.choices.values():
+                    flags |= {o for a in verb._actions for o in a.option_strings}
+        return {f for f in flags if f.startswith("--")}
+
+
+_UNRECOGNIZED = "unrecognized arguments: "
+
+
+def _did_you_mean(words: list[str], flags: set[str]) -> list[str]:
+    """The flag each unknown ``--word`` most likely meant: torchrun's spelling with ``_``
+    (``--nproc_per_node``), the start of one flag (``--nproc``), or a close spelling."""
+    meant: list[str] = []
+    for word in words:
+        if not word.startswith("--"):
+            continue
+        name = word.split("=", 1)[0].replace("_", "-")
+        starts = sorted(f for f in flags if f.startswith(name))
+        if name in flags:
+            guess = [name]
+        elif 0 < len(starts) <= 2:
+            guess = starts
+        else:
+            guess = difflib.get_close_matches(name, sorted(flags), n=1, cutoff=0.75)
+        meant.extend(g for g in guess if g not in meant)
+    return meant
 
 
 def build_parser(verb: str | None = None) -> argparse.ArgumentParser:

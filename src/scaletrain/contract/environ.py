@@ -138,3 +138,10 @@ def parse_gpu_cpu_map(text: str) -> dict[int, tuple[int, ...]]:
             found.extend(range(int(low), int(high or low) + 1))
         out[int(gpu)] = tuple(found)
     return out
+
+
+def torch_as_is(environ: Mapping[str, str]) -> bool:
+    """Whether the user asked for torch as it is (:data:`TORCH_AS_IS_VAR` set, and not "0"):
+    read by the launcher (no patch of torch's agent) and by the runtime (no group timeout
+    changed in place) alike."""
+    return environ.get(TORCH_AS_IS_VAR, "").strip() not in ("", "0")

@@ -55,6 +55,9 @@ def log_files(run: RunFolder) -> list[Path]:
     """The run's output files, oldest first; ``UsageError`` when the folder has none yet."""
     if not is_dir(run.path):
         raise UsageError(f"no run folder {run.path}", "give a folder from 'scaletrain status'")
+    if not run.logs and run.job_id is None and run.script is None:
+        raise UsageError(f"{run.path} holds no job: no job id, job script or output file in it",
+                         "give a run folder 'scaletrain submit' made (listed by 'scaletrain status')")
     return list(run.logs)
 
 
@@ -84,6 +87,8 @@ def read_lines(run_dir: str | Path, *, rank: int | None = None,
     for note in run.notes:
         if on_note is not None and "output files left out" in note:
             on_note(note)
+    if not files and on_note is not None:
+        on_note(f"no output yet: job {run.job_id or '(no id)'} has not written any in {run.path}")
     for path in files:
         try:
             fh = open_regular(path)

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from scaletrain.contract.environ import TORCH_AS_IS_VAR
+from scaletrain.contract.environ import TORCH_AS_IS_VAR, torch_as_is
 from scaletrain.errors import LaunchError
 from scaletrain.launch.tailer import tail_logfile
 from scaletrain.torch_features import (NEWEST_TESTED, SIGNALS_ENV, agent_reads_signals_env,
@@ -210,11 +210,6 @@ class Adapter:
         return isinstance(patch, Patch) and patch.name in self.on
 
 
-def torch_as_is(environ: Mapping[str, str]) -> bool:
-    """Whether the user asked for torch's agent without our patches."""
-    return environ.get(TORCH_AS_IS_VAR, "").strip() not in ("", "0")
-
-
 def newer_than_tested(version: str) -> bool:
     """Whether torch ``version`` ("2.16.0+cpu", "2.16.0a0+git...") is past :data:`NEWEST_TESTED`."""
     def release(text: str) -> tuple[int, ...]:
@@ -241,7 +236,7 @@ def check(environ: Mapping[str, str], *, max_restarts: int, out: TextIO | None =
     if torch_as_is(environ):
         print(f"scaletrain: {TORCH_AS_IS_VAR} is set: torch's agent runs as it is, without "
               "scaletrain's patches (no restart policy, torch's own output copying and signal "
-              "handling)", file=stream)
+              "handling; collectives keep their start-up timeout)", file=stream)
         return Adapter(on=frozenset(), as_is=True)
     on = set()
     for patch in PATCHES:

@@ -15,7 +15,6 @@ purpose after saving keeps 75; a worker killed by signal N gives 128+N; every ot
 
 from __future__ import annotations
 
-import re
 import signal
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from scaletrain.contract.environ import EXIT_STOPPED
 from scaletrain.errors import WorkerFailedError
 from scaletrain.launch import crash
 from scaletrain.launch.crash import CrashStack
+from scaletrain.launch.excerpt import clean, missing_variable_hint, traceback_excerpt
 from scaletrain.launch.output import tail_lines
 from scaletrain.launch.rundir import ErrorRecord
 
@@ -47,49 +47,6 @@ _PEER_LOSS_MARKERS = (
     "Connection closed by peer", "Connection reset by peer", "Broken pipe",
     "DistNetworkError", "recvValue failed", "sendBytes failed", "Socket Timeout",
 )
-
-
-# The last line of a traceback for ``os.environ["NAME"]`` of a variable that is not set
-_KEY_ERROR = re.compile(r"^KeyError: '([A-Z][A-Z0-9_]*)'$")
-# Who sets which variables: (name prefixes, names, the launcher, its --emulate mode or None)
-_SETTERS = (
-    (("SLURM_", "SRUN_"), (), "srun", "slurm"),
-    (("OMPI_",), (), "Open MPI's mpirun", "mpi"),
-    (("PMI_", "PMIX_", "MV2_", "PALS_", "MPI_LOCAL"), (), "an MPI launcher (mpirun, mpiexec)", None),
-    (("TORCHELASTIC_",), ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-                          "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR",
-                          "MASTER_PORT"), "torchrun", "torchrun"),
-)
-
-
-def missing_variable_hint(stderr_tail: tuple[str, ...], emulate: str | None) -> str | None:
-    """The hint for a rank that died on ``KeyError: 'NAME'`` where NAME is a variable a launcher
-    sets (srun, mpirun, torchrun) and this run did not: which launcher, and how to give it.
-    None for any other failure (a KeyError of the program's own keys included)."""
-    name = next((m.group(1) for line in reversed(stderr_tail)
-                 if (m := _KEY_ERROR.match(line.strip()))), None)
-    if name is None:
-        return None
-    for prefixes, names, launcher, mode in _SETTERS:
-        if name.startswith(prefixes) or name in names:
-            break
-    else:
-        return None
-    said = f"the program reads {name}, which {launcher} sets and this run did not"
-    default = f"give it a default (os.environ.get('{name}', ...))"
-    if mode == "torchrun":
-        if emulate is None:  # scaletrain run sets every one of them
-            return None
-        return (f"{said}: --emulate {emulate} gives the program that launcher's view, without "
-                f"torchrun's variables; export {name} before 'scaletrain run' as the batch "
-                f"script would, or {default}")
-    if mode is not None and mode == emulate:
-        return (f"{said}: {launcher} sets it only when the job asks for it; export {name}=VALUE "
-                f"before 'scaletrain run' as the job would have it, or {default}")
-    if mode is not None:
-        return (f"{said}: run it with 'scaletrain run --emulate {mode}' to give the program "
-                f"{launcher}'s variables, or {default}")
-    return f"{said}: {default}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,7 +88,7 @@ class FailedRank:
 
 
 def collect_failures(failures: Mapping[int, object], stderr_paths: Mapping[int, str],
-                     tail: int = 15,
+                     tail: int = 40,
                      records: Mapping[int, ErrorRecord] | None = None,
                      finished: Collection[int] = (),
                      crashes: Mapping[int, CrashStack] | None = None) -> list[FailedRank]:
@@ -188,20 +145,32 @@ def describe(item: FailedRank) -> str:
     return f"rank {item.rank} {item.how}"
 
 
-def render_tail(item: FailedRank) -> str:
-    """The block printed before the error line: the failed rank's last stderr lines."""
+def render_tail(item: FailedRank, *, shown: bool = True) -> str:
+    """The block printed before the error line. ``shown``: the console showed the rank's lines
+    as they came; then a traceback is not printed again: the block is the program's own line
+    that raised and the error (:func:`~scaletrain.launch.excerpt.traceback_excerpt`). A rank
+    whose lines were kept off the console (``--ranks 0``) gets its last lines."""
     if item.record is not None:
         where = f" at {item.record.where}" if item.record.where else ""
         what = "timed out" if item.record.kind == "timeout" else f"raised {item.record.type}"
         return f"scaletrain: rank {item.rank} {what}{where}"
+    excerpt = traceback_excerpt(item.stderr_tail) if shown else None
     if not item.stderr_tail:
         text = f"scaletrain: rank {item.rank} wrote nothing to stderr"
+    elif excerpt is not None:
+        where = f" at {excerpt.where}" if excerpt.where else ""
+        lines = ([f"  |     {excerpt.code}"] if excerpt.code else []) + \
+            [f"  | {line}" for line in excerpt.error]
+        text = f"scaletrain: rank {item.rank} failed{where}:\n" + "\n".join(lines)
     else:
-        body = "\n".join(f"  | {line}" for line in item.stderr_tail)
+        body = "\n".join(f"  | {line}" for line in clean(item.stderr_tail)[-_TAIL_SHOWN:])
         text = f"scaletrain: last lines of rank {item.rank}'s stderr:\n{body}"
     if item.crash is not None:
         text += "\n" + crash.render(item.rank, item.crash)
     return text
+
+
+_TAIL_SHOWN = 15   # lines of a failed rank's stderr printed when it has no traceback to excerpt
 
 
 def worker_failed_error(failed: list[FailedRank], node_rank: int = 0, *,
@@ -229,5 +198,7 @@ def worker_failed_error(failed: list[FailedRank], node_rank: int = 0, *,
                 "the stack above shows which call of the program was running")
     else:
         hint = (missing_variable_hint(cause.stderr_tail, emulate)
-                or "the lines above are that rank's stderr; fix the error and run again")
+                or ("the lines above are the program's line that raised and its error; fix it "
+                    "and run again" if traceback_excerpt(cause.stderr_tail) is not None
+                    else "the lines above are that rank's stderr; fix the error and run again"))
     return WorkerFailedError(message, hint, exit_code=exit_code_for(cause), rank=cause.rank)

@@ -14,6 +14,8 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import sysconfig
+from functools import lru_cache
 
 
 # this file is scaletrain/launch/frames.py: our package is two folders up, imported or not
@@ -52,6 +54,27 @@ def in_package(path: str, name: str, *sub: str) -> bool:
 def is_user_frame(path: str) -> bool:
     """True when ``path`` belongs neither to scaletrain nor to torch: the user's own code."""
     return not in_package(path, "scaletrain") and not in_package(path, "torch")
+
+
+@lru_cache(maxsize=1)
+def _installed() -> tuple[str, ...]:
+    """The real folders of this Python's installation: its standard library and the folders
+    packages are installed into."""
+    paths = sysconfig.get_paths()
+    return tuple(sorted({os.path.realpath(paths[key]) for key in
+                         ("stdlib", "platstdlib", "purelib", "platlib") if paths.get(key)}))
+
+
+def is_program_file(path: str) -> bool:
+    """True when a traceback's file is the program's own: not a pseudo-file (``<frozen os>``,
+    ``<string>``), not scaletrain's or torch's, not in Python's standard library or an
+    installed package (this Python's folders, or any ``site-packages``/``dist-packages``)."""
+    if not path or path.startswith("<") or not is_user_frame(path):
+        return False
+    parts = os.path.realpath(path).split(os.sep)
+    if "site-packages" in parts or "dist-packages" in parts:
+        return False
+    return not any(is_within(path, folder) for folder in _installed())
 
 
 def short_path(path: str) -> str:

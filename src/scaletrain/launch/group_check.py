@@ -23,6 +23,15 @@ _GENERIC_HINT_CPU = ("the program calls init_process_group only under a launcher
                      "for the condition around its init_process_group call")
 
 
+# The program's files name no call that forms a group (group_record's exit record): it was
+# written for one process, and every worker ran the whole training on its own.
+_SINGLE_PROCESS_HINT = ("the program never calls init_process_group (nor scaletrain.init() or a "
+                        "framework that forms a group): it is written for one process. Run it "
+                        "with --nproc-per-node 1, or make it distributed first to train on {world} "
+                        "processes together: scaletrain.init() and scaletrain.setup(model, "
+                        "optimizer, strategy='ddp') (README, 'In a training script')")
+
+
 def verdict(records: Records, *, expected_world: int, local_ranks: list[str],
             cpu: bool = False, crashed: bool = False) -> str | None:
     """The warning to print when this node's workers did not all join one group of
@@ -63,8 +72,12 @@ def verdict(records: Records, *, expected_world: int, local_ranks: list[str],
                      f"{expected_world}")
     blamed = alone_in or sorted(records.frameworks)
     hints = [FRAMEWORK_HINTS[f] for f in blamed if f in FRAMEWORK_HINTS]
-    hint = "; ".join(dict.fromkeys(hints)) if hints else (_GENERIC_HINT_CPU if cpu
-                                                            else _GENERIC_HINT)
+    if hints:
+        hint = "; ".join(dict.fromkeys(hints))
+    elif never and all(r in records.no_group_call for r in never):
+        hint = _SINGLE_PROCESS_HINT.format(world=expected_world)
+    else:
+        hint = _GENERIC_HINT_CPU if cpu else _GENERIC_HINT
     then = " before they failed" if crashed else ""
     return (f"the {expected_world} workers did not form one process group{then} "
             f"({'; '.join(parts)}): each trained on its own, not together.\nHINT: {hint}")

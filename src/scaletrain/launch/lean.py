@@ -54,15 +54,17 @@ def cli_launch() -> Iterator[None]:
             gc.enable()
 
 
-def imports_done() -> None:
+def imports_done(*, skip_teardown: bool = True) -> None:
     """After torch's modules are imported: freeze what they made, and collect again; within
-    :func:`cli_launch`, also let :func:`leave` skip the teardown. A no-op outside it."""
+    :func:`cli_launch`, also let :func:`leave` skip the teardown unless ``skip_teardown`` is
+    False (the launch's adapter left the patch off: torch as it is, or CPython's exit steps
+    missing). A no-op outside it."""
     if _STATE["collector_paused"]:
         _STATE["collector_paused"] = False
         gc.freeze()
         gc.enable()
     if _STATE["cli"]:
-        _STATE["skip_teardown"] = True
+        _STATE["skip_teardown"] = skip_teardown
 
 
 def leave(code: int) -> NoReturn:

@@ -34,9 +34,9 @@ from scaletrain.launch.group_check import verdict
 from scaletrain.launch.inproc.group_record import read_records
 from scaletrain.launch.mps import mps_daemon
 from scaletrain.launch import lean
-from scaletrain.launch.adapter import check as check_torch
+from scaletrain.launch.adapter import LEAN_EXIT, check as check_torch
 from scaletrain.launch.patches import install_lasting, scoped_patches
-from scaletrain.launch.output import make_logs_specs, prefix_template
+from scaletrain.launch.output import make_logs_specs, prefix_template, shown_on_console
 from scaletrain.launch.ports import check_port_free
 from scaletrain.launch.reaper import ending_with_run
 from scaletrain.launch.crash import crash_stack
@@ -178,11 +178,11 @@ def launch(plan: LaunchPlan) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import elastic_launch
 
-    lean.imports_done()
     _quiet_agent_logs()
 
     adapter = check_torch(os.environ, max_restarts=plan.max_restarts)  # before any worker
-    install_lasting(adapter)
+    lean.imports_done(skip_teardown=LEAN_EXIT in adapter)
+    install_lasting(adapter)   # or, under SCALETRAIN_TORCH_AS_IS, an earlier launch's put back
     log_dir = tempfile.mkdtemp(prefix="scaletrain_run_")
     logs_specs = make_logs_specs(log_dir, ranks=plan.ranks, node_rank=plan.node_rank)
     records = os.path.join(log_dir, "groups")
@@ -237,7 +237,9 @@ def launch(plan: LaunchPlan) -> int:
                           file=sys.stderr)
                     return EXIT_STOPPED
                 error = worker_failed_error(failed, plan.node_rank, emulate=plan.emulate)
-                print(render_tail(cause), file=sys.stderr)
+                print(render_tail(cause, shown=shown_on_console(plan.ranks, plan.node_rank,
+                                                                cause.local_rank)),
+                      file=sys.stderr)
                 _warn_alone(plan, records, crashed=True)
                 raise error from None
             except SignalException as exc:

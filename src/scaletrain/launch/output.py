@@ -31,6 +31,12 @@ def console_filter(ranks: str, node_rank: int) -> set[int] | None:
     return {0} if node_rank == 0 else set(_HIDE_ALL)
 
 
+def shown_on_console(ranks: str, node_rank: int, local_rank: int) -> bool:
+    """Whether the console showed the lines of ``local_rank`` of node ``node_rank``."""
+    shown = console_filter(ranks, node_rank)
+    return shown is None or local_rank in shown
+
+
 def prefix_template(ranks: str) -> str:
     """Line prefix: ``[rank N] `` in both modes.
 

@@ -2,9 +2,7 @@
 
 The launcher's own process only. Some patches here change how long the agent takes; others
 (the output copying, the signals the agent handles, the restart policy) change what it does.
-Inside the
-workersInside the
-workers, patching torch *is* the feature (``--cpu``, the bounded rendezvous, the group
+Inside the workers, patching torch *is* the feature (``--cpu``, the bounded rendezvous, the group
 records), so those patches stay with their features in :mod:`scaletrain.launch.inproc`; every
 one of them is installed in one place, ``inproc.worker_shim.activate``, when the program
 imports the torch module it patches: ``rendezvous.patch_c10d``/``patch_multiprocessing``,
@@ -34,10 +32,17 @@ hundreds of milliseconds of every local launch:
 Behaviour: the agent leaves the signals the launcher forwards to it (:mod:`.signals`), and
 runs the launcher's restart policy and hang forensics (:mod:`.supervise`). Each patch is
 idempotent, or undone when its block ends.
+
+``SCALETRAIN_TORCH_AS_IS=1`` (the adapter's ``as_is``) turns every one of them off, in every
+launch: the lasting patches an earlier launch of the same process installed are put back to
+torch's own functions (:func:`install_lasting`), the scoped ones and the agent's hooks are not
+entered, the launcher's exit tears torch down as Python does (:mod:`.lean`), and the workers
+keep their groups' timeouts (``runtime.timeouts``).
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import sys
@@ -46,21 +51,46 @@ from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from scaletrain.launch.adapter import (EVENT_NAMES, FIRST_JOIN, OUTPUT, SIGNALS,
-                                      TAILERS_TOGETHER, Adapter)
+                                      TAILERS_TOGETHER, Adapter, Patch)
 from scaletrain.launch.signals import FORWARDED, TORCH_SIGNALS
 from scaletrain.launch.tailer import tail_logfile
 from scaletrain.torch_features import SIGNALS_ENV, agent_reads_signals_env, launch_config_fields
 
 
 def install_lasting(adapter: Adapter) -> None:
-    """The patches that stay for the process (each idempotent), where ``adapter`` found every
-    name they need."""
-    if TAILERS_TOGETHER in adapter:
-        stop_tailers_together()
-    if OUTPUT in adapter:
-        prompt_tailers()
-    if EVENT_NAMES in adapter:
-        cheap_rendezvous_event_names()
+    """The patches that stay for the process, as ``adapter`` decides: each installed
+    (idempotent) where it found every name the patch needs, and put back to torch's own where
+    it did not or where torch runs as it is, so that an earlier launch's patches do not stay."""
+    for patch, install, module, owner, name in _LASTING:
+        if patch in adapter:
+            install()
+            continue
+        try:
+            found = importlib.import_module(module)
+        except ImportError:  # a module torch moved: nothing of ours is in it
+            continue
+        _put_back(getattr(found, owner) if owner else found, name)
+
+
+def _ours(function: Any) -> bool:
+    return bool(getattr(function, "_scaletrain", False))
+
+
+def _replace(owner: Any, name: str, ours: Any) -> None:
+    """Put ``ours`` (marked ``_scaletrain``) in place of ``owner.name``, keeping torch's own
+    beside it (``_scaletrain_original_<name>``, on torch's module or class, which lives as long
+    as the patch) for :func:`_put_back`."""
+    current = getattr(owner, name)
+    if not _ours(current):
+        setattr(owner, f"_scaletrain_original_{name}", current)
+    setattr(owner, name, ours)
+
+
+def _put_back(owner: Any, name: str) -> None:
+    """Give ``owner.name`` back torch's own function, where one of ours is in its place."""
+    original = getattr(owner, f"_scaletrain_original_{name}", None)
+    if original is not None and _ours(getattr(owner, name, None)):
+        setattr(owner, name, original)
 
 
 @contextmanager
@@ -79,7 +109,7 @@ def cheap_rendezvous_event_names() -> None:
     """Give the rendezvous's ``get_method_name`` a frame lookup instead of ``inspect.stack()``."""
     from torch.distributed.elastic.rendezvous import dynamic_rendezvous as rdzv
 
-    if getattr(rdzv.get_method_name, "_scaletrain", False):
+    if _ours(rdzv.get_method_name):
         return
 
     def get_method_name(depth: int = 2) -> str:
@@ -90,7 +120,7 @@ def cheap_rendezvous_event_names() -> None:
             return "no_method_name"
 
     get_method_name._scaletrain = True  # type: ignore[attr-defined]
-    rdzv.get_method_name = get_method_name
+    _replace(rdzv, "get_method_name", get_method_name)
 
 
 def stop_tailers_together() -> None:
@@ -125,7 +155,8 @@ def stop_tailers_together() -> None:
             del self._close
 
     close_together._scaletrain_together = True  # type: ignore[attr-defined]
-    api.PContext.close = close_together  # type: ignore[method-assign]
+    close_together._scaletrain = True  # type: ignore[attr-defined]
+    _replace(api.PContext, "close", close_together)
 
 
 def _tailers(context: Any) -> list[Any]:
@@ -148,9 +179,20 @@ def prompt_tailers() -> None:
     """
     from torch.distributed.elastic.multiprocessing import tail_log
 
-    if getattr(tail_log.tail_logfile, "_scaletrain", False):
+    if _ours(tail_log.tail_logfile):
         return
-    tail_log.tail_logfile = tail_logfile  # TailLog.start looks the name up in the module
+    _replace(tail_log, "tail_logfile", tail_logfile)  # TailLog.start looks the name up in the module
+
+
+# The lasting patches: (patch, its installer, torch's module, class or "", the name replaced)
+_LASTING: tuple[tuple[Patch, Callable[[], None], str, str, str], ...] = (
+    (TAILERS_TOGETHER, stop_tailers_together, "torch.distributed.elastic.multiprocessing.api",
+     "PContext", "close"),
+    (OUTPUT, prompt_tailers, "torch.distributed.elastic.multiprocessing.tail_log", "",
+     "tail_logfile"),
+    (EVENT_NAMES, cheap_rendezvous_event_names,
+     "torch.distributed.elastic.rendezvous.dynamic_rendezvous", "", "get_method_name"),
+)
 
 
 @contextmanager

@@ -11,7 +11,9 @@ orphan among its descendants is reparented to it instead of init, so the process
 it stays complete. When the run ends (success, failure, a signal) :func:`ending_with_run`
 finds every descendant started by this run's workers - they carry the launcher's PID in
 ``SCALETRAIN_AGENT_PID``, inherited through fork and exec - sends SIGTERM, waits up to the
-shutdown grace period, sends SIGKILL to what is left, and reaps them. Not Linux: nothing
+shutdown grace period, sends SIGKILL to what is left, and reaps them. Python's multiprocessing
+helpers (the resource tracker ``mp.spawn`` starts) end by themselves once their parent has:
+they are given the grace period to, and named only if they outlive it. Not Linux: nothing
 is found and nothing is done. A ``kill -9`` of the launcher itself cannot be handled here
 (workers die with it through ``PR_SET_PDEATHSIG``; their children are not reached).
 """
@@ -134,17 +136,37 @@ def _reap(pids: Iterable[int]) -> None:
 def stop_processes(pids: set[int], grace_s: float) -> set[int]:
     """SIGTERM ``pids``, wait up to ``grace_s``, SIGKILL the rest; returns those killed."""
     send(pids, signal.SIGTERM)
+    left = _outlived(pids, grace_s)
+    send(left, signal.SIGKILL)
+    _outlived(left, 5.0)
+    _reap(pids)
+    return left
+
+
+# Python's own multiprocessing helpers: each ends by itself once the process that started it
+# has (its pipe closes), after cleaning up what that process left (semaphores, shared memory).
+# mp.spawn and a DataLoader's workers start the resource tracker; a clean run is not a leak.
+_SELF_ENDING = (b"multiprocessing.resource_tracker", b"multiprocessing.semaphore_tracker",
+                b"multiprocessing.forkserver")
+
+
+def _ends_by_itself(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            command = fh.read(4096)
+    except OSError:
+        return False
+    return any(name in command for name in _SELF_ENDING)
+
+
+def _outlived(pids: set[int], grace_s: float) -> set[int]:
+    """Those of ``pids`` still running after up to ``grace_s`` (reaped as they end)."""
     deadline = time.monotonic() + grace_s
     left = {p for p in pids if _alive(p)}
     while left and time.monotonic() < deadline:
         _reap(left)
         time.sleep(_POLL_S)
         left = {p for p in left if _alive(p)}
-    send(left, signal.SIGKILL)
-    deadline = time.monotonic() + 5.0
-    while time.monotonic() < deadline and any(_alive(p) for p in left):
-        _reap(left)
-        time.sleep(_POLL_S)
     _reap(pids)
     return left
 
@@ -159,9 +181,16 @@ def ending_with_run(grace_s: float) -> Iterator[None]:
         yield
     finally:
         try:
-            left = run_processes(before)
+            found = run_processes(before)
+            helpers = {pid for pid in found if _ends_by_itself(pid)}
+            left = found - helpers
+            killed = stop_processes(left, grace_s) if left else set()
+            # a helper still there once the rest are gone (up to the grace period) was stuck
+            stuck = _outlived(helpers, grace_s)
+            if stuck:
+                killed |= stop_processes(stuck, 0.0)
+                left |= stuck
             if left:
-                killed = stop_processes(left, grace_s)
                 how = f", {len(killed)} of them with SIGKILL after {grace_s:g} s" if killed else ""
                 print(f"scaletrain: stopped {len(left)} process(es) the workers had started and "
                       f"left running (PIDs {', '.join(map(str, sorted(left)))}){how}",

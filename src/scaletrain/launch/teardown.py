@@ -34,6 +34,7 @@ from typing import TextIO
 
 from scaletrain.contract.environ import TEARDOWN_WAIT_VAR
 from scaletrain.launch import rundir
+from scaletrain.launch.frames import short_path
 from scaletrain.launch.inproc import hang
 from scaletrain.launch.inproc.group_record import read_records
 
@@ -128,7 +129,7 @@ class TeardownWatch:
         except OSError:
             return  # it ended by itself meanwhile
         self.stopped[rank] = where
-        stacks = rundir.stack_path(self.run_dir, rank)
+        stacks = short_path(str(rundir.stack_path(self.run_dir, rank)))  # as the user's shell names it
         print(f"scaletrain: rank {rank} (pid {info.pid}) finished training but was still "
               f"tearing down after {self.wait_s:g} s, at {where}; stopped it (its stack: "
               f"{stacks})", file=self.out or sys.stderr, flush=True)

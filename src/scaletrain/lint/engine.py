@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from scaletrain.clusters.profile import ClusterProfile
 
 _SHELLS = ("sh", "bash", "zsh", "ksh", "dash")
+# Findings that do not judge the value on their line (it only says where they are shown)
+_ABOUT_THE_CLUSTER = ("placeholder", "cluster-retired")
 MAX_BYTES = 4 * 1024 * 1024   # a batch script is a few KiB; the biggest real ones ~100 KiB
 
 
@@ -152,6 +154,10 @@ def lint_text(text: str, *, path: str = "<script>", profile: "ClusterProfile | N
         if rule.needs_cluster and profile is None:
             continue
         found.extend(rule.check(ctx))
+    # an #SBATCH value that is a template's blank (--partition=<partition>) is the placeholder
+    # rule's to report, once: no other rule judges it as a partition or GPU type
+    blanks = {n for n, _ in rules_shell.placeholder_lines(ctx) if script.lines[n - 1].startswith("#SBATCH")}
+    found = [f for f in found if f.rule in _ABOUT_THE_CLUSTER or f.line not in blanks]
     unique = list(dict.fromkeys(found))
     unique.sort(key=lambda f: (f.line, f.severity != ERROR, f.rule))
     return LintResult(path=path, cluster=None if profile is None else profile.name,

@@ -36,7 +36,7 @@ _LAUNCHER_FLAGS = {"standalone", "no_python", "no-python", "module", "m", "run_p
                    "no-local-rank", "force_multi", "enable_each_rank_log", "bind_cores_to_rank",
                    "debug", "quiet", "q", "same_network", "same-network", "tpu", "use_cpu",
                    "mpi", "ssh", "autotune", "elastic_training", "no_ssh_check", "dynamo_use_fullgraph",
-                   "rdzv_conf_only", "no_ssh", "h", "help"}
+                   "rdzv_conf_only", "no_ssh", "h", "help", "use_env"}
 
 _CONTAINER = {"singularity", "apptainer"}
 _CONTAINER_FLAGS = {"nv", "rocm", "cleanenv", "e", "containall", "C", "contain", "c", "writable",
@@ -123,6 +123,15 @@ def _skip_prefixes(words: list[Word]) -> list[Word]:
     return words[i:]
 
 
+def srun_option_takes_value(option: str) -> bool:
+    """Whether srun's ``option`` (``--nodes``, ``-N``) takes the next word as its value
+    (``--nodes=2``, ``-N2`` and flags such as ``--exclusive`` do not)."""
+    if option.startswith("--"):
+        name, eq, _ = option[2:].partition("=")
+        return not eq and _SRUN_ALIAS.get(name, name) not in _SRUN_LONG_FLAGS
+    return len(option) == 2 and option[1] not in _SRUN_SHORT_FLAGS
+
+
 def _parse_srun(words: list[Word]) -> tuple[dict[str, str | None], list[Word]]:
     """srun's options and the words of the command it runs."""
     opts: dict[str, str | None] = {}
@@ -132,28 +141,21 @@ def _parse_srun(words: list[Word]) -> tuple[dict[str, str | None], list[Word]]:
         if v == "--":
             i += 1
             break
-        if v.startswith("--"):
-            name, eq, val = v[2:].partition("=")
-            name = _SRUN_ALIAS.get(name, name)
-            if eq:
-                opts[name] = val
-            elif name in _SRUN_LONG_FLAGS:
-                opts[name] = None
-            else:
-                opts[name] = words[i + 1].value if i + 1 < len(words) else None
-                i += 1
-        elif v.startswith("-") and len(v) > 1:
-            letter = v[1]
-            name = _SRUN_SHORT.get(letter, letter)
-            if len(v) > 2:
-                opts[name] = v[2:].lstrip("=")
-            elif letter in _SRUN_SHORT_FLAGS:
-                opts[name] = None
-            else:
-                opts[name] = words[i + 1].value if i + 1 < len(words) else None
-                i += 1
-        else:
+        if not v.startswith("-") or len(v) < 2:
             break
+        takes = srun_option_takes_value(v)
+        if v.startswith("--"):
+            name, _, val = v[2:].partition("=")
+            name = _SRUN_ALIAS.get(name, name)
+        else:
+            name, val = _SRUN_SHORT.get(v[1], v[1]), v[2:].lstrip("=")
+        if takes:
+            opts[name] = words[i + 1].value if i + 1 < len(words) else None
+            i += 1
+        elif v.startswith("--"):
+            opts[name] = val if "=" in v else None
+        else:
+            opts[name] = val if len(v) > 2 else None
         i += 1
     return opts, words[i:]
 

@@ -154,11 +154,43 @@ def launcher_tasks(ctx: LintContext) -> Iterable[Finding]:
         tpn = step_tasks_per_node(ctx, step)
         if tpn > 1:
             name = _launcher_name(step)
+            cpt = ctx.job.cpus_per_task
+            # the one task keeps the CPUs of all the tasks it replaces, for its workers
+            cpus = f" and --cpus-per-task={cpt * tpn} (the {tpn} tasks' CPUs, now one task's)" \
+                if cpt and cpt > 0 else ""
             yield finding("launcher-tasks", ERROR, step.line,
                           f"{name} starts its own processes per node, but srun starts it {tpn} times "
                           f"per node ({tpn} x its processes)",
-                          "#SBATCH --ntasks-per-node=1 (or 'srun --ntasks-per-node=1 ...'), or run "
-                          "the program with srun directly, one task per GPU")
+                          f"#SBATCH --ntasks-per-node=1{cpus} (or 'srun --ntasks-per-node=1 ...'), "
+                          "or run the program with srun directly, one task per GPU")
+
+
+@rule("launcher-cpus", "a per-node launcher whose one task has few CPUs for all its workers")
+def launcher_cpus(ctx: LintContext) -> Iterable[Finding]:
+    cpt, prof = ctx.job.cpus_per_task, ctx.profile
+    if not cpt:
+        return   # Slurm's or the partition's default: lint cannot tell how many
+    for step in ctx.steps:
+        key = _NPROC_OPTION.get(step.invocation.kind)
+        if key is None or not step.under_srun or step_tasks_per_node(ctx, step) != 1:
+            continue
+        raw = step.invocation.launcher_opts.get(key)
+        nproc = ctx.job.gpus_per_node if raw in ("gpu", "auto", "cuda") else ctx.resolve_int(raw)
+        if not nproc or nproc < 2:
+            continue
+        share = prof.cores_per_gpu if prof is not None and prof.gpus_per_node else None
+        # with the cluster's cores per GPU: under half of a GPU's share per worker; without:
+        # fewer CPUs than workers, which no setting of the program can make up for
+        if (share and cpt * 2 < nproc * share) or (not share and cpt < nproc):
+            want = min(nproc * share, prof.cores_per_node) if share and prof else cpt * nproc
+            why = (f"{prof.name}'s GPUs come with {share} cores each" if share and prof
+                   else "fewer than one each")
+            yield finding("launcher-cpus", WARNING, ctx.option_line("cpus-per-task"),
+                          f"{_launcher_name(step)} (line {step.line}) starts {nproc} workers in one "
+                          f"task of {cpt} CPUs ({cpt / nproc:g} each; {why}): their threads and "
+                          "data-loader workers share those cores",
+                          f"#SBATCH --cpus-per-task={want}")
+            return
 
 
 @rule("no-srun", "a multi-task or multi-node job whose program is not started by srun")
@@ -356,6 +388,8 @@ def srun_cpus_per_task(ctx: LintContext) -> Iterable[Finding]:
         call = step.srun.srun if step.srun is not None else None
         if call is None or not step.invocation.is_program or "cpus-per-task" in call.options:
             continue
+        if any(name == "SRUN_CPUS_PER_TASK" for name, _ in step.srun.command.assignments):  # type: ignore[union-attr]
+            continue   # SRUN_CPUS_PER_TASK=7 srun ...: given to this srun alone
         yield finding("srun-cpus-per-task", WARNING, step.line,
                       f"#SBATCH --cpus-per-task={cpt} does not reach this srun: {prof.name} runs Slurm "
                       f"{prof.slurm_version}, whose srun does not inherit it (22.05 to 23.02; 23.11 restored "

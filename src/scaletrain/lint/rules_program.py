@@ -17,7 +17,11 @@ from typing import Iterable
 from scaletrain.errors import UsageError
 from scaletrain.fileio import read_user_file
 from scaletrain.lint.findings import ERROR, WARNING, Finding, LintContext, Step, finding, rule
+from scaletrain.lint.fixes import per_task_shell_line
+from scaletrain.lint.invocation import classify
 from scaletrain.lint.rules_launch import step_tasks_per_node
+from scaletrain.lint.shell import split_commands
+from scaletrain.lint.words import ASSIGN_RE, Command, assignment_value
 
 PROGRAM_MAX_BYTES = 1 << 20   # a training program of more than 1 MiB is generated; not read
 
@@ -146,7 +150,10 @@ def gpu_not_requested(ctx: LintContext) -> Iterable[Finding]:
 
 def _per_task_devices(ctx: LintContext) -> bool:
     """The script narrows each task's GPUs itself (a per-task CUDA/ROCR_VISIBLE_DEVICES, a site
-    wrapper such as LUMI's select_gpu) or asks Slurm to (--gpus-per-task, --gpu-bind)."""
+    wrapper such as LUMI's select_gpu) or asks Slurm to (--gpus-per-task, --gpu-bind).
+
+    Read from the commands, never from the text: a comment or an ``echo`` that mentions
+    ``CUDA_VISIBLE_DEVICES=$SLURM_LOCALID`` narrows nothing."""
     for name in ("gpus-per-task", "gpu-bind", "ntasks-per-gpu", "tres-bind"):
         if ctx.script.option(name) is not None:
             return True
@@ -154,13 +161,37 @@ def _per_task_devices(ctx: LintContext) -> bool:
         srun = step.invocation.srun
         if srun is not None and any(k in srun.options for k in ("gpus-per-task", "gpu-bind", "ntasks-per-gpu")):
             return True
-    text = ctx.script.text
-    if re.search(r"select_gpu|gpu_bind|\bselect-gpu", text):
-        return True
-    # the variable escaped inside a double-quoted bash -c "..." (LUMI's guides: ROCR_VISIBLE_DEVICES=\$SLURM_LOCALID)
-    # is expanded by each task's shell, as it must be
-    return any(re.search(rf"{v}\s*=\s*[\"']?\\?\$\{{?(SLURM_LOCALID|LOCAL_RANK|SLURM_PROCID|MPI_LOCALRANKID|"
-                         rf"OMPI_COMM_WORLD_LOCAL_RANK|PMI_LOCAL_RANK)", text) for v in _DEVICE_VARS)
+    commands = list(ctx.script.commands)
+    for cmd in ctx.script.commands:   # a bash -c body, a wrapper script written by a heredoc
+        inv = classify(cmd)
+        if inv.kind == "shell" and inv.shell_body is not None:
+            commands += ctx.shell_body_commands(inv.shell_body)
+        for hd in cmd.heredocs:
+            commands += split_commands(hd.body, first_line=hd.line, heredoc_quote="bare")
+    # the variable escaped inside a double-quoted bash -c "..." (LUMI's guides:
+    # ROCR_VISIBLE_DEVICES=\$SLURM_LOCALID) is expanded by each task's shell, as it must be
+    return any(_sets_device_per_task(cmd) or _runs_gpu_wrapper(cmd) for cmd in commands)
+
+
+_LOCAL_RANK_VARS = {"SLURM_LOCALID", "LOCAL_RANK", "SLURM_PROCID", "MPI_LOCALRANKID",
+                    "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_LOCAL_RANK"}
+_GPU_WRAPPER = re.compile(r"select_gpu|gpu_bind|\bselect-gpu")
+
+
+def _sets_device_per_task(cmd: Command) -> bool:
+    """``CUDA_VISIBLE_DEVICES=$SLURM_LOCALID`` as an assignment: before a command, alone, or
+    given to ``export``/``env``/``declare`` (not as text an ``echo`` prints)."""
+    pairs = list(cmd.assignments)
+    if cmd.words and cmd.words[0].value in ("export", "env", "declare", "typeset", "readonly", "local"):
+        pairs += [(m.group(1), assignment_value(w)) for w in cmd.words[1:]
+                  if (m := ASSIGN_RE.match(w.raw))]
+    return any(name in _DEVICE_VARS and any(e.name in _LOCAL_RANK_VARS for e in value.expansions)
+               for name, value in pairs)
+
+
+def _runs_gpu_wrapper(cmd: Command) -> bool:
+    """A command that runs or writes a site's GPU-selection wrapper (LUMI's ``select_gpu``)."""
+    return any(_GPU_WRAPPER.search(w.value) for w in cmd.words)
 
 
 @rule("gpus-shared-by-tasks", "several tasks per node that all see every GPU, with a program that "
@@ -181,10 +212,22 @@ def gpus_shared_by_tasks(ctx: LintContext) -> Iterable[Finding]:
                       f"srun starts {tpn} tasks per node and each sees all {gpn} GPUs, but "
                       f"{inv.script.value} never picks one by its local rank: every task "  # type: ignore[union-attr]
                       "computes on the first GPU and the others stay idle",
-                      "#SBATCH --gpus-per-task=1 (or srun --gpu-bind=single:1), or "
-                      "export CUDA_VISIBLE_DEVICES=$SLURM_LOCALID inside each task; "
-                      "scaletrain.init() picks the GPU from SLURM_LOCALID")
+                      _one_gpu_per_task_hint(ctx, step))
         return
+
+
+def _one_gpu_per_task_hint(ctx: LintContext, step: Step) -> str:
+    """Give each task the GPU of its local rank: the srun line rewritten to set the visible
+    devices in each task's own shell (:mod:`scaletrain.lint.fixes`), or the same in words."""
+    amd = ctx.profile is not None and ctx.profile.gpu_vendor == "amd"
+    var = "ROCR_VISIBLE_DEVICES" if amd else "CUDA_VISIBLE_DEVICES"
+    line = None if step.via_shell else per_task_shell_line(step.invocation.command,
+                                                           before=f"{var}=\\$SLURM_LOCALID exec ")
+    where = (f"write the line as: {line}" if line is not None else
+             f"set {var}=\\$SLURM_LOCALID in each task's shell: srun bash -c \"{var}=\\$SLURM_LOCALID "
+             "exec python ...\"")
+    return (f"give each task the GPU of its local rank; {where} (or #SBATCH --gpus-per-task=1; "
+            "scaletrain.init() picks the GPU from SLURM_LOCALID)")
 
 
 def _programs_never_read(ctx: LintContext, name: str) -> list[str]:

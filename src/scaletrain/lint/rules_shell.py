@@ -12,12 +12,11 @@ import subprocess
 from typing import Iterable, Iterator
 
 from scaletrain.lint.findings import ERROR, WARNING, Finding, LintContext, finding, rule
+from scaletrain.lint.fixes import PER_TASK, per_task_shell_line
 from scaletrain.lint.invocation import Invocation, classify
 from scaletrain.lint.job import parse_int
 from scaletrain.lint.script import Command, Word, interpreter
 
-# Variables whose value differs per task or per node: they must expand inside the task.
-PER_TASK = {"SLURM_NODEID", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_TASK_PID"}
 # Variables a user passes to a program expecting their value (besides SLURM_* and the script's own).
 _COMMON_ENV = {"HOME", "USER", "PWD", "TMPDIR", "LOCAL_SCRATCH", "SCRATCH", "PROJAPPL",
                "WORK", "PROJECT", "HOSTNAME", "PATH", "MASTER_ADDR", "MASTER_PORT"}
@@ -38,23 +37,40 @@ def _srun_words(ctx: LintContext) -> Iterator[tuple[Word, Command, Invocation]]:
             yield w, cmd, inv
 
 
-def _hint_for(name: str) -> str:
-    return f"escape it (\\${name}) inside the double quotes, or use single quotes: srun bash -c '... ${name} ...'"
+def _in_shell_body(word: Word, inv: Invocation) -> bool:
+    """True when ``word`` is the body of ``srun bash -c BODY``: escaping inside its double
+    quotes leaves the variable to each task's shell."""
+    return inv.kind == "shell" and inv.shell_body is word
+
+
+def _line_hint(name: str, cmd: Command, inv: Invocation) -> str:
+    """The fix for a per-task variable on an srun line: the line rewritten to run in a shell of
+    each task (:mod:`scaletrain.lint.fixes`), or, where it cannot be, the same in words."""
+    line = per_task_shell_line(cmd)
+    also = (" (or drop --node_rank and let torchrun's c10d rendezvous number the nodes: "
+            "--rdzv_backend=c10d --rdzv_endpoint=$MASTER_ADDR:29400 --rdzv_id=$SLURM_JOB_ID)"
+            if inv.kind == "torchrun" and name == "SLURM_NODEID" else "")
+    if line is None:
+        return (f"let each task's own shell expand it: srun bash -c \"... \\${name} ...\" (the "
+                f"command in double quotes, only \\${name} escaped){also}")
+    return f"let each task's own shell expand it{also}; write the line as: {line}"
 
 
 @rule("early-expansion", "a per-task variable ($SLURM_NODEID/$SLURM_PROCID/$SLURM_LOCALID) "
       "expanded by the batch shell for srun")
 def early_expansion(ctx: LintContext) -> Iterable[Finding]:
     used_in_srun: dict[str, int] = {}
-    for word, cmd, _inv in _srun_words(ctx):
+    for word, cmd, inv in _srun_words(ctx):
         for e in word.expansions:
             if e.expands:
                 used_in_srun.setdefault(e.name, cmd.line)
             if e.name in PER_TASK and e.expands:
+                hint = (f"escape it (\\${e.name}) inside the double quotes"
+                        if _in_shell_body(word, inv) and e.quote == "double"
+                        else _line_hint(e.name, cmd, inv))
                 yield finding("early-expansion", ERROR, e.line,
                               f"${e.name} is expanded by the batch shell on the first node before srun "
-                              f"starts the tasks: every task gets that node's value",
-                              _hint_for(e.name))
+                              f"starts the tasks: every task gets that node's value", hint)
         for hd in cmd.heredocs:
             for e in hd.expansions:
                 if e.name in PER_TASK and e.expands:
@@ -71,7 +87,9 @@ def early_expansion(ctx: LintContext) -> Iterable[Finding]:
                     yield finding("early-expansion", ERROR, e.line,
                                   f"${e.name} is expanded when {name} is assigned, on the first node; "
                                   f"srun (line {used_in_srun[name]}) passes that one value to every task",
-                                  _hint_for(e.name))
+                                  f"set {name} in each task instead: srun bash -c \"{name}=\\${e.name}; "
+                                  f"... \\${name} ...\" (the command in double quotes, the $ of both "
+                                  "escaped)")
 
 
 @rule("single-quoted-var", "a $VARIABLE inside single quotes passed to a program (never expanded)")
@@ -216,7 +234,8 @@ def _mask_single_quoted(line: str) -> str:
     return "".join(out)
 
 
-def _placeholder_lines(ctx: LintContext) -> list[tuple[int, str]]:
+def placeholder_lines(ctx: LintContext) -> list[tuple[int, str]]:
+    """(line, placeholder) of every line that still holds a template's blank."""
     from scaletrain.lint.rules_sbatch import heredoc_lines
 
     skip = heredoc_lines(ctx)      # program text (python: i<n and j>0) is not the template's
@@ -243,7 +262,7 @@ _DOTS_VALUE = re.compile(r"(?:\s|^)(--?[A-Za-z][\w-]*[= ]\s*(?:\.{3}|\u2026))(?=
 
 @rule("placeholder", "a template placeholder left in (<project>, <options>)")
 def placeholder(ctx: LintContext) -> Iterable[Finding]:
-    found = _placeholder_lines(ctx)
+    found = placeholder_lines(ctx)
     if found:
         number, text = found[0]
         more = f" and {len(found) - 1} more line(s)" if len(found) > 1 else ""
@@ -286,7 +305,7 @@ def site_command(ctx: LintContext) -> Iterable[Finding]:
 
 @rule("bash-syntax", "a shell syntax error (bash -n)")
 def bash_syntax(ctx: LintContext) -> Iterable[Finding]:
-    if _merge_marker_lines(ctx) or _placeholder_lines(ctx):
+    if _merge_marker_lines(ctx) or placeholder_lines(ctx):
         return   # the markers/placeholders are the syntax error; their own rules say it better
     base = interpreter(ctx.script.shebang) or "bash"
     exe = shutil.which("bash") if base not in ("sh", "dash", "zsh", "ksh") else shutil.which(base)

@@ -23,7 +23,8 @@ _LAUNCHER_PLANNED = {norm(o) for o in (
     "nproc_per_node", "nnodes", "node_rank", "rdzv_endpoint", "rdzv_backend", "rdzv_id", "master_addr",
     "master_port", "standalone", "num_processes", "num_machines", "machine_rank", "main_process_ip",
     "main_process_port", "num_gpus", "num_nodes", "multi_gpu", "config_file", "m", "module", "hostfile",
-    "launcher", "same_network", "rdzv_conf")}
+    "launcher", "same_network", "rdzv_conf",
+    "use_env")}   # torch.distributed.launch --use-env: what torchrun always does
 # interpreter options the new line writes itself
 _PYTHON_PLANNED = {"-u", "-m"}
 
@@ -68,3 +69,18 @@ def uncarried(cmd: Command, inv: Invocation) -> list[str]:
         out += [f"--{n}" + (f"={v}" if v is not None else "") for n, v in inv.launcher_opts.items()
                 if n not in _LAUNCHER_PLANNED]   # names as lint folds them (--max_restarts)
     return out
+
+
+def local_rank_argument(inv: Invocation) -> str | None:
+    """What the old launcher gave the program that the new one does not: ``python -m
+    torch.distributed.launch`` (without ``--use-env``) passes each process ``--local-rank=N``
+    (``--local_rank=N`` before torch 2.0); torchrun, which the new line runs, sets LOCAL_RANK
+    in the environment only (torch's "Transitioning from torch.distributed.launch to
+    torchrun"). None for any other launcher."""
+    words = [w.value for w in inv.command.words]
+    launch = any(a == "-m" and b == "torch.distributed.launch" for a, b in zip(words, words[1:]))
+    if not launch or "use_env" in inv.launcher_opts:
+        return None
+    return ("--local-rank=N, which torch.distributed.launch passed to each process: torchrun sets "
+            "LOCAL_RANK in the environment instead, so a program that reads args.local_rank runs "
+            "every rank on its default device; read int(os.environ['LOCAL_RANK']) in the program")

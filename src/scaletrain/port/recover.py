@@ -24,7 +24,7 @@ from scaletrain.lint.job import read_request
 from scaletrain.lint.script import BatchScript, Command, Word, parse_script
 from scaletrain.lint.shell import split_commands
 from scaletrain.port.heredoc import heredoc_line
-from scaletrain.port.launchwords import module_launch, uncarried
+from scaletrain.port.launchwords import local_rank_argument, module_launch, uncarried
 from scaletrain.port.oneline import one_line, why_not
 from scaletrain.port.refusals import inline_program, refuse_inline, refuse_lookalikes, refuse_redirects
 from scaletrain.port.venv import ENV_BUILD, NotCarried, command_packages, heredoc_packages, is_env_command
@@ -202,6 +202,9 @@ def recover(text: str, path: str = "<script>") -> OldJob:
                     old.lost.append(Line(opt.line, opt.text, f"the request for {item}: the new cluster's "
                                          "node-local disk is asked its own way (see the changes)"))
     dropped = uncarried(cmd, inv)
+    given = local_rank_argument(inv)
+    if given is not None:
+        old.lost.append(Line(cmd.line, "torch.distributed.launch", given))
     if dropped:
         old.lost.append(Line(cmd.line, " ".join(dropped), "on the old launch line; the new one, planned for the "
                              "target, does not write them: pass variables with --env, the rest with plan's flags"))

@@ -12,7 +12,9 @@ Sources of the step timeout, first wins: ``init(step_timeout_s=...)``, ``SCALETR
 never more than the start-up timeout. "Training started" is signalled by
 :func:`training_started`: the loader calls it when a second batch is asked for, the stop
 agreement when it first polls, and a script may call it itself. It is idempotent, local (no
-collective) and costs one flag test after the first call.
+collective) and costs one flag test after the first call. Changing a group's timeout in place
+goes through torch's privates, so ``SCALETRAIN_TORCH_AS_IS=1`` leaves every group with the
+timeout it was created with.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 
 from scaletrain import module_state
-from scaletrain.contract.environ import TIMEOUT_VAR
+from scaletrain.contract.environ import TIMEOUT_VAR, torch_as_is
 from scaletrain.errors import DistEnvError, UsageError
 
 # Slurm may start the nodes of one job minutes apart; the first collective waits for all.
@@ -91,6 +93,8 @@ def training_started() -> bool:
     if _started or _step_s is None:
         return False
     _started = True
+    if torch_as_is(os.environ):  # the way out of every change to torch's internals: this too
+        return False
     from scaletrain.runtime.current import live_dist
 
     if live_dist() is None:

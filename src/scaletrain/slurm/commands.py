@@ -139,9 +139,28 @@ def run_command(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
         proc.stdout.close()  # type: ignore[union-attr]
         proc.stderr.close()  # type: ignore[union-attr]
     if proc.returncode != 0:
-        raise SlurmError(f"{argv[0]} failed: {_one_line(decode(err) or decode(out))}",
-                         "fix the request (see the message from Slurm) or check 'sinfo'")
+        said = decode(err) or decode(out)
+        raise SlurmError(f"{argv[0]} failed: {_one_line(said)}", _failure_hint(said))
     return decode(out)
+
+
+# What Slurm's commands say where no cluster answers them: installed, but without a
+# configuration (a laptop, a CI runner, a container) or cut off from the controller.
+_NO_CLUSTER = ("Could not establish a configuration source", "fetch_config", "slurm.conf",
+               "Unable to contact slurm controller", "Unable to establish a connection",
+               "Zero Bytes were transmitted or received", "Connection refused",
+               "Communication connection failure", "Invalid authentication credential",
+               "Munge", "munge", "Socket timed out")
+
+
+def _failure_hint(said: str) -> str:
+    """The hint for a Slurm command that failed: a request Slurm refused is the user's to fix,
+    but where no cluster answered, the request was never looked at."""
+    if any(marker in said for marker in _NO_CLUSTER):
+        return ("no Slurm cluster answers on this machine (Slurm's commands are here, but no "
+                "configuration or controller): run this on the cluster's login node; "
+                "'scaletrain plan' prints the script without Slurm")
+    return "fix the request (see the message from Slurm) or check 'sinfo'"
 
 
 def sbatch_parsable(script_path: str | Path, *, cwd: str | Path | None = None,

@@ -6,14 +6,21 @@ integer (``model.to(local_rank)``, ``x.to(torch.cuda.current_device())``, ``devi
 placement goes through torch functions, so a TorchFunctionMode maps them; a mode is per thread,
 so every thread the program starts enters one too (:func:`cover_threads`). Module placement
 (``Module.to``/``.cuda``) parses its arguments in C++ and is patched directly.
+
+The mapping's own frames sit between the program and torch: a warning torch gives about the
+program's call (a C++ ``TORCH_WARN`` names the innermost Python frame, a Python one its caller)
+would name this file. :func:`attribute_warnings` shows it at the program's line instead.
 """
 
 from __future__ import annotations
 
 import functools
+import os
+import sys
 import threading
-from types import ModuleType
-from typing import Any
+import warnings
+from types import FrameType, ModuleType
+from typing import Any, TextIO
 
 
 def is_gpu(device: Any) -> bool:
@@ -180,3 +187,47 @@ def cover_threads(mode_cls: type) -> None:
 
     setattr(_bootstrap_inner, "_scaletrain_cpu", True)
     setattr(threading.Thread, "_bootstrap_inner", _bootstrap_inner)
+
+
+def _mapping_files() -> frozenset[str]:
+    here = os.path.dirname(os.path.realpath(__file__))
+    return frozenset(os.path.join(here, name) for name in ("cpu_map.py", "cpu_cuda.py"))
+
+
+def _overrides_file() -> str:
+    overrides = sys.modules.get("torch.overrides")
+    return os.path.realpath(getattr(overrides, "__file__", "") or "")
+
+
+def _program_frame(filename: str, lineno: int) -> FrameType | None:
+    """The frame the mapping's frame at ``filename:lineno`` stands in front of: the first one
+    outward that is neither the mapping's nor torch's function-mode dispatch."""
+    skip = _mapping_files() | {_overrides_file()}
+    frame: FrameType | None = sys._getframe(2)
+    while frame is not None and not (frame.f_code.co_filename == filename
+                                     and frame.f_lineno == lineno):
+        frame = frame.f_back
+    while frame is not None and os.path.realpath(frame.f_code.co_filename) in skip:
+        frame = frame.f_back
+    return frame
+
+
+def attribute_warnings() -> None:
+    """Show a warning raised inside the mapping's frames at the program's frame that called
+    into them (``warnings.showwarning`` wraps the one in place; a program that installs its
+    own later, such as ``logging.captureWarnings``, gets the mapping's file as before)."""
+    shown = warnings.showwarning
+    if getattr(shown, "_scaletrain_cpu", False):
+        return
+    ours = _mapping_files()
+
+    def showwarning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                    file: TextIO | None = None, line: str | None = None) -> None:
+        if os.path.realpath(filename) in ours:
+            frame = _program_frame(filename, lineno)
+            if frame is not None:
+                filename, lineno, line = frame.f_code.co_filename, frame.f_lineno, None
+        shown(message, category, filename, lineno, file, line)
+
+    setattr(showwarning, "_scaletrain_cpu", True)
+    warnings.showwarning = showwarning

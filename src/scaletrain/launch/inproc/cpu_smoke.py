@@ -128,6 +128,7 @@ def patch_torch(torch: ModuleType) -> None:
     cpu_map.patch_module(torch)
     cpu_map.patch_load(torch)
     cpu_map.patch_ddp(torch)
+    cpu_map.attribute_warnings()
     mode_cls = cpu_map.cpu_mode(torch)
     mode_cls().__enter__()  # for the life of the process, like torch.set_default_device
     cpu_map.cover_threads(mode_cls)

@@ -4,7 +4,8 @@ workers of a run formed one group of all of them (:mod:`scaletrain.launch.group_
 Worker side (through the worker shim): ``init_process_group`` is wrapped to record the group's
 size as soon as it is formed (so a program that destroys its group early still counts), the
 first optimizer step is recorded (a worker that stepped outside a group of all trained alone,
-even when it crashed later), and at exit each worker records which frameworks it had imported.
+even when it crashed later), and at exit each worker records which frameworks it had imported
+and whether its program's own files name any call that forms a group.
 The records' format is declared once, here: :func:`read_records` is what the launcher reads
 them with once the workers have finished.
 """
@@ -101,10 +102,59 @@ def _framework_worlds() -> dict[str, int]:
     return out
 
 
+# What a program that forms a group names somewhere in its code: torch's calls, scaletrain's
+# own set-up, DeepSpeed's, Horovod's. A program none of whose files names any of them is a
+# single-process program (the launcher's hint then says so, not "look for its call").
+_GROUP_WORDS = (b"init_process_group", b"init_device_mesh", b"DeviceMesh", b"scaletrain",
+                b"init_distributed", b"deepspeed.initialize", b"hvd.init", b"Horovod")
+_MAX_SCANNED = 64            # program files read at exit, at most
+_SCAN_LIMIT = 1 << 20        # bytes of each
+
+
+def _program_files() -> list[str]:
+    """The program's own files: its main script and the modules it imported from its folders."""
+    from scaletrain.launch.frames import is_program_file
+
+    files = {getattr(m, "__file__", None) for m in list(sys.modules.values())}
+    files.add(_main_file())   # run by runpy, whose __main__ is gone from sys.modules by exit
+    # absolute paths of files that exist: torch.ops and torch.classes name "_ops.py", "_classes.py"
+    return sorted(f for f in files if isinstance(f, str) and f.endswith(".py") and os.path.isabs(f)
+                  and os.path.isfile(f) and is_program_file(f))
+
+
+def names_a_group(files: list[str]) -> bool:
+    """Whether one of ``files`` names a call that forms a process group; True where one
+    cannot be read, or there are none (not said to lack one)."""
+    for path in files[:_MAX_SCANNED]:
+        try:
+            text = read_bounded(path, _SCAN_LIMIT)
+        except OSError:
+            return True
+        if any(word in text for word in _GROUP_WORDS):
+            return True
+    return not files
+
+
+def _main_file() -> str | None:
+    """The program's main file: the worker entry leaves ``sys.argv[0]`` the script (or, under
+    ``-m``, the module's name)."""
+    first = sys.argv[0] if sys.argv else ""
+    if first.endswith(".py"):
+        return os.path.abspath(first)
+    try:
+        import importlib.util
+
+        spec = importlib.util.find_spec(first) if first.isidentifier() or "." in first else None
+    except (ImportError, ValueError):
+        return None
+    return spec.origin if spec is not None else None
+
+
 def _record_exit() -> None:
     found = sorted(name for name in FRAMEWORK_HINTS if name in sys.modules)
     _write("exit", {"rank": _STATE.get("rank"), "frameworks": found,
-                    "world_size": _STATE.get("world"), "framework_worlds": _framework_worlds()})
+                    "world_size": _STATE.get("world"), "framework_worlds": _framework_worlds(),
+                    "names_group": names_a_group(_program_files())})
 
 
 def patch_c10d(c10d: Any) -> None:  # torch.distributed.distributed_c10d, patched
@@ -182,6 +232,7 @@ class Records:
     frameworks: set[str]
     framework_worlds: dict[str, dict[str, int]]  # launcher rank -> {framework: its process count}
     torn_down: set[int] = field(default_factory=set)  # pids that called destroy_process_group()
+    no_group_call: set[str] = field(default_factory=set)  # ranks whose program never names one
 
 
 def read_records(folder: str | os.PathLike[str]) -> Records:
@@ -192,6 +243,7 @@ def read_records(folder: str | os.PathLike[str]) -> Records:
     frameworks: set[str] = set()
     framework_worlds: dict[str, dict[str, int]] = {}
     torn_down: set[int] = set()
+    no_group_call: set[str] = set()
     for path in sorted(Path(folder).glob("*.json")):
         try:
             data = json.loads(read_bounded(path))
@@ -209,5 +261,8 @@ def read_records(folder: str | os.PathLike[str]) -> Records:
             frameworks.update(str(f) for f in data.get("frameworks", ()))
             worlds = data.get("framework_worlds") or {}
             framework_worlds[rank] = {str(k): v for k, v in worlds.items() if isinstance(v, int)}
+            if data.get("names_group") is False:
+                no_group_call.add(rank)
     return Records(groups=groups, exited=exited, stepped=stepped, frameworks=frameworks,
-                   framework_worlds=framework_worlds, torn_down=torn_down)
+                   framework_worlds=framework_worlds, torn_down=torn_down,
+                   no_group_call=no_group_call)
