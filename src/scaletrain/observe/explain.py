@@ -165,12 +165,13 @@ def run_calibration(run: str, cluster: str) -> Overhead | None:
 def explain_plan(plan: Any, run: str) -> str:
     """``plan --explain RUN`` for a made plan: the overhead from RUN (a bench scaling.json on the
     plan's cluster), else the cluster's stored calibration, else the published default."""
-    step, work, source = load_measurement(run, params=plan.request.params)
-    links = links_from_profile(plan.profile)
+    profile, res = plan.settled.profile, plan.resources
+    step, work, source = load_measurement(run, params=plan.settled.request.params)
+    links = links_from_profile(profile)
     if links is None:
-        raise UsageError(f"cluster profile {plan.cluster!r} has no link bandwidths (intra_node_gbps)",
+        raise UsageError(f"cluster profile {profile.name!r} has no link bandwidths (intra_node_gbps)",
                          "add intra_node_gbps and inter_node_gbps to the profile, or explain on another cluster")
-    overhead = run_calibration(run, plan.profile.name) or load_calibration(plan.profile.name)
-    return explain(step, links, requested=plan.gpus, work_samples=work, time_limit_s=plan.time_seconds,
-                   cluster=plan.cluster, source=source, overhead=overhead,
-                   bill=lambda device_hours: billed_amount(device_hours, plan.profile))
+    overhead = run_calibration(run, profile.name) or load_calibration(profile.name)
+    return explain(step, links, requested=res.gpus, work_samples=work, time_limit_s=res.time_seconds,
+                   cluster=profile.name, source=source, overhead=overhead,
+                   bill=lambda device_hours: billed_amount(device_hours, profile))

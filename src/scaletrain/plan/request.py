@@ -1,10 +1,11 @@
 """What the user asked for: a ``JobRequest``, and the parsing of its flag values.
 
 The request is plain data, validated once when it is made (``JobRequest.__post_init__``): every
-value it carries to a script, its counts, its launcher and device. ``scaletrain plan`` and
-``scaletrain submit`` build it from the same flags (``scaletrain.cli.plan.add_plan_arguments`` /
-``request_from_args``); the planner trusts it and turns it and a cluster profile into a ``Plan``
-without any I/O, checking only what depends on the cluster.
+value it carries to a script, its counts, its launcher and device, the ``--sbatch`` option names and
+what ``--expand-args`` would expand. ``scaletrain plan`` and ``scaletrain submit`` build it from the
+same flags (``scaletrain.cli.plan.add_plan_arguments`` / ``request_from_args``); the planner's stages
+(``scaletrain.plan.planner``) trust it and turn it and a cluster profile into a ``Plan`` without any
+I/O, checking only what depends on the cluster.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ DEVICES: tuple[str, ...] = ("auto", "cpu")
 # A pip requirement the job's venv may install (``wheels``): a name, an extra, an exact version;
 # it is written into the job's shell line, so nothing in it is special to the shell.
 WHEEL_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,-]+\])?(==[A-Za-z0-9.*+!_-]+)?")
-# The job options with their own flags: (sbatch option, request field).
 MIN_MEM_GB = 1 / 1024     # 1M: a smaller size renders as --mem=0, which Slurm reads as the whole node
 MAX_MEM_GB = 64 * 1024.0  # 64 TiB per GPU
 MAX_PARAMS = 1e15         # a quadrillion parameters
@@ -66,6 +66,7 @@ def _time(value: object) -> str:
     return value.strip()
 
 
+# The job options with their own flags: (sbatch option, request field).
 JOB_OPTIONS = (("mail-type", "mail_type"), ("mail-user", "mail_user"), ("array", "array"),
                ("constraint", "constraint"), ("dependency", "dependency"),
                ("reservation", "reservation"), ("qos", "qos"))
@@ -187,7 +188,8 @@ class JobRequest:
                    *((f"program argument {i + 1}", a) for i, a in enumerate(self.script_args)),
                    *((what, v) for what, v in optional if v), *(("--module", m) for m in self.modules),
                    *(("--setup", cmd) for cmd in self.setup)],
-            env=self.env, sbatch=[(opt, v) for opt, v in sbatch if v])
+            env=self.env, sbatch=[(opt, v) for opt, v in sbatch if v], extra=self.sbatch_extra,
+            expanding=(self.script, *self.script_args) if self.expand_args else ())
 
     @property
     def per_node_launcher(self) -> bool:
