@@ -8,9 +8,8 @@ import pytest
 from scaletrain.clusters.profile import load_profile
 from scaletrain.errors import PlanError, ProfileError, UsageError
 from scaletrain.plan.planner import make_plan
-from scaletrain.plan.render import exports
+from scaletrain.plan.render import exports, sbatch_options
 from scaletrain.plan.request import JobRequest, format_mem, parse_mem_gb, parse_params
-from scaletrain.plan.sbatch import sbatch_options
 from scaletrain.plan.summary import notes
 
 

@@ -14,7 +14,7 @@ from scaletrain.errors import PlanError
 from scaletrain.plan.disk import JOB_VENV_GB, job_memory_gb
 from scaletrain.plan.planner import make_plan
 from scaletrain.plan.request import JobRequest
-from scaletrain.plan.sbatch import sbatch_options
+from scaletrain.plan.render import sbatch_options
 
 
 def _plan(cluster: str, **kw):

@@ -45,8 +45,8 @@ def test_roihu_with_staged_data_and_requeue() -> None:
     from scaletrain.plan.records import Settled
 
     assert isinstance(p.settled, Settled)
-    assert _fields(p.settled, "image job_name") == (None, "train")
-    assert (p.settled.request.cluster, p.settled.request.venv) == ("roihu", None)
+    assert p.settled.image is None
+    assert (p.settled.request.cluster, p.settled.request.venv, p.settled.request.slurm_job_name) == ("roihu", None, "train")
     res = p.resources
     assert _fields(res, "nodes gpus_per_node gpus tasks_per_node ntasks gpus_per_task procs_per_node world_size") == \
         (2, 4, 8, 4, 8, 1, 4, 8)
@@ -127,12 +127,13 @@ def test_settle_gives_the_running_environment_only_to_a_job_that_names_none(clus
 
 # -- render reads records and text only -----------------------------------------------------------------
 
-# What the renderer may import: the records, and modules of text and fixed words (quoting, the launch
-# lines, the #SBATCH lines, the script's contract words, Slurm's version facts, the exit codes).
+# What the renderer may import: the records (the request's and the profile's types among them), and
+# modules of text and fixed words (quoting, the launch lines, the script's contract words, Slurm's
+# version facts, the exit codes).
 RENDER_MAY_IMPORT = {"__future__", "shlex", "scaletrain._version", "scaletrain.contract.environ",
-                     "scaletrain.contract.script", "scaletrain.errors", "scaletrain.slurm.parse",
-                     "scaletrain.plan.records", "scaletrain.plan.values", "scaletrain.plan.launchers",
-                     "scaletrain.plan.sbatch"}
+                     "scaletrain.contract.files", "scaletrain.contract.script", "scaletrain.errors",
+                     "scaletrain.slurm.parse", "scaletrain.clusters.model", "scaletrain.plan.records",
+                     "scaletrain.plan.request", "scaletrain.plan.values", "scaletrain.plan.launchers"}
 STAGES = {"scaletrain.plan.settle", "scaletrain.plan.resources", "scaletrain.plan.layout",
           "scaletrain.plan.disk", "scaletrain.plan.software", "scaletrain.plan.jobfiles",
           "scaletrain.plan.planner"}

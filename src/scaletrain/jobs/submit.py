@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
+from scaletrain.contract.files import JOB_LOG, RUNS_DIR
+
 if TYPE_CHECKING:
     from scaletrain.clusters.model import ClusterProfile
     from scaletrain.plan.records import Plan, RunningEnv
@@ -83,21 +85,23 @@ def prepare(request: JobRequest, *, run_dir: str | os.PathLike[str] | None = Non
     planner's errors, ``DistEnvError`` for a job whose Python lacks scaletrain or the launcher's
     package, ``UsageError`` for a run folder that cannot be made or written.
     """
-    from scaletrain.contract.files import RUNS_DIR
     from scaletrain.envs.check import check_job_python, needed_imports
     from scaletrain.plan.planner import make_plan
     from scaletrain.plan.render import render_script
-    from scaletrain.plan.request import in_run_dir
-    from scaletrain.plan.settle import job_name_for
     from scaletrain.slurm.submit import make_run_dir, write_script
 
     env = os.environ if environ is None else environ
     # the job runs in the folder it is submitted from (plan leaves --chdir to the user)
     request, profile, running = _measured(dataclasses.replace(request, chdir=request.chdir or os.getcwd()), env)
     made = _absent(Path(run_dir).expanduser() if run_dir else Path(RUNS_DIR))
-    folder = make_run_dir(run_dir, job_name_for(request), flag=flag)   # chosen before planning
+    folder = make_run_dir(run_dir, request.slurm_job_name, flag=flag)   # chosen before planning
+    # placed in it: the job runs where the user is, its script's path survives any cd, the files the
+    # job writes (framework configs) and its output go to the run folder
+    program = request.script if request.script == "-m" else os.path.abspath(os.path.expanduser(request.script))
+    request = dataclasses.replace(request, script=program, files_dir=str(folder),
+                                  log=request.log or str(folder / JOB_LOG))
     try:
-        plan = make_plan(in_run_dir(request, folder), profile, running=running)
+        plan = make_plan(request, profile, running=running)
         notes: tuple[str, ...] = ()
         checked: tuple[str, ...] = ()
         if check:

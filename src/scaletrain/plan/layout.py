@@ -219,3 +219,24 @@ def cpu_bind(profile: ClusterProfile, *, per_node: bool, tasks_per_node: int, cp
             bits |= 1 << core
         masks.append(f"0x{bits:x}")
     return "mask_cpu:" + ",".join(masks), None
+
+
+def partition_family(profile: ClusterProfile, name: str | None) -> str:
+    """A name shared by a cluster's GPU partitions across guide revisions (LUMI eap/small-g/standard-g)."""
+    if name is None:
+        return "default"
+    if profile.name == "lumi" and name in ("eap", "small-g", "standard-g", "dev-g"):
+        return "lumi-g"
+    return name
+
+
+def launch_notes(launcher: str, nodes: int, gpn: int) -> list[str]:
+    """What a launcher that starts the workers itself must be told of this layout."""
+    notes = []
+    if launcher == "lightning":
+        notes.append(f"Lightning: Trainer(devices={gpn}, num_nodes={nodes}, strategy='ddp') must match "
+                     "this allocation (CSC guide 'Multi-GPU and multi-node machine learning')")
+    if launcher == "deepspeed" and nodes > 1:
+        notes.append("deepspeed launcher: one task per node, nodes joined with --no_ssh and "
+                     "--node_rank=$SLURM_NODEID (needs DeepSpeed >= 0.14)")
+    return notes

@@ -4,7 +4,7 @@ no I/O, no clock.
 Each stage is a function from the records before it to one frozen record
 (``scaletrain.plan.records``), and the Plan is the tuple of those records::
 
-    settle      request, profile      -> Settled     the image, the environment found, the name; checks
+    settle      request, profile      -> Settled     the image, the environment found; checks
     resources   Settled               -> Allocation  nodes, GPUs, tasks, partition, CPUs, memory, disk
     software    Settled, Allocation   -> Software    set-up lines, interpreter, container, environment
     files       Settled, Allocation   -> Files       framework configs the job writes and reads

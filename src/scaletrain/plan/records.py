@@ -44,7 +44,6 @@ class Settled:
     #                          environment found on a login node, the run folder (submit)
     profile: ClusterProfile
     image: str | None        # the container image the program runs in (--container, else the profile's)
-    job_name: str            # the Slurm job name (--job-name, else the script's stem)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -10,14 +10,10 @@ I/O, checking only what depends on the cluster.
 
 from __future__ import annotations
 
-import dataclasses
 import math
-import os
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
-from scaletrain.contract.files import JOB_LOG
 from scaletrain.errors import PlanError, UsageError
 from scaletrain.parallel.options import PRECISIONS
 from scaletrain.plan.values import SBATCH_SHAPES, check_request_values
@@ -196,17 +192,17 @@ class JobRequest:
         """True when the launcher runs one task per node (torchrun, accelerate, deepspeed)."""
         return self.launcher in PER_NODE_LAUNCHERS
 
-
-def in_run_dir(request: JobRequest, run_dir: Path, *, cwd: str | None = None) -> JobRequest:
-    """``request`` as submitted from ``run_dir``: the job runs where the user is (``cwd``, unless
-    it names its own folder), its script's path survives any ``cd``, the files the job writes
-    (framework configs) and its output go to the run folder. Reads the current folder when
-    ``cwd`` is not given."""
-    script = request.script
-    if script != "-m":
-        script = os.path.abspath(os.path.expanduser(script))
-    return dataclasses.replace(request, script=script, chdir=request.chdir or cwd or os.getcwd(),
-                               files_dir=str(run_dir), log=request.log or str(run_dir / JOB_LOG))
+    @property
+    def slurm_job_name(self) -> str:
+        """The job's name: ``--job-name``, else the training script's file stem made Slurm-safe
+        (the ``#SBATCH --job-name`` line, and the name of submit's run folder)."""
+        if self.job_name:
+            return self.job_name
+        stem = self.script.rsplit("/", 1)[-1]
+        for ext in (".py", ".sh"):
+            if stem.endswith(ext):
+                stem = stem[: -len(ext)]
+        return "".join(c if c.isalnum() or c in "-_." else "_" for c in stem) or "scaletrain"
 
 
 def parse_mem_gb(text: str) -> float:

@@ -7,9 +7,9 @@ fields, the running environment as ``running``. ``port`` hands in its own reques
 cluster, and no running environment (the job is planned for another cluster, not here).
 
 Decided here, once: the image the program runs in (a job in an image keeps the image's Python,
-so it is decided before the running environment is given to the job), the environment found
-on a login node for a job that names none, the job's name; then what the request asks of this
-cluster and how its flags combine is checked (each value was checked when the request was made).
+so it is decided before the running environment is given to the job) and the environment found
+on a login node for a job that names none; then what the request asks of this cluster and how
+its flags combine is checked (each value was checked when the request was made).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from scaletrain.plan.request import JobRequest
 
 
 def settle(request: JobRequest, profile: ClusterProfile, *, running: RunningEnv | None = None) -> Settled:
-    """The request settled on ``profile``: its image, its environment, its name; checked.
+    """The request settled on ``profile``: its image and its environment; checked.
 
     ``running``: the environment running scaletrain, where this machine is the cluster's login node
     (None elsewhere); a Slurm job that names no environment and runs in no image gets it, as
@@ -38,7 +38,7 @@ def settle(request: JobRequest, profile: ClusterProfile, *, running: RunningEnv 
         found: dict[str, Any] = {running.kind: running.path, "env_origin": running.origin}   # venv, conda or python
         request = dataclasses.replace(request, **found)
     _check_request(request, profile)
-    return Settled(request=request, profile=profile, image=img, job_name=job_name_for(request))
+    return Settled(request=request, profile=profile, image=img)
 
 
 def image(request: JobRequest, profile: ClusterProfile) -> str | None:
@@ -59,17 +59,6 @@ def image(request: JobRequest, profile: ClusterProfile) -> str | None:
 def names_environment(request: JobRequest) -> bool:
     """True when the job names its Python environment (flags, or the one running scaletrain)."""
     return bool(request.venv or request.conda or request.python)
-
-
-def job_name_for(request: JobRequest) -> str:
-    """The request's job name, else the training script's file stem made Slurm-safe."""
-    if request.job_name:
-        return request.job_name
-    stem = request.script.rsplit("/", 1)[-1]
-    for ext in (".py", ".sh"):
-        if stem.endswith(ext):
-            stem = stem[: -len(ext)]
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in stem) or "scaletrain"
 
 
 def check_live(profile: ClusterProfile) -> None:
@@ -137,4 +126,4 @@ def _check_horovod(req: JobRequest, profile: ClusterProfile) -> None:
                         "or --container IMAGE), or train with PyTorch DDP (no horovod import)")
 
 
-__all__ = ["check_live", "image", "job_name_for", "names_environment", "settle"]
+__all__ = ["check_live", "image", "names_environment", "settle"]

@@ -162,8 +162,7 @@ def notes(plan: Plan) -> tuple[str, ...]:
 def plan_to_dict(plan: Plan) -> dict[str, Any]:
     """The plan as JSON-ready data (the profile by name and path, the launch line included): one
     flat object, its keys in the order ``plan --json`` has always written them."""
-    from scaletrain.plan.render import exports, launch_command, program_line, setup_lines
-    from scaletrain.plan.sbatch import sbatch_options
+    from scaletrain.plan.render import exports, launch_command, program_line, sbatch_options, setup_lines
 
     settled, res, sw, files = plan.settled, plan.resources, plan.software, plan.files
     request, profile = settled.request, settled.profile
@@ -179,7 +178,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         "signal_seconds": res.signal_seconds, "max_requeues": res.max_requeues,
         "stage": asdict(res.stage) if res.stage else None, "cpu_bind": res.cpu_bind,
         "sbatch": [[k, v] for k, v in sbatch_options(plan)], "env": dict(exports(plan)),
-        "notes": notes(plan), "scheduler": profile.scheduler, "job_name": settled.job_name,
+        "notes": notes(plan), "scheduler": profile.scheduler, "job_name": request.slurm_job_name,
         "command": request.command, "setup": setup_lines(plan), "python": sw.python,
         "container": sw.container, "exec_wrapper": sw.exec_wrapper, "program_words": program_line(plan),
         "check_scaletrain": sw.check_scaletrain, "master_addr_suffix": profile.master_addr_suffix,

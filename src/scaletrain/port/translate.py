@@ -20,9 +20,8 @@ from scaletrain.clusters.profile import ClusterProfile, format_time, parse_time
 from scaletrain.errors import PlanError, ProfileError, UsageError
 from scaletrain.plan.planner import make_plan
 from scaletrain.plan.records import Plan
-from scaletrain.plan.render import setup_lines
+from scaletrain.plan.render import sbatch_options, setup_lines
 from scaletrain.plan.request import JobRequest, format_mem
-from scaletrain.plan.sbatch import sbatch_options
 from scaletrain.port.recover import OldJob
 
 # Launchers whose own count flags (--nproc_per_node, --num_processes...) the new line recomputes.
