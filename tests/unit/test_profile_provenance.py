@@ -26,15 +26,15 @@ def _roihu(**changes) -> dict:
 
 
 @pytest.mark.parametrize("changes, needle", [
-    ({"unconfirmed": ["no colon here"]}, "must read 'FIELD: why"),
+    ({"unconfirmed": ["no colon here"]}, "unconfirmed must be a list of which each entry is 'FIELD: why"),
     ({"unconfirmed": ["gpu_speed: made up"]}, "'gpu_speed', which is not a profile field"),
     ({"facts": {"partitionz": "x"}}, "'partitionz', which is not a profile field"),
-    ({"retired": "August 2026"}, "must be a date YYYY-MM-DD"),
+    ({"retired": "August 2026"}, "retired must be a date YYYY-MM-DD"),
     ({"successor": "fir"}, "successor goes with retired"),
-    ({"software": "conda"}, "software 'conda' is not one of module, container"),
+    ({"software": "conda"}, "software must be one of 'module', 'container', got 'conda'"),
     ({"software": "container"}, "needs default_image"),
-    ({"cpu_arch": "ppc64le"}, "cpu_arch 'ppc64le'"),
-    ({"gpus_per_billing_unit": 0}, "gpus_per_billing_unit must be at least 1"),
+    ({"cpu_arch": "ppc64le"}, "cpu_arch must be one of 'x86_64', 'aarch64', got 'ppc64le'"),
+    ({"gpus_per_billing_unit": 0}, "gpus_per_billing_unit must be a whole number from 1"),
 ])
 def test_bad_provenance_fields_name_the_field(changes: dict, needle: str) -> None:
     with pytest.raises(ProfileError, match=needle.replace("(", r"\(")):
