@@ -279,9 +279,9 @@ def test_clusters_check_compares_the_minimum_nodes() -> None:
 
 
 @pytest.mark.parametrize("changes, needle", [
-    ({"wheels": {"tensorflow": "tensorflow; rm -rf /"}}, "field 'wheels'"),
-    ({"no_allocation_accounts": ["def- x"]}, "field 'no_allocation_accounts'"),
-    ({"cpu_jobs": "line one\nline two"}, "field 'cpu_jobs'"),
+    ({"wheels": {"tensorflow": "tensorflow; rm -rf /"}}, "trillium.toml: wheels must be"),
+    ({"no_allocation_accounts": ["def- x"]}, "trillium.toml: no_allocation_accounts must be"),
+    ({"cpu_jobs": "line one\nline two"}, "trillium.toml: cpu_jobs must be"),
     ({"partitions": {"p": {"min_gpus": -1}}}, "partitions.p.min_gpus"),
     ({"partitions": {"p": {"cores_per_node": 0}}}, "partitions.p.cores_per_node"),
     ({"partitions": {"p": {"access": "a\nb"}}}, "partitions.p.access"),

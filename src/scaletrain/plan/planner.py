@@ -14,6 +14,14 @@ only. A fact of the job is decided in the one stage whose record holds it; a rea
 summary, the pre-sbatch check, ``port``) reads the field. What the submitting machine measures
 (the data's size, the program's imports, the account default, the environment running
 scaletrain) is read before, by ``scaletrain.jobs.submit.plan_job``, and handed in.
+
+Where a new thing goes: a cluster fact is a ``fact(...)`` of ``scaletrain.clusters.model`` (its
+shape from ``scaletrain.settings``), read by the one stage that decides with it; a launcher is a
+row of ``scaletrain.plan.launchers.SPECS`` (its tasks per node and its launch line); a refusal of
+a request's value belongs to its setting (``JobRequest``), of what a cluster takes to settle (the
+request's flags against the profile) or to the stage that computes the figure (a partition's
+limits: ``scaletrain.clusters.resources``, which ``lint`` shares); a check of the job's Python on
+the login node reads the plan's records (``scaletrain.envs.check``).
 """
 
 from __future__ import annotations
