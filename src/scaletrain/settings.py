@@ -1,7 +1,8 @@
 """One vocabulary for every setting a user gives: its type, default, doc, unit and check, declared once.
 
-The cluster profile's ``fact(...)`` (``clusters/model.py``) declares each profile field with its
-shape; this module does the same for the settings of the Python API and the CLI: the fields of
+Every field of a cluster profile is one: its ``fact(...)`` (``clusters/model.py``) is a setting
+with the TOML file's options, checked by these shapes when a profile is loaded. So are the settings
+of the Python API and the CLI: the fields of
 ``JobRequest`` (``plan``/``submit`` and ``scaletrain.submit()``), of ``MonitorConfig``, the
 options of ``Checkpointer`` and ``save()``'s step, the seconds of a wait (``slurm.poll.SECONDS``:
 ``Job.wait()``, ``cancel()``'s ``wait_s``), ``cancel()``'s save, ``Job.logs()``'s rank,
@@ -189,6 +190,15 @@ def text(*, pattern: re.Pattern[str] | None = None, shape: str = "one line of te
     return check
 
 
+def line(*, pattern: re.Pattern[str] | None = None, shape: str = "one line of text") -> Check:
+    """A str without control characters, "" included (matching ``pattern`` whole when given)."""
+    def check(value: Any) -> str:
+        if not isinstance(value, str) or has_control(value) or (pattern is not None and not pattern.fullmatch(value)):
+            raise Bad(shape)
+        return value
+    return check
+
+
 def path(*, shape: str = "a path (str or pathlib.Path)") -> Check:
     """A file or folder path: str or os.PathLike, not empty, without a NUL; returned as given."""
     def check(value: Any) -> Any:
@@ -227,11 +237,51 @@ def pairs() -> Check:
     return check
 
 
+def each(item: Check) -> Check:
+    """A list (or tuple) whose every entry passes ``item``, returned as a tuple."""
+    def check(value: Any) -> tuple[Any, ...]:
+        if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+            raise Bad("a list")
+        try:
+            return tuple(item(v) for v in value)
+        except Bad as bad:
+            raise Bad(f"a list of which each entry is {bad}") from None
+    return check
+
+
+def mapping(*, key: Check | None = None, value: Check | None = None) -> Check:
+    """A table (dict) whose keys pass ``key`` and whose values pass ``value``, returned as a dict."""
+    def check(table: Any) -> dict[Any, Any]:
+        if not isinstance(table, Mapping):
+            raise Bad("a table")
+        out = {}
+        for k, v in table.items():
+            try:
+                k = key(k) if key is not None else k
+            except Bad as bad:
+                raise Bad(f"a table of which each key is {bad}") from None
+            try:
+                out[k] = value(v) if value is not None else v
+            except Bad as bad:
+                raise Bad(f"a table of which each value is {bad} ({k!r} is not)") from None
+        return out
+    return check
+
+
+def rule(test: Callable[[Any], bool], shape: str) -> Check:
+    """A value for which ``test`` holds (``shape`` says what that means)."""
+    def check(value: Any) -> Any:
+        if not test(value):
+            raise Bad(shape)
+        return value
+    return check
+
+
 def anything() -> Check:
     """Any value: the setting's own code checks it (an object with methods, a stream)."""
     return lambda value: value
 
 
 __all__ = ["CONTROL", "MAX_COUNT", "Bad", "Check", "SettingError", "Spec", "anything", "boolean", "check_fields",
-           "check_value", "choice", "count", "has_control", "number", "pairs", "path", "setting", "specs", "text",
-           "texts"]
+           "check_value", "choice", "count", "each", "has_control", "line", "mapping", "number", "pairs", "path",
+           "rule", "setting", "specs", "text", "texts"]

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from scaletrain.contract.environ import EXIT_STOPPED
-from scaletrain.plan.planner import MAX_REQUEUES
+from scaletrain.plan.resources import MAX_REQUEUES
 
 pytestmark = pytest.mark.slurm
 

@@ -91,7 +91,7 @@ def test_user_directory_shadows_and_adds(tmp_path: Path, monkeypatch) -> None:
     (lambda t: t.replace("gpus_per_node = 4", "gpus_per_node = \"four\""), "gpus_per_node"),
     (lambda t: t.replace('gpu_request = "gres_typed"', 'gpu_request = "gpus_please"'), "gpu_request"),
     (lambda t: t + "\nflavour = 1\n", "unknown field(s) flavour"),
-    (lambda t: t.replace('max_time = "3-00:00:00"', 'max_time = "forever"'), "bad time"),
+    (lambda t: t.replace('max_time = "3-00:00:00"', 'max_time = "forever"'), "max_time must be a time limit"),
     (lambda t: t.replace("cores_per_node = 40", ""), "missing field 'cores_per_node'"),
     (lambda t: t + "\n[[[", "not valid TOML"),
 ])

@@ -1,7 +1,8 @@
 """A cluster profile cannot inject commands (issue 22 item 2), nor crash the tools (item 5).
 
-Every field has a shape checked when the profile is loaded (clusters/validate.py); the renderer
-also keeps the one value that sat inside double quotes (``master_addr_suffix``) outside them.
+Every field has a shape checked when the profile is loaded (clusters/model.py's facts, in the
+settings' vocabulary); the renderer also keeps the one value that sat inside double quotes
+(``master_addr_suffix``) outside them.
 """
 
 from __future__ import annotations

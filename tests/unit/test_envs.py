@@ -145,7 +145,7 @@ def test_the_lumi_container_runs_the_program_and_a_venv_made_in_it(capsys) -> No
     assert "module load pytorch" not in text
     module = make_plan(JobRequest(cluster="lumi", script="t.py", gpus=8, account="project_1",
                                   modules=("pytorch",)), profile)
-    assert not module.container and "module load pytorch" in render_script(module)   # CSC's module on request
+    assert not module.software.container and "module load pytorch" in render_script(module)   # CSC's module on request
 
 
 def test_create_recipes_follow_the_profile() -> None:

@@ -19,6 +19,7 @@ import pytest
 
 from helpers import plan_for, render_for
 from scaletrain.errors import DistEnvError, PlanError, UsageError
+from scaletrain.plan.summary import notes
 
 HOROVOD_PROGRAM = "import argparse\nimport horovod.torch as hvd\nimport torch\n"
 
@@ -94,15 +95,15 @@ def test_a_horovod_program_is_refused_where_the_centre_has_none(hvd_program, clu
     plan = plan_for(cluster, gpus=4, launcher="mpi", script=str(hvd_program), program_imports=imports,
                     venv="/scratch/p/hvd-venv")
     assert needed_imports(plan) == ("horovod", "torch")
-    assert any("C++17" in n for n in plan.notes)   # what building it against the module's torch takes
+    assert any("C++17" in n for n in notes(plan))   # what building it against the module's torch takes
 
 
 def test_a_horovod_program_on_the_alliance_gets_the_wheelhouse_note():
     plan = plan_for("fir", gpus=4, launcher="mpi", program_imports=("horovod", "torch"), account="def-p")
-    assert any("--with horovod" in n for n in plan.notes)
+    assert any("--with horovod" in n for n in notes(plan))
     # a program known not to use Horovod gets no Horovod note at all
     plain = plan_for("fir", gpus=4, launcher="mpi", program_imports=("torch",), account="def-p")
-    assert not any("Horovod" in n for n in plain.notes)
+    assert not any("Horovod" in n for n in notes(plain))
 
 
 def test_a_horovod_program_needs_one_task_per_gpu():
@@ -127,7 +128,7 @@ def test_a_tensorflow_job_runs_on_the_centres_tensorflow_without_scaletrain(clus
     lines = text.splitlines()
     assert all(line in lines for line in setup), setup
     assert absent not in text and "import scaletrain" not in text
-    assert not plan.check_scaletrain and not plan.warnings
+    assert not plan.software.check_scaletrain and not plan.software.warnings
     assert needed_imports(plan) == ("tensorflow",)
 
 
@@ -152,14 +153,19 @@ def test_a_venv_that_is_not_there_is_refused_even_where_the_nodes_python_cannot_
     (half / "bin").mkdir(parents=True)
     (half / "pyvenv.cfg").write_text("home = /usr/bin\n")
     with pytest.raises(DistEnvError, match="not a finished venv: it has no bin/activate"):
-        check.check_job_python(dataclasses.replace(plan, request=dataclasses.replace(plan.request, venv=str(half))))
+        check.check_job_python(_with_request(plan, venv=str(half)))
     (half / "bin" / "activate").write_text("")
-    note = check.check_job_python(dataclasses.replace(plan, request=dataclasses.replace(plan.request, venv=str(half))))
+    note = check.check_job_python(_with_request(plan, venv=str(half)))
     assert note and "not checked here" in note and "aarch64" in note
-    conda = dataclasses.replace(plan.request, venv=None, conda=str(tmp_path / "envs" / "mine"))
     with pytest.raises(DistEnvError, match="no conda-meta"):
-        check.check_job_python(dataclasses.replace(plan, request=conda))
+        check.check_job_python(_with_request(plan, venv=None, conda=str(tmp_path / "envs" / "mine")))
     assert not ran   # nothing was run: the probe cannot run this CPU's Python there
+
+
+def _with_request(plan, **changes):
+    """``plan`` with its settled request changed (a folder looked at by the check, not planned again)."""
+    request = dataclasses.replace(plan.settled.request, **changes)
+    return dataclasses.replace(plan, settled=dataclasses.replace(plan.settled, request=request))
 
 
 # ------------------------------------------------------------------ DeepSpeed under --cpu, Horovod's store

@@ -53,7 +53,7 @@ def test_slurm_version_is_checked_when_a_profile_is_read() -> None:
     from test_profile_provenance import _roihu
 
     assert build_profile(_roihu(slurm_version="23.11.4"), path="r.toml").slurm_version == "23.11.4"
-    with pytest.raises(ProfileError, match="slurm_version 'new' is not a Slurm version"):
+    with pytest.raises(ProfileError, match="slurm_version must be a Slurm version such as '23.11'"):
         build_profile(_roihu(slurm_version="new"), path="r.toml")
 
 

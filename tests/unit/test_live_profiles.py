@@ -17,8 +17,9 @@ from scaletrain.errors import PlanError
 from scaletrain.lint.engine import lint_text
 from scaletrain.plan.launchers import SPECS
 from scaletrain.plan.planner import make_plan
-from scaletrain.plan.render import render_script
+from scaletrain.plan.render import exports, render_script
 from scaletrain.plan.request import JobRequest
+from scaletrain.plan.summary import notes
 
 from test_plan_golden import job_shape, sbatch_options  # tests/unit is on sys.path
 
@@ -98,7 +99,7 @@ def test_live_profile_scripts(cluster: str, shape: str, launcher: str) -> None:
     allowed = {("partition-limit", "warning")} if (whole and gpn < per_node) else set()
     assert set(findings) <= allowed, findings
     if allowed:
-        assert any("billed for" in n for n in plan.notes)
+        assert any("billed for" in n for n in notes(plan))
 
 
 @pytest.mark.parametrize("cluster", ["roihu", "jupiter"])
@@ -107,12 +108,12 @@ def test_gh200_nodes_bind_each_gpu_to_its_grace_cpu(cluster: str) -> None:
     assert prof.cpu_arch == "aarch64" and prof.cores_per_gpu == 72
     assert prof.gpu_cpu_map == {g: tuple(range(72 * g, 72 * g + 72)) for g in range(4)}
     plan = _plan(cluster, {"nodes": 1}, "srun")
-    assert (plan.cpus_per_task, plan.threads_per_proc) == (72, 72)
-    masks = plan.cpu_bind.removeprefix("mask_cpu:").split(",")
+    assert (plan.resources.cpus_per_task, plan.resources.threads_per_proc) == (72, 72)
+    masks = plan.resources.cpu_bind.removeprefix("mask_cpu:").split(",")
     assert [int(m, 16) for m in masks] == [((1 << 72) - 1) << (72 * g) for g in range(4)]
     torchrun = _plan(cluster, {"nodes": 1}, "torchrun")
-    assert dict(torchrun.env)["SCALETRAIN_GPU_CPU_MAP"].count(";") == 3
-    assert (torchrun.cpus_per_task, torchrun.threads_per_proc) == (288, 72)
+    assert dict(exports(torchrun))["SCALETRAIN_GPU_CPU_MAP"].count(";") == 3
+    assert (torchrun.resources.cpus_per_task, torchrun.resources.threads_per_proc) == (288, 72)
 
 
 @pytest.mark.parametrize("name, successor", sorted(RETIRED.items()))

@@ -3,8 +3,8 @@
 program's imports, the account default, the running environment on a login node - so the same inputs
 give the same plan, whichever door they came in by.
 
-Two checks: the requests the planner receives from the three doors are equal over a set of cases
-(watched at ``make_plan``, which every door reaches), and each step of the sequence is called from
+Two checks: the requests the planner settles from the three doors are equal over a set of cases
+(watched at ``make_plan``, which every door reaches once), and each step of the sequence is called from
 one module only (``scaletrain.jobs.submit``), so a fourth spelling is a decision this test names.
 """
 
@@ -26,8 +26,9 @@ from scaletrain.plan.request import JobRequest
 
 SRC = Path(scaletrain.__file__).parent
 # what differs between the doors by design: the argv in the provenance header, and where a
-# submitted job runs and writes (plan leaves --chdir to the user; submit places it in its run folder)
-_OWN_TO_EACH_DOOR = ("command", "chdir", "files_dir", "log")
+# submitted job runs and writes (plan leaves --chdir to the user; submit places it in its run folder,
+# with the script's path made absolute)
+_OWN_TO_EACH_DOOR = ("command", "chdir", "files_dir", "log", "script")
 
 
 @pytest.fixture
@@ -50,20 +51,22 @@ def login_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _watch(monkeypatch: pytest.MonkeyPatch) -> list[JobRequest]:
-    """The requests ``make_plan`` is given, in order (every door imports it when it runs)."""
+    """The requests ``make_plan`` settles, in order (every door imports it when it runs)."""
     seen: list[JobRequest] = []
     real = planner.make_plan
 
-    def recording(request: JobRequest, profile: Any) -> Any:
-        seen.append(request)
-        return real(request, profile)
+    def recording(request: JobRequest, profile: Any, **kw: Any) -> Any:
+        plan = real(request, profile, **kw)
+        seen.append(plan.settled.request)
+        return plan
 
     monkeypatch.setattr(planner, "make_plan", recording)
     return seen
 
 
 def _settled(request: JobRequest) -> JobRequest:
-    return dataclasses.replace(request, **{name: None if name != "command" else () for name in _OWN_TO_EACH_DOOR})
+    own = {"command": (), "script": "train.py"}
+    return dataclasses.replace(request, **{name: own.get(name) for name in _OWN_TO_EACH_DOOR})
 
 
 def _profile(where: Path) -> Path:
@@ -119,11 +122,11 @@ def test_the_cli_and_the_api_plan_the_same_request(capsys: pytest.CaptureFixture
     job = scaletrain.submit(program=["train.py"], run_dir=login_node / "run-api", **keywords)
     assert job.job_id == "4242"
 
-    # plan: one plan; submit (CLI and API): the plan, then the same request placed in its run folder
-    assert len(seen) == 5
-    cli_plan, cli_submit, api_submit = seen[0], seen[1], seen[3]
+    # one plan each: plan; submit (CLI and API), in the run folder chosen before planning
+    assert len(seen) == 3
+    cli_plan, cli_submit, api_submit = seen
     assert _settled(cli_plan) == _settled(cli_submit) == _settled(api_submit)
-    assert _settled(seen[2]) == _settled(seen[4])   # the script made absolute in both
+    assert cli_submit.script == api_submit.script == str(login_node / "train.py")   # made absolute in both
     # and what was settled is what this machine says: measured, resolved, found
     settled = cli_plan
     assert settled.cluster in ("roihu", "standin")
@@ -140,14 +143,14 @@ def test_the_cli_and_the_api_plan_the_same_request(capsys: pytest.CaptureFixture
 
 # each step of the sequence, and the modules that call it
 SEQUENCE = {
-    "with_running_environment": {"jobs/submit.py"},
+    "found_here": {"jobs/submit.py"},
     "tree_size_gb": {"jobs/submit.py"},
     "program_imports": {"jobs/submit.py"},
     "account_or_env": {"jobs/submit.py",
                        "cli/bench.py",          # bench scaling --nodes: its own worker jobs, not a user's program
                        "cli/port.py"},          # port: the account of a script written for another cluster
     "make_plan": {"jobs/submit.py",             # bench's worker jobs too (plan_job: the running environment)
-                  "port/translate.py"},         # a translation, planned for the target cluster, not here
+                  "port/translate.py"},         # a translation, settled for the target cluster, not here
 }
 
 
@@ -178,8 +181,8 @@ def test_bench_scalings_worker_jobs_get_the_environment_running_scaletrain(login
     monkeypatch.setattr(sys, "prefix", str(venv))     # scaletrain runs from that venv
     slurm = scaling_slurm.SlurmScaling(cluster="roihu", nodes=(1, 2), account="project_1", out_dir=login_node)
     plan = scaling_slurm.plan_size(ScalingRequest(), slurm, load_profile("roihu"), 2, login_node / "job")
-    assert plan.request.venv == str(venv) and plan.request.env_origin
+    assert plan.settled.request.venv == str(venv) and plan.settled.request.env_origin
     from scaletrain.jobs.submit import plan_job
 
-    program = plan_job(JobRequest(cluster="roihu", script="train.py", gpus=4, account="project_1")).plan
-    assert program.request.venv == plan.request.venv   # the same rule as a program's job
+    program = plan_job(JobRequest(cluster="roihu", script="train.py", gpus=4, account="project_1"))
+    assert program.settled.request.venv == plan.settled.request.venv   # the same rule as a program's job

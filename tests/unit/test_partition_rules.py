@@ -36,9 +36,9 @@ from scaletrain.envs.create import known_packages, parse_with
 from scaletrain.errors import PlanError, ProfileError, UsageError
 from scaletrain.lint.engine import lint_text
 from scaletrain.plan.planner import make_plan
-from scaletrain.plan.render import render_script
+from scaletrain.plan.render import render_script, setup_lines
 from scaletrain.plan.request import JobRequest
-from scaletrain.plan.summary import render_summary
+from scaletrain.plan.summary import notes, render_summary
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -113,8 +113,8 @@ def _sb(text: str) -> dict[str, str]:
 @pytest.mark.parametrize("gpus, partition, nodes", [(4, "gpumedium", 1), (8, "gpularge", 2), (12, "gpularge", 3)])
 def test_roihu_partition_takes_the_job(gpus: int, partition: str, nodes: int) -> None:
     plan = _plan("roihu", {"gpus": gpus})
-    assert (plan.partition, plan.nodes, plan.gpus_per_node) == (partition, nodes, 4)
-    access = [n for n in plan.notes if "scalability test" in n]
+    assert (plan.resources.partition, plan.resources.nodes, plan.resources.gpus_per_node) == (partition, nodes, 4)
+    access = [n for n in notes(plan) if "scalability test" in n]
     assert bool(access) == (partition == "gpularge")     # the access condition is said in the summary
     # lint of the plan's own script finds nothing, with the same limits
     assert [f.rule for f in lint_text(render_script(plan), profile=load_profile("roihu")).findings] == []
@@ -130,7 +130,7 @@ def test_roihu_refuses_what_no_partition_takes(fields: dict) -> None:
 def test_roihu_small_multi_node_jobs_stay_in_gpumedium() -> None:
     # 2 nodes x 1 GPU is 2 GPUs a job: gpumedium takes it, gpularge (at least 4 GPUs) would not
     plan = _plan("roihu", {"nodes": 2, "gpus_per_node": 1})
-    assert plan.partition == "gpumedium"
+    assert plan.resources.partition == "gpumedium"
 
 
 def test_lint_knows_the_same_roihu_limits() -> None:
@@ -186,15 +186,16 @@ def test_trillium_local_disk_is_memory() -> None:
     with pytest.raises(PlanError, match="is memory on trillium"):   # 3 x 250 GB unpacked > the node's 749 GB
         _plan("trillium", {"nodes": 1, "account": "rrg-p", "stage_data": "/scratch/d.tar.gz", "stage_data_gb": 250.0})
     plan = _plan("trillium", {"nodes": 1, "account": "rrg-p"})
-    assert any("memory on trillium" in n and "venv" in n for n in plan.notes)
-    assert not any("venv" in n for n in _plan("trillium", {"nodes": 1, "account": "rrg-p", "venv": "/s/v"}).notes)
+    assert any("memory on trillium" in n and "venv" in n for n in notes(plan))
+    assert not any("venv" in n for n in notes(_plan("trillium", {"nodes": 1, "account": "rrg-p", "venv": "/s/v"})))
 
 
 def test_trillium_container_loads_apptainer_and_binds_like_the_other_alliance_clusters() -> None:
     plan = _plan("trillium", {"nodes": 1, "account": "rrg-p", "container": "/scratch/u/pt.sif"})
     fir = _plan("fir", {"nodes": 1, "account": "def-p", "container": "/scratch/u/pt.sif"})
-    assert "module load apptainer" in plan.setup and plan.setup == fir.setup
-    assert plan.container == fir.container == "apptainer exec --nv -B /project -B /scratch /scratch/u/pt.sif "
+    assert "module load apptainer" in setup_lines(plan) and setup_lines(plan) == setup_lines(fir)
+    image = "apptainer exec --nv -B /project -B /scratch /scratch/u/pt.sif "
+    assert plan.software.container == fir.software.container == image
 
 
 def test_nvme_offload_against_roihus_per_user_quota() -> None:
@@ -205,8 +206,9 @@ def test_nvme_offload_against_roihus_per_user_quota() -> None:
     assert "about 194 GiB of local disk per node" in err.value.message and "150 GiB per user" in err.value.message
     assert err.value.hint.startswith("use 2 nodes or more")
     plan = _plan("roihu", {"nodes": 2, "launcher": "deepspeed", "deepspeed_config": "nvme", "params": 13e9})
-    assert plan.partition == "gpularge" and plan.disk_gb is None   # $TMPDIR needs no request
-    assert _plan("roihu", {"nodes": 1, "launcher": "deepspeed", "deepspeed_config": "nvme", "params": 9e9}).nodes == 1
+    assert plan.resources.partition == "gpularge" and plan.resources.disk_gb is None   # $TMPDIR needs no request
+    one = _plan("roihu", {"nodes": 1, "launcher": "deepspeed", "deepspeed_config": "nvme", "params": 9e9})
+    assert one.resources.nodes == 1
 
 
 @pytest.mark.parametrize("cluster, setup", [
@@ -215,19 +217,19 @@ def test_nvme_offload_against_roihus_per_user_quota() -> None:
 ])
 def test_tensorflow_gets_the_centres_module(cluster: str, setup: tuple[str, ...]) -> None:
     plan = _plan(cluster, {"nodes": 2, "launcher": "tensorflow"})
-    assert plan.setup == setup and plan.container == "" and plan.image is None
+    assert setup_lines(plan) == setup and plan.software.container == "" and plan.settled.image is None
 
 
 @pytest.mark.parametrize("cluster", ["fir", "nibi", "rorqual", "narval", "trillium"])
 def test_alliance_tensorflow_comes_from_the_wheelhouse(cluster: str) -> None:
     plan = _plan(cluster, {"gpus": 1, "launcher": "tensorflow", "account": "rrg-p"})
-    venv = [ln for ln in plan.setup if "pip" in ln]
+    venv = [ln for ln in setup_lines(plan) if "pip" in ln]
     assert len(venv) == 1 and venv[0].endswith("install --no-index --quiet tensorflow'")
     # the job needs no scaletrain (TF_CONFIG comes from bash): the wheelhouse's venv is enough, and
     # the Alliance TensorFlow page's GPU job loads CUDA and cuDNN beside it
-    assert not plan.warnings and "module load cuda cudnn" in plan.setup
+    assert not plan.software.warnings and "module load cuda cudnn" in setup_lines(plan)
     torch = _plan(cluster, {"gpus": 1, "account": "rrg-p"})
-    assert [ln for ln in torch.setup if "pip" in ln][0].endswith("install --no-index --quiet torch'")
+    assert [ln for ln in setup_lines(torch) if "pip" in ln][0].endswith("install --no-index --quiet torch'")
     assert parse_with("tensorflow,horovod", load_profile(cluster).wheels) == ("tensorflow", "horovod")
 
 
@@ -251,17 +253,18 @@ def test_env_create_with_a_framework_only_where_the_centre_has_it() -> None:
 ])
 def test_horovod_note_names_the_real_reason(cluster: str, needle: str) -> None:
     plan = _plan(cluster, {"nodes": 1, "launcher": "mpi", "account": "rrg-p"})
-    notes = [n for n in plan.notes if "Horovod" in n]
-    assert len(notes) == 1 and needle in notes[0]
+    horovod = [n for n in notes(plan) if "Horovod" in n]
+    assert len(horovod) == 1 and needle in horovod[0]
 
 
 def test_lumi_cpu_only_jobs_go_to_lumi_c_small() -> None:
     plan = _plan("lumi", {"cpus": 16})
-    assert (plan.partition, plan.gpus, plan.device, plan.cpus_per_task) == ("small", 0, "cpu", 16)
+    r = plan.resources
+    assert (r.partition, r.gpus, r.device, r.cpus_per_task) == ("small", 0, "cpu", 16)
     with pytest.raises(PlanError, match="a lumi node has 128"):
         _plan("lumi", {"cpus": 200})
     # GPU jobs never land in the CPU partition
-    assert _plan("lumi", {"gpus": 1}).partition == "small-g"
+    assert _plan("lumi", {"gpus": 1}).resources.partition == "small-g"
 
 
 def test_clusters_check_compares_the_minimum_nodes() -> None:
@@ -276,9 +279,9 @@ def test_clusters_check_compares_the_minimum_nodes() -> None:
 
 
 @pytest.mark.parametrize("changes, needle", [
-    ({"wheels": {"tensorflow": "tensorflow; rm -rf /"}}, "field 'wheels'"),
-    ({"no_allocation_accounts": ["def- x"]}, "field 'no_allocation_accounts'"),
-    ({"cpu_jobs": "line one\nline two"}, "field 'cpu_jobs'"),
+    ({"wheels": {"tensorflow": "tensorflow; rm -rf /"}}, "trillium.toml: wheels must be"),
+    ({"no_allocation_accounts": ["def- x"]}, "trillium.toml: no_allocation_accounts must be"),
+    ({"cpu_jobs": "line one\nline two"}, "trillium.toml: cpu_jobs must be"),
     ({"partitions": {"p": {"min_gpus": -1}}}, "partitions.p.min_gpus"),
     ({"partitions": {"p": {"cores_per_node": 0}}}, "partitions.p.cores_per_node"),
     ({"partitions": {"p": {"access": "a\nb"}}}, "partitions.p.access"),

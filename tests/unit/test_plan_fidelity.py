@@ -24,6 +24,7 @@ from scaletrain.lint import lint_text
 from scaletrain.lint.script import parse_script
 from scaletrain.plan.launchers import LAUNCHERS
 from scaletrain.plan.render import render_script
+from scaletrain.plan.summary import notes
 from scaletrain.plan.values import check_sbatch, check_text, sbatch_word
 
 BASH = shutil.which("bash")
@@ -134,15 +135,15 @@ def _masks(text: str) -> list[int]:
 def test_lumi_masks_follow_cpus_per_task() -> None:
     p = plan("lumi", gpus=8, cpus_per_gpu=4)
     text = render_script(p)
-    assert p.cpus_per_task == 4 and _masks(text) == [4] * 8
+    assert p.resources.cpus_per_task == 4 and _masks(text) == [4] * 8
     assert not [f for f in lint(text, "lumi") if f.rule == "cpu-bind-mask"]
     assert _masks(render("lumi", gpus=8)) == [7] * 8
 
 
 def test_lumi_shared_node_leaves_binding_to_slurm() -> None:
     p = plan("lumi", gpus=8, cpus_per_gpu=4, partition="small-g")
-    assert p.cpu_bind is None and any("binding left to Slurm" in n for n in p.notes)
-    assert plan("lumi", gpus=8, cpus_per_gpu=4, partition="small-g", exclusive=True).cpu_bind
+    assert p.resources.cpu_bind is None and any("binding left to Slurm" in n for n in notes(p))
+    assert plan("lumi", gpus=8, cpus_per_gpu=4, partition="small-g", exclusive=True).resources.cpu_bind
 
 
 def test_lint_flags_a_mask_that_contradicts_cpus_per_task() -> None:
@@ -214,8 +215,8 @@ def test_containers_get_binds_and_skip_the_module() -> None:
 def test_lumi_over_share_is_billed_as_the_larger_share() -> None:
     p = plan("lumi", gpus=1, cpus_per_gpu=56, mem_per_gpu_gb=400, partition="small-g")
     # 7 GCD shares (56 cores / 8), billed per MI250X (2 GCDs): 3.5 GPU-hours for the hour
-    assert p.gpu_hours == 3.5 and any("billed for the larger share" in n for n in p.notes)
-    assert plan("lumi", gpus=1, partition="small-g").gpu_hours == 0.5
+    assert p.resources.gpu_hours == 3.5 and any("billed for the larger share" in n for n in notes(p))
+    assert plan("lumi", gpus=1, partition="small-g").resources.gpu_hours == 0.5
 
 
 def test_over_share_is_refused_with_the_fix_where_the_centre_enforces_it() -> None:
@@ -231,7 +232,7 @@ def test_over_share_is_refused_with_the_fix_where_the_centre_enforces_it() -> No
         make_plan(JobRequest(cluster="roihu", script="t.py", account="p", gpus=1, cpus_per_gpu=80), strict)
     assert "allows 72 per GPU" in exc.value.message and "--cpus-per-gpu 72" in exc.value.hint
     # Roihu as shipped: a note, the job is billed for the larger share
-    assert any("allows 72 per GPU" in n for n in plan("roihu", gpus=1, cpus_per_gpu=80).notes)
+    assert any("allows 72 per GPU" in n for n in notes(plan("roihu", gpus=1, cpus_per_gpu=80)))
 
 
 # --------------------------------------------------------------------------- 5. submit
@@ -256,7 +257,7 @@ def test_no_internal_words_in_any_script_or_note() -> None:
                 if cluster == "local" and launcher != "scaletrain":
                     continue
                 p = plan(cluster, gpus=gpus, launcher=launcher)
-                for text in (render_script(p), *p.notes):
+                for text in (render_script(p), *notes(p)):
                     assert not re.search(r"\bseed\b|\b00[0-4]\b", text), (cluster, launcher, text)
 
 
@@ -302,7 +303,8 @@ def test_every_plan_and_submit_example_runs(tmp_path: Path, monkeypatch, capsys)
 def test_cpu_only_job() -> None:
     p = plan("narval", cpus=8)
     text = render_script(p)
-    assert (p.tasks_per_node, p.cpus_per_task, p.gpus, p.threads_per_proc, p.gpu_hours) == (1, 8, 0, 8, 0.0)
+    r = p.resources
+    assert (r.tasks_per_node, r.cpus_per_task, r.gpus, r.threads_per_proc, r.gpu_hours) == (1, 8, 0, 8, 0.0)
     assert "--gres" not in text and "export SCALETRAIN_DEVICE=cpu" in text and "export OMP_NUM_THREADS=8" in text
     assert [f for f in lint(text, "narval") if f.severity == "error"] == []
     with pytest.raises(UsageError):
@@ -311,7 +313,8 @@ def test_cpu_only_job() -> None:
 
 def test_one_process_drives_several_gpus() -> None:
     p = plan("narval", nodes=2, gpus_per_proc=2, launcher="mpi")
-    assert (p.tasks_per_node, p.gpus_per_node, p.world_size, p.cpus_per_task) == (2, 4, 4, 24)
+    r = p.resources
+    assert (r.tasks_per_node, r.gpus_per_node, r.world_size, r.cpus_per_task) == (2, 4, 4, 24)
     with pytest.raises(UsageError):
         plan("roihu", gpus=3, gpus_per_proc=2)
     with pytest.raises(UsageError):   # torchrun starts one worker per GPU
@@ -321,7 +324,7 @@ def test_one_process_drives_several_gpus() -> None:
 def test_mps_shares_a_gpu_between_processes() -> None:
     p = plan("narval", gpus=1, procs_per_gpu=8, cpus_per_gpu=8)
     text = render_script(p)
-    assert (p.tasks_per_node, p.world_size, p.cpus_per_task) == (8, 8, 1)
+    assert (p.resources.tasks_per_node, p.resources.world_size, p.resources.cpus_per_task) == (8, 8, 1)
     assert "nvidia-cuda-mps-control -d" in text and "export SCALETRAIN_PROCS_PER_GPU=8" in text
     assert "export SCALETRAIN_BACKEND=gloo" in text and "#SBATCH --gpus-per-node=a100:1" in text
     for bad in ({"cluster": "lumi", "gpus": 1}, {"cluster": "roihu", "gpus": 8}):
@@ -336,13 +339,21 @@ def test_mps_shares_a_gpu_between_processes() -> None:
     ("lumi", {"gpus": 16, "launcher": "deepspeed", "container": "/i.sif"}),
     ("narval", {"gpus": 4, "launcher": "accelerate", "venv": "/e"}), ("local", {"gpus": 2}),
 ])
-def test_renderer_reads_only_the_plan(cluster: str, kw: dict) -> None:
-    """The plan carries every decision: without its request and profile it renders the same."""
-    import dataclasses
+def test_renderer_reads_only_the_plan(cluster: str, kw: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plan's records carry every decision: with every stage made to fail, it renders the same."""
+    from scaletrain.plan import disk, jobfiles, layout, resources, settle, software
 
     p = plan(cluster, **kw)
-    bare = dataclasses.replace(p, request=None, profile=None)
-    assert render_script(bare) == render_script(p)
+    before = render_script(p)
+    for module in (settle, resources, layout, disk, software, jobfiles):
+        for name, value in vars(module).items():
+            if callable(value) and getattr(value, "__module__", None) == module.__name__:
+                monkeypatch.setattr(module, name, _refuse)
+    assert render_script(p) == before
+
+
+def _refuse(*args: object, **kwargs: object) -> None:
+    raise AssertionError("the renderer called a stage")
 
 
 def test_launch_facts_live_in_one_table() -> None:
@@ -352,7 +363,7 @@ def test_launch_facts_live_in_one_table() -> None:
     assert PER_NODE_LAUNCHERS == {n for n, s in SPECS.items() if s.per_node}
     for name, spec in SPECS.items():
         p = plan("roihu", gpus=8, launcher=name)
-        assert p.tasks_per_node == (1 if spec.per_node else 4)
+        assert p.resources.tasks_per_node == (1 if spec.per_node else 4)
         assert f"# launch: {spec.comment}" in render_script(p)
 
 

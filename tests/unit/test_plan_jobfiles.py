@@ -21,7 +21,8 @@ from helpers import deepspeed_attr, plan_for, render_for
 from scaletrain.clusters.profile import load_profile
 from scaletrain.errors import PlanError, UsageError
 from scaletrain.lint import lint_text
-from scaletrain.plan.render import render_script
+from scaletrain.plan.render import exports, program_line, render_script
+from scaletrain.plan.summary import notes
 
 BASH = shutil.which("bash")
 pytestmark = pytest.mark.skipif(BASH is None, reason="bash not installed")
@@ -81,7 +82,7 @@ def test_accelerate_config_on_cpu_workers_starts_them_all(tmp_path):
     # MULTI_CPU would make accelerate launch start one process per machine: MULTI_GPU and
     # ACCELERATE_USE_CPU start them all on the CPU (the real 2-node run is in tests/slurm)
     p = plan("roihu", nodes=2, launcher="accelerate", accelerate_config="ddp", device="cpu")
-    assert ("ACCELERATE_USE_CPU", "true") in p.env
+    assert ("ACCELERATE_USE_CPU", "true") in exports(p)
     r = run_block(render_script(p), tmp_path)
     assert r.returncode == 0, r.stderr
     text = (tmp_path / ".scaletrain" / "job-77" / "accelerate.yaml").read_text()
@@ -182,16 +183,17 @@ def _nvme_plan(**kw):
 
 def test_nvme_disk_grows_with_the_model_and_adds_to_staged_data():
     small = _nvme_plan(nodes=2, launcher="deepspeed", deepspeed_config="nvme")
-    assert small.disk_gb == 100
+    assert small.resources.disk_gb == 100
     big = _nvme_plan(nodes=2, launcher="deepspeed", deepspeed_config="nvme", params=70e9)
-    assert big.disk_gb == 613                         # 70e9 x 17.5 B / 2 nodes
+    assert big.resources.disk_gb == 613                         # 70e9 x 17.5 B / 2 nodes
     both = _nvme_plan(nodes=2, launcher="deepspeed", deepspeed_config="nvme", params=70e9,
                       stage_data="/scratch/data.tar", stage_data_gb=100.0)
-    assert both.disk_gb == 613 + both.stage.disk_gb and f"nvme:{both.disk_gb}" in render_script(both)
+    disk = both.resources.disk_gb
+    assert disk == 613 + both.resources.stage.disk_gb and f"nvme:{disk}" in render_script(both)
     with pytest.raises(PlanError, match="more than nvme-gres's 3600 GB"):
         _nvme_plan(nodes=1, gpus_per_node=4, launcher="deepspeed", deepspeed_config="nvme", params=400e9)
     # Roihu itself: $TMPDIR needs no request, so no disk line at all
-    assert plan("roihu", nodes=2, launcher="deepspeed", deepspeed_config="nvme").disk_gb is None
+    assert plan("roihu", nodes=2, launcher="deepspeed", deepspeed_config="nvme").resources.disk_gb is None
 
 
 def test_deepspeed_user_file_and_programs_that_name_their_own_option():
@@ -201,8 +203,8 @@ def test_deepspeed_user_file_and_programs_that_name_their_own_option():
     # an HF Trainer program takes --deepspeed FILE: nothing is added, the path is in the variable
     p = plan("roihu", gpus=4, launcher="deepspeed", deepspeed_config="zero2", expand_args=True,
              script_args=("--deepspeed", "$SCALETRAIN_DEEPSPEED_CONFIG"))
-    assert p.program_words == '"train.py" "--deepspeed" "$SCALETRAIN_DEEPSPEED_CONFIG"'
-    assert any("adds none" in n for n in p.notes)
+    assert program_line(p) == '"train.py" "--deepspeed" "$SCALETRAIN_DEEPSPEED_CONFIG"'
+    assert any("adds none" in n for n in notes(p))
 
 
 def test_lightning_gets_the_config_through_its_own_variable(tmp_path):
@@ -227,8 +229,8 @@ def test_submit_puts_the_configs_in_its_run_folder(tmp_path):
 
 def test_tensorflow_launcher_is_one_worker_per_node():
     p = plan("roihu", nodes=2, launcher="tensorflow")
-    assert (p.tasks_per_node, p.procs_per_node, p.world_size) == (1, 1, 2)
-    assert p.threads_per_proc == p.cpus_per_task         # the one worker gets the node's cores
+    assert (p.resources.tasks_per_node, p.resources.procs_per_node, p.resources.world_size) == (1, 1, 2)
+    assert p.resources.threads_per_proc == p.resources.cpus_per_task         # the one worker gets the node's cores
     text = render_script(p)
     # TF_CONFIG from bash and scontrol in each task: the job's Python (the centre's TensorFlow
     # module) needs nothing of scaletrain, and the script does not ask for it
@@ -274,6 +276,6 @@ def test_accelerate_config_names_say_fsdp_and_the_old_names_still_work():
     assert accelerate_config("fsdp-shard-grad-op")["fsdp_config"]["fsdp_sharding_strategy"] == "SHARD_GRAD_OP"
     p = plan("roihu", nodes=2, launcher="accelerate", accelerate_config="zero3")
     assert any("older name of fsdp-full-shard: PyTorch FSDP through Accelerate, not DeepSpeed ZeRO" in n
-               for n in p.notes)
-    assert not any("older name" in n for n in plan("roihu", nodes=2, launcher="accelerate",
-                                                    accelerate_config="fsdp-full-shard").notes)
+               for n in notes(p))
+    assert not any("older name" in n for n in notes(plan("roihu", nodes=2, launcher="accelerate",
+                                                          accelerate_config="fsdp-full-shard")))

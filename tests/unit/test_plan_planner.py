@@ -8,7 +8,9 @@ import pytest
 from scaletrain.clusters.profile import load_profile
 from scaletrain.errors import PlanError, ProfileError, UsageError
 from scaletrain.plan.planner import make_plan
+from scaletrain.plan.render import exports, sbatch_options
 from scaletrain.plan.request import JobRequest, format_mem, parse_mem_gb, parse_params
+from scaletrain.plan.summary import notes
 
 
 def plan(cluster: str, **kw):
@@ -18,7 +20,7 @@ def plan(cluster: str, **kw):
 
 
 def sb(p) -> dict[str, str]:
-    return dict(p.sbatch)
+    return dict(sbatch_options(p))
 
 
 # --------------------------------------------------------------------------- arithmetic
@@ -42,9 +44,9 @@ def sb(p) -> dict[str, str]:
 def test_one_task_per_gpu_layouts(cluster, gpus, nodes, gpn, part, cpus, mem, gres_key, gres) -> None:
     p = plan(cluster, gpus=gpus)
     lines = sb(p)
-    assert (p.nodes, p.gpus_per_node, p.partition) == (nodes, gpn, part)
-    assert (p.tasks_per_node, p.ntasks, p.world_size) == (gpn, gpn * nodes, gpus)
-    assert p.cpus_per_task == cpus and lines["cpus-per-task"] == str(cpus)
+    assert (p.resources.nodes, p.resources.gpus_per_node, p.resources.partition) == (nodes, gpn, part)
+    assert (p.resources.tasks_per_node, p.resources.ntasks, p.resources.world_size) == (gpn, gpn * nodes, gpus)
+    assert p.resources.cpus_per_task == cpus and lines["cpus-per-task"] == str(cpus)
     assert lines.get("mem") == mem
     assert lines[gres_key] == gres
     assert lines["nodes"] == str(nodes) and lines["ntasks-per-node"] == str(gpn)
@@ -54,22 +56,24 @@ def test_one_task_per_gpu_layouts(cluster, gpus, nodes, gpn, part, cpus, mem, gr
 @pytest.mark.parametrize("launcher", ["torchrun", "accelerate", "deepspeed"])
 def test_per_node_launchers_get_one_task_with_all_cores(launcher: str) -> None:
     p = plan("roihu", gpus=8, launcher=launcher)
-    assert (p.tasks_per_node, p.gpus_per_task, p.cpus_per_task, p.threads_per_proc) == (1, 4, 288, 72)
+    r = p.resources
+    assert (r.tasks_per_node, r.gpus_per_task, r.cpus_per_task, r.threads_per_proc) == (1, 4, 288, 72)
     p = plan("lumi", gpus=2, launcher=launcher)
-    assert (p.tasks_per_node, p.cpus_per_task, sb(p)["mem"]) == (1, 14, "120G")
+    assert (p.resources.tasks_per_node, p.resources.cpus_per_task, sb(p)["mem"]) == (1, 14, "120G")
 
 
 @pytest.mark.parametrize("launcher", ["scaletrain", "srun", "mpi", "lightning"])
 def test_per_gpu_launchers_get_one_task_per_gpu(launcher: str) -> None:
     p = plan("roihu", gpus=8, launcher=launcher)
-    assert (p.tasks_per_node, p.ntasks, p.cpus_per_task) == (4, 8, 72)
+    assert (p.resources.tasks_per_node, p.resources.ntasks, p.resources.cpus_per_task) == (4, 8, 72)
 
 
 def test_nodes_and_gpus_per_node() -> None:
     p = plan("rorqual", nodes=3, gpus_per_node=2)
-    assert (p.nodes, p.gpus_per_node, p.gpus, sb(p)["gpus-per-node"], sb(p)["mem"]) == (3, 2, 6, "h100:2", "249G")
+    r = p.resources
+    assert (r.nodes, r.gpus_per_node, r.gpus, sb(p)["gpus-per-node"], sb(p)["mem"]) == (3, 2, 6, "h100:2", "249G")
     p = plan("lumi", nodes=2)
-    assert (p.gpus, p.partition) == (16, "standard-g")
+    assert (p.resources.gpus, p.resources.partition) == (16, "standard-g")
 
 
 def test_user_cpus_and_memory_override() -> None:
@@ -81,60 +85,62 @@ def test_user_cpus_and_memory_override() -> None:
 
 def test_partial_nodes_spread_evenly_on_shared_partitions_with_a_note() -> None:
     p = plan("lumi", gpus=12)
-    assert (p.nodes, p.gpus_per_node, p.partition) == (2, 6, "small-g")
-    assert any("spread as 2 nodes x 6" in n for n in p.notes)
+    assert (p.resources.nodes, p.resources.gpus_per_node, p.resources.partition) == (2, 6, "small-g")
+    assert any("spread as 2 nodes x 6" in n for n in notes(p))
     p = plan("roihu", gpus=6)
-    assert (p.nodes, p.gpus_per_node) == (2, 3)
-    assert any("spread as 2 nodes x 3" in n for n in p.notes)
+    assert (p.resources.nodes, p.resources.gpus_per_node) == (2, 3)
+    assert any("spread as 2 nodes x 3" in n for n in notes(p))
 
 
 def test_whole_node_partition_single_gpu_is_allowed_when_nothing_shares() -> None:
     p = plan("juwels-booster", gpus=1)
-    assert (p.cpus_per_task, sb(p)["mem"], p.partition) == (96, "0", "booster")
-    assert any("billed for 4 GPUs" in n for n in p.notes)
+    assert (p.resources.cpus_per_task, sb(p)["mem"], p.resources.partition) == (96, "0", "booster")
+    assert any("billed for 4 GPUs" in n for n in notes(p))
 
 
 def test_time_and_gpu_hours() -> None:
     p = plan("rorqual", gpus=8, time="2-00:00:00")
-    assert (p.time, sb(p)["time"], p.gpu_hours) == ("2-00:00:00", "2-00:00:00", 384.0)
-    assert plan("roihu", gpus=4, time="90").time == "01:30:00"
+    assert (p.resources.time, sb(p)["time"], p.resources.gpu_hours) == ("2-00:00:00", "2-00:00:00", 384.0)
+    assert plan("roihu", gpus=4, time="90").resources.time == "01:30:00"
     # LUMI bills one MI250X (2 GCDs) per GPU-hour: 4 per node-hour, 0.5 per GCD-hour on small-g
-    assert (plan("lumi", nodes=2, time="03:00:00").gpu_hours, plan("lumi", gpus=1).gpu_hours) == (24.0, 0.5)
+    assert plan("lumi", nodes=2, time="03:00:00").resources.gpu_hours == 24.0
+    assert plan("lumi", gpus=1).resources.gpu_hours == 0.5
 
 
 def test_test_partition_only_when_named() -> None:
-    assert plan("roihu", gpus=4, time="00:10:00").partition == "gpumedium"
-    assert plan("roihu", gpus=4, time="00:10:00", partition="gputest").partition == "gputest"
+    assert plan("roihu", gpus=4, time="00:10:00").resources.partition == "gpumedium"
+    assert plan("roihu", gpus=4, time="00:10:00", partition="gputest").resources.partition == "gputest"
 
 
 def test_requeue_signal_and_lines() -> None:
     p = plan("roihu", gpus=4, requeue=True, time="04:00:00")
     assert sb(p)["signal"] == "B:USR1@300" and "requeue" in sb(p)
-    assert plan("roihu", gpus=4, requeue=True, time="00:10:00").signal_seconds == 100
+    assert plan("roihu", gpus=4, requeue=True, time="00:10:00").resources.signal_seconds == 100
     assert "signal" not in sb(plan("roihu", gpus=4))
 
 
 def test_environment_and_device() -> None:
-    env = dict(plan("lumi", gpus=8, device="cpu").env)
+    env = dict(exports(plan("lumi", gpus=8, device="cpu")))
     assert env["SCALETRAIN_CLUSTER"] == "lumi" and env["SCALETRAIN_DEVICE"] == "cpu"
     assert env["NCCL_SOCKET_IFNAME"] == "hsn0,hsn1,hsn2,hsn3" and env["OMP_NUM_THREADS"] == "7"
-    assert "SCALETRAIN_DEVICE" not in dict(plan("roihu", gpus=1).env)
+    assert "SCALETRAIN_DEVICE" not in dict(exports(plan("roihu", gpus=1)))
 
 
 def test_lumi_cpu_binding_from_the_gcd_map() -> None:
     p = plan("lumi", gpus=8)
-    masks = p.cpu_bind.removeprefix("mask_cpu:").split(",")
+    masks = p.resources.cpu_bind.removeprefix("mask_cpu:").split(",")
     assert masks[0] == "0xfe000000000000"              # GCD 0 -> cores 49-55
     assert masks[4] == "0xfe"                          # GCD 4 -> cores 1-7
-    assert plan("lumi", gpus=4).cpu_bind is None       # shared node: Slurm picks the cores
-    assert plan("lumi", gpus=8, launcher="torchrun").cpu_bind is None
-    assert plan("roihu", gpus=2).cpu_bind is None      # part of a node: Slurm picks the cores
+    assert plan("lumi", gpus=4).resources.cpu_bind is None       # shared node: Slurm picks the cores
+    assert plan("lumi", gpus=8, launcher="torchrun").resources.cpu_bind is None
+    assert plan("roihu", gpus=2).resources.cpu_bind is None      # part of a node: Slurm picks the cores
 
 
 def test_stage_data_sizes_node_local_disk() -> None:
     p = plan("roihu", gpus=4, stage_data="/scratch/p/imagenet.tar", stage_data_gb=120.0)
-    assert p.stage.kind == "tar" and p.stage.dest_name == "imagenet" and p.stage.disk_gb is None
-    assert p.stage.scratch_var == "$TMPDIR" and sb(p)["gres"] == "gpu:gh200:4"   # no disk to ask for on Roihu
+    stage = p.resources.stage
+    assert stage.kind == "tar" and stage.dest_name == "imagenet" and stage.disk_gb is None
+    assert p.resources.stage.scratch_var == "$TMPDIR" and sb(p)["gres"] == "gpu:gh200:4"   # no disk to ask for on Roihu
     # Roihu's GPU nodes give each user 150 GiB of $TMPDIR: a bigger copy is refused before the queue
     assert "needs about 154 GB on each node, but $TMPDIR holds 150 GB" in _err(
         PlanError, "roihu", gpus=4, stage_data="/scratch/p/imagenet.tar", stage_data_gb=140.0)
@@ -142,15 +148,17 @@ def test_stage_data_sizes_node_local_disk() -> None:
     assert "/tmp is memory on lumi" in _err(PlanError, "lumi", gpus=8, stage_data="/scratch/d.zip",
                                             stage_data_gb=170.0)
     p = plan("lumi", gpus=8, stage_data="/scratch/d.zip")
-    assert p.stage.disk_gb is None and "gres" not in sb(p) and p.stage.scratch_var == "/tmp"
+    assert p.resources.stage.disk_gb is None and "gres" not in sb(p) and p.resources.stage.scratch_var == "/tmp"
     p = plan("narval", gpus=4, stage_data="/project/data/")
-    assert (p.stage.kind, p.stage.scratch_var, p.stage.dest_name) == ("dir", "$SLURM_TMPDIR", "data")
+    stage = p.resources.stage
+    assert (stage.kind, stage.scratch_var, stage.dest_name) == ("dir", "$SLURM_TMPDIR", "data")
 
 
 def test_local_profile_plans_cpu_workers_without_slurm() -> None:
     prof = load_profile("local")
     p = make_plan(JobRequest(cluster="local", gpus=min(2, prof.cores_per_node), script="t.py"), prof)
-    assert p.sbatch == () and p.scheduler == "none" and p.device == "cpu" and p.tasks_per_node == 1
+    assert sbatch_options(p) == () and p.settled.profile.scheduler == "none"
+    assert p.resources.device == "cpu" and p.resources.tasks_per_node == 1
 
 
 def test_plan_is_pure_and_deterministic() -> None:
@@ -199,9 +207,9 @@ def test_not_a_multiple_on_whole_node_partition() -> None:
 def test_part_of_a_node_on_whole_node_partition_points_to_the_shared_one() -> None:
     # the user named it: allowed, but the note says what it costs and where to go instead
     p = plan("lumi", gpus=4, partition="standard-g")
-    note = next(n for n in p.notes if "allocates whole nodes" in n)
+    note = next(n for n in notes(p) if "allocates whole nodes" in n)
     assert "4 of 8 GPUs per node are used, and the job is billed for 8" in note and "--partition small-g" in note
-    assert p.gpu_hours == 4.0     # the whole node: 8 GCDs = 4 MI250X GPU-hours per hour
+    assert p.resources.gpu_hours == 4.0     # the whole node: 8 GCDs = 4 MI250X GPU-hours per hour
 
 
 def test_time_above_partition_limit() -> None:
@@ -270,10 +278,10 @@ def test_gpu_split_is_bounded_for_any_request():
 def test_one_gpu_of_a_whole_node_points_to_the_development_partition() -> None:
     # JUWELS Booster and JUPITER share no nodes: the note says what it costs and where a test can go
     p = plan("juwels-booster", gpus=1)
-    note = next(n for n in p.notes if "allocates whole nodes" in n)
+    note = next(n for n in notes(p) if "allocates whole nodes" in n)
     assert "billed for 4 GPUs per node" in note and "for a short test --partition develbooster (up to 02:00:00)" in note
-    assert p.gpu_hours == 4.0
-    assert plan("jupiter", gpus=1, partition="develbooster").partition == "develbooster"
+    assert p.resources.gpu_hours == 4.0
+    assert plan("jupiter", gpus=1, partition="develbooster").resources.partition == "develbooster"
 
 
 def test_cpu_only_refusal_lists_no_gpu_partitions() -> None:
@@ -284,7 +292,7 @@ def test_cpu_only_refusal_lists_no_gpu_partitions() -> None:
     assert "take no CPU-only jobs" in text and "192-core nodes" in text and "CPU login nodes" in text
     assert "Roihu-CPU" in _err(PlanError, "roihu", cpus=8)
     p = plan("juwels-booster", cpus=8, partition="booster")     # a partition the user names still plans
-    assert (p.partition, p.gpus_per_node) == ("booster", 0)
+    assert (p.resources.partition, p.resources.gpus_per_node) == ("booster", 0)
 
 
 def test_cpu_only_memory_is_the_cpu_nodes_share() -> None:
@@ -296,4 +304,4 @@ def test_cpu_only_memory_is_the_cpu_nodes_share() -> None:
 def test_trillium_takes_one_gpu_or_whole_nodes_only() -> None:
     assert "trillium takes 1 or 4 GPUs per node, not 2" in _err(PlanError, "trillium", gpus=2)
     assert "not 3" in _err(PlanError, "trillium", nodes=2, gpus_per_node=3)
-    assert (plan("trillium", gpus=1).gpus_per_node, plan("trillium", gpus=8).nodes) == (1, 2)
+    assert (plan("trillium", gpus=1).resources.gpus_per_node, plan("trillium", gpus=8).resources.nodes) == (1, 2)

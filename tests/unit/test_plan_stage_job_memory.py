@@ -11,9 +11,10 @@ import pytest
 
 from scaletrain.clusters.profile import load_profile
 from scaletrain.errors import PlanError
-from scaletrain.plan.layout import JOB_VENV_GB, job_memory_gb
+from scaletrain.plan.disk import JOB_VENV_GB, job_memory_gb
 from scaletrain.plan.planner import make_plan
 from scaletrain.plan.request import JobRequest
+from scaletrain.plan.render import sbatch_options
 
 
 def _plan(cluster: str, **kw):
@@ -32,9 +33,9 @@ def test_trillium_one_gpu_job_has_a_quarter_of_the_node():
     assert "is memory on trillium: the job has 187 GB per node" in str(err.value)
     assert f"about {JOB_VENV_GB:g} GB of it for the venv" in str(err.value)
     # the same data fits a whole node (749 GB), and a 1-GPU job takes what fits its quarter
-    assert _plan("trillium", nodes=1, stage_data="/scratch/u/data/", stage_data_gb=198.0).stage.kind == "dir"
+    assert _plan("trillium", nodes=1, stage_data="/scratch/u/data/", stage_data_gb=198.0).resources.stage.kind == "dir"
     fits = (749 / 4 - JOB_VENV_GB) / 1.1 - 1
-    assert _plan("trillium", gpus=1, stage_data="/scratch/u/data/", stage_data_gb=fits).stage is not None
+    assert _plan("trillium", gpus=1, stage_data="/scratch/u/data/", stage_data_gb=fits).resources.stage is not None
     with pytest.raises(PlanError):
         _plan("trillium", gpus=1, stage_data="/scratch/u/data/", stage_data_gb=fits + 2)
 
@@ -43,14 +44,15 @@ def test_trillium_venv_of_the_users_own_takes_no_job_memory():
     edge = (749 / 4) / 1.1 - 1     # fits only without the job's own venv in the RAM disk
     with pytest.raises(PlanError):
         _plan("trillium", gpus=1, stage_data="/scratch/u/d/", stage_data_gb=edge)
-    assert _plan("trillium", gpus=1, stage_data="/scratch/u/d/", stage_data_gb=edge, venv="/scratch/u/venv").stage
+    own = _plan("trillium", gpus=1, stage_data="/scratch/u/d/", stage_data_gb=edge, venv="/scratch/u/venv")
+    assert own.resources.stage
 
 
 def test_lumi_small_g_with_60g_is_checked_against_60g():
     lumi = load_profile("lumi")
     p = _plan("lumi", gpus=1, partition="small-g", mem_per_gpu_gb=60.0, stage_data="/scratch/p/d/",
               stage_data_gb=40.0)
-    assert dict(p.sbatch)["mem"] == "60G" and p.stage.scratch_var == "/tmp"
+    assert dict(sbatch_options(p))["mem"] == "60G" and p.resources.stage.scratch_var == "/tmp"
     assert job_memory_gb(lumi, 60.0, 1) == 60.0
     # 198 GB: the node's 480 GB would take it, the job's 60 GB does not
     with pytest.raises(PlanError) as err:
@@ -61,4 +63,4 @@ def test_lumi_small_g_with_60g_is_checked_against_60g():
     with pytest.raises(PlanError, match="the job has 60 GB per node"):   # the profile's 60 GB per GCD
         _plan("lumi", gpus=1, partition="small-g", stage_data="/scratch/p/d.tar", stage_data_gb=60.0)
     # a whole LUMI-G node (8 GCDs x 60 GB = 480 GB) takes it
-    assert _plan("lumi", gpus=8, stage_data="/scratch/p/d/", stage_data_gb=198.0).stage is not None
+    assert _plan("lumi", gpus=8, stage_data="/scratch/p/d/", stage_data_gb=198.0).resources.stage is not None

@@ -85,7 +85,7 @@ def test_one_process_on_two_gpus_stays_one_process() -> None:
     old = recover("#!/bin/bash\n#SBATCH --account=p_1\n#SBATCH --ntasks=1\n#SBATCH --gres=gpu:v100:2\n"
                   "srun python3 myprog.py\n")
     plan = port(old, load_profile("roihu"), load_profile("puhti"), script_path="o.sh").plan
-    assert (plan.gpus, plan.world_size, plan.request.gpus_per_proc) == (2, 1, 2)
+    assert (plan.resources.gpus, plan.resources.world_size, plan.settled.request.gpus_per_proc) == (2, 1, 2)
 
 
 def _lumi_container():
@@ -134,9 +134,9 @@ def test_test_partition_stays_a_test_partition() -> None:
             "#SBATCH --gres=gpu:v100:4\n#SBATCH --ntasks-per-node=4\n#SBATCH --time={t}\nsrun python3 t.py\n")
     roihu, puhti = load_profile("roihu"), load_profile("puhti")
     short = port(recover(base.format(t="00:10:00")), roihu, puhti, script_path="o.sh")
-    assert short.plan.partition == "gputest"
+    assert short.plan.resources.partition == "gputest"
     long = port(recover(base.format(t="05:00:00")), roihu, puhti, script_path="o.sh")
-    assert long.plan.partition == "gpumedium"
+    assert long.plan.resources.partition == "gpumedium"
     assert any("does not take this job" in c for c in long.changes)
 
 
@@ -257,5 +257,5 @@ def test_a_time_beyond_the_target_limits_is_cut_to_the_longest_and_said() -> Non
     text = ("#!/bin/bash\n#SBATCH --account=p_1\n#SBATCH --partition=gpu\n#SBATCH --time=3-00:00:00\n"
             "#SBATCH --gres=gpu:v100:4\n#SBATCH --ntasks-per-node=4\nsrun python3 t.py\n")
     ported = port(recover(text), load_profile("roihu"), load_profile("puhti"), script_path="o.sh")
-    assert ported.plan.time == "1-12:00:00"
+    assert ported.plan.resources.time == "1-12:00:00"
     assert any("more than any roihu partition allows" in c for c in ported.changes)

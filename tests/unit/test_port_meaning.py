@@ -72,10 +72,10 @@ def test_a_bare_python_line_is_a_one_gpu_job() -> None:
     ported, script = _port("#!/bin/bash\n#SBATCH --gres=gpu:1\n#SBATCH --time=01:00:00\n"
                            "#SBATCH --account=def-someone\nmodule load python\npython prog.py --epochs 3\n")
     plan = ported.plan
-    assert (plan.gpus, plan.world_size, plan.nodes) == (1, 1, 1)
+    assert (plan.resources.gpus, plan.resources.world_size, plan.resources.nodes) == (1, 1, 1)
     assert script.strip().endswith("prog.py --epochs 3")
     ported, _ = _port("#!/bin/bash\n#SBATCH --account=def-someone\npython prog.py\n")
-    assert ported.plan.gpus == 1
+    assert ported.plan.resources.gpus == 1
 
 
 def test_port_refuses_when_its_own_output_fails_lint(capsys, tmp_path: Path) -> None:

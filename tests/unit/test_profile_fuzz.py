@@ -115,7 +115,7 @@ def test_profile_field_fuzz(tmp_path_factory: pytest.TempPathFactory, base: str,
     except ProfileError as exc:
         assert "\n" not in exc.message and exc.hint
         return
-    for field, value in changes:   # what loads has its shape (clusters/validate.py)
+    for field, value in changes:   # what loads has its shape (clusters/model.py)
         if field in ("master_addr_suffix", "scratch_var", "python"):
             assert not any(c in str(getattr(profile, field) or "") for c in "$`;|&\"' \n(") or \
                 (field == "scratch_var" and str(profile.scratch_var).startswith("$")), (field, value)

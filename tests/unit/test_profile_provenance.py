@@ -9,6 +9,7 @@ from scaletrain.clusters.schema import build_profile
 from scaletrain.errors import PlanError, ProfileError
 from scaletrain.plan.planner import make_plan
 from scaletrain.plan.request import JobRequest
+from scaletrain.plan.summary import notes
 
 import sys
 
@@ -25,15 +26,15 @@ def _roihu(**changes) -> dict:
 
 
 @pytest.mark.parametrize("changes, needle", [
-    ({"unconfirmed": ["no colon here"]}, "must read 'FIELD: why"),
+    ({"unconfirmed": ["no colon here"]}, "unconfirmed must be a list of which each entry is 'FIELD: why"),
     ({"unconfirmed": ["gpu_speed: made up"]}, "'gpu_speed', which is not a profile field"),
     ({"facts": {"partitionz": "x"}}, "'partitionz', which is not a profile field"),
-    ({"retired": "August 2026"}, "must be a date YYYY-MM-DD"),
+    ({"retired": "August 2026"}, "retired must be a date YYYY-MM-DD"),
     ({"successor": "fir"}, "successor goes with retired"),
-    ({"software": "conda"}, "software 'conda' is not one of module, container"),
+    ({"software": "conda"}, "software must be one of 'module', 'container', got 'conda'"),
     ({"software": "container"}, "needs default_image"),
-    ({"cpu_arch": "ppc64le"}, "cpu_arch 'ppc64le'"),
-    ({"gpus_per_billing_unit": 0}, "gpus_per_billing_unit must be at least 1"),
+    ({"cpu_arch": "ppc64le"}, "cpu_arch must be one of 'x86_64', 'aarch64', got 'ppc64le'"),
+    ({"gpus_per_billing_unit": 0}, "gpus_per_billing_unit must be a whole number from 1"),
 ])
 def test_bad_provenance_fields_name_the_field(changes: dict, needle: str) -> None:
     with pytest.raises(ProfileError, match=needle.replace("(", r"\(")):
@@ -52,19 +53,19 @@ def test_every_live_profile_cites_its_facts_and_the_date() -> None:
 def test_lumi_module_on_request_warns_for_multi_node() -> None:
     lumi = load_profile("lumi")
 
-    def notes(**kw) -> tuple[str, ...]:
-        return make_plan(JobRequest(cluster="lumi", script="t.py", account="p", **kw), lumi).notes
+    def said(**kw) -> tuple[str, ...]:
+        return notes(make_plan(JobRequest(cluster="lumi", script="t.py", account="p", **kw), lumi))
 
     warning = "no longer works with the fast Slingshot network"
-    assert any(warning in n for n in notes(nodes=2, modules=("pytorch",)))
-    assert not any(warning in n for n in notes(nodes=1, modules=("pytorch",)))
-    assert not any(warning in n for n in notes(nodes=2, container="/img/pt.sif"))
+    assert any(warning in n for n in said(nodes=2, modules=("pytorch",)))
+    assert not any(warning in n for n in said(nodes=1, modules=("pytorch",)))
+    assert not any(warning in n for n in said(nodes=2, container="/img/pt.sif"))
 
 
 def test_horovod_note_where_the_module_dropped_it() -> None:
     plan = make_plan(JobRequest(cluster="roihu", script="t.py", account="p", gpus=4, launcher="mpi"),
                      load_profile("roihu"))
-    assert any("Horovod" in n and "removed from CSC's PyTorch modules with PyTorch 2.1" in n for n in plan.notes)
+    assert any("Horovod" in n and "removed from CSC's PyTorch modules with PyTorch 2.1" in n for n in notes(plan))
 
 
 def test_retired_check_runs_before_anything_else() -> None:

@@ -49,11 +49,12 @@ def test_planned_jobs_ask_for_the_bundle_they_are_billed_for(cluster: str) -> No
     prof = load_profile(cluster)
     for gpus in range(1, prof.gpus_per_node + 1):
         plan = make_plan(JobRequest(cluster=cluster, script="t.py", account="def-x", gpus=gpus), prof)
-        assert plan.cpus_per_task * plan.tasks_per_node == cores * gpus, (gpus, plan.cpus_per_task)
-        asked = parse_mem_mib(plan.mem)
-        assert asked is not None and asked >= mib * gpus - 1, (gpus, plan.mem)
-        assert asked <= prof.mem_per_node_gb * 1024, (gpus, plan.mem)   # and never more than a node has
-        assert plan.gpu_hours == gpus   # one bundle per GPU for an hour, nothing more
+        r = plan.resources
+        assert r.cpus_per_task * r.tasks_per_node == cores * gpus, (gpus, r.cpus_per_task)
+        asked = parse_mem_mib(plan.resources.mem)
+        assert asked is not None and asked >= mib * gpus - 1, (gpus, plan.resources.mem)
+        assert asked <= prof.mem_per_node_gb * 1024, (gpus, plan.resources.mem)   # and never more than a node has
+        assert plan.resources.gpu_hours == gpus   # one bundle per GPU for an hour, nothing more
 
 
 def test_billing_lines_speak_the_centres_unit() -> None:

@@ -36,7 +36,7 @@ from scaletrain.fileio import read_bounded, read_tail
 
 if TYPE_CHECKING:
     from scaletrain.clusters.profile import ClusterProfile
-    from scaletrain.plan.planner import Plan
+    from scaletrain.plan.records import Plan
 
 WORKER = "scaletrain.bench.scaling_worker"
 RESULT = "result.json"
@@ -95,7 +95,7 @@ def plan_size(req: ScalingRequest, slurm: SlurmScaling, profile: ClusterProfile,
         time=slurm.time or DEFAULT_TIME, device=slurm.device, job_name=f"bench-scaling-{nodes}n",
         command=slurm.command, chdir=str(job_dir), log=str(job_dir / JOB_LOG),
         profile_file=str(Path(slurm.cluster).expanduser().absolute()) if is_file else None)
-    return plan_job(request).plan
+    return plan_job(request)
 
 
 def _jobs_root(out_dir: Path) -> Path:
@@ -117,7 +117,7 @@ def prepare(req: ScalingRequest, slurm: SlurmScaling) -> list[tuple[SizeJob, str
     profile = check_slurm_profile(slurm.cluster)
     # every size is planned once before any folder exists: a size the cluster cannot take
     # (partition limits, GPUs per node) stops the benchmark before anything is made
-    planned = [(n, plan_size(req, slurm, profile, n, Path("/job")).world_size) for n in slurm.nodes]
+    planned = [(n, plan_size(req, slurm, profile, n, Path("/job")).resources.world_size) for n in slurm.nodes]
     require_sbatch()
     root = _jobs_root(slurm.out_dir)
     out = []

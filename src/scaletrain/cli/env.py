@@ -68,7 +68,7 @@ def run_create(args: argparse.Namespace) -> int:
     from scaletrain.envs.check import this_arch
     from scaletrain.envs.create import TENSORFLOW, EnvRecipe, check_venv_dir, create_script, known_packages, parse_with
     from scaletrain.errors import UsageError
-    from scaletrain.plan.software import image as job_image
+    from scaletrain.plan.settle import image as job_image
     from scaletrain.plan.request import JobRequest
 
     if not args.cluster and not args.profile:

@@ -18,7 +18,7 @@ from scaletrain.errors import UsageError
 from scaletrain.fileio import json_text
 
 if TYPE_CHECKING:
-    from scaletrain.plan.planner import Plan
+    from scaletrain.plan.records import Plan
     from scaletrain.plan.request import JobRequest
 
 DESCRIPTION = """\
@@ -269,7 +269,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
     ``scaletrain.submit()`` run too (:func:`scaletrain.jobs.submit.plan_job`)."""
     from scaletrain.jobs.submit import plan_job
 
-    return plan_job(request_from_args(args)).plan
+    return plan_job(request_from_args(args))
 
 
 def run_plan(args: argparse.Namespace) -> int:

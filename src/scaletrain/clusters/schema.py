@@ -2,8 +2,9 @@
 
 ``build_profile`` turns parsed TOML into a validated :class:`ClusterProfile`; every mistake is a
 ProfileError naming the field. The keys a file may hold, the type each must have, its default and
-the shape of its value are read from the dataclass fields (``model.fact``), so a field is declared
-once; the rules between fields (a typed GPU request needs its GRES type, a
+the shape of its value are read from the dataclass fields (``model.fact``: a setting of
+:mod:`scaletrain.settings` with the file's options), so a field is declared once and checked by the
+one vocabulary; the rules between fields (a typed GPU request needs its GRES type, a
 successor goes with a retirement date) are declared beside the fields too (``model.RULES``).
 """
 
@@ -16,15 +17,21 @@ import typing
 from typing import Any
 
 from scaletrain.clusters.model import FILE_STEM, RULES, ClusterProfile, Partition
-from scaletrain.clusters.validate import bad
 from scaletrain.errors import ProfileError
+from scaletrain.settings import check_value
+
+
+def bad(path: str, what: str) -> ProfileError:
+    """A mistake in the profile file at ``path``, said in ``what``."""
+    return ProfileError(f"profile {path or '(inline)'}: {what}",
+                        "fix the profile file (see the shipped ones in scaletrain/clusters/profiles)")
 
 
 @functools.cache
 def _fields(cls: type) -> tuple[tuple[dataclasses.Field[Any], Any], ...]:
     """The fields a profile file may set for ``cls``, each with its resolved type."""
     hints = typing.get_type_hints(cls)
-    return tuple((f, hints[f.name]) for f in dataclasses.fields(cls) if f.metadata["toml"])
+    return tuple((f, hints[f.name]) for f in dataclasses.fields(cls) if f.metadata["toml"].file)
 
 
 def keys(cls: type = ClusterProfile) -> frozenset[str]:
@@ -52,9 +59,9 @@ def _typed(data: dict[str, Any], key: str, kind: type | tuple[type, ...], path: 
 
 def _value(data: dict[str, Any], f: dataclasses.Field[Any], hint: Any, path: str, read: dict[str, Any]) -> Any:
     """Field ``f`` of the file's table ``data``, converted to the field's type ``hint``."""
-    key, meta = f.name, f.metadata
-    if key not in data and meta["absent"] is not None and meta["absent"] != FILE_STEM:
-        return meta["absent"](read)
+    key, toml = f.name, f.metadata["toml"]
+    if key not in data and toml.absent is not None and toml.absent != FILE_STEM:
+        return toml.absent(read)
     if f.default is not dataclasses.MISSING:
         default = f.default
     elif f.default_factory is not dataclasses.MISSING:
@@ -76,8 +83,8 @@ def _value(data: dict[str, Any], f: dataclasses.Field[Any], hint: Any, path: str
             return _gpu_cpu_map(table, path)
         return {str(k): str(v) for k, v in table.items()}
     value = _typed(data, key, kind, path, default, none_ok=optional)
-    if meta["read"] is not None:
-        value = meta["read"](value)
+    if toml.read is not None:
+        value = toml.read(value)
     return (value or None) if optional and kind is str else value
 
 
@@ -120,14 +127,14 @@ def _gpu_cpu_map(table: dict[str, Any] | None, path: str) -> dict[int, tuple[int
 
 def check_profile(profile: ClusterProfile) -> ClusterProfile:
     """``profile`` unchanged when every field has its declared shape and the fields agree; else
-    ProfileError naming the field."""
-    where = (profile.path, profile.name)
+    ProfileError naming the file and the field (``ProfileSettingError``, the settings' one line)."""
+    where = profile.path or profile.name or "(inline)"
     parts: list[tuple[ClusterProfile | Partition, str]] = [(profile, "")]
     parts += [(part, f"partitions.{n}.") for n, part in profile.partitions.items()]
     for obj, prefix in parts:
         for f in dataclasses.fields(obj):
-            if f.metadata["check"] is not None:
-                f.metadata["check"](where, prefix + f.name, getattr(obj, f.name))
+            check_value(f.metadata["setting"], getattr(obj, f.name), f"profile {where}: {prefix}{f.name}",
+                        name=f.name)
     for rule in RULES:
         wrong = rule(profile)
         if wrong:
@@ -138,7 +145,7 @@ def check_profile(profile: ClusterProfile) -> ClusterProfile:
 def build_profile(data: dict[str, Any], *, path: str = "", default_name: str = "") -> ClusterProfile:
     """Build and validate a ClusterProfile from parsed TOML (used by the loader and by probe)."""
     stem = {f.name: default_name for f, _ in _fields(ClusterProfile)
-            if f.metadata["absent"] == FILE_STEM and default_name and f.name not in data}
+            if f.metadata["toml"].absent == FILE_STEM and default_name and f.name not in data}
     if _unknown(ClusterProfile, data):
         raise bad(path, f"unknown field(s) {_unknown(ClusterProfile, data)}")
     profile = ClusterProfile(**_read(ClusterProfile, {**stem, **data}, path), path=path)

@@ -67,6 +67,7 @@ CLUSTERS_DIR_VAR = "SCALETRAIN_CLUSTERS_DIR"   # the user's own cluster profiles
 JOB_FILES_VAR = "SCALETRAIN_JOB_FILES"
 ACCELERATE_CONFIG_VAR = "SCALETRAIN_ACCELERATE_CONFIG"
 DEEPSPEED_CONFIG_VAR = "SCALETRAIN_DEEPSPEED_CONFIG"
+LIGHTNING_DEEPSPEED_VAR = "PL_DEEPSPEED_CONFIG_PATH"   # read by Lightning's DeepSpeedStrategy (we export it)
 
 # `scaletrain run` -> its workers, read by the worker shim (scaletrain/launch/inproc/worker_shim.py).
 GROUP_RECORD_VAR = "SCALETRAIN_GROUP_RECORD"  # folder where each worker records its process group

@@ -4,11 +4,11 @@ A job whose Python lacks scaletrain (or the launcher's package) waits in the que
 stops at its first line with exit 3. ``submit`` asks first: it runs the job's own set-up lines
 (the profile's modules, ``--module``, ``--venv``/``--conda``, the running environment) in a
 fresh ``bash`` with the environment sbatch will hand the job, then the job's Python, which
-reports which of the needed packages it cannot find. The lines are ours, rendered from
-validated values (``scaletrain.plan.software``); the user's ``--setup`` lines and the MPS
-daemon are not run here. A miss is refused with ``--setup`` too: the job's environment is made by
-what this check runs (``--venv``/``--conda``/``--module``), and one that a ``--setup`` line makes
-must be made before the job, where it can be checked. The names asked for: scaletrain (when the
+reports which of the needed packages it cannot find. The lines are the plan's own, read from its
+software record (``Plan.software``: set-up lines, container prefix, interpreter); the user's
+``--setup`` lines and the MPS daemon are not run here. A miss is refused with ``--setup`` too: the
+job's environment is made by what this check runs (``--venv``/``--conda``/``--module``), and one
+that a ``--setup`` line makes must be made before the job, where it can be checked. The names asked for: scaletrain (when the
 launch imports it), the launcher's package (``scaletrain.plan.software.LAUNCHER_PACKAGES``) and
 the program's own imports when its file is readable here (``scaletrain.envs.imports``).
 
@@ -25,7 +25,6 @@ anything: that venv holds what the profile's wheels for the launcher name (torch
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import platform
 import selectors
@@ -38,7 +37,7 @@ from typing import TYPE_CHECKING, Mapping
 from scaletrain.errors import DistEnvError
 
 if TYPE_CHECKING:
-    from scaletrain.plan.planner import Plan
+    from scaletrain.plan.records import Plan
 
 CHECK_TIMEOUT_S = 120.0       # module loads on a busy login node take seconds, not minutes
 _MISSING_EXIT = 96            # the probe's "these are missing" (any other failure is the set-up's)
@@ -72,11 +71,12 @@ def needed_imports(plan: Plan) -> tuple[str, ...]:
     """What the job's Python must import: scaletrain (when the launch imports it) and the launcher's package."""
     from scaletrain.plan.software import LAUNCHER_PACKAGES
 
-    names = ["scaletrain"] if plan.check_scaletrain else []
-    names += _LAUNCH_IMPORTS.get(plan.launcher, ())
-    if plan.launcher in LAUNCHER_PACKAGES:
-        names.append(LAUNCHER_PACKAGES[plan.launcher])
-    names += plan.request.program_imports or ()
+    launcher = plan.settled.request.launcher
+    names = ["scaletrain"] if plan.software.check_scaletrain else []
+    names += _LAUNCH_IMPORTS.get(launcher, ())
+    if launcher in LAUNCHER_PACKAGES:
+        names.append(LAUNCHER_PACKAGES[launcher])
+    names += plan.settled.request.program_imports or ()
     return tuple(dict.fromkeys(names))
 
 
@@ -102,32 +102,31 @@ def check_env_folder(venv: str | None, conda: str | None) -> None:
 def _fix(plan: Plan, names: tuple[str, ...]) -> str:
     from scaletrain.envs.create import PACKAGES
 
-    modules = plan.profile.tensorflow_setup_lines
-    if plan.launcher == "tensorflow" and modules and not plan.profile.python_env_lines:
+    profile = plan.settled.profile
+    modules = profile.tensorflow_setup_lines
+    if plan.settled.request.launcher == "tensorflow" and modules and not profile.python_env_lines:
         # the job runs the centre's TensorFlow module; a venv for it is made on that module
-        return (f"leave out --venv/--conda: the job then runs {plan.cluster}'s TensorFlow module "
+        return (f"leave out --venv/--conda: the job then runs {profile.name}'s TensorFlow module "
                 f"({'; '.join(modules)}); or make a venv on that module: 'scaletrain env create "
-                f"--cluster {plan.cluster} --with tensorflow DIR'")
-    known = {*PACKAGES.values(), *plan.profile.wheels.values()}
+                f"--cluster {profile.name} --with tensorflow DIR'")
+    known = {*PACKAGES.values(), *profile.wheels.values()}
     extra = [n for n in names if n in known]
     other = [n for n in names if n not in known and n not in ("scaletrain", "torch")]
     with_ = f"--with {','.join(extra)} " if extra else ""
     also = f", install what provides {', '.join(other)} into it," if other else ""
-    return (f"on this login node run 'scaletrain env create --cluster {plan.cluster} {with_}DIR'{also} and submit "
+    return (f"on this login node run 'scaletrain env create --cluster {profile.name} {with_}DIR'{also} and submit "
             "with --venv DIR (or submit from an environment that has them)")
 
 
 def probe_script(plan: Plan) -> str:
     """The bash the check runs: the job's set-up (without --setup lines and MPS), then the probe."""
-    from scaletrain.plan import software
-
-    request = dataclasses.replace(plan.request, setup=(), procs_per_gpu=1)
-    lines = ["set -eo pipefail", *software.setup_lines(request, plan.profile), "set -u"]
-    prefix = software.container_prefix(request, plan.profile, scratch=None)
+    sw = plan.software
+    lines = ["set -eo pipefail", *sw.setup, "set -u"]
+    prefix = sw.container_here   # node-local binds exist on the nodes only
     if prefix:
         runtime = prefix.split()[0]
         lines.append(f"command -v {shlex.quote(runtime)} >/dev/null 2>&1 || exit {_NO_RUNTIME_EXIT}")
-    lines.append(f"{prefix}{plan.python} -c {shlex.quote(_PROBE)} {' '.join(needed_imports(plan))}")
+    lines.append(f"{prefix}{sw.python} -c {shlex.quote(_PROBE)} {' '.join(needed_imports(plan))}")
     return "\n".join(lines) + "\n"
 
 
@@ -200,17 +199,14 @@ def check_job_python(plan: Plan, *, environ: Mapping[str, str] | None = None, cw
                      timeout: float = CHECK_TIMEOUT_S) -> str | None:
     """Refuse (``DistEnvError``) a job whose Python would not import what it needs; a warning
     when that cannot be asked on this machine; None when it would."""
-    from scaletrain.plan import software
-
     names = needed_imports(plan)
-    if not names or plan.scheduler != "slurm":
+    request, profile, image = plan.settled.request, plan.settled.profile, plan.settled.image
+    if not names or profile.scheduler != "slurm":
         return None
-    request, profile = plan.request, plan.profile
     check_env_folder(request.venv, request.conda)
-    image = software.image(request, profile)
-    if not image and not software.known(request) and profile.python_env_lines:
+    if plan.software.builds_venv:
         # the job builds a venv from the centre's wheels on the node: what it installs, nothing else
-        has = set(software.job_wheels(request, profile).split())
+        has = set(plan.software.wheels.split())
         lacking = tuple(n for n in names if n not in has)
         if lacking:
             raise DistEnvError(f"the job would stop at its first line: the venv it builds from {profile.name}'s "
@@ -229,7 +225,7 @@ def check_job_python(plan: Plan, *, environ: Mapping[str, str] | None = None, cw
     if code == _MISSING_EXIT:
         found = next((ln for ln in out.splitlines() if ln.startswith("scaletrain-missing:")), "")
         missing = tuple(n for n in found.partition(":")[2].split(",") if n) or names
-        what = f"{plan.python} {where} cannot import {', '.join(missing)}"
+        what = f"{plan.software.python} {where} cannot import {', '.join(missing)}"
         fix = _fix(plan, missing)
         if request.setup:   # not run here; an environment they would make can be made now
             fix += "; your --setup lines are not run here: make that environment before submitting"

@@ -3,7 +3,8 @@
 On a login node, ``plan`` and ``submit`` give the job the environment that runs scaletrain, as
 submitit does: its venv (``sys.prefix`` differs from ``sys.base_prefix``), else its conda
 environment (``$CONDA_PREFIX`` is ``sys.prefix``), else the interpreter itself
-(``sys.executable``). Away from a cluster (a laptop) nothing is known, and the plan warns.
+(``sys.executable``). It is found here (``found_here``) and given to a job that names none by the
+plan's settle stage. Away from a cluster (a laptop) nothing is known, and the plan warns.
 
 A login node is a machine that can submit: ``sbatch`` on PATH and a Slurm configuration it can
 read (``$SLURM_CONF``, or one of the usual places, configless caches included). Every input is a
@@ -15,30 +16,13 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Mapping
+from typing import Callable, Mapping
 
-if TYPE_CHECKING:
-    from scaletrain.clusters.profile import ClusterProfile
-    from scaletrain.plan.request import JobRequest
+from scaletrain.plan.records import RunningEnv
 
 # Where sbatch finds slurm.conf when $SLURM_CONF is unset (packages, source builds, configless).
 SLURM_CONF_PLACES = ("/etc/slurm/slurm.conf", "/etc/slurm-llnl/slurm.conf", "/usr/local/etc/slurm.conf",
                      "/run/slurm/conf/slurm.conf", "/var/spool/slurmd/conf-cache/slurm.conf")
-
-
-@dataclass(frozen=True)
-class RunningEnv:
-    """The environment running scaletrain: ``kind`` is "venv", "conda" or "python"."""
-
-    kind: str
-    path: str
-
-    @property
-    def origin(self) -> str:
-        """How it was found, for the plan's summary."""
-        what = {"venv": "the venv", "conda": "the conda environment", "python": "the Python"}[self.kind]
-        return f"{what} running scaletrain on this login node"
 
 
 def on_login_node(*, environ: Mapping[str, str] | None = None,
@@ -73,31 +57,23 @@ def same_program(name: str, path: str, *, which: Callable[[str], str | None] = s
     return found is not None and os.path.realpath(found) == os.path.realpath(path)
 
 
-def with_running_environment(request: JobRequest, profile: ClusterProfile, *,
-                             environ: Mapping[str, str] | None = None) -> JobRequest:
-    """On a login node, a job that names no environment gets the one running scaletrain.
+def found_here(profile_python: str, *, environ: Mapping[str, str] | None = None) -> RunningEnv | None:
+    """On a cluster's login node, the environment running scaletrain; None elsewhere (a laptop).
 
-    As submitit does: its venv, conda environment or interpreter. Not for a container job (that
-    Python is the image's) nor away from a cluster (the plan warns). ``environ``: the
-    environment sbatch will run with (its ``PATH`` and ``SLURM_CONF`` decide "login node").
+    ``environ``: the environment sbatch will run with (its ``PATH`` and ``SLURM_CONF`` decide "login
+    node"). An interpreter that is the profile's ``profile_python`` on PATH (the module is loaded
+    here) keeps that name, so the job runs what the set-up gives it, not a path that may exist only
+    here. Whether the job takes it (it names no environment, runs in no image) the plan's settle
+    stage decides (``scaletrain.plan.settle``).
     """
-    import dataclasses
-
-    from scaletrain.plan import software
-
     env = os.environ if environ is None else environ
-    if (profile.scheduler != "slurm" or software.known(request) or software.image(request, profile)
-            or not on_login_node(environ=env, which=lambda c: shutil.which(c, path=env.get("PATH")))):
-        return request
+
+    def which(command: str) -> str | None:
+        return shutil.which(command, path=env.get("PATH"))
+
+    if not on_login_node(environ=env, which=which):
+        return None
     found = running_environment(environ=env)
-    path = found.path
-    if found.kind == "python" and same_program(profile.python, path,
-                                               which=lambda c: shutil.which(c, path=env.get("PATH"))):
-        # the profile's python3 is this interpreter (the module is loaded here): keep its name,
-        # so the job runs what the set-up gives it, not a path that may exist only here
-        path = profile.python
-    if found.kind == "venv":
-        return dataclasses.replace(request, venv=path, env_origin=found.origin)
-    if found.kind == "conda":
-        return dataclasses.replace(request, conda=path, env_origin=found.origin)
-    return dataclasses.replace(request, python=path, env_origin=found.origin)
+    if found.kind == "python" and same_program(profile_python, found.path, which=which):
+        return RunningEnv("python", profile_python)
+    return found

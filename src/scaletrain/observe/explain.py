@@ -197,14 +197,15 @@ def _overhead_lines(ov: Overhead, step: StepProfile, cluster: str) -> list[str]:
 def explain_plan(plan: Any, run: str) -> str:
     """``plan --explain RUN`` for a made plan: the overhead from RUN (a bench scaling.json measured on
     the plan's cluster), else the cluster's stored calibration, else the published default."""
-    measured = load_measurement(run, params=plan.request.params)
-    links = links_from_profile(plan.profile)
+    profile, res = plan.settled.profile, plan.resources
+    measured = load_measurement(run, params=plan.settled.request.params)
+    links = links_from_profile(profile)
     if links is None:
-        raise UsageError(f"cluster profile {plan.cluster!r} has no link bandwidths (intra_node_gbps)",
+        raise UsageError(f"cluster profile {profile.name!r} has no link bandwidths (intra_node_gbps)",
                          "add intra_node_gbps and inter_node_gbps to the profile, or explain on another cluster")
     cal = measured.calibration
-    own = from_record(cal) if cal and cal.get("cluster") == plan.profile.name else None
-    return explain(measured.step, links, requested=plan.gpus, work_samples=measured.work,
-                   time_limit_s=plan.time_seconds, cluster=plan.cluster, source=measured.source,
-                   overhead=own or load_calibration(plan.profile.name), device=measured.device,
-                   bill=lambda device_hours: billed_amount(device_hours, plan.profile))
+    own = from_record(cal) if cal and cal.get("cluster") == profile.name else None
+    return explain(measured.step, links, requested=res.gpus, work_samples=measured.work,
+                   time_limit_s=res.time_seconds, cluster=profile.name, source=measured.source,
+                   overhead=own or load_calibration(profile.name), device=measured.device,
+                   bill=lambda device_hours: billed_amount(device_hours, profile))

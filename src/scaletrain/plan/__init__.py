@@ -1,5 +1,9 @@
 """Job planning and Slurm script rendering: pure functions, dataclasses in, text out.
 
+A request becomes a batch script through named stages (``scaletrain.plan.planner``): settle,
+resources, software, files, each a function from the records before it to one frozen record
+(``scaletrain.plan.records``), then render.
+
     from scaletrain.plan import JobRequest, make_plan, render_script, render_summary
     from scaletrain.clusters.profile import load_profile
     plan = make_plan(JobRequest(cluster="roihu", gpus=8, account="project_1", script="train.py"),
@@ -17,8 +21,8 @@ from typing import Any
 _LAZY = {
     "JobRequest": "scaletrain.plan.request",
     "LAUNCHERS": "scaletrain.plan.request",
-    "Plan": "scaletrain.plan.planner",
-    "StagePlan": "scaletrain.plan.planner",
+    "Plan": "scaletrain.plan.records",
+    "StagePlan": "scaletrain.plan.records",
     "make_plan": "scaletrain.plan.planner",
     "render_script": "scaletrain.plan.render",
     "launch_command": "scaletrain.plan.render",

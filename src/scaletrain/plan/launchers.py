@@ -3,46 +3,37 @@
 A spec says how many Slurm tasks a node runs (one per GPU, or one per node that starts a worker
 per GPU itself), whether the job needs scaletrain importable on the cluster, what the program
 must read to find its rank, the comment the script carries, and how the launch line is built.
-The planner reads ``per_node``; the renderer calls ``build(plan)``; the CLI lists ``describe``.
+The planner reads ``per_node``; the renderer calls ``build(facts)``; the CLI lists ``describe``.
 
-Launch lines read only the ``Plan``'s launch facts (never the profile or the request), named here
-by ``LaunchFacts`` so that this module imports nothing of the planner that imports it. Values evaluated on
-each node (``$SLURM_NODEID``) sit in the single-quoted program of a ``bash -c``, and the user's
-words reach it as ``"$@"``, so nothing the user typed is parsed twice.
+Launch lines read only a plan's launch facts (never the profile or the request), which the renderer
+gathers from the records into ``LaunchFacts``, so that this module imports nothing of the planner.
+Values evaluated on each node (``$SLURM_NODEID``) sit in the single-quoted program of a ``bash -c``,
+and the user's words reach it as ``"$@"``, so nothing the user typed is parsed twice.
 """
 
 from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Callable
 
 q = shlex.quote
 
 
-class LaunchFacts(Protocol):
-    """What a launch line reads of the plan (``scaletrain.plan.planner.Plan`` has each)."""
+@dataclass(frozen=True, kw_only=True)
+class LaunchFacts:
+    """What a launch line reads of a plan, gathered from its records by the renderer."""
 
-    @property
-    def nodes(self) -> int: ...
-    @property
-    def procs_per_node(self) -> int: ...
-    @property
-    def world_size(self) -> int: ...
-    @property
-    def device(self) -> str: ...
-    @property
-    def cpu_bind(self) -> str | None: ...
-    @property
-    def container(self) -> str: ...
-    @property
-    def python(self) -> str: ...
-    @property
-    def exec_wrapper(self) -> str | None: ...
-    @property
-    def program_words(self) -> str: ...
-    @property
-    def accelerate_config(self) -> str | None: ...
+    nodes: int
+    procs_per_node: int
+    world_size: int
+    device: str
+    cpu_bind: str | None
+    container: str
+    python: str
+    exec_wrapper: str | None
+    program_words: str
+    accelerate_config: str | None
 
 
 @dataclass(frozen=True)

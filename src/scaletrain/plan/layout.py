@@ -1,4 +1,5 @@
-"""The layout steps of ``make_plan``: nodes and GPUs, the partition, CPUs, memory, binding, staging.
+"""The arithmetic of the resources stage (``scaletrain.plan.resources``): nodes and GPUs, the
+partition, tasks, CPUs, memory, binding.
 
 Each function is pure and small; the rules:
 
@@ -16,25 +17,12 @@ Each function is pure and small; the rules:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from scaletrain.clusters.profile import ClusterProfile, Partition, format_time
 from scaletrain.clusters.resources import ERROR, Resources
 from scaletrain.errors import PlanError, ProfileError, UsageError
 from scaletrain.plan.request import JobRequest, format_mem
 
 SPLIT_NOTE_SOURCE = "CSC guide 'Multi-GPU and multi-node machine learning'"
-
-
-@dataclass(frozen=True, kw_only=True)
-class StagePlan:
-    """Copy or extract a dataset to node-local scratch, once per node, before training."""
-
-    source: str           # path as given (on the shared file system)
-    kind: str             # "dir" | "tar" | "tar.gz" | "tar.bz2" | "tar.xz" | "zip" | "file"
-    scratch_var: str      # "$LOCAL_SCRATCH", "$SLURM_TMPDIR", ...
-    dest_name: str        # folder under scratch_var
-    disk_gb: int | None   # node-local disk to request (Puhti/Mahti --gres=nvme:GB), else None
 
 
 def slots(profile: ClusterProfile) -> int:
@@ -233,70 +221,22 @@ def cpu_bind(profile: ClusterProfile, *, per_node: bool, tasks_per_node: int, cp
     return "mask_cpu:" + ",".join(masks), None
 
 
-# What the job's own venv takes where the job builds it in node-local scratch: torch with its
-# CUDA/ROCm libraries. An estimate (the CPU-only torch 2.13 here is 0.75 GB; GPU builds carry
-# several GB of vendor libraries): unconfirmed, so the check errs on the side of refusing.
-JOB_VENV_GB = 5.0
+def partition_family(profile: ClusterProfile, name: str | None) -> str:
+    """A name shared by a cluster's GPU partitions across guide revisions (LUMI eap/small-g/standard-g)."""
+    if name is None:
+        return "default"
+    if profile.name == "lumi" and name in ("eap", "small-g", "standard-g", "dev-g"):
+        return "lumi-g"
+    return name
 
 
-def venv_in_scratch(request: JobRequest, profile: ClusterProfile) -> bool:
-    """The job builds its venv in node-local scratch that is memory (Trillium): it takes job memory."""
-    own_env = request.venv or request.conda or request.container or request.python
-    return bool(profile.scratch_in_memory and profile.python_env_lines and not own_env)
-
-
-def job_memory_gb(profile: ClusterProfile, mem_gb: float | None, gpn: int) -> float | None:
-    """The memory each node of the job has (``mem_gb``: what :func:`memory` asked for, whole node
-    included); where memory requests are ignored (Trillium: "single-GPU jobs get 1/4 of the
-    memory"), its GPUs' share of the node."""
-    if mem_gb:
-        return mem_gb
-    if profile.mem_per_node_gb and profile.gpus_per_node and gpn:
-        return profile.mem_per_node_gb * min(gpn, profile.gpus_per_node) / profile.gpus_per_node
-    return profile.mem_per_node_gb or None
-
-
-def stage_plan(request: JobRequest, profile: ClusterProfile, *, job_mem_gb: float | None) -> StagePlan | None:
-    """How ``--stage-data`` reaches node-local scratch, or None without it.
-
-    Where that scratch is memory (Trillium, LUMI), the staged data must fit in the job's memory
-    per node (``job_mem_gb``, see :func:`job_memory_gb`), less the venv the job builds there: a
-    job is killed when its RAM disk outgrows its memory, however large the node is.
-    """
-    src = request.stage_data
-    if not src:
-        return None
-    if not profile.scratch_var:
-        raise PlanError(f"{profile.name} nodes have no node-local scratch to stage data to",
-                        "leave out --stage-data and read the data from the shared scratch file system")
-    low = src.rstrip("/").lower()
-    kinds = ((".tar.gz", "tar.gz"), (".tgz", "tar.gz"), (".tar.bz2", "tar.bz2"), (".tar.xz", "tar.xz"),
-             (".tar", "tar"), (".zip", "zip"))
-    kind = "dir" if src.endswith("/") else next((k for ext, k in kinds if low.endswith(ext)), "dir")
-    base = src.rstrip("/").rsplit("/", 1)[-1] or "data"
-    for ext, _ in kinds:
-        if base.lower().endswith(ext):
-            base = base[: -len(ext)]
-            break
-    disk: int | None = None
-    size = request.stage_data_gb
-    factor = 1.1 if kind in ("dir", "tar") else 3.0     # archives grow when unpacked
-    if size is not None and not profile.scratch_gres:
-        need = size * factor
-        venv = JOB_VENV_GB if venv_in_scratch(request, profile) else 0.0
-        room = profile.scratch_max_gb or (job_mem_gb - venv if profile.scratch_in_memory and job_mem_gb else None)
-        if room is not None and need > room:   # no stated room (a node's own NVMe): nothing to check against
-            where = (f"{profile.scratch_var} is memory on {profile.name}: the job has {job_mem_gb:.0f} GB per node"
-                     + (f", about {venv:g} GB of it for the venv it builds there" if venv else "")
-                     if profile.scratch_in_memory else f"{profile.scratch_var} holds {room:g} GB on {profile.name}")
-            raise PlanError(f"--stage-data {src} needs about {need:.0f} GB on each node, but {where}",
-                            "read the data from the shared scratch file system instead (leave out --stage-data), "
-                            "stage a smaller subset, or ask for more memory (more GPUs or whole nodes)")
-    if profile.scratch_gres:
-        # without a size (the data is not reachable from here), ask for a modest default
-        disk = max(10, int(-(-(size * factor) // 1))) if size is not None else 100
-        if profile.scratch_max_gb:
-            disk = min(disk, int(profile.scratch_max_gb))
-    # the folder name lands inside a double-quoted shell word: keep it to harmless characters
-    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in base).lstrip(".") or "data"
-    return StagePlan(source=src, kind=kind, scratch_var=profile.scratch_var, dest_name=safe, disk_gb=disk)
+def launch_notes(launcher: str, nodes: int, gpn: int) -> list[str]:
+    """What a launcher that starts the workers itself must be told of this layout."""
+    notes = []
+    if launcher == "lightning":
+        notes.append(f"Lightning: Trainer(devices={gpn}, num_nodes={nodes}, strategy='ddp') must match "
+                     "this allocation (CSC guide 'Multi-GPU and multi-node machine learning')")
+    if launcher == "deepspeed" and nodes > 1:
+        notes.append("deepspeed launcher: one task per node, nodes joined with --no_ssh and "
+                     "--node_rank=$SLURM_NODEID (needs DeepSpeed >= 0.14)")
+    return notes

@@ -1,22 +1,19 @@
 """What the user asked for: a ``JobRequest``, and the parsing of its flag values.
 
 The request is plain data, validated once when it is made (``JobRequest.__post_init__``): every
-value it carries to a script, its counts, its launcher and device. ``scaletrain plan`` and
-``scaletrain submit`` build it from the same flags (``scaletrain.cli.plan.add_plan_arguments`` /
-``request_from_args``); the planner trusts it and turns it and a cluster profile into a ``Plan``
-without any I/O, checking only what depends on the cluster.
+value it carries to a script, its counts, its launcher and device, the ``--sbatch`` option names and
+what ``--expand-args`` would expand. ``scaletrain plan`` and ``scaletrain submit`` build it from the
+same flags (``scaletrain.cli.plan.add_plan_arguments`` / ``request_from_args``); the planner's stages
+(``scaletrain.plan.planner``) trust it and turn it and a cluster profile into a ``Plan`` without any
+I/O, checking only what depends on the cluster.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
-import os
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
-from scaletrain.contract.files import JOB_LOG
 from scaletrain.errors import PlanError, UsageError
 from scaletrain.parallel.options import PRECISIONS
 from scaletrain.plan.values import SBATCH_SHAPES, check_request_values
@@ -31,7 +28,6 @@ DEVICES: tuple[str, ...] = ("auto", "cpu")
 # A pip requirement the job's venv may install (``wheels``): a name, an extra, an exact version;
 # it is written into the job's shell line, so nothing in it is special to the shell.
 WHEEL_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,-]+\])?(==[A-Za-z0-9.*+!_-]+)?")
-# The job options with their own flags: (sbatch option, request field).
 MIN_MEM_GB = 1 / 1024     # 1M: a smaller size renders as --mem=0, which Slurm reads as the whole node
 MAX_MEM_GB = 64 * 1024.0  # 64 TiB per GPU
 MAX_PARAMS = 1e15         # a quadrillion parameters
@@ -66,6 +62,7 @@ def _time(value: object) -> str:
     return value.strip()
 
 
+# The job options with their own flags: (sbatch option, request field).
 JOB_OPTIONS = (("mail-type", "mail_type"), ("mail-user", "mail_user"), ("array", "array"),
                ("constraint", "constraint"), ("dependency", "dependency"),
                ("reservation", "reservation"), ("qos", "qos"))
@@ -187,24 +184,25 @@ class JobRequest:
                    *((f"program argument {i + 1}", a) for i, a in enumerate(self.script_args)),
                    *((what, v) for what, v in optional if v), *(("--module", m) for m in self.modules),
                    *(("--setup", cmd) for cmd in self.setup)],
-            env=self.env, sbatch=[(opt, v) for opt, v in sbatch if v])
+            env=self.env, sbatch=[(opt, v) for opt, v in sbatch if v], extra=self.sbatch_extra,
+            expanding=(self.script, *self.script_args) if self.expand_args else ())
 
     @property
     def per_node_launcher(self) -> bool:
         """True when the launcher runs one task per node (torchrun, accelerate, deepspeed)."""
         return self.launcher in PER_NODE_LAUNCHERS
 
-
-def in_run_dir(request: JobRequest, run_dir: Path, *, cwd: str | None = None) -> JobRequest:
-    """``request`` as submitted from ``run_dir``: the job runs where the user is (``cwd``, unless
-    it names its own folder), its script's path survives any ``cd``, the files the job writes
-    (framework configs) and its output go to the run folder. Reads the current folder when
-    ``cwd`` is not given."""
-    script = request.script
-    if script != "-m":
-        script = os.path.abspath(os.path.expanduser(script))
-    return dataclasses.replace(request, script=script, chdir=request.chdir or cwd or os.getcwd(),
-                               files_dir=str(run_dir), log=request.log or str(run_dir / JOB_LOG))
+    @property
+    def slurm_job_name(self) -> str:
+        """The job's name: ``--job-name``, else the training script's file stem made Slurm-safe
+        (the ``#SBATCH --job-name`` line, and the name of submit's run folder)."""
+        if self.job_name:
+            return self.job_name
+        stem = self.script.rsplit("/", 1)[-1]
+        for ext in (".py", ".sh"):
+            if stem.endswith(ext):
+                stem = stem[: -len(ext)]
+        return "".join(c if c.isalnum() or c in "-_." else "_" for c in stem) or "scaletrain"
 
 
 def parse_mem_gb(text: str) -> float:

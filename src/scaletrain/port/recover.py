@@ -28,7 +28,7 @@ from scaletrain.port.launchwords import local_rank_argument, module_launch, unca
 from scaletrain.port.oneline import one_line, why_not
 from scaletrain.port.refusals import inline_program, refuse_inline, refuse_lookalikes, refuse_redirects
 from scaletrain.port.venv import ENV_BUILD, NotCarried, command_packages, heredoc_packages, is_env_command
-from scaletrain.plan.software import PER_TASK_VARS
+from scaletrain.plan.values import PER_TASK_VARS
 
 HINT = "give a Slurm batch script whose srun/mpirun line starts a Python program or launcher"
 # Variables a launch line computes itself: the new script sets them (or needs none).

@@ -3,8 +3,10 @@
 The request keeps what belongs to the job (GPUs, nodes, time, account, the launcher, the program
 and its arguments word for word, exports and set-up commands) and leaves to the planner what
 belongs to the cluster (GPU type and syntax, partition, CPUs and memory per GPU, modules or
-container). Every difference is listed, and so is everything that could not be carried. Pure:
-no I/O (the CLI reads the file and prints).
+container). The translated request and the target profile enter the planner's first stage as
+any request does (``make_plan``: settle, resources, software, files), without what this machine
+would measure: the job is planned for another cluster. Every difference is listed, and so is
+everything that could not be carried. Pure: no I/O (the CLI reads the file and prints).
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ from dataclasses import dataclass
 
 from scaletrain.clusters.profile import ClusterProfile, format_time, parse_time
 from scaletrain.errors import PlanError, ProfileError, UsageError
-from scaletrain.plan.planner import Plan, make_plan
+from scaletrain.plan.planner import make_plan
+from scaletrain.plan.records import Plan
+from scaletrain.plan.render import sbatch_options, setup_lines
 from scaletrain.plan.request import JobRequest, format_mem
-from scaletrain.plan.software import describe, job_wheels
 from scaletrain.port.recover import OldJob
 
 # Launchers whose own count flags (--nproc_per_node, --num_processes...) the new line recomputes.
@@ -140,7 +143,7 @@ def check_ported(script: str, plan: Plan) -> None:
     from scaletrain.lint.engine import lint_text
     from scaletrain.lint.findings import ERROR
 
-    errors = [f for f in lint_text(script, path="<ported script>", profile=plan.profile).findings
+    errors = [f for f in lint_text(script, path="<ported script>", profile=plan.settled.profile).findings
               if f.severity == ERROR]
     if errors:
         first = errors[0]
@@ -157,69 +160,69 @@ def _per_gpu(value: float | None, old: OldJob) -> float | None:
 def _venv_packages(old: OldJob, plan: Plan, script_path: str) -> list[str]:
     """The packages the old script's venv installed, in the new job's environment: installed by
     the job's own venv, or the user's ``--venv`` told to have them; else port stops."""
-    new = plan.profile
+    new, venv = plan.settled.profile, plan.settled.request.venv
     fix = (f"make an environment on {new.name} ('scaletrain env create --cluster {new.name} DIR', then "
            "DIR/bin/pip install what the old script installed) and port with --venv DIR")
-    if old.env_problem and not plan.request.venv:
+    if old.env_problem and not venv:
         ln = old.env_problem
         raise UsageError(f"{script_path}:{ln.line}: the old script builds its Python environment with a step "
                          f"port cannot carry: {ln.why}", fix)
     extra = [w for w in old.wheels if w.split("[")[0].split("==")[0].lower() != "torch"]
     if not extra:
         return []
-    if plan.request.venv:
-        return [f"software: --venv {plan.request.venv} replaces the venv the old script built; it must have "
+    if venv:
+        return [f"software: --venv {venv} replaces the venv the old script built; it must have "
                 f"{' '.join(old.wheels)}"]
-    if plan.container or not new.python_env_lines:
+    if not plan.software.builds_venv:
         raise UsageError(f"{script_path}: the old script's venv installs {' '.join(extra)}, and a {new.name} job "
-                         f"does not build a venv of its own ({describe(plan.request, new)})", fix)
+                         f"does not build a venv of its own ({plan.software.description})", fix)
     return [f"software: the old script's venv packages ({' '.join(old.wheels)}) are installed by the new job's "
-            f"venv ({job_wheels(plan.request, new)})"]
+            f"venv ({plan.software.wheels})"]
 
 
 def _changes(old: OldJob, plan: Plan, source: ClusterProfile | None, test_wanted: bool) -> list[str]:
     out: list[str] = []
     src = source.name if source else "the old cluster"
     old_type = old.gpu_type or (source.gpu_model if source else "?")
-    new = plan.profile
-    out.append(f"GPUs: {old.nodes} node(s) x {old.gpus_per_node} {old_type} -> {plan.nodes} node(s) x "
-               f"{plan.gpus_per_node} {new.gpu_model} ({plan.gpus} in all, {plan.world_size} processes)")
-    if old.gpus_per_proc > 1 and plan.request.gpus_per_proc != old.gpus_per_proc:
-        out.append(f"GPUs per process: {old.gpus_per_proc} -> {plan.request.gpus_per_proc} (a {new.name} node "
+    new, res, request = plan.settled.profile, plan.resources, plan.settled.request
+    out.append(f"GPUs: {old.nodes} node(s) x {old.gpus_per_node} {old_type} -> {res.nodes} node(s) x "
+               f"{res.gpus_per_node} {new.gpu_model} ({res.gpus} in all, {res.world_size} processes)")
+    if old.gpus_per_proc > 1 and request.gpus_per_proc != old.gpus_per_proc:
+        out.append(f"GPUs per process: {old.gpus_per_proc} -> {request.gpus_per_proc} (a {new.name} node "
                    f"has {new.gpus_per_node})")
-    gpu_line = next((f"--{k}={v}" for k, v in plan.sbatch if k in ("gres", "gpus-per-node", "gpus")), "")
+    gpu_line = next((f"--{k}={v}" for k, v in sbatch_options(plan) if k in ("gres", "gpus-per-node", "gpus")), "")
     if gpu_line:
         out.append(f"GPU request: {gpu_line}")
-    part = plan.partition or "(routed by Slurm)"
+    part = res.partition or "(routed by Slurm)"
     intent = "test" if test_wanted else "production"
     note = ""
-    if test_wanted and not (plan.partition and new.partitions[plan.partition].test):
+    if test_wanted and not (res.partition and new.partitions[res.partition].test):
         note = f" (the test queue of {new.name} does not take this job; production instead)"
     out.append(f"partition: {old.partition or '(none)'} -> {part} ({intent}{note})")
     cpus_old = (old.cpus_per_task or 0) * old.tasks_per_node
     if old.gpus_per_node:
         cpg_old = f"{cpus_old / old.gpus_per_node:g}" if cpus_old else "?"
-        cpg_new = plan.cpus_per_task * plan.tasks_per_node / max(1, plan.gpus_per_node)
+        cpg_new = res.cpus_per_task * res.tasks_per_node / max(1, res.gpus_per_node)
         if cpg_old != f"{cpg_new:g}":
             out.append(f"CPU cores per GPU: {cpg_old} -> {cpg_new:g}")
     mem_old = _per_gpu(old.mem_mb, old)
-    mem_new = plan.mem_per_proc_gb * plan.procs_per_node / max(1, plan.gpus_per_node) \
-        if plan.mem_per_proc_gb else None
+    mem_new = res.mem_per_proc_gb * res.procs_per_node / max(1, res.gpus_per_node) \
+        if res.mem_per_proc_gb else None
     old_txt = ("the whole node" if old.mem_mb == 0 else format_mem(mem_old / 1024)) if mem_old is not None else \
         "(not stated)"
-    new_txt = format_mem(mem_new) if mem_new else ("the whole node" if plan.mem == "0" else "(Slurm's default)")
+    new_txt = format_mem(mem_new) if mem_new else ("the whole node" if res.mem == "0" else "(Slurm's default)")
     if old_txt != new_txt:
         out.append(f"memory per GPU: {old_txt} -> {new_txt}")
     if "time" not in old.sbatch:
-        out.append(f"time: (not stated) -> {plan.time}")
-    elif _seconds(old.sbatch["time"]) != plan.time_seconds:
-        out.append(f"time: {old.sbatch['time']} -> {plan.time}")
+        out.append(f"time: (not stated) -> {res.time}")
+    elif _seconds(old.sbatch["time"]) != res.time_seconds:
+        out.append(f"time: {old.sbatch['time']} -> {res.time}")
     out += _software(old, plan, src)
     out += _staging(old, plan, source)
     if old.launcher in _COUNTED:
         out.append(f"launch: {old.launcher} kept; its {_COUNTED[old.launcher]} follow the new layout")
     else:
-        out.append(f"launch: srun, {plan.tasks_per_node} task(s) per node (launcher {plan.launcher}: RANK, "
+        out.append(f"launch: srun, {res.tasks_per_node} task(s) per node (launcher {request.launcher}: RANK, "
                    "LOCAL_RANK, WORLD_SIZE also set)")
     out += [f"line {ln.line}: {_first(ln.text)} -> {ln.why}" for ln in old.replaced]
     out += [f"line {ln.line}: carried with --setup: {_first(ln.text)}" for ln in old.setup]
@@ -229,7 +232,7 @@ def _changes(old: OldJob, plan: Plan, source: ClusterProfile | None, test_wanted
 
 def _staging(old: OldJob, plan: Plan, source: ClusterProfile | None) -> list[str]:
     """Where the carried staging lines now write, and whether the old disk request still fits."""
-    new = plan.profile
+    new = plan.settled.profile
     old_var = source.scratch_var if source else None
     staged = [ln for ln in old.setup if old_var and (old_var in ln.text or old_var.replace("$", "${", 1) in ln.text)]
     if not staged and old.disk_gb is None:
@@ -255,10 +258,11 @@ def _seconds(text: str | None) -> int | None:
 
 def _software(old: OldJob, plan: Plan, src: str) -> list[str]:
     was = "; ".join(ln.text for ln in old.modules) or "(none)"
-    if plan.container:
-        now = f"container {plan.container.strip()}"
+    sw = plan.software
+    if sw.container:
+        now = f"container {sw.container.strip()}"
     else:
-        now = "; ".join(ln for ln in plan.setup if ln not in plan.request.setup) or "(none)"
+        now = "; ".join(ln for ln in setup_lines(plan) if ln not in plan.settled.request.setup) or "(none)"
     return [f"software: {was} -> {now}"]
 
 
@@ -269,11 +273,13 @@ def _first(text: str) -> str:
 
 def _lost(old: OldJob, plan: Plan) -> list[str]:
     out = [f"line {ln.line}: {_first(ln.text)} ({ln.why})" for ln in old.lost]
-    if old.container and not plan.container:
-        out.append(f"the container image {old.container} (pass --container IMAGE if it runs on {plan.cluster})")
-    if old.gpus_per_node and plan.gpus != old.gpus_per_node * old.nodes:
-        out.append(f"the GPU count: {old.gpus_per_node * old.nodes} asked, {plan.gpus} planned")
-    if plan.world_size != old.tasks_per_node * old.nodes and old.launcher == "srun":
-        out.append(f"the process count: {old.tasks_per_node * old.nodes} -> {plan.world_size} (the program must "
+    res = plan.resources
+    if old.container and not plan.software.container:
+        out.append(f"the container image {old.container} (pass --container IMAGE if it runs on "
+                   f"{plan.settled.profile.name})")
+    if old.gpus_per_node and res.gpus != old.gpus_per_node * old.nodes:
+        out.append(f"the GPU count: {old.gpus_per_node * old.nodes} asked, {res.gpus} planned")
+    if res.world_size != old.tasks_per_node * old.nodes and old.launcher == "srun":
+        out.append(f"the process count: {old.tasks_per_node * old.nodes} -> {res.world_size} (the program must "
                    "read its world size, not assume it)")
     return out
