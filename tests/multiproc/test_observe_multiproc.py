@@ -125,7 +125,7 @@ def test_two_process_run_calibrates_the_overhead_that_explain_uses(scaling_repor
     """The calibrated path, measured: the 2-process run's step beyond the model's own terms is the
     distributed overhead; it is stored for this machine, and a prediction from it meets the run."""
     from scaletrain.bench.scaling import local_links
-    from scaletrain.observe.explain import explain
+    from scaletrain.bench.explain import explain
     from scaletrain.observe.overhead import load_calibration
     from scaletrain.observe.scaling import StepProfile, exposed_communication, modelled_without_overhead, predict
 

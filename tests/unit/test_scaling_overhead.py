@@ -143,7 +143,7 @@ def test_calibrations_are_stored_per_cluster_and_survive_a_bad_file(tmp_path, mo
     assert load_calibration("lumi") is None and load_calibration("x") is None
 
 
-# the JSC course's 1-GPU ResNet-50 step (342.2 min / 50045 steps), as test_observe_explain uses it
+# the JSC course's 1-GPU ResNet-50 step (342.2 min / 50045 steps), as test_bench_explain uses it
 JSC = {"step_s_median": 342.2 * 60 / 50045, "samples_per_step": 256, "data_wait_frac": 0.0,
        "grad_bytes": 25_557_032 * 4, "total_samples": 50045 * 256, "world_size": 1, "steps": 50045}
 PLAN = ["plan", "--cluster", "juwels-booster", "--gpus", "16", "--account", "p", "--time", "01:00:00"]

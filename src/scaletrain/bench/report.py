@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import html
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from scaletrain import settings
 from scaletrain.contract.files import SCALING_REPORT
 from scaletrain.extras import install_hint
 from scaletrain.fileio import atomic_write, json_text, read_bounded
 from scaletrain.observe.scaling import UNSEEN, range_text
+from scaletrain.settings import Check
 
 SCALING_HTML = "scaling.html"    # beside contract.files.SCALING_REPORT: the page and the plot
 SCALING_PNG = "scaling.png"
@@ -274,20 +275,26 @@ def scaling_report(doc: Any) -> ScalingReport:
     return ScalingReport(one_process=one, calibration=cal if isinstance(cal, dict) else None)
 
 
-def _one_process(row: dict[str, Any], i: int) -> OneProcessRow:
-    def number(key: str, low: float, high: float) -> float:
-        v = row.get(key)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not low <= v <= high:
-            raise ReportError(f"row {i} (1 process): {key!r} is missing or not a number in [{low:g}, {high:g}]")
-        return float(v)
+# the one-process row's fields as write_report writes them, checked by the settings vocabulary
+_ROW_CHECKS: dict[str, Check] = {
+    "step_s": settings.number(low=1e-9, high=1e6), "data_wait_frac": settings.number(low=0.0, high=1.0),
+    "batch_per_device": settings.count(1, 10**9), "steps": settings.count(1, 10**12),
+    "grad_bytes": settings.count(0, 2**50),
+}
 
-    grad = row.get("grad_bytes")
-    if grad is not None and (isinstance(grad, bool) or not isinstance(grad, int) or not 0 <= grad < 2**50):
-        raise ReportError(f"row {i} (1 process): 'grad_bytes' is not a byte count")
+
+def _one_process(row: dict[str, Any], i: int) -> OneProcessRow:
+    def field(key: str) -> Any:
+        try:
+            return _ROW_CHECKS[key](row.get(key))
+        except settings.Bad as bad:
+            what = "is not a byte count" if key == "grad_bytes" else "is missing or not a number"
+            raise ReportError(f"row {i} (1 process): {key!r} {what} ({bad})") from None
+
     workload = row.get("workload")
     device = row.get("device")
-    return OneProcessRow(step_s=number("step_s", 1e-9, 1e6), data_wait_frac=number("data_wait_frac", 0.0, 1.0),
-                         grad_bytes=grad or None, batch_per_device=int(number("batch_per_device", 1, 1e9)),
-                         steps=int(number("steps", 1, 1e12)),
+    return OneProcessRow(step_s=field("step_s"), data_wait_frac=field("data_wait_frac"),
+                         grad_bytes=field("grad_bytes") if row.get("grad_bytes") is not None else None,
+                         batch_per_device=field("batch_per_device"), steps=field("steps"),
                          workload=str(workload) if isinstance(workload, str) else "?",
                          device=device if isinstance(device, str) else None)

@@ -302,7 +302,7 @@ def run_plan(args: argparse.Namespace) -> int:
 
 
 def _explain(plan: Plan, run: str) -> str:
-    from scaletrain.observe.explain import explain_plan  # the logic lives with the scaling model
+    from scaletrain.bench.explain import explain_plan  # the logic lives with the scaling model
 
     return explain_plan(plan, run)
 

@@ -9,7 +9,8 @@
 - :mod:`~scaletrain.observe.scaling` predicts step time and efficiency at N GPUs from one
   measured step and a cluster profile's bandwidths, with :mod:`~scaletrain.observe.overhead`'s
   cost of running distributed (calibrated by a 2-process run, else a published default and its
-  range); :mod:`~scaletrain.observe.explain` turns it into advice for ``scaletrain plan --explain``.
+  range); :mod:`scaletrain.bench.explain` turns it and a ``scaling.json`` into advice for
+  ``scaletrain plan --explain``.
 - :mod:`~scaletrain.observe.monitorfiles` reads the Monitor's ``metrics.jsonl`` and ``summary.json``
   back, and :mod:`~scaletrain.observe.nodesampler` its own ``gpus-<host>.jsonl``: the after-submit
   verbs call these readers rather than parse the files themselves.

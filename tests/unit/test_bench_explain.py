@@ -8,7 +8,7 @@ import pytest
 
 from scaletrain.cli.main import main
 from scaletrain.errors import UsageError
-from scaletrain.observe.explain import explain, load_measurement
+from scaletrain.bench.explain import explain, load_measurement
 from scaletrain.observe.scaling import Links, StepProfile
 
 # The JSC course's 1-GPU ResNet-50 run: 10 ImageNet epochs, batch 256, 342 min
