@@ -15,6 +15,7 @@ import subprocess
 import zipfile
 from pathlib import Path
 
+from helpers import module_python
 from port_examples import ALLIANCE_DDP, DDP_PROGRAM
 
 VISION = "0.0.1+scaletrain.test"
@@ -35,11 +36,14 @@ def _wheel(folder: Path) -> None:
 
 def _with_job_venv(probed: Path, wheels: Path, out: Path) -> Path:
     """The probed profile, with a job venv like the Alliance's (one shared file system here: the
-    batch node builds it once, in the job's folder) installing from ``wheels`` only."""
+    batch node builds it once, in the job's folder) installing from ``wheels`` only. Its Python is
+    the module stand-in (helpers.module_python): this interpreter, whose venv, when it is one,
+    the job's venv sees as a module's site-packages."""
     text = probed.read_text()
+    python = module_python(out.parent / "module")
     lines = ('python_env_lines = [\n'
              # without a pip of its own: this interpreter's pip and setuptools (torch's requirement) serve it
-             f'  "python3 -m venv --system-site-packages --without-pip \\"$PWD/jobenv\\" && '
+             f'  "{python} -m venv --system-site-packages --without-pip \\"$PWD/jobenv\\" && '
              f'\\"$PWD/jobenv/bin/python\\" -m pip install --no-index --find-links={wheels} --quiet @PACKAGES@",\n'
              '  "source \\"$PWD/jobenv/bin/activate\\"",\n]\n\n')
     head, sep, tables = text.partition("\n[")
