@@ -19,6 +19,10 @@ Exit codes (one mapping for every verb, ``scaletrain run`` included; README "Err
     3      the environment contradicts itself or the job (ranks, GPUs, variables); also a
            DistEnvError raised inside a worker
     4      Slurm is missing or refused the job
+    5      ``submit --dry-run`` wrote the run folder and its script, but the check before sbatch
+           could not run here (off the cluster: no ``module`` command); it says why
+           (``EXIT_NOT_CHECKED``). A dry run the check refuses exits with the refusal's code
+           (2: the program cannot be read, 3: the job's environment) and writes the folder too
     75     stopped on purpose at a time limit or preemption after saving its state
            (``scaletrain.contract.environ.EXIT_STOPPED``): requeue, or run again, to resume
     128+N  killed by signal N: a worker (137 = SIGKILL, often out of memory) or
@@ -28,6 +32,8 @@ Exit codes (one mapping for every verb, ``scaletrain run`` included; README "Err
 from __future__ import annotations
 
 import re
+
+EXIT_NOT_CHECKED = 5   # submit --dry-run: written, not checked here (the table above)
 
 # What a terminal acts on instead of showing: C0/C1 controls (ESC starts a sequence that can
 # retitle the window, hide text or move the cursor), DEL, and the bidirectional overrides that

@@ -4,7 +4,8 @@ For each verb, hypothesis builds command lines from the verb's own flags (read f
 so a new flag is fuzzed without editing this file) with values drawn from random text, random
 numbers, bytes that are not UTF-8, and a list of known-nasty values. Every run must:
 
-- return an exit code of the error hierarchy (0-4), never raise (no traceback);
+- return an exit code of the error hierarchy (0-4, or 5: a dry run written but not checked here),
+  never raise (no traceback);
 - finish within a bound far above any honest run (an alarm, not a speed target);
 - leave every file that existed before byte-for-byte unchanged (except ``plan -o FILE`` when
   it succeeded: replacing that file is what was asked).
@@ -35,7 +36,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scaletrain.cli.main import build_parser, main
+from scaletrain.errors import EXIT_NOT_CHECKED
 
+CODES = (0, 1, 2, 3, 4, EXIT_NOT_CHECKED)   # the error hierarchy's, and a dry run not checked here
 BOUND_S = 60          # one CLI call; honest ones take well under a second
 NASTY = ["", " ", "-", "--", "0", "-1", "+4", "4.0", "1" * 30, "9" * 400, "1e400", "inf", "nan",
          "100K", "0.5", "1_0", "\u0663", "../..", "a/b", "..", ".", "/dev/null", "/dev/zero",
@@ -132,7 +135,7 @@ def _check(argv: list[str]) -> None:
         out.flush()
         err.flush()
         stdout, stderr = (s.buffer.getvalue().decode() for s in (out, err))   # type: ignore[attr-defined]
-        assert code in (0, 1, 2, 3, 4), (code, argv)
+        assert code in CODES, (code, argv)
         assert "Traceback" not in stderr, argv
         if code == 2:
             assert "HINT:" in stderr or "usage:" in stdout, (argv, stderr)
@@ -255,7 +258,7 @@ def test_real_process_with_raw_bytes(verb: str, raw: list[bytes]) -> None:
         argv = [sys.executable.encode(), b"-m", b"scaletrain", verb.encode(), *extra, *raw]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
         proc = subprocess.run(argv, capture_output=True, timeout=120, env=env, check=False)
-        assert proc.returncode in (0, 1, 2, 3, 4), proc.stderr
+        assert proc.returncode in CODES, proc.stderr
         assert b"Traceback" not in proc.stderr, proc.stderr
         for path, data in before.items():
             assert path.read_bytes() == data, path

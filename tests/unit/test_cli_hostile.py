@@ -19,7 +19,8 @@ import pytest
 from scaletrain.cli.main import main
 
 PLAN = ["plan", "--cluster", "roihu", "--account", "project_1", "--gpus", "4"]
-SUBMIT = ["submit", "--cluster", "roihu", "--account", "project_1", "--gpus", "4", "--dry-run"]
+# run folders, not the check before sbatch (tests/unit/test_submit_check.py): skipped on request
+SUBMIT = ["submit", "--cluster", "roihu", "--account", "project_1", "--gpus", "4", "--dry-run", "--no-check"]
 
 
 @contextlib.contextmanager

@@ -18,6 +18,7 @@ import urllib.request
 import pytest
 
 from helpers import plan_for, render_for
+from scaletrain.envs.imports import ProgramImports
 from scaletrain.errors import DistEnvError, PlanError, UsageError
 from scaletrain.plan.summary import notes
 
@@ -34,6 +35,8 @@ def hvd_program(tmp_path):
 # ------------------------------------------------------------------------------ program imports
 
 def test_program_imports_are_the_third_party_ones_it_cannot_run_without(tmp_path):
+    """Needed: what runs whatever happens; optional: a function's, a branch's, a try's that catches
+    ImportError (named, never refused, by the check before sbatch)."""
     from scaletrain.envs.imports import program_imports
 
     (tmp_path / "mymodel.py").write_text("")
@@ -47,9 +50,11 @@ def test_program_imports_are_the_third_party_ones_it_cannot_run_without(tmp_path
         "try:\n    import apex\nexcept OSError:\n    pass\n"   # a failed import is not caught: needed
         "try:\n    import triton\nexcept (ModuleNotFoundError, OSError):\n    pass\n"
         "def main():\n    import tensorflow as tf\n")
-    assert program_imports(str(program)) == ("apex", "horovod", "numpy", "tensorflow", "torch")
+    read = program_imports(str(program))
+    assert read.needed == ("apex", "horovod", "numpy", "torch") and read.unread is None
+    assert read.optional == ("tensorflow", "triton", "wandb")
     # relative to the folder the job starts in
-    assert program_imports("train.py", cwd=str(tmp_path)) == program_imports(str(program))
+    assert program_imports("train.py", cwd=str(tmp_path)) == read
 
 
 @pytest.mark.parametrize("change", ["sys.path.insert(0, os.path.join(here, '..', 'lib'))",
@@ -63,18 +68,36 @@ def test_imports_below_a_change_of_sys_path_may_come_from_there(tmp_path, change
     program = tmp_path / "train.py"
     program.write_text(f"import os, site, sys\nimport numpy\nhere = os.path.dirname(__file__)\n{change}\n"
                        "from cifar10_cnn import Net\nimport horovod.torch as hvd\n")
-    assert program_imports(str(program)) == ("numpy",)
+    assert program_imports(str(program)) == ProgramImports(needed=("numpy",))
 
 
-@pytest.mark.parametrize("script, text", [
-    ("missing.py", None), ("job.sh", "#!/bin/bash\n"), ("-m", None), ("broken.py", "def (:\n"),
+@pytest.mark.parametrize("script, text, why", [
+    ("missing.py", None, "missing.py: no such file here"), ("job.sh", "#!/bin/bash\necho $X\n", "is not Python"),
+    ("broken.py", "def (:\n", "is not Python as Python 3."), ("bin.py", "\0\0", "is not Python"),
+    ("folder", "", "a folder, not a regular file"),
 ])
-def test_program_imports_unknown_when_the_file_cannot_be_read_as_python(tmp_path, script, text):
+def test_a_program_that_cannot_be_read_as_python_says_why(tmp_path, script, text, why):
     from scaletrain.envs.imports import program_imports
 
-    if text is not None:
+    if script == "folder":
+        (tmp_path / script).mkdir()
+    elif text is not None:
         (tmp_path / script).write_text(text)
-    assert program_imports(script, cwd=str(tmp_path)) is None
+    read = program_imports(script, cwd=str(tmp_path))
+    assert read.unread is not None and why in read.unread and read.needed == read.optional == ()
+
+
+def test_a_module_is_read_from_the_folder_the_job_starts_in_else_asked_of_the_jobs_python(tmp_path):
+    from scaletrain.envs.imports import program_imports
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "train.py").write_text("import numpy\ndef main():\n    import wandb\n")
+    assert program_imports("-m", ("pkg.train", "--lr", "1"), cwd=str(tmp_path)) == \
+        ProgramImports(needed=("numpy",), optional=("wandb",))
+    installed = program_imports("-m", ("somepkg.train",), cwd=str(tmp_path))
+    assert installed.needed == ("somepkg",) and installed.unread is None and "not read here" in installed.note
+    assert program_imports("-m", ("json.tool",), cwd=str(tmp_path)) == ProgramImports()   # the standard library
+    assert program_imports("-m", (), cwd=str(tmp_path)).unread
 
 
 # ------------------------------------------------------------------------------------- Horovod
@@ -155,7 +178,7 @@ def test_a_venv_that_is_not_there_is_refused_even_where_the_nodes_python_cannot_
     with pytest.raises(DistEnvError, match="not a finished venv: it has no bin/activate"):
         check.check_job_python(_with_request(plan, venv=str(half)))
     (half / "bin" / "activate").write_text("")
-    note = check.check_job_python(_with_request(plan, venv=str(half)))
+    note = check.check_job_python(_with_request(plan, venv=str(half))).not_checked
     assert note and "not checked here" in note and "aarch64" in note
     with pytest.raises(DistEnvError, match="no conda-meta"):
         check.check_job_python(_with_request(plan, venv=None, conda=str(tmp_path / "envs" / "mine")))
@@ -236,7 +259,8 @@ def test_a_tensorflow_venv_without_tensorflow_is_sent_back_to_the_centres_module
     (venv / "bin" / "activate").write_text("")
     (venv / "pyvenv.cfg").write_text("")
     monkeypatch.setattr(check, "this_arch", lambda machine=None: "aarch64")
-    monkeypatch.setattr(check, "_run", lambda *a, **kw: (check._MISSING_EXIT, "scaletrain-missing:tensorflow\n"))
+    monkeypatch.setattr(check, "_run", lambda *a, **kw: (check._MISSING_EXIT, "scaletrain-check:stage:probe\n"
+                                                                 "scaletrain-check:missing:tensorflow\n"))
     with pytest.raises(DistEnvError) as err:
         check.check_job_python(plan_for("roihu", nodes=2, launcher="tensorflow", venv=str(venv)))
     assert "cannot import tensorflow" in err.value.message

@@ -68,7 +68,7 @@ def centre(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, object]
 def test_a_tensorflow_job_passes_on_the_centres_tensorflow_module(centre, cluster):
     plan = plan_for(cluster, nodes=2, launcher="tensorflow")
     assert f"module load {TF_MODULES[cluster]}" in check.probe_script(plan)
-    assert check.check_job_python(plan, environ=centre["environ"]) is None
+    assert check.check_job_python(plan, environ=centre["environ"]).not_checked is None
 
 
 @pytest.mark.parametrize("cluster", ["roihu", "lumi"])
@@ -82,7 +82,7 @@ def test_a_tensorflow_venv_made_on_the_pytorch_module_is_refused_with_the_fix(ce
     # the venv env create --with tensorflow makes: on the TensorFlow module, which it sees
     right = _venv(centre["root"] / "on-tensorflow", centre["tf"])
     plan = plan_for(cluster, nodes=2, launcher="tensorflow", venv=str(right))
-    assert check.check_job_python(plan, environ=centre["environ"]) is None
+    assert check.check_job_python(plan, environ=centre["environ"]).not_checked is None
 
 
 @pytest.mark.parametrize("cluster", ["roihu", "lumi"])
@@ -101,7 +101,7 @@ def test_a_horovod_program_runs_only_from_a_venv_that_has_horovod(centre, cluste
     built = _venv(tmp_path / "hvd", with_hvd)
     plan = plan_for(cluster, gpus=4, launcher="mpi", script=str(program), program_imports=imports,
                     venv=str(built), modules=(TORCH_MODULES[cluster],))
-    assert check.check_job_python(plan, environ=centre["environ"]) is None
+    assert check.check_job_python(plan, environ=centre["environ"]).not_checked is None
 
 
 def test_an_unknown_module_stops_the_check_with_its_own_words(centre):

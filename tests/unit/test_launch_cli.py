@@ -32,7 +32,7 @@ EXPECTED_FLAGS: dict[str, list[str]] = {
                "--nodes", "--gpus-per-node", "--time", "--cpus-per-gpu", "--mem-per-gpu",
                "--launcher", "--device", "--container", "--stage-data", "--requeue",
                "--job-name", "--params", "--output", "--json", "script", "script_args",
-               "--run-dir", "--dry-run", "--wait",
+               "--run-dir", "--dry-run", "--no-check", "--wait",
              "--accelerate-config", "--deepspeed-config", "--precision", "--micro-batch", "--expand-args", "--mail-type", "--mail-user", "--array", "--constraint",
              "--dependency", "--reservation", "--qos", "--log", "--error", "--chdir", "--exclusive", "--sbatch",
              "--module", "--venv", "--conda", "--env", "--setup", "--gpus-per-proc", "--procs-per-gpu", "--cpus", "--mem",

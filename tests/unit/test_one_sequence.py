@@ -21,6 +21,7 @@ import pytest
 from helpers import run_cli
 
 import scaletrain
+from scaletrain.envs.check import CheckResult
 from scaletrain.plan import planner
 from scaletrain.plan.request import JobRequest
 
@@ -44,7 +45,7 @@ def login_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv("SBATCH_ACCOUNT", raising=False)
     monkeypatch.delenv("SLURM_ACCOUNT", raising=False)
     # the job's Python is not asked here (test_submit_path.py does that): it is not what is compared
-    monkeypatch.setattr("scaletrain.envs.check.check_job_python", lambda plan, **kw: None)
+    monkeypatch.setattr("scaletrain.envs.check.check_job_python", lambda plan, **kw: CheckResult())
     monkeypatch.chdir(tmp_path)
     (tmp_path / "train.py").write_text("import numpy\nimport torch\n")
     return tmp_path

@@ -22,6 +22,7 @@ from helpers import run_cli
 
 import scaletrain
 from scaletrain.clusters.profile import load_profile
+from scaletrain.envs.check import CheckResult
 from scaletrain.plan import planner
 from scaletrain.plan.request import JobRequest
 
@@ -177,7 +178,7 @@ def counted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[JobRequest]
         return real(request, profile, **kw)
 
     monkeypatch.setattr(planner, "make_plan", counting)
-    monkeypatch.setattr("scaletrain.envs.check.check_job_python", lambda plan, **kw: None)
+    monkeypatch.setattr("scaletrain.envs.check.check_job_python", lambda plan, **kw: CheckResult())
     monkeypatch.chdir(tmp_path)
     (tmp_path / "train.py").write_text("import torch\n")
     bin_dir = tmp_path / "bin"

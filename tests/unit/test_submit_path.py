@@ -42,6 +42,7 @@ def cluster(tmp_path: Path, monkeypatch) -> dict[str, Path]:
     monkeypatch.delenv("SBATCH_ACCOUNT", raising=False)
     monkeypatch.setenv("PIP_NO_INDEX", "1")           # env create's optional crc32c: no index, fail fast
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("print('training')\n")   # the check reads the program the job runs
     return {"bin": bin_dir, "profile": profile, "called": bin_dir / "sbatch.env"}
 
 
@@ -125,22 +126,63 @@ def test_on_a_login_node_the_api_gives_the_job_the_running_python_and_sbatch_acc
     assert seen["PATH"] == os.environ["PATH"]
 
 
-def test_a_setup_line_of_the_user_does_not_make_a_miss_a_warning(capsys, cluster, tmp_path) -> None:
-    """--setup lines are not run here; the environment they would make is made before the job."""
+def test_the_users_setup_lines_run_before_the_jobs_python_is_asked(capsys, cluster, tmp_path) -> None:
+    """--setup lines run here too, as in the job (after the set-up): what they leave is what is asked."""
     venv = _bare_venv(tmp_path / "bare")
-    code, _, err = run_cli(capsys, "submit", "--profile", str(cluster["profile"]), "--gpus", "2", "--venv", str(venv),
-                           "--setup", "export PYTHONPATH=/somewhere", "--run-dir", str(tmp_path / "run"), "--",
-                           "train.py")
+    args = ["submit", "--profile", str(cluster["profile"]), "--gpus", "2", "--venv", str(venv)]
+    code, _, err = run_cli(capsys, *args, "--setup", "export PYTHONPATH=/somewhere", "--run-dir",
+                           str(tmp_path / "run"), "--", "train.py")
     assert code == DistEnvError.exit_code, err
-    assert "cannot import scaletrain" in err and "your --setup lines are not run here" in err
-    assert not cluster["called"].exists()
+    assert "cannot import scaletrain" in err and not cluster["called"].exists()
+    # a line that makes the environment the job needs: the job's Python (the bare venv) then finds them
+    where = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
+    code, out, err = run_cli(capsys, *args, "--setup", f"export PYTHONPATH={where}", "--run-dir",
+                             str(tmp_path / "run2"), "--", "train.py")
+    assert code == 0 and out == "4242\n", err
+
+
+def _fake_module(bin_dir: Path) -> None:
+    """Lmod's 'module' as a login node has it: an unknown name is an error (exit 1) in its own words."""
+    (bin_dir / "module").write_text('#!/bin/sh\n[ "$1" = load ] && shift && for m in "$@"; do\n'
+                                    '  echo "Lmod has detected the following error: The following module(s) are '
+                                    'unknown: $m" >&2; exit 1\ndone\nexit 0\n')
+    (bin_dir / "module").chmod(0o755)
 
 
 def test_a_failing_set_up_is_refused_with_its_own_line(capsys, cluster, tmp_path) -> None:
+    _fake_module(cluster["bin"])
     code, _, err = run_cli(capsys, "submit", "--profile", str(cluster["profile"]), "--gpus", "2",
                            "--module", "no-such-module", "--run-dir", str(tmp_path / "run"), "--", "train.py")
-    assert code == DistEnvError.exit_code and "set-up fails on this login node" in err
+    assert code == DistEnvError.exit_code and "set-up fails on this login node (exit 1: " in err
+    assert "module(s) are unknown: no-such-module" in err
     assert not cluster["called"].exists()
+
+
+def test_a_failing_setup_line_is_refused_with_its_status_and_last_line(capsys, cluster, tmp_path) -> None:
+    """The job runs --setup lines under 'set -e': one that fails would stop it. A refusal, not a warning."""
+    code, out, err = run_cli(capsys, "submit", "--profile", str(cluster["profile"]), "--gpus", "2", "--setup",
+                             "echo preparing; echo 'cp: cannot stat data.tar' >&2; exit 7",
+                             "--run-dir", str(tmp_path / "run"), "--", "train.py")
+    assert code == DistEnvError.exit_code, err
+    assert "a --setup line fails on this login node (exit 7: cp: cannot stat data.tar)" in err
+    assert "--no-check" in err and "Traceback" not in err and out == ""
+    assert not cluster["called"].exists() and not (tmp_path / "run").exists()
+
+
+def test_a_setup_line_that_reads_a_variable_only_the_job_has_is_not_refused(capsys, cluster, tmp_path,
+                                                                           monkeypatch) -> None:
+    """Run under 'set -u' here: $SLURM_TMPDIR stops the line instead of expanding to nothing (the
+    line below would empty a folder of this machine); the job's Python is then asked without them."""
+    monkeypatch.setenv("PYTHONPATH", str(Path(scaletrain.__file__).parent.parent))
+    monkeypatch.delenv("SLURM_TMPDIR", raising=False)
+    keep = tmp_path / "keep"
+    keep.mkdir()
+    (keep / "mine.txt").write_text("mine\n")
+    code, out, err = run_cli(capsys, "submit", "--profile", str(cluster["profile"]), "--gpus", "2", "--setup",
+                             f"rm -rf $SLURM_TMPDIR{keep}/*", "--run-dir", str(tmp_path / "run"), "--", "train.py")
+    assert code == 0 and out == "4242\n", err
+    assert "your --setup lines were not run here" in err and "SLURM_TMPDIR: unbound variable" in err
+    assert (keep / "mine.txt").exists()
 
 
 def test_a_container_runtime_missing_here_is_a_warning(capsys, cluster, tmp_path) -> None:
@@ -148,7 +190,8 @@ def test_a_container_runtime_missing_here_is_a_warning(capsys, cluster, tmp_path
                            "--container", str(tmp_path / "img.sif"), "--run-dir", str(tmp_path / "run"), "--",
                            "train.py")
     assert code == 0, err
-    assert "not checked whether the image" in err and "runtime is not on PATH" in err
+    assert "warning: not checked here: whether the image" in err and "runtime is not on PATH" in err
+    assert "# check before sbatch: not checked here: whether the image" in (tmp_path / "run" / "job.sh").read_text()
 
 
 def _fake_apptainer(bin_dir: Path, python: str) -> None:
@@ -284,13 +327,14 @@ def test_the_check_is_bounded_and_ends_what_the_set_up_started(tmp_path) -> None
                                  "setup_lines": [f"(sleep 2; touch {marker}) & sleep 60"],
                                  "partitions": {"p": {"default": True}}})
     plan = make_plan(JobRequest(cluster="standin", script="t.py", gpus=1), profile)
-    note = check_job_python(plan, environ=dict(os.environ), timeout=0.5)
+    note = check_job_python(plan, environ=dict(os.environ), timeout=0.5).not_checked
     assert note is not None and "not checked" in note and "no answer within" in note
     time.sleep(3)     # the background child was killed with its group: it never touched the marker
     assert not marker.exists()
 
 
 def test_values_reach_the_check_quoted(capsys, cluster, tmp_path) -> None:
+    _fake_module(cluster["bin"])
     code, _, err = run_cli(capsys, "submit", "--profile", str(cluster["profile"]), "--gpus", "2",
                            "--module", f"$(touch {tmp_path}/pwned)", "--run-dir", str(tmp_path / "run"), "--",
                            "train.py")
@@ -327,7 +371,7 @@ def test_the_alliance_job_venv_is_judged_without_running_anything(launcher, lack
     assert "scaletrain env create --cluster narval" in info.value.hint
     torchrun = make_plan(JobRequest(cluster="narval", script="t.py", gpus=4, launcher="torchrun", account="def-x"),
                          load_profile("narval"))
-    assert check_job_python(torchrun, environ={"PATH": "/nonexistent"}) is None
+    assert check_job_python(torchrun, environ={"PATH": "/nonexistent"}).checked == ("torch",)
 
 
 @needs_installed

@@ -7,10 +7,14 @@ name gains ``-2``, ``-3``... when taken (two submits in one second), and a ``--r
 already holds a ``job.sh`` or ``job_id`` is refused rather than overwritten (its job may still be
 running). Files are written whole or not at all. The job itself runs in the folder the user
 submitted from (``#SBATCH --chdir``), with the training script's path made absolute, so the
-program and the relative paths it is given resolve as they did on the command line. ``--dry-run`` stops before
-sbatch, after the check. Before sbatch, the job's set-up lines run on this login node and its Python must import
-scaletrain, the launcher's package and the program's imports (``scaletrain.envs.check``): a job that would stop
-at its first line is refused with the fix; a dry run says what was found. The verb is a thin layer over the library's submit path
+program and the relative paths it is given resolve as they did on the command line. Before sbatch, the check
+(``scaletrain.envs.check``) reads the program, runs the job's set-up and ``--setup`` lines on this login node and
+asks its Python for scaletrain, the launcher's package and the program's imports: a job that would stop at its
+first line is refused with the fix; ``--no-check`` skips it and says what it skipped. ``--dry-run`` stops before
+sbatch and always writes the run folder and the script; it prints the check's outcome, and its exit code says
+which: 0 checked (or skipped on request), 5 not checked here (``scaletrain.errors.EXIT_NOT_CHECKED``: off the
+cluster, no ``module`` command), else the refusal's own code (2 or 3). Each outcome is also one comment line of
+``job.sh``. The verb is a thin layer over the library's submit path
 (``scaletrain.jobs.submit``), which ``scaletrain.submit()`` uses too. ``--wait`` follows the job with ``scontrol show job`` until it ends, prints its output
 file and exits with the job's exit code.
 
@@ -25,11 +29,14 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from scaletrain.contract.files import JOB_SCRIPT
-from scaletrain.errors import UsageError
+from scaletrain.errors import EXIT_NOT_CHECKED, UsageError, printable
 from scaletrain.fileio import open_regular
+
+if TYPE_CHECKING:
+    from scaletrain.jobs.submit import Prepared
 
 EXAMPLES = """\
 examples:
@@ -40,6 +47,11 @@ examples:
 The script goes to --run-dir (a new or empty folder; default ./runs/<timestamp>-<name>/),
 sbatch runs from there, and the job id is printed on stdout. With --wait, Ctrl-C stops following the job but does NOT
 cancel it (use 'scancel ID').
+
+Before sbatch the program is read, the job's set-up and --setup lines run here and its Python is
+asked for what the program imports whatever happens (--no-check skips it). --dry-run always writes
+the folder and exits 0 when checked, 5 when the check cannot run here (off the cluster: no
+'module'), 2 or 3 when it would refuse the job.
 """
 
 
@@ -63,7 +75,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="folder for the script, job id and output (default: "
                             "./runs/<timestamp>-<name>/)")
     group.add_argument("--dry-run", action="store_true",
-                       help="write the script into the run folder and stop before sbatch")
+                       help="write the script into the run folder and stop before sbatch; says what the check "
+                            "found (exit 0 checked, 5 not checked here, 2/3 would fail)")
+    group.add_argument("--no-check", action="store_true",
+                       help="skip the check before sbatch (the job's set-up and imports, asked on this login "
+                            "node); says what it skipped")
     group.add_argument("--wait", action="store_true",
                        help="follow the job to its end, print its output file and exit with the "
                             "job's exit code (Ctrl-C stops following; the job keeps running)")
@@ -113,26 +129,36 @@ def run_submit(args: argparse.Namespace) -> int:
             raise UsageError(f"{flag} is a 'plan' option; submit writes the script into its run folder",
                              "use --run-dir DIR (and --dry-run to stop before sbatch), or 'scaletrain plan'")
     request = request_from_args(args)   # the flags are checked before any folder is made
-    # a dry run checks the job's Python too: what sbatch would be spared is what it shows
-    prepared = prepare(request, run_dir=getattr(args, "run_dir", None))
+    prepared = prepare(request, run_dir=getattr(args, "run_dir", None), check=not args.no_check,
+                       dry_run=args.dry_run)
     print(render_summary(prepared.plan).rstrip("\n"), file=sys.stderr)
     for note in prepared.notes:
-        print(f"scaletrain: warning: {note}", file=sys.stderr)
-    run_dir, script = prepared.run_dir, prepared.script
+        print(f"scaletrain: note: {printable(note)}", file=sys.stderr)
     if args.dry_run:
-        if prepared.checked:
-            print(f"scaletrain: checked here: the job's Python imports {', '.join(prepared.checked)}",
-                  file=sys.stderr)
-        print(f"scaletrain: dry run: wrote {script}; not submitted "
-              f"(submit it with: cd {run_dir} && sbatch {JOB_SCRIPT})", file=sys.stderr)
-        print(script)
-        return 0
+        return _dry_run(prepared)
+    if prepared.unasked:
+        print(f"scaletrain: warning: {printable(prepared.unasked)}", file=sys.stderr)
     job_id = send(prepared)
     print(job_id, flush=True)
-    print(f"scaletrain: submitted job {job_id} from {run_dir}", file=sys.stderr, flush=True)
+    print(f"scaletrain: submitted job {job_id} from {prepared.run_dir}", file=sys.stderr, flush=True)
     if not args.wait:
         return 0
     return _follow(job_id)
+
+
+def _dry_run(prepared: Prepared) -> int:
+    """The dry run's end: the check's outcome, where the script is, the exit code that says which."""
+    refused = prepared.refused
+    if refused is not None:   # the refusal submit would give, and the script it would have sent
+        print(refused.render(), file=sys.stderr)
+        code = refused.exit_code
+    else:
+        print(f"scaletrain: {printable(prepared.outcome)}", file=sys.stderr)
+        code = EXIT_NOT_CHECKED if prepared.check and prepared.check.not_checked else 0
+    print(f"scaletrain: dry run: wrote {prepared.script}; not submitted (submit it with: cd {prepared.run_dir} "
+          f"&& sbatch {JOB_SCRIPT})", file=sys.stderr)
+    print(prepared.script)
+    return code
 
 
 def _follow(job_id: str) -> int:

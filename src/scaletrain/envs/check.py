@@ -1,26 +1,34 @@
-"""Will the job's Python import what it needs? Asked on the login node, before ``sbatch``.
+"""Will the job start? Asked on the login node, before ``sbatch``.
 
-A job whose Python lacks scaletrain (or the launcher's package) waits in the queue, starts and
-stops at its first line with exit 3. ``submit`` asks first: it runs the job's own set-up lines
-(the profile's modules, ``--module``, ``--venv``/``--conda``, the running environment) in a
-fresh ``bash`` with the environment sbatch will hand the job, then the job's Python, which
-reports which of the needed packages it cannot find. The lines are the plan's own, read from its
-software record (``Plan.software``: set-up lines, container prefix, interpreter); the user's
-``--setup`` lines and the MPS daemon are not run here. A miss is refused with ``--setup`` too: the
-job's environment is made by what this check runs (``--venv``/``--conda``/``--module``), and one
-that a ``--setup`` line makes must be made before the job, where it can be checked. The names asked for: scaletrain (when the
-launch imports it), the launcher's package (``scaletrain.plan.software.LAUNCHER_PACKAGES``) and
-the program's own imports when its file is readable here (``scaletrain.envs.imports``).
+A job whose Python lacks scaletrain (or the launcher's package, or what the program imports)
+waits in the queue, starts and stops at its first line. ``submit`` asks first, in this order:
 
-A ``--venv`` folder that does not exist here, or is not a finished venv (no ``bin/activate``, no
-``pyvenv.cfg``), and a ``--conda`` path with no ``conda-meta``, are refused first, without running
-anything: that holds on a login node whose CPU differs from the GPU nodes' too.
+1. the program: it is read here (``scaletrain.envs.imports``); one that cannot be read as Python
+   (no such file, unreadable, a syntax error: a shell script given as the program) is refused
+   (``UsageError``), since the job's ``python`` would stop on it too;
+2. the ``--venv`` folder, or a ``--conda`` path: one that does not exist here or is not a finished
+   environment is refused without running anything (on a login node whose CPU differs from the
+   GPU nodes' too);
+3. the job's own set-up lines (the plan's ``Software``: the profile's modules, ``--module``,
+   ``--venv``/``--conda``, the running environment; the MPS daemon is left out), then the user's
+   ``--setup`` lines, in a fresh ``bash`` with the environment sbatch will hand the job, then the
+   job's Python, which reports which of the names it cannot find. The names: scaletrain (when the
+   launch imports it), the launcher's package (``scaletrain.plan.software.LAUNCHER_PACKAGES``),
+   the program's needed imports (refused when missing) and its optional ones (named in one note).
 
-Outcomes: ``None`` (the job's Python has everything), a warning (could not be asked here: a
-container runtime absent on this node, an image that does not start, nodes of another CPU
-architecture, the bound of ``CHECK_TIMEOUT_S``), or ``DistEnvError`` with the fix. A job that
-builds its venv from the centre's wheels (the Alliance profiles) is judged without running
-anything: that venv holds what the profile's wheels for the launcher name (torch, or tensorflow).
+The ``--setup`` lines run here under ``set -u``, so that a variable only the job has (``$SLURM_TMPDIR``)
+stops the line instead of expanding to nothing. A job whose set-up or ``--setup`` line fails is
+refused with its exit status and last line: the job runs them under ``set -e`` and would stop
+there. What cannot be judged on this machine is said, not refused: a command it does not have
+(exit 127, ``module: command not found`` off the cluster), a ``--setup`` line that reads a
+variable only the job has, a container runtime absent here or an image that does not start,
+nodes of another CPU architecture, the bound of ``CHECK_TIMEOUT_S``. A job that builds its venv
+from the centre's wheels (the Alliance profiles) is judged without running anything: that venv
+holds what the profile's wheels for the launcher name (torch, or tensorflow).
+
+``check_job_python`` returns a ``CheckResult`` (checked, or not checked here and why, and its
+notes) or raises the refusal with the fix. ``submit --no-check`` / ``submit(check=False)`` skip
+it; ``skipped`` says what that leaves unasked.
 """
 
 from __future__ import annotations
@@ -32,33 +40,61 @@ import shlex
 import signal
 import subprocess
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping
 
-from scaletrain.errors import DistEnvError
+from scaletrain.errors import DistEnvError, UsageError
 
 if TYPE_CHECKING:
+    from scaletrain.envs.imports import ProgramImports
     from scaletrain.plan.records import Plan
 
 CHECK_TIMEOUT_S = 120.0       # module loads on a busy login node take seconds, not minutes
+SKIP_HINT = "--no-check (scaletrain.submit(check=False))"   # the way past the check, in every hint
 _MISSING_EXIT = 96            # the probe's "these are missing" (any other failure is the set-up's)
 _NO_RUNTIME_EXIT = 97         # the container runtime is not on this node
+_NOT_FOUND_EXIT = 127         # bash: a command this machine does not have
 _OUTPUT_LIMIT = 64 * 1024     # what is kept of the probe's output for the message
 _POLL_S = 0.1                 # how often the check looks whether bash ended while a helper holds its output
+_MARK = "scaletrain-check:"   # the probe's own lines: the stage reached, the names missing
 # importable names the launch itself needs, besides scaletrain (scaletrain.plan.launchers): torchrun
 # and scaletrain run are torch's agent, scaletrain.init() imports torch. TensorFlow's launch line
 # needs scaletrain alone (the program's own imports are the program's).
 _LAUNCH_IMPORTS = {"scaletrain": ("torch",), "scaletrain-run": ("torch",), "torchrun": ("torch",)}
 # The probe: import scaletrain for real (cheap: no torch), only look the others up (importing
-# torch or deepspeed on a login node takes seconds and starts threads).
+# torch or deepspeed on a login node takes seconds and starts threads). Its arguments: the needed
+# names, "--", the optional ones.
 _PROBE = ("import importlib.util, sys\n"
-          "missing = [n for n in sys.argv[1:] if importlib.util.find_spec(n) is None]\n"
-          "if 'scaletrain' in sys.argv[1:] and 'scaletrain' not in missing:\n"
+          "i = sys.argv.index('--')\n"
+          "def lacking(names):\n"
+          "    return [n for n in names if importlib.util.find_spec(n) is None]\n"
+          "missing, optional = lacking(sys.argv[1:i]), lacking(sys.argv[i + 1:])\n"
+          "if 'scaletrain' in sys.argv[1:i] and 'scaletrain' not in missing:\n"
           "    try:\n"
           "        import scaletrain\n"
           "    except Exception as exc:\n"
           "        missing.append('scaletrain (' + type(exc).__name__ + ')')\n"
-          "print('scaletrain-missing:' + ','.join(missing))\n"
+          f"print('{_MARK}missing:' + ','.join(missing))\n"
+          f"print('{_MARK}optional:' + ','.join(optional))\n"
           f"sys.exit({_MISSING_EXIT} if missing else 0)\n")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckResult:
+    """What the check before sbatch found; a job it refuses raises instead."""
+
+    checked: tuple[str, ...] = ()    # what the job's Python was found to import here
+    not_checked: str | None = None   # why the job's Python could not be asked here ("not checked here: ...")
+    notes: tuple[str, ...] = ()      # said, never refused: optional imports it lacks, what was not read
+
+    @property
+    def line(self) -> str:
+        """The outcome in one line, as a dry run prints it."""
+        if self.not_checked:
+            return self.not_checked
+        if self.checked:
+            return f"checked here: the job's Python imports {', '.join(self.checked)} (after its set-up)"
+        return "checked here: the program reads as Python; nothing is asked of the job's Python"
 
 
 def this_arch(machine: str | None = None) -> str:
@@ -68,7 +104,8 @@ def this_arch(machine: str | None = None) -> str:
 
 
 def needed_imports(plan: Plan) -> tuple[str, ...]:
-    """What the job's Python must import: scaletrain (when the launch imports it) and the launcher's package."""
+    """What the job's Python must import: scaletrain (when the launch imports it), the launcher's
+    package and what the program imports whatever happens (``JobRequest.program_imports``)."""
     from scaletrain.plan.software import LAUNCHER_PACKAGES
 
     launcher = plan.settled.request.launcher
@@ -78,6 +115,14 @@ def needed_imports(plan: Plan) -> tuple[str, ...]:
         names.append(LAUNCHER_PACKAGES[launcher])
     names += plan.settled.request.program_imports or ()
     return tuple(dict.fromkeys(names))
+
+
+def skipped(plan: Plan) -> str:
+    """What ``--no-check`` leaves unasked, in one line."""
+    names = needed_imports(plan)
+    imports = f" and whether its Python imports {', '.join(names)}" if names else ""
+    return (f"not checked (skipped on request): whether the program reads as Python, whether the job's "
+            f"set-up and --setup lines run{imports}")
 
 
 def check_env_folder(venv: str | None, conda: str | None) -> None:
@@ -99,6 +144,14 @@ def check_env_folder(venv: str | None, conda: str | None) -> None:
                            "give the path of an existing environment ('conda env list' shows them), or its name")
 
 
+def check_program(program: ProgramImports) -> None:
+    """``UsageError`` for a program that cannot be read here as Python: the job would stop on it."""
+    if program.unread:
+        raise UsageError(f"the job would stop at its first line: {program.unread}",
+                         "give the Python file the job runs (it runs 'python -u PROGRAM' in the folder you "
+                         f"submit from); if only this machine cannot read it, pass {SKIP_HINT}")
+
+
 def _fix(plan: Plan, names: tuple[str, ...]) -> str:
     from scaletrain.envs.create import PACKAGES
 
@@ -118,15 +171,20 @@ def _fix(plan: Plan, names: tuple[str, ...]) -> str:
             "with --venv DIR (or submit from an environment that has them)")
 
 
-def probe_script(plan: Plan) -> str:
-    """The bash the check runs: the job's set-up (without --setup lines and MPS), then the probe."""
+def probe_script(plan: Plan, optional: tuple[str, ...] = (), *, user_setup: bool = True) -> str:
+    """The bash the check runs: the job's set-up (without MPS), the user's ``--setup`` lines under
+    ``set -u`` (``user_setup``), then the probe; a line before each stage names it in the output."""
     sw = plan.software
-    lines = ["set -eo pipefail", *sw.setup, "set -u"]
+    lines = ["set -eo pipefail", f"echo {_MARK}stage:set-up", *sw.setup, "set -u"]
+    if user_setup and plan.settled.request.setup:
+        lines += [f"echo {_MARK}stage:--setup", *plan.settled.request.setup]
+    lines.append(f"echo {_MARK}stage:probe")
     prefix = sw.container_here   # node-local binds exist on the nodes only
     if prefix:
         runtime = prefix.split()[0]
         lines.append(f"command -v {shlex.quote(runtime)} >/dev/null 2>&1 || exit {_NO_RUNTIME_EXIT}")
-    lines.append(f"{prefix}{sw.python} -c {shlex.quote(_PROBE)} {' '.join(needed_imports(plan))}")
+    names = " ".join(shlex.quote(n) for n in (*needed_imports(plan), "--", *optional))
+    lines.append(f"{prefix}{sw.python} -c {shlex.quote(_PROBE)} {names}")
     return "\n".join(lines) + "\n"
 
 
@@ -191,18 +249,45 @@ def _read(fd: int, out: bytearray) -> bool:
 
 
 def _last_line(text: str) -> str:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("scaletrain-missing:")]
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith(_MARK)]
     return lines[-1][:300] if lines else "no output"
 
 
-def check_job_python(plan: Plan, *, environ: Mapping[str, str] | None = None, cwd: str | None = None,
-                     timeout: float = CHECK_TIMEOUT_S) -> str | None:
-    """Refuse (``DistEnvError``) a job whose Python would not import what it needs; a warning
-    when that cannot be asked on this machine; None when it would."""
+def _said(out: str, what: str) -> str | None:
+    """The probe's last ``scaletrain-check:WHAT:`` value, or None when it never said it."""
+    found = [ln.partition(f"{_MARK}{what}:")[2] for ln in out.splitlines() if ln.startswith(f"{_MARK}{what}:")]
+    return found[-1].strip() if found else None
+
+
+def _whether(asked: str) -> str:
+    return "whether the job's set-up runs" + (f" and its Python has {asked}" if asked else "")
+
+
+def _optional_note(lacking: tuple[str, ...], where: str) -> tuple[str, ...]:
+    if not lacking:
+        return ()
+    return (f"the program imports {', '.join(lacking)} only on some paths (inside a function, a branch, or a try "
+            f"that catches ImportError), and the job's Python {where} has none of them: fine unless the run "
+            "takes such a path (install them into the job's environment if it does)",)
+
+
+def check_job_python(plan: Plan, *, program: ProgramImports | None = None, environ: Mapping[str, str] | None = None,
+                     cwd: str | None = None, timeout: float = CHECK_TIMEOUT_S) -> CheckResult:
+    """Refuse a job that would stop at its first line (``UsageError`` for a program that cannot
+    be read, ``DistEnvError`` for its environment), with the fix; else what was found.
+
+    ``program``: the program as read here (:func:`scaletrain.envs.imports.program_imports`; None:
+    not read, only the plan's names are asked). ``environ``: sbatch's environment (default this
+    process's); ``cwd``: the folder the job starts in.
+    """
+    if program is not None:
+        check_program(program)
+    optional = program.optional if program else ()
+    read_note = (program.note,) if program and program.note else ()
     names = needed_imports(plan)
     request, profile, image = plan.settled.request, plan.settled.profile, plan.settled.image
-    if not names or profile.scheduler != "slurm":
-        return None
+    if profile.scheduler != "slurm":
+        return CheckResult(notes=read_note)
     check_env_folder(request.venv, request.conda)
     if plan.software.builds_venv:
         # the job builds a venv from the centre's wheels on the node: what it installs, nothing else
@@ -212,32 +297,59 @@ def check_job_python(plan: Plan, *, environ: Mapping[str, str] | None = None, cw
             raise DistEnvError(f"the job would stop at its first line: the venv it builds from {profile.name}'s "
                                f"wheels has only {', '.join(sorted(has))}, no {', '.join(lacking)}",
                                _fix(plan, lacking))
-        return None
+        where = f"(the venv it builds from {profile.name}'s wheels)"
+        return CheckResult(checked=names, notes=(*read_note, *_optional_note(
+            tuple(n for n in optional if n not in has), where)))
     arch = this_arch()
+    asked = ", ".join((*names, *optional))
     if profile.cpu_arch and arch and arch != profile.cpu_arch:
-        return (f"not checked here whether the job's Python has {', '.join(names)}: this login node is {arch}, "
-                f"{profile.name}'s GPU nodes are {profile.cpu_arch}")
+        return CheckResult(not_checked=f"not checked here: {_whether(asked)}: this login node is {arch}, "
+                                       f"{profile.name}'s GPU nodes are {profile.cpu_arch}", notes=read_note)
     env = os.environ if environ is None else environ
-    code, out = _run(probe_script(plan), env, cwd, timeout)
-    if code == 0:
-        return None
+    code, out = _run(probe_script(plan, optional), env, cwd, timeout)
+    notes: tuple[str, ...] = read_note
+    unrun = _said(out, "stage") == "--setup" and "unbound variable" in _last_line(out)
+    if unrun:   # a --setup line reads a variable only the job has (run under set -u here): ask without them
+        notes += (f"your --setup lines were not run here: a line reads a variable this machine does not set "
+                  f"({_last_line(out)})",)
+        code, out = _run(probe_script(plan, optional, user_setup=False), env, cwd, timeout)
+    return _judge(plan, code, out, asked=asked, notes=notes, setup_unrun=unrun)
+
+
+def _judge(plan: Plan, code: int | None, out: str, *, asked: str, notes: tuple[str, ...],
+           setup_unrun: bool) -> CheckResult:
+    """The probe's exit status and output, in words: checked, not checked here, or refused."""
+    names, image, profile = needed_imports(plan), plan.settled.image, plan.settled.profile
+    stage, last = _said(out, "stage"), _last_line(out)
     where = f"inside {image}" if image else "after the job's set-up"
-    if code == _MISSING_EXIT:
-        found = next((ln for ln in out.splitlines() if ln.startswith("scaletrain-missing:")), "")
-        missing = tuple(n for n in found.partition(":")[2].split(",") if n) or names
-        what = f"{plan.software.python} {where} cannot import {', '.join(missing)}"
-        fix = _fix(plan, missing)
-        if request.setup:   # not run here; an environment they would make can be made now
-            fix += "; your --setup lines are not run here: make that environment before submitting"
-        raise DistEnvError(f"the job would stop at its first line: {what}", fix)
-    if code == _NO_RUNTIME_EXIT or image:
-        why = "the container runtime is not on PATH here" if code == _NO_RUNTIME_EXIT else _last_line(out)
-        return f"not checked whether the image {image} has {', '.join(names)} ({why})"
+    if code == 0:
+        lacking = tuple(n for n in (_said(out, "optional") or "").split(",") if n)
+        return CheckResult(checked=names, notes=(*notes, *_optional_note(lacking, where)))
     if code is None:
-        return f"not checked whether the job's Python has {', '.join(names)}: the set-up gave {out}"
-    if request.setup:
-        return f"the job's set-up failed here ({_last_line(out)}); your --setup lines were not run here"
-    raise DistEnvError(f"the job would stop at its first line: its set-up fails on this login node "
-                       f"(exit {code}: {_last_line(out)})",
+        return CheckResult(not_checked=f"not checked here: {_whether(asked)}: {out}", notes=notes)
+    if code == _NOT_FOUND_EXIT:   # off the cluster: 'module: command not found' cannot run here, not fail
+        what = {"--setup": "a command of your --setup lines is", "probe": "the job's Python is"}.get(
+            stage or "", "a command of the job's set-up is")
+        return CheckResult(not_checked=f"not checked here: {what} not on this machine (exit {code}: {last}); "
+                                       f"on a {profile.name} login node it is", notes=notes)
+    if code == _MISSING_EXIT and stage == "probe":
+        missing = tuple(n for n in (_said(out, "missing") or "").split(",") if n) or names
+        fix = _fix(plan, missing)
+        if setup_unrun:
+            fix += ("; your --setup lines were not run here: make that environment before submitting, "
+                    f"or pass {SKIP_HINT}")
+        raise DistEnvError(f"the job would stop at its first line: {plan.software.python} {where} cannot import "
+                           f"{', '.join(missing)}", fix)
+    if stage == "probe" and (code == _NO_RUNTIME_EXIT or image):
+        why = "the container runtime is not on PATH here" if code == _NO_RUNTIME_EXIT else last
+        has = f"has {asked}" if asked else "starts"
+        return CheckResult(not_checked=f"not checked here: whether the image {image} {has} ({why})", notes=notes)
+    if stage == "--setup":
+        raise DistEnvError(f"the job would stop at its first line: a --setup line fails on this login node "
+                           f"(exit {code}: {last})",
+                           "the job runs --setup lines as written, under 'set -e', and would stop there: fix the "
+                           f"line; if it fails only on this machine, pass {SKIP_HINT}")
+    what = "its Python fails" if stage == "probe" else "its set-up fails"
+    raise DistEnvError(f"the job would stop at its first line: {what} on this login node (exit {code}: {last})",
                        "check the module names (--module) and --venv/--conda; 'scaletrain plan' shows the "
                        "set-up lines")

@@ -124,7 +124,7 @@ class Job:
 
 def submit(*, cluster: str, program: Sequence[str], gpus: int | None = None, nodes: int | None = None,
            account: str | None = None, run_dir: str | os.PathLike[str] | None = None,
-           env: Mapping[str, str] | None = None, **request: Any) -> Job:
+           env: Mapping[str, str] | None = None, check: bool = True, **request: Any) -> Job:
     """Plan and submit ``program`` (a script and its arguments) like ``scaletrain submit``.
 
     ``cluster`` is a profile name or a ``.toml`` file; ``request`` takes any other field of
@@ -135,9 +135,13 @@ def submit(*, cluster: str, program: Sequence[str], gpus: int | None = None, nod
     the job, which inherits it; it is not the whole environment. The job runs in the current
     folder; its script, id and output go to ``run_dir`` (default ``runs/<timestamp>-<name>/``).
     The same path as the CLI (:mod:`scaletrain.jobs.submit`): on a login node the job gets the
-    environment running scaletrain, and a job whose Python lacks scaletrain is refused
-    (``DistEnvError``) before sbatch. Bad values raise ``UsageError`` naming the parameter.
-    Returns the :class:`Job`.
+    environment running scaletrain, and the check before sbatch refuses a job that would stop at
+    its first line: ``DistEnvError`` for a Python that lacks scaletrain or what the program imports
+    whatever happens, or a set-up (``setup=`` lines included) that fails; ``UsageError`` for a
+    program that cannot be read here as Python. ``check=False`` skips that check (a warning says
+    what it skipped, and ``job.sh`` records it); what it could not ask here, or the program's
+    optional imports the job's Python lacks, are warnings. Bad values raise ``UsageError`` naming
+    the parameter. Returns the :class:`Job`.
     """
     import warnings
 
@@ -146,9 +150,9 @@ def submit(*, cluster: str, program: Sequence[str], gpus: int | None = None, nod
 
     environ = sbatch_environment(env)
     req = build_request(cluster=cluster, program=program, gpus=gpus, nodes=nodes, account=account,
-                        run_dir=run_dir, fields=request)
-    prepared = prepare(req, run_dir=run_dir, environ=environ, flag="run_dir")
-    for note in prepared.notes:
+                        run_dir=run_dir, check=check, fields=request)
+    prepared = prepare(req, run_dir=run_dir, environ=environ, check=check, flag="run_dir")
+    for note in (*prepared.notes, *filter(None, [prepared.unasked])):
         warnings.warn(f"scaletrain: {note}", stacklevel=2)
     send(prepared)
     return Job(prepared.run_dir, env=environ)

@@ -40,6 +40,7 @@ OWN: dict[str, Spec] = {
                     check=settings.texts(empty_ok=True, control_ok=True)),
     "run_dir": Spec(doc="the folder for the job's script, id and output", optional=True,
                     check=settings.path(shape="a folder path (str or Path)")),
+    "check": Spec(doc="False skips the check before sbatch (as 'submit --no-check')", check=settings.boolean()),
 }
 
 
@@ -48,13 +49,14 @@ def _own(name: str, value: object) -> Any:
 
 
 def build_request(*, cluster: object, program: object, gpus: object, nodes: object, account: object,
-                  run_dir: object, fields: Mapping[str, Any]) -> JobRequest:
+                  run_dir: object, fields: Mapping[str, Any], check: object = True) -> JobRequest:
     """The JobRequest for ``submit()``'s arguments (UsageError naming the first bad one)."""
     name_or_file: str = _own("cluster", cluster)
     words = _own("program", program)
     if not words:
         raise UsageError("submit(): program must be a list: the script and its arguments", OWN["program"].doc)
     _own("run_dir", run_dir)
+    _own("check", check)
     names = {f.name for f in dataclasses.fields(JobRequest)}
     for name in fields:
         if name not in names:
