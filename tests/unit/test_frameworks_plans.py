@@ -121,6 +121,22 @@ def test_a_horovod_program_is_refused_where_the_centre_has_none(hvd_program, clu
     assert any("C++17" in n for n in notes(plan))   # what building it against the module's torch takes
 
 
+def test_horovod_imported_inside_main_still_makes_a_horovod_job(tmp_path):
+    """Many Horovod programs import it in main(): an import on some paths only is not asked of the
+    job's Python (optional), but Horovod decides how the job is launched wherever it is imported,
+    so the program is planned (and refused on Roihu) as a Horovod program all the same."""
+    from scaletrain.envs.imports import program_imports
+
+    program = tmp_path / "train.py"
+    program.write_text("import torch\n\ndef main():\n    import horovod.torch as hvd\n    hvd.init()\n")
+    read = program_imports(str(program))
+    assert read.needed == ("torch",) and read.optional == ("horovod",)
+    assert read.for_plan == ("horovod", "torch")
+    with pytest.raises(PlanError) as err:
+        plan_for("roihu", gpus=4, launcher="mpi", script=str(program), program_imports=read.for_plan)
+    assert "imports horovod" in err.value.message
+
+
 def test_a_horovod_program_on_the_alliance_gets_the_wheelhouse_note():
     plan = plan_for("fir", gpus=4, launcher="mpi", program_imports=("horovod", "torch"), account="def-p")
     assert any("--with horovod" in n for n in notes(plan))

@@ -282,9 +282,9 @@ def check_job_python(plan: Plan, *, program: ProgramImports | None = None, envir
     """
     if program is not None:
         check_program(program)
-    optional = program.optional if program else ()
     read_note = (program.note,) if program and program.note else ()
     names = needed_imports(plan)
+    optional = tuple(n for n in program.optional if n not in names) if program else ()
     request, profile, image = plan.settled.request, plan.settled.profile, plan.settled.image
     if profile.scheduler != "slurm":
         return CheckResult(notes=read_note)

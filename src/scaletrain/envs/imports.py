@@ -44,6 +44,10 @@ _TRY: tuple[type[ast.stmt], ...] = tuple(t for t in (ast.Try, getattr(ast, "TryS
 _STDLIB = frozenset(sys.stdlib_module_names) | frozenset(sys.builtin_module_names) | {"__future__"}
 
 
+# the packages whose import makes the program a job of another shape (its own launcher's ranks)
+PLAN_DECIDING = ("horovod",)
+
+
 @dataclass(frozen=True, kw_only=True)
 class ProgramImports:
     """What the program file imports: third-party top-level names, sorted, each kind once."""
@@ -52,6 +56,14 @@ class ProgramImports:
     optional: tuple[str, ...] = ()    # imported on some paths only (functions, branches, try/except ImportError)
     unread: str | None = None         # why the program cannot be read here as Python (then both are empty)
     note: str | None = None           # what is not known here though the program is runnable (-m MODULE)
+
+    @property
+    def for_plan(self) -> tuple[str, ...]:
+        """What the plan and the check take as the program's needs: ``needed``, and a framework
+        that decides how the job is launched wherever the program imports it (``import horovod``
+        inside ``main()`` is still a Horovod program: one MPI rank per GPU, Horovod in the job)."""
+        deciding = tuple(n for n in self.optional if n in PLAN_DECIDING and n not in self.needed)
+        return tuple(sorted(self.needed + deciding))
 
 
 def _catches_import_error(node: Any) -> bool:

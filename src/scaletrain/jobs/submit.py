@@ -65,7 +65,7 @@ def _measured(request: JobRequest, env: Mapping[str, str]) -> tuple[JobRequest, 
     request = dataclasses.replace(
         request, cluster=profile.name, account=account_or_env(request.account, env),
         stage_data=stage, stage_data_gb=tree_size_gb(stage) if stage else None,   # node-local disk is sized by it
-        program_imports=None if program.unread else program.needed)
+        program_imports=None if program.unread else program.for_plan)
     return request, profile, found_here(profile.python, environ=env), program
 
 
