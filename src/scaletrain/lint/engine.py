@@ -176,6 +176,9 @@ def lint_agreed(text: str, *, path: str, names: list[str], cluster_source: str) 
     from scaletrain.clusters.profile import load_profile
 
     results = [lint_text(text, path=path, profile=load_profile(name)) for name in names]
-    agreed = [f for f in results[0].findings if all(f in r.findings for r in results[1:])]
+    # a set per profile: a finding looked up in a list was a scan per finding, quadratic in a
+    # script's length (a finding per srun line)
+    others = [set(r.findings) for r in results[1:]]
+    agreed = [f for f in results[0].findings if all(f in seen for seen in others)]
     return LintResult(path=path, cluster=None, cluster_source=cluster_source, findings=agreed,
                       candidates=tuple(names))
