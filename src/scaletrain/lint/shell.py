@@ -238,8 +238,8 @@ class _Scanner:
                         self._add(d)
                         self.i += 1
                     else:   # a run of characters with no meaning inside double quotes (or a lone backslash)
-                        m = _PLAIN_QUOTED.match(s, self.i)
-                        end = m.end() if m else self.i + 1
+                        run = _PLAIN_QUOTED.match(s, self.i)
+                        end = run.end() if run else self.i + 1
                         self._add(s[self.i:end])
                         self.i = end
                 self._raw.append('"')
@@ -276,8 +276,8 @@ class _Scanner:
                 self._end_command()
                 self.i += 1
             else:   # a run of plain characters (at least this one: a '#' or '(' inside a word)
-                m = _PLAIN.match(s, self.i)
-                end = m.end() if m else self.i + 1
+                run = _PLAIN.match(s, self.i)
+                end = run.end() if run else self.i + 1
                 self._add(s[self.i:end])
                 self.i = end
         self._end_command()
