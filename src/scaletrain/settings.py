@@ -252,7 +252,7 @@ def operand(*, shape: str = "one line of text that does not start with '-' (a na
 
 def operands() -> Check:
     """A tuple (or list) of :func:`operand` values, returned as a tuple."""
-    shape = "a list of names, none starting with '-' (each is a word of a command, not an option)"
+    shape = "a list of names that do not start with '-' (each is a word of a command, not an option)"
     one = operand(shape=shape)
 
     def check(value: Any) -> tuple[str, ...]:
