@@ -35,6 +35,16 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
+def not_regular(path: str | os.PathLike[str]) -> str | None:
+    """What ``path`` (a link followed) is when it is there but is not a regular file ("a folder",
+    "a pipe (FIFO)", "a device"...); None when it is a regular file or is not there."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    return None if stat.S_ISREG(mode) else _kind(mode)
+
+
 def check_replaceable(path: str | os.PathLike[str]) -> None:
     """``UsageError`` unless ``path`` is missing or a regular file: a rename over a device
     (``/dev/full``), a link, a pipe or a folder would replace it, not write into it."""

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 
 from scaletrain.contract.environ import BACKEND_VAR, DEFAULT_PORT, PROCS_PER_GPU_VAR, TIMEOUT_VAR
 from scaletrain.errors import UsageError
+from scaletrain.fileio import not_regular
 from scaletrain.launch.inproc.emulate import MODES
 from scaletrain.launch.threads import ThreadBudget, thread_budget
 from scaletrain.runtime.threads import allowed_cpus
@@ -124,6 +125,9 @@ def _resolve_target(req: RunRequest) -> tuple[str, ...]:
                              "check the name and that its package is installed or on PYTHONPATH")
         return ("-u", "-m", req.target, *req.args)
     if not os.path.isfile(req.target):
+        kind = not_regular(req.target)
+        if kind is not None:   # there, but a folder, a pipe or /dev/zero: "not found" would mislead
+            raise UsageError(f"{req.target} is {kind}, not a script", "give the path of a Python file")
         hint = ("to run a module use -m NAME" if not req.target.endswith(".py")
                 else "check the path (it is relative to the current directory)")
         raise UsageError(f"script not found: {req.target}", hint)
