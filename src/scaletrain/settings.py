@@ -95,10 +95,12 @@ class SettingTypeError(SettingError, TypeError):
 
 
 def setting(doc: str, *, check: Check, default: Any = MISSING, factory: Callable[[], Any] | None = None,
-            unit: str = "", flag: str | None = None, compare: bool = True) -> Any:
+            unit: str = "", flag: str | None = None, compare: bool = True,
+            error: type[SettingError] | None = None) -> Any:
     """A dataclass field declared as a setting (read back by :func:`check_fields`); ``compare``
-    False leaves it out of the class's ``==`` and hash, as ``dataclasses.field`` does."""
-    spec = Spec(doc=doc, check=check, unit=unit, flag=flag, optional=default is None)
+    False leaves it out of the class's ``==`` and hash, as ``dataclasses.field`` does; ``error``
+    as :class:`Spec`'s."""
+    spec = Spec(doc=doc, check=check, unit=unit, flag=flag, optional=default is None, error=error)
     if factory is not None:
         return field(default_factory=factory, compare=compare, metadata={"setting": spec})
     return field(default=default, compare=compare, metadata={"setting": spec})

@@ -94,8 +94,9 @@ class LaunchPlan:
             per_node = max(1, self.nproc_per_node // max(1, self.emulated_nodes))
             nodes += (f" x {self.emulated_nodes} emulated node(s) here ({self.emulate}), "
                       f"{self.nproc_per_node} in all")
+        threads = f"{self.threads.per_worker} thread(s)" if self.threads.per_worker else "OpenMP's default threads"
         return (f"{per_node} worker(s) per node{nodes}, rendezvous {where}, "
-                f"{self.threads.per_worker} thread(s) each ({self.threads.source})")
+                f"{threads} each ({self.threads.source})")
 
 
     def waiting_note(self) -> str | None:

@@ -175,18 +175,29 @@ _COUNTS = ("nodes", "ntasks", "ntasks-per-node", "cpus-per-task", "cpus-per-gpu"
            "ntasks-per-core", "ntasks-per-socket", "gpus", "gpus-per-node", "gpus-per-task", "gpus-per-socket")
 _COUNT = re.compile(r"([A-Za-z0-9_.-]+:)?([0-9]+)(?:-([0-9]+))?")
 SLURM_MAX_COUNT = 2**32 - 3      # NO_VAL (2**32 - 2) and INFINITE above it are Slurm's own words
+PAST_SLURM = f"past Slurm's largest count ({SLURM_MAX_COUNT:,})"
 _MEMORY = ("mem", "mem-per-cpu", "mem-per-gpu")
 
 
-def _unreadable(name: str, value: str | None) -> str | None:
+def unreadable(name: str, value: str | None) -> str | None:
     """Why sbatch refuses ``--name=value``, or None when it reads it (or lint does not check it)."""
     if name in _MEMORY:
         return None if parse_mem_mib(value) is not None else "not a memory size (e.g. 32G, 4000M)"
     if name == "time":
         try:
-            parse_time_seconds(value or "x")
+            seconds = parse_time_seconds(value or "x")
         except ValueError:
             return "not a time limit (e.g. 01:30:00, 2-00:00:00)"
+        # Slurm keeps a limit in minutes, 32 bits: 99999999999999999999-00:00:00 reads as nothing
+        return None if seconds is None or seconds // 60 <= SLURM_MAX_COUNT else "past Slurm's longest time limit"
+    if name == "gres":   # gpu:a100:1e400: the count of each gpu item is a count too
+        for item in (value or "").split(","):
+            parts = item.split("(")[0].split(":")            # gpu[:type][:count][(S:0-1)]
+            typed = len(parts) == 2 and not parts[1][:1].isdigit() and not parts[1].startswith("-")
+            if parts[0] == "gpu" and len(parts) > 1 and not typed:   # gpu:a100 is one GPU of a type
+                why = unreadable("gpus", parts[-1])
+                if why:
+                    return why
         return None
     if name not in _COUNTS:
         return None
@@ -195,10 +206,10 @@ def _unreadable(name: str, value: str | None) -> str | None:
     if m is None or (m.group(1) and not gpus) or (m.group(3) and name != "nodes"):
         return "not a whole number" + (" or a range MIN-MAX" if name == "nodes" else "")
     if max(len(m.group(2)), len(m.group(3) or "")) > 10:   # before int(): 5,000 digits would raise
-        return f"past Slurm's largest count ({SLURM_MAX_COUNT:,})"
+        return PAST_SLURM
     low, high = int(m.group(2)), int(m.group(3) or m.group(2))
     if high > SLURM_MAX_COUNT:
-        return f"past Slurm's largest count ({SLURM_MAX_COUNT:,})"
+        return PAST_SLURM
     if low > high:
         return "a range whose minimum is above its maximum"
     return None if low >= (0 if gpus else 1) else "zero, where Slurm needs at least 1"
@@ -207,9 +218,11 @@ def _unreadable(name: str, value: str | None) -> str | None:
 @rule("sbatch-value", "an #SBATCH count, memory size or time that sbatch cannot read (1e400, nan, -1, 0 nodes, 4-2)")
 def sbatch_value(ctx: LintContext) -> Iterable[Finding]:
     for opt in ctx.script.options:   # every line: sbatch refuses the job on any of them, not only the last
-        why = _unreadable(opt.name, opt.value)
+        why = unreadable(opt.name, opt.value)
         if why is not None:
-            example = {"time": "--time=01:00:00", "nodes": "--nodes=2"}.get(opt.name, f"--{opt.name}=4")
+            example = {"time": "--time=01:00:00", "nodes": "--nodes=2", "gres": "--gres=gpu:4",
+                       "mem": "--mem=32G", "mem-per-cpu": "--mem-per-cpu=4G", "mem-per-gpu": "--mem-per-gpu=32G"
+                       }.get(opt.name, f"--{opt.name}=4")
             yield finding("sbatch-value", ERROR, opt.line,
                           f"--{opt.name}={opt.value or ''}: {why}; sbatch refuses the job",
                           f"write it as sbatch reads it, e.g. #SBATCH {example}")

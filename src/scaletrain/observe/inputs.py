@@ -57,6 +57,26 @@ def check_samples(samples: Any) -> int | float:
     return int(samples) if isinstance(samples, numbers.Integral) else float(samples)
 
 
+TOKENS = settings.Spec(doc="the tokens this process trained on in the step, e.g. tokens=batch.numel()",
+                       check=_samples)
+DATA_WAIT = settings.Spec(doc="seconds blocked on data in the step (leave it out when Monitor.data measures it)",
+                          check=settings.number(low=0, high=86400.0), unit="seconds", optional=True)
+
+
+def check_more(more: dict[str, Any]) -> None:
+    """``Monitor.step``'s other figures: ``tokens`` a count, ``data_wait_s`` seconds, and no extra
+    field an int past a float (NaN and text pass: a field is the program's own, the JSON line
+    keeps it as given). SettingError/UsageError before anything is recorded."""
+    if more.get("tokens") is not None:
+        settings.check_value(TOKENS, more["tokens"], "Monitor.step: tokens")
+    if "data_wait_s" in more:
+        settings.check_value(DATA_WAIT, more["data_wait_s"], "Monitor.step: data_wait_s")
+    for key, value in more.items():
+        if isinstance(value, int) and not isinstance(value, bool) and _real(value) is None:
+            raise UsageError(f"Monitor.step: {key} = {str(value)[:20]}... is past a float's range",
+                             "log a number a float holds (TensorBoard and the rates convert it)")
+
+
 def check_loss(loss: Any) -> None:
     """Raise UsageError unless ``loss`` is a real number or a one-element tensor/array."""
     if hasattr(loss, "numel"):  # a tensor: its shape, once (no device synchronisation)

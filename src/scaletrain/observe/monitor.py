@@ -45,7 +45,7 @@ from scaletrain.observe.commwait import CommWait, attach
 from scaletrain.observe.config import MonitorConfig, make_config
 from scaletrain.observe.devices import (DeviceSampler, device_key, device_peak_flops, lookup, peak_memory_gb,
                                         rank_sampler)
-from scaletrain.observe.inputs import MAX_SAMPLES, check_loss, check_samples, warn_write_failure
+from scaletrain.observe.inputs import MAX_SAMPLES, check_loss, check_more, check_samples, warn_write_failure
 from scaletrain.observe.health import HealthFinding, HealthTracker, RankWindow, attach_samples
 from scaletrain.observe.records import NEVER, Record, StepBatch, retune
 from scaletrain.observe.sinks import JsonlSink, Sink, build_sinks, run_files, start_record
@@ -212,9 +212,11 @@ class Monitor:
             **extra: more numbers to log (TensorBoard ``extra/<name>``).
         """
         # The common call (an int sample count and a loss) costs one clock read, two list
-        # appends and five comparisons: tokens, data waits and extra fields arrive in ``more``,
-        # one test when absent (docs/benchmarks.md, "Monitor overhead", has the figures)
+        # appends and a handful of comparisons: tokens, data waits and extra fields arrive in
+        # ``more``, two tests when absent (docs/benchmarks.md, "Monitor overhead", has the figures)
         now = time.perf_counter()
+        if more:  # tokens, a data wait, extra fields: checked before anything is recorded
+            check_more(more)
         if samples.__class__ is not int or not 0 <= samples <= MAX_SAMPLES:  # the usual int: one test
             samples = check_samples(samples)  # raises before anything is recorded
         n = self._step + 1
