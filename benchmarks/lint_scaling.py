@@ -12,12 +12,13 @@ Three script shapes, each grown line by line:
 - ``quoted-body``: the same body in single quotes, a ``$VAR`` on each line.
 
 Each measurement runs in a fresh process and counts CPU seconds, the process's and its children's
-(imports not counted: the lint of text already read,
-the two profiles of ``srun-lines`` loaded inside, a few milliseconds). Sizes, shapes and, with
-``--old``, the two source trees are timed interleaved, in a shuffled order per round; the table
-gives the median of the rounds, the time per line relative to the 1,000-line script of the same
-shape, and the exponent ``k`` of ``time ~ lines^k`` fitted by least squares on the logarithms
-(1 is linear, 2 quadratic). ``--old SRC`` times a second source tree (an older commit's ``src``) up to ``--old-max`` lines.
+(``bash -n``): the lint of text already read, imports not counted, the two profiles of
+``srun-lines`` loaded inside (a few milliseconds). Sizes, shapes and, with ``--old``, the two
+source trees are timed interleaved, in a shuffled order per round; the table gives the median of
+the rounds, the time per line relative to the 1,000-line script of the same shape, and the
+exponent ``k`` of ``time ~ lines^k`` fitted by least squares on the logarithms (1 is linear, 2
+quadratic). ``--old SRC`` times a second source tree (an older commit's ``src``) up to
+``--old-max`` lines. docs/benchmarks.md has the figures.
 """
 
 from __future__ import annotations
