@@ -121,7 +121,8 @@ def main() -> None:
             if not points:
                 continue
             base = points[0][1] / points[0][0]
-            print(f"\n{tree}, {shape}: exponent {exponent(points):.2f} (time ~ lines^k)")
+            fitted = f"{exponent(points):.2f}" if len(points) > 1 else "n/a (one size)"
+            print(f"\n{tree}, {shape}: exponent {fitted} (time ~ lines^k)")
             print("| lines | median CPU s | spread s | us per line | per line vs 1,000 lines |")
             print("|---|---|---|---|---|")
             for n, t in points:
