@@ -35,6 +35,16 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
+def not_regular(path: str | os.PathLike[str]) -> str | None:
+    """What ``path`` (a link followed) is when it is there but is not a regular file ("a folder",
+    "a pipe (FIFO)", "a device"...); None when it is a regular file or is not there."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    return None if stat.S_ISREG(mode) else _kind(mode)
+
+
 def check_replaceable(path: str | os.PathLike[str]) -> None:
     """``UsageError`` unless ``path`` is missing or a regular file: a rename over a device
     (``/dev/full``), a link, a pipe or a folder would replace it, not write into it."""
@@ -225,10 +235,42 @@ def json_text(value: Any, **options: Any) -> str:
         return json.dumps(finite(value), allow_nan=False, **options)
 
 
+# The widest whole number a file of ours holds (a size, a step, a time in ns): a signed 64-bit
+# integer, 19 digits. Past it (10**400) a number is not one we wrote, and no float can hold it.
+MAX_JSON_INT = 2**63 - 1
+
+
+def _json_int(text: str) -> int:
+    if len(text) > 20 or not -MAX_JSON_INT <= (value := int(text)) <= MAX_JSON_INT:
+        raise ValueError(f"integer out of range: {text[:24]}")
+    return value
+
+
+def _json_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):    # 1e400 reads as inf
+        raise ValueError(f"number out of range: {text[:24]}")
+    return value
+
+
+def _json_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")     # NaN, Infinity: our writers write null (json_text)
+
+
+def parse_json(raw: str | bytes) -> Any:
+    """``json.loads`` for a file we read: every number checked for range as it is parsed.
+
+    An integer past 64 bits, a float past a float (``1e400``) or ``NaN``/``Infinity`` raises
+    ValueError, as text that is not JSON does, so no reader ever computes with one (``10**400``
+    gave OverflowError in ``report`` and ``status``).
+    """
+    return json.loads(raw, parse_int=_json_int, parse_float=_json_float, parse_constant=_json_constant)
+
+
 def json_lines(path: str | os.PathLike[str], *, line_bytes: int = LINE_BYTES) -> Iterator[Any]:
     """Each line of the JSON-lines file ``path`` parsed, streamed so memory stays bounded however
     long the file: a line longer than ``line_bytes`` is skipped whole, and so is one that is not
-    JSON (half-written, edited by hand). What a value means is its writer's reader's to decide.
+    JSON (half-written, edited by hand) or holds a number out of range (:func:`parse_json`). What a value means is its writer's reader's to decide.
     ``OSError`` when the file cannot be opened or is not a regular file (a pipe is refused)."""
     with open_regular(path) as fh:
         while True:
@@ -240,7 +282,7 @@ def json_lines(path: str | os.PathLike[str], *, line_bytes: int = LINE_BYTES) ->
                     raw = fh.readline(line_bytes)
                 continue
             try:
-                yield json.loads(raw)
+                yield parse_json(raw)
             except (ValueError, RecursionError):
                 continue                                    # a half-written or hand-edited line
 
@@ -251,7 +293,7 @@ def read_json_object(path: str | os.PathLike[str], *, errors: str = "strict") ->
     ``errors="replace"`` reads a file with stray bytes (a folder edited by hand) instead of refusing it.
     """
     try:
-        value = json.loads(read_bounded(path).decode("utf-8", errors=errors))
+        value = parse_json(read_bounded(path).decode("utf-8", errors=errors))
     except (OSError, ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) else None

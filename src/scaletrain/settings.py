@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import os
 import re
 from dataclasses import MISSING, dataclass, field
@@ -89,13 +90,21 @@ class SettingError(UsageError):
         return type(self)(param, self.shape, self.value, self.hint, name=self.name)
 
 
+class SettingTypeError(SettingError, TypeError):
+    """A refusal of a value of the wrong kind where the function promised TypeError (``Job(None)``,
+    as Python's own calls do): the same one line, caught by either ``except``."""
+
+
 def setting(doc: str, *, check: Check, default: Any = MISSING, factory: Callable[[], Any] | None = None,
-            unit: str = "", flag: str | None = None) -> Any:
-    """A dataclass field declared as a setting (read back by :func:`check_fields`)."""
-    spec = Spec(doc=doc, check=check, unit=unit, flag=flag, optional=default is None)
+            unit: str = "", flag: str | None = None, compare: bool = True,
+            error: type[SettingError] | None = None) -> Any:
+    """A dataclass field declared as a setting (read back by :func:`check_fields`); ``compare``
+    False leaves it out of the class's ``==`` and hash, as ``dataclasses.field`` does; ``error``
+    as :class:`Spec`'s."""
+    spec = Spec(doc=doc, check=check, unit=unit, flag=flag, optional=default is None, error=error)
     if factory is not None:
-        return field(default_factory=factory, metadata={"setting": spec})
-    return field(default=default, metadata={"setting": spec})
+        return field(default_factory=factory, compare=compare, metadata={"setting": spec})
+    return field(default=default, compare=compare, metadata={"setting": spec})
 
 
 def specs(cls: type) -> dict[str, Spec]:
@@ -141,16 +150,19 @@ def count(low: int = 1, high: int = MAX_COUNT) -> Check:
 
 
 def number(*, low: float | None = None, above: float | None = None, high: float | None = None) -> Check:
-    """A finite number (int or float, returned as float) ``>= low``, ``> above``, ``<= high``."""
+    """A finite real number (int, float or numpy's; returned as float) ``>= low``, ``> above``, ``<= high``."""
     words = [f"from {low:g}" if low is not None else "", f"above {above:g}" if above is not None else "",
              ("to" if low is not None else "and at most" if above is not None else "at most")
              + f" {high:g}" if high is not None else ""]
     shape = " ".join(["a finite number", *filter(None, words)])
 
     def check(value: Any) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
             raise Bad(shape)
-        number = float(value)
+        try:
+            number = float(value)
+        except OverflowError:   # an int past a float's range (10**400): not a finite number either
+            raise Bad(shape) from None
         # each bound written as what must hold: NaN fails every one of them
         if not (math.isfinite(number) and (low is None or number >= low)
                 and (above is None or number > above) and (high is None or number <= high)):
@@ -277,11 +289,62 @@ def rule(test: Callable[[Any], bool], shape: str) -> Check:
     return check
 
 
+def operand(*, shape: str = "one line of text that does not start with '-' (a name, not an option)") -> Check:
+    """A value that lands on a command line as a word of its own (a module, a conda environment, a
+    container image, a script): one line of text that does not start with ``-``, so the command
+    cannot read it as an option (``module load --purge``, ``python3 -u -c CODE``)."""
+    one_line = text(shape=shape)
+
+    def check(value: Any) -> str:
+        if one_line(value).lstrip().startswith("-"):
+            raise Bad(shape)
+        return value
+    return check
+
+
+def operands() -> Check:
+    """A tuple (or list) of :func:`operand` values, returned as a tuple."""
+    shape = "a list of names that do not start with '-' (each is a word of a command, not an option)"
+    one = operand(shape=shape)
+
+    def check(value: Any) -> tuple[str, ...]:
+        if not isinstance(value, (list, tuple)):
+            raise Bad(shape)
+        return tuple(one(item) for item in value)
+    return check
+
+
+def str_mapping(*, shape: str = "a mapping of str to str (an environment, like os.environ)") -> Check:
+    """A mapping whose keys and values are all str (an environment), returned as given."""
+    def check(value: Any) -> Any:
+        if not isinstance(value, Mapping) or not all(isinstance(k, str) and isinstance(v, str)
+                                                     for k, v in value.items()):
+            raise Bad(shape)
+        return value
+    return check
+
+
+def kind(test: Callable[[Any], bool], shape: str) -> Check:
+    """A value ``test`` accepts, returned as given: an object the caller will use (a model, a
+    tensor, an ``Env``), checked for what it is before it is used deep inside (``shape`` says it:
+    ``a torch.nn.Module``). ``test`` may import what it needs (torch) lazily."""
+    def check(value: Any) -> Any:
+        try:
+            ok = test(value)
+        except Exception:   # a test that cannot answer (an object whose attribute raises) says no
+            ok = False
+        if not ok:
+            raise Bad(shape)
+        return value
+    return check
+
+
 def anything() -> Check:
     """Any value: the setting's own code checks it (an object with methods, a stream)."""
     return lambda value: value
 
 
-__all__ = ["CONTROL", "MAX_COUNT", "Bad", "Check", "SettingError", "Spec", "anything", "boolean", "check_fields",
-           "check_value", "choice", "count", "each", "has_control", "line", "mapping", "number", "pairs", "path",
-           "rule", "setting", "specs", "text", "texts"]
+__all__ = ["CONTROL", "MAX_COUNT", "Bad", "Check", "SettingError", "SettingTypeError", "Spec", "anything", "boolean",
+           "check_fields", "check_value", "choice", "count", "each", "has_control", "kind", "line", "mapping",
+           "number", "operand", "operands", "pairs", "path", "rule", "setting", "specs", "str_mapping", "text",
+           "texts"]

@@ -162,6 +162,8 @@ CASES: dict[str, tuple[str | None, str, str, str]] = {
     "srun-cpus-per-task": (None, "", "", "warning"),   # needs a profile's Slurm release: test_lint_slurm_version
     "sbatch-unicode": (None, job("--time=1:00:00", "\u2014account=project_1"),
                        job("--time=1:00:00", "--account=project_1"), "error"),
+    # a count, size or time sbatch cannot read (lint said nothing of --nodes=1e400)
+    "sbatch-value": (None, job("--time=1:00:00", "--nodes=1e400"), job("--time=1:00:00", "--nodes=2"), "error"),
     # a line that looks like a directive but is not one
     "sbatch-typo": (None, "#!/bin/bash\n#SBATCH --time=1:00:00\n# SBATCH --mem=8G\n\nsrun python x.py\n",
                     "#!/bin/bash\n#SBATCH --time=1:00:00\n##SBATCH --mem=8G\n\nsrun python x.py\n", "warning"),

@@ -273,10 +273,12 @@ OUTSIDE = {
     "clusters/schema:_typed", "clusters/probe:_toml_value",
     # text parsers: a CLI word or a size written as text, turned into the value a setting then checks
     "cli/args:mem_size", "cli/args:params", "plan/request:parse_params", "parallel/memory:parse_param_count",
-    # not a setting: a refusal of what the planner computed, and per-step data a training loop hands in
-    # (all_reduce_mean: a rank's metric and the samples it saw, any numbers.Real such as numpy's)
-    "plan/request:format_mem", "observe/inputs:check_samples", "observe/inputs:check_loss",
-    "runtime/agreement:poll", "data/metrics:all_reduce_mean",
+    # not a setting: a refusal of what the planner computed, and what the stop agreement exchanged
+    "plan/request:format_mem", "runtime/agreement:poll",
+    # the JSON reader's range check: a number a file holds, refused as text that is not JSON is
+    "fileio:_json_float",
+    # a training step's extra fields are the program's own (text, NaN kept): only an int past a float is refused
+    "observe/inputs:check_more",
 }
 
 

@@ -51,6 +51,10 @@ OPTIONS: dict[str, Spec] = {
 # save()'s step, declared as the options are: "save(): step must be a whole number from 0 ..."
 STEP = Spec(doc="pass the number of optimizer steps done, e.g. save(1200, state)",
             check=settings.count(low=0, high=10**12))
+# close()'s and export()'s arguments (step() takes save()'s step; the state and the model are
+# checked where they are read, by collect.classify and export.export)
+ENDED_NORMALLY = Spec(doc="False when the run stopped on an error", check=settings.boolean())
+EXPORT_PATH = Spec(doc="the file to write, e.g. export('model.pt', model)", check=settings.path())
 
 
 def _option(name: str, value: Any) -> Any:
@@ -186,6 +190,7 @@ class Checkpointer:
         A run that ends without a stop, past the step of an earlier run's ``stop.json``, marks
         that record superseded (rank 0): the folder then no longer reads as stopped.
         """
+        settings.check_value(ENDED_NORMALLY, ended_normally, "close(): ended_normally")
         if self._closed:
             return
         try:
@@ -260,6 +265,7 @@ class Checkpointer:
         """
         from scaletrain.runtime import agreement
 
+        step = settings.check_value(STEP, step, "step(): step")
         self._check_open()
         if self._agreement is None:
             self._agreement = agreement.StopAgreement()
@@ -303,6 +309,7 @@ class Checkpointer:
 
         See :func:`scaletrain.checkpoint.export.export`.
         """
+        settings.check_value(EXPORT_PATH, path, "export(): path")
         self.wait()
         from scaletrain.checkpoint.export import export
 

@@ -234,7 +234,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--mode", choices=("weak", "strong"), default="weak",
                    help="weak: the same batch per device; strong: the same global batch (default weak)")
     s.add_argument("--steps", type=_positive_int, default=30, metavar="N", help="steps per size (default 30)")
-    s.add_argument("--warmup", type=int, default=3, metavar="N", help="first steps left out (default 3)")
+    s.add_argument("--warmup", type=A.count(low=0), default=3, metavar="N", help="first steps left out (default 3)")
     s.add_argument("--batch", type=_positive_int, default=32, metavar="B",
                    help="batch per device (weak) or global (strong) (default 32)")
     s.add_argument("--cluster", metavar="NAME", help="predict with this cluster profile's bandwidths; with "

@@ -92,7 +92,9 @@ def run_create(args: argparse.Namespace) -> int:
         print(flag)
         return 0
     # the same rule as a job's: --container, else the profile's default image unless --module
-    probe = JobRequest(cluster=profile.name, script="-", container=args.container, modules=tuple(args.module))
+    # (no program: a stand-in name, never run; the request checks --container and --module as a job's)
+    probe = JobRequest(cluster=profile.name, script="env-create", container=args.container,
+                       modules=tuple(args.module))
     if TENSORFLOW in packages:   # the centre's TensorFlow module, not its PyTorch image
         probe = dataclasses.replace(probe, launcher="tensorflow")
     recipe = EnvRecipe(directory=directory, packages=packages, image=job_image(probe, profile),

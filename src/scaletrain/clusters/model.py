@@ -64,9 +64,10 @@ MAX_GB = 1e8
 WORD = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
 HOST_SUFFIX = re.compile(r"[A-Za-z0-9.-]*")
 SCRATCH = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*|\{[A-Za-z_][A-Za-z0-9_]*\})|/[A-Za-z0-9_.+/-]*")
-COMMAND_WORD = re.compile(r"[A-Za-z0-9_./+-]+")
-COMMAND = re.compile(r"[A-Za-z0-9_./+-]+( +[A-Za-z0-9_./+=:,-]+)*")
-IMAGE = re.compile(r"[A-Za-z0-9_./:@+-]+")
+# a command or an image never starts with '-': a first word the shell would pass as an option
+COMMAND_WORD = re.compile(r"[A-Za-z0-9_./+][A-Za-z0-9_./+-]*")
+COMMAND = re.compile(r"[A-Za-z0-9_./+][A-Za-z0-9_./+-]*( +[A-Za-z0-9_./+=:,-]+)*")
+IMAGE = re.compile(r"[A-Za-z0-9_./:@+][A-Za-z0-9_./:@+-]*")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 

@@ -117,10 +117,32 @@ def _load_file(path: Path) -> ClusterProfile:
     return profile_from_dict(data, path=str(path), default_name=path.stem)
 
 
+# TOML's integers are signed 64-bit (the spec: one that cannot be held "MUST" be an error); tomllib
+# reads 10**400 anyway, and a field that turns it into a float raised OverflowError.
+TOML_INT = 2**63 - 1
+
+
+def _check_integers(data: dict[str, Any], path: str) -> None:
+    """ProfileError naming the field when ``data`` holds an integer TOML cannot (past 64 bits)."""
+    todo: list[tuple[str, Any]] = [("", data)]
+    while todo:
+        key, value = todo.pop()
+        if isinstance(value, dict):
+            todo += [(f"{key}.{k}" if key else str(k), v) for k, v in value.items()]
+        elif isinstance(value, list):
+            todo += [(f"{key}[{i}]", v) for i, v in enumerate(value)]
+        elif isinstance(value, int) and not -TOML_INT - 1 <= value <= TOML_INT:
+            shown = str(value)
+            raise ProfileError(f"profile {path or '(inline)'}: field {key!r} = {shown[:12]}... ({len(shown)} digits) "
+                               "is out of range: TOML integers are 64-bit",
+                               "fix the profile file (see the shipped ones in scaletrain/clusters/profiles)")
+
+
 def profile_from_dict(data: dict[str, Any], *, path: str = "", default_name: str = "") -> ClusterProfile:
     """Build and validate a ClusterProfile from parsed TOML (the rules: ``clusters/schema.py``)."""
     from scaletrain.clusters.schema import build_profile
 
+    _check_integers(data, path)
     return build_profile(data, path=path, default_name=default_name)
 
 

@@ -254,6 +254,11 @@ def loader(dataset: Dataset, batch_size: int | None = None, global_batch_size: i
                                   "the order, or use torch's DataLoader directly")
     check_option("seed", seed)
     asked_workers = check_option("num_workers", num_workers)   # "auto" or an int from 0
+    for name, value in (("rank", rank), ("world_size", world_size), ("base_world_size", base_world_size),
+                        ("eval", eval), ("collate_fn", collate_fn), ("env", env), ("shuffle", shuffle),
+                        ("drop_last", drop_last), ("pin_memory", pin_memory),
+                        ("persistent_workers", persistent_workers), ("group", group)):
+        check_option(name, value)
     if group is not None:
         rank, world_size = group_rank_world(group)
         if rank < 0:
@@ -298,8 +303,15 @@ def _check_dataset(dataset: Any) -> None:
     """``UsageError`` unless ``dataset`` is one a DataLoader can shard: an ``IterableDataset``, or
     map-style (``__len__`` and ``__getitem__``). A generator or None failed deep inside torch's
     sampler with "object of type 'generator' has no len()"."""
-    if isinstance(dataset, IterableDataset) or (hasattr(dataset, "__len__")
-                                                and hasattr(dataset, "__getitem__")):
+    if isinstance(dataset, IterableDataset):
+        return
+    if hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__"):
+        try:   # the sampler's first question: a __len__ of -1 or 10**400 failed deep inside it
+            len(dataset)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise UsageError(f"scaletrain.loader: the dataset's len() must be a whole number from 0 "
+                             f"({type(exc).__name__}: {exc})",
+                             hint="return the number of samples from the dataset's __len__") from None
         return
     what = "None" if dataset is None else f"a {type(dataset).__name__}"
     hint = ("wrap a stream in a torch IterableDataset (class Stream(IterableDataset): "

@@ -14,8 +14,29 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from scaletrain.errors import UsageError
-from scaletrain.runtime.current import collective_device, group_rank_world
+from scaletrain import settings
+from scaletrain.runtime.current import GROUP, collective_device, group_rank_world
+
+
+def _value(value: Any) -> bool:
+    """A tensor, or a real number a float can hold (NaN and inf pass: a diverged loss is
+    averaged as it is; 10**400 is no float)."""
+    if isinstance(value, torch.Tensor):
+        return True
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return False
+    try:
+        float(value)
+    except OverflowError:
+        return False
+    return True
+
+
+# the reductions' arguments, in the settings vocabulary
+VALUE = settings.Spec(doc="reduce a loss as loss.detach() or float(loss)",
+                      check=settings.kind(_value, "a number or a tensor"))
+WEIGHT = settings.Spec(doc="the number of samples this rank evaluated, e.g. weight=len(shard)",
+                       check=settings.number(low=0), optional=True)
 
 
 def _world(group: Any = None) -> int:
@@ -38,14 +59,10 @@ def all_reduce_mean(value: float | int | torch.Tensor, *, weight: float | int | 
     gives NaN. Without a process group, or with one rank, it returns ``value`` (as a float for
     numbers). It is a collective: every rank must call it.
     """
-    if weight is not None and (isinstance(weight, bool) or not isinstance(weight, numbers.Real)
-                               or weight < 0):
-        raise UsageError(f"weight must be a non-negative number, got {weight!r}",
-                         hint="pass the number of samples this rank evaluated, e.g. weight=len(shard)")
+    settings.check_value(VALUE, value, "all_reduce_mean(): value")
+    settings.check_value(WEIGHT, weight, "all_reduce_mean(): weight")
+    settings.check_value(GROUP, group, "all_reduce_mean(): group")
     is_tensor = isinstance(value, torch.Tensor)
-    if not is_tensor and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
-        raise UsageError(f"all_reduce_mean takes a number or a tensor, got {type(value).__name__}",
-                         hint="reduce a loss as loss.detach() or float(loss)")
     if _world(group) == 1:
         return value if is_tensor else float(value)
 
@@ -78,6 +95,7 @@ def gather_objects(obj: Any, *, group: Any = None) -> list[Any]:
     evaluation shard, counts, timings): objects are pickled and exchanged whole. On NCCL the
     current CUDA device must be this rank's (``scaletrain.init()`` sets it). A collective.
     """
+    settings.check_value(GROUP, group, "gather_objects(): group")
     world = _world(group)
     if world == 1:
         return [obj]

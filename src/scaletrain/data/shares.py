@@ -15,8 +15,8 @@ from typing import Any
 from scaletrain import settings
 from scaletrain.data.lr import MAX_BATCH
 from scaletrain.errors import UsageError
-from scaletrain.runtime.current import current_env
-from scaletrain.runtime.env import Env
+from scaletrain.runtime.current import GROUP, current_env
+from scaletrain.runtime.env import ENV, Env
 
 AUTO_WORKERS_CAP = 8  # past ~8 workers per process, input pipelines rarely get faster
 
@@ -44,6 +44,23 @@ OPTIONS: dict[str, settings.Spec] = {
     "num_workers": settings.Spec(doc="num_workers='auto' uses the CPUs given to this process", check=_workers),
     "epoch": settings.Spec(doc="e.g. loader.epoch = 3 starts the next pass at epoch 3",
                            check=settings.count(low=0, high=10**12)),
+    "rank": settings.Spec(doc="the rank to shard for; leave it out for the job's", optional=True,
+                          check=settings.count(low=0, high=settings.MAX_COUNT - 1)),
+    "world_size": settings.Spec(doc="the processes to shard over; leave it out for the job's", optional=True,
+                                check=settings.count()),
+    "base_world_size": settings.Spec(doc="the world size batch_size was tuned on (None: no check)",
+                                     optional=True, check=settings.count()),
+    "eval": settings.Spec(doc="True: every sample once, in order, nothing dropped", check=settings.boolean()),
+    "collate_fn": settings.Spec(doc="a function that makes a batch of a list of samples", optional=True,
+                                check=settings.kind(callable, "a function (callable)")),
+    "env": ENV,
+    "group": GROUP,
+    # None: the loader's choice (shuffle and drop_last for training; pinning on a GPU; ...)
+    **{name: settings.Spec(doc=doc, check=settings.boolean(), optional=True) for name, doc in (
+        ("shuffle", "a new order every epoch (default for training)"),
+        ("drop_last", "drop the short last batch (default for training)"),
+        ("pin_memory", "page-locked batches for a faster copy to the GPU"),
+        ("persistent_workers", "keep the worker processes between epochs"))},
 }
 
 

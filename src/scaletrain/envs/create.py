@@ -29,6 +29,7 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from scaletrain import settings
 from scaletrain.clusters.profile import ClusterProfile
 from scaletrain.errors import UsageError
 from scaletrain.plan.values import check_text
@@ -108,13 +109,22 @@ def wheelhouse(profile: ClusterProfile) -> bool:
     return any("--no-index" in line for line in profile.python_env_lines)
 
 
+# a module or an image: a word of the command it is given to, never one it reads as an option
+_WORD = settings.Spec(doc="a name, e.g. --module pytorch/2.5", check=settings.operand())
+
+
+def _word(flag: str, value: str) -> str:
+    checked: str = settings.check_value(_WORD, value, flag)
+    return checked
+
+
 def _module_lines(profile: ClusterProfile, recipe: EnvRecipe) -> list[str]:
     # a TensorFlow job loads the centre's TensorFlow (plan.software.setup_lines): its venv is made there
     tf = for_tensorflow(recipe) and profile.tensorflow_setup_lines
     lines = list(profile.tensorflow_setup_lines if tf else profile.setup_lines)
     if recipe.modules:
         lines = [ln for ln in lines if not ln.lstrip().startswith("module load")]
-        lines.append("module load " + " ".join(q(check_text("--module", m)) for m in recipe.modules))
+        lines.append("module load " + " ".join(q(_word("--module", m)) for m in recipe.modules))
     return lines
 
 
@@ -138,7 +148,7 @@ def create_script(profile: ClusterProfile, recipe: EnvRecipe, *, scaletrain_dir:
         from scaletrain.plan.software import runtime
 
         wrap = f"{runtime(profile)}" + "".join(f" -B {q(b)}" for b in profile.container_binds)
-        run = f"{wrap} {q(check_text('--container', recipe.image))}"
+        run = f"{wrap} {q(_word('--container', recipe.image))}"
         lines += list(profile.container_setup_lines) + ["set -u",
                   f"{run} python3 -m venv --system-site-packages {d}"]
         pip = f"{run} {d}/bin/python -m pip install --quiet"

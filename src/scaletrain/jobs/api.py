@@ -33,14 +33,12 @@ RANK = settings.Spec(doc="the rank whose lines to show (None: every rank's), e.g
                      check=settings.count(low=0), optional=True)
 
 
-def _path(value: object, name: str) -> None:
-    """``TypeError`` naming ``name`` unless ``value`` is a path (str or os.PathLike of str)."""
-    if isinstance(value, os.PathLike):
-        value = os.fspath(value)
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be a path (str or pathlib.Path), not {type(value).__name__}")
-    if not value or "\0" in value:
-        raise UsageError(f"{name} must be a path, not {value!r}", "e.g. Job('runs/20261125-0102-train')")
+# Job()'s and report()'s paths and environment, in the settings vocabulary; a value of the wrong
+# kind is the TypeError these calls always promised (and a one-line UsageError as well)
+PATH = settings.Spec(doc="e.g. Job('runs/20261125-0102-train')", check=settings.path(),
+                     error=settings.SettingTypeError)
+ENVIRON = settings.Spec(doc="variables for Slurm's commands (None: this process's)", check=settings.str_mapping(),
+                        optional=True, error=settings.SettingTypeError)
 
 
 class Job:
@@ -49,11 +47,8 @@ class Job:
     def __init__(self, run_dir: str | os.PathLike[str], *, env: Mapping[str, str] | None = None) -> None:
         from scaletrain.jobs.runfolder import open_run
 
-        _path(run_dir, "run_dir")
-        if env is not None and (not isinstance(env, Mapping)
-                                or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())):
-            raise TypeError("env must be a mapping of str to str (or None), "
-                            f"not {type(env).__name__}")
+        settings.check_value(PATH, run_dir, "run_dir")
+        settings.check_value(ENVIRON, env, "env")
         self.run_dir = Path(run_dir).absolute()
         self.env = dict(env) if env is not None else None   # for Slurm's commands (tests: SLURM_CONF)
         run = open_run(self.run_dir)
@@ -116,7 +111,7 @@ class Job:
         from scaletrain.jobs import report
 
         if out is not None:
-            _path(out, "out")
+            settings.check_value(PATH, out, "out")
         rep = report.build(self.run_dir, env=self.env)
         report.write(rep, out)
         return report.render_text(rep)

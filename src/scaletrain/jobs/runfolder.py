@@ -118,6 +118,8 @@ def open_run(path: str | Path) -> RunFolder:
     for folder in walk(run.path, SEARCH_DEPTH):
         if run.metrics is None and _is_file(folder / METRICS_FILE):
             run.metrics = folder / METRICS_FILE
+        elif run.metrics is None and os.path.lexists(folder / METRICS_FILE):   # a pipe, a folder, a link
+            run.notes.append(f"{folder / METRICS_FILE} is not a regular file: left unread")
         if run.checkpoints is None and _has_checkpoints(folder):
             run.checkpoints = folder
     return run

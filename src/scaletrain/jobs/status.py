@@ -179,7 +179,15 @@ def _from_acct(status: RunStatus, runs: Sequence[Mapping[str, str]]) -> None:
 
 def _progress(status: RunStatus, verify_bytes: int | None = None) -> None:
     run = status.run
-    start, last = metrics_tail(run.metrics)
+    try:
+        start, last = metrics_tail(run.metrics)
+    except OSError as exc:   # a row without a step says why, and still shows its checkpoint
+        start = last = None
+        status.notes.append(f"cannot read {run.metrics}: {exc.strerror or exc}")
+    else:
+        if run.metrics is not None and start is None and last is None and _size(run.metrics):
+            status.notes.append(f"{run.metrics} holds no record the Monitor wrote that can be read "
+                                "(lines damaged or edited)")
     if start is not None:
         status.total_steps = start.get("total_steps") if isinstance(start.get("total_steps"), int) else None
     if last is not None:
@@ -193,6 +201,13 @@ def _progress(status: RunStatus, verify_bytes: int | None = None) -> None:
     status.checkpoint, status.checkpoint_unread = choice.step, choice.unread
     status.notes += choice.notes()
     status.stop = runfolder.stop_record(run.checkpoints)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _float(value: Any) -> float | None:

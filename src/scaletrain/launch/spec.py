@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 
 from scaletrain.contract.environ import BACKEND_VAR, DEFAULT_PORT, PROCS_PER_GPU_VAR, TIMEOUT_VAR
 from scaletrain.errors import UsageError
+from scaletrain.fileio import not_regular
 from scaletrain.launch.inproc.emulate import MODES
 from scaletrain.launch.threads import ThreadBudget, thread_budget
 from scaletrain.runtime.threads import allowed_cpus
@@ -93,8 +94,9 @@ class LaunchPlan:
             per_node = max(1, self.nproc_per_node // max(1, self.emulated_nodes))
             nodes += (f" x {self.emulated_nodes} emulated node(s) here ({self.emulate}), "
                       f"{self.nproc_per_node} in all")
+        threads = f"{self.threads.per_worker} thread(s)" if self.threads.per_worker else "OpenMP's default threads"
         return (f"{per_node} worker(s) per node{nodes}, rendezvous {where}, "
-                f"{self.threads.per_worker} thread(s) each ({self.threads.source})")
+                f"{threads} each ({self.threads.source})")
 
 
     def waiting_note(self) -> str | None:
@@ -124,6 +126,9 @@ def _resolve_target(req: RunRequest) -> tuple[str, ...]:
                              "check the name and that its package is installed or on PYTHONPATH")
         return ("-u", "-m", req.target, *req.args)
     if not os.path.isfile(req.target):
+        kind = not_regular(req.target)
+        if kind is not None:   # there, but a folder, a pipe or /dev/zero: "not found" would mislead
+            raise UsageError(f"{req.target} is {kind}, not a script", "give the path of a Python file")
         hint = ("to run a module use -m NAME" if not req.target.endswith(".py")
                 else "check the path (it is relative to the current directory)")
         raise UsageError(f"script not found: {req.target}", hint)

@@ -21,7 +21,7 @@ from scaletrain.runtime.threads import allowed_cpus, choose_threads
 class ThreadBudget:
     """Threads each local worker gets and where the number came from (for messages)."""
 
-    per_worker: int
+    per_worker: int   # 0: not known (a value of the user's that OpenMP ignores)
     source: str  # "OMP_NUM_THREADS (user)", "SLURM_CPUS_PER_TASK=8 / 2 workers", ...
     user_set: bool = False
 
@@ -37,8 +37,12 @@ def thread_budget(local_workers: int, environ: Mapping[str, str] | None = None) 
     env = os.environ if environ is None else environ
     user = env.get("OMP_NUM_THREADS", "").strip()
     if user:
-        return ThreadBudget(per_worker=int(user) if user.isdigit() else 1,
-                            source=f"OMP_NUM_THREADS={user} (set by you)", user_set=True)
+        count = int(user) if user.isascii() and user.isdigit() and len(user) <= 6 else 0
+        if count >= 1:
+            return ThreadBudget(per_worker=count, source=f"OMP_NUM_THREADS={user} (set by you)", user_set=True)
+        # 1e400, 0, "auto": left as set, and said to be what it is, not counted as some number of threads
+        return ThreadBudget(per_worker=0, source=f"OMP_NUM_THREADS={user[:20]!r} set by you is not a thread "
+                                                 "count: OpenMP ignores it", user_set=True)
     choice = choose_threads(environ=env, local_world_size=local_workers,
                             allowed_cpus=len(allowed_cpus()), per_slurm_task=local_workers)
     return ThreadBudget(per_worker=choice.threads, source=choice.source)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Mapping
 
+from scaletrain.checkpoint.safeio import gc_paused   # one pause of the collector, generic (no torch)
 from scaletrain.contract.environ import CLUSTER_VAR
 from scaletrain.contract.script import generated_for
 from scaletrain.errors import UsageError
@@ -145,23 +146,27 @@ def choose_profile(script: BatchScript, *, cluster: str | None = None, profile_p
 def lint_text(text: str, *, path: str = "<script>", profile: "ClusterProfile | None" = None,
               cluster_source: str = "", rules: set[str] | None = None) -> LintResult:
     """Run the rules (all, or the ids in ``rules``) on ``text``; findings sorted by line."""
-    script = parse_script(text, path)
-    ctx = LintContext(script=script, profile=profile)
-    found: list[Finding] = []
-    for rule in RULES.values():
-        if rules is not None and rule.id not in rules:
-            continue
-        if rule.needs_cluster and profile is None:
-            continue
-        found.extend(rule.check(ctx))
-    # an #SBATCH value that is a template's blank (--partition=<partition>) is the placeholder
-    # rule's to report, once: no other rule judges it as a partition or GPU type
-    blanks = {n for n, _ in rules_shell.placeholder_lines(ctx) if script.lines[n - 1].startswith("#SBATCH")}
-    found = [f for f in found if f.rule in _ABOUT_THE_CLUSTER or f.line not in blanks]
-    unique = list(dict.fromkeys(found))
-    unique.sort(key=lambda f: (f.line, f.severity != ERROR, f.rule))
-    return LintResult(path=path, cluster=None if profile is None else profile.name,
-                      cluster_source=cluster_source, findings=unique)
+    # The words, commands and steps of a long script hold no cycles, but each full pass of the
+    # cyclic collector walks all of them: with it running, lint's time per line grew 1.6x from
+    # 1,000 to 100,000 lines (docs/benchmarks.md); paused, it stays flat
+    with gc_paused():
+        script = parse_script(text, path)
+        ctx = LintContext(script=script, profile=profile)
+        found: list[Finding] = []
+        for rule in RULES.values():
+            if rules is not None and rule.id not in rules:
+                continue
+            if rule.needs_cluster and profile is None:
+                continue
+            found.extend(rule.check(ctx))
+        # an #SBATCH value that is a template's blank (--partition=<partition>) is the placeholder
+        # rule's to report, once: no other rule judges it as a partition or GPU type
+        blanks = {n for n, _ in rules_shell.placeholder_lines(ctx) if script.lines[n - 1].startswith("#SBATCH")}
+        found = [f for f in found if f.rule in _ABOUT_THE_CLUSTER or f.line not in blanks]
+        unique = list(dict.fromkeys(found))
+        unique.sort(key=lambda f: (f.line, f.severity != ERROR, f.rule))
+        return LintResult(path=path, cluster=None if profile is None else profile.name,
+                          cluster_source=cluster_source, findings=unique)
 
 
 def lint_file(path: str, *, cluster: str | None = None, profile_path: str | None = None,
@@ -182,6 +187,9 @@ def lint_agreed(text: str, *, path: str, names: list[str], cluster_source: str) 
     from scaletrain.clusters.profile import load_profile
 
     results = [lint_text(text, path=path, profile=load_profile(name)) for name in names]
-    agreed = [f for f in results[0].findings if all(f in r.findings for r in results[1:])]
+    # a set per profile: a finding looked up in a list was a scan per finding, quadratic in a
+    # script's length (a finding per srun line)
+    others = [set(r.findings) for r in results[1:]]
+    agreed = [f for f in results[0].findings if all(f in seen for seen in others)]
     return LintResult(path=path, cluster=None, cluster_source=cluster_source, findings=agreed,
                       candidates=tuple(names))

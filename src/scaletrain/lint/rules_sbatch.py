@@ -9,6 +9,7 @@ from typing import Iterable
 from scaletrain.lint.findings import ERROR, WARNING, Finding, LintContext, finding, rule
 from scaletrain.lint.lookalike import HINT as LOOKALIKE_HINT
 from scaletrain.lint.lookalike import line_lookalike, script_lookalikes
+from scaletrain.slurm.parse import parse_mem_mib, parse_time_seconds
 
 # sbatch's long options (Slurm 23-24 man page). sbatch also takes any unambiguous prefix.
 SBATCH_OPTIONS = frozenset("""
@@ -165,3 +166,63 @@ def sbatch_unicode(ctx: LintContext) -> Iterable[Finding]:
     # the one detector port uses too (scaletrain.lint.lookalike)
     for found in script_lookalikes(ctx.script):
         yield finding("sbatch-unicode", ERROR, found.line, found.message(), LOOKALIKE_HINT)
+
+
+# #SBATCH options that take a count, and what sbatch reads there: a whole number (1e400, nan, -1
+# and 2.5 are refused before the job is queued); --nodes also a range MIN-MAX; the GPU options an
+# optional type first (a100:4). Slurm keeps counts in 32 bits.
+_COUNTS = ("nodes", "ntasks", "ntasks-per-node", "cpus-per-task", "cpus-per-gpu", "ntasks-per-gpu",
+           "ntasks-per-core", "ntasks-per-socket", "gpus", "gpus-per-node", "gpus-per-task", "gpus-per-socket")
+_COUNT = re.compile(r"([A-Za-z0-9_.-]+:)?([0-9]+)(?:-([0-9]+))?")
+SLURM_MAX_COUNT = 2**32 - 3      # NO_VAL (2**32 - 2) and INFINITE above it are Slurm's own words
+PAST_SLURM = f"past Slurm's largest count ({SLURM_MAX_COUNT:,})"
+_MEMORY = ("mem", "mem-per-cpu", "mem-per-gpu")
+
+
+def unreadable(name: str, value: str | None) -> str | None:
+    """Why sbatch refuses ``--name=value``, or None when it reads it (or lint does not check it)."""
+    if name in _MEMORY:
+        return None if parse_mem_mib(value) is not None else "not a memory size (e.g. 32G, 4000M)"
+    if name == "time":
+        try:
+            seconds = parse_time_seconds(value or "x")
+        except ValueError:
+            return "not a time limit (e.g. 01:30:00, 2-00:00:00)"
+        # Slurm keeps a limit in minutes, 32 bits: 99999999999999999999-00:00:00 reads as nothing
+        return None if seconds is None or seconds // 60 <= SLURM_MAX_COUNT else "past Slurm's longest time limit"
+    if name == "gres":   # gpu:a100:1e400: the count of each gpu item is a count too
+        for item in (value or "").split(","):
+            parts = item.split("(")[0].split(":")            # gpu[:type][:count][(S:0-1)]
+            typed = len(parts) == 2 and not parts[1][:1].isdigit() and not parts[1].startswith("-")
+            if parts[0] == "gpu" and len(parts) > 1 and not typed:   # gpu:a100 is one GPU of a type
+                why = unreadable("gpus", parts[-1])
+                if why:
+                    return why
+        return None
+    if name not in _COUNTS:
+        return None
+    m = _COUNT.fullmatch((value or "").strip())
+    gpus = name.startswith("gpus")
+    if m is None or (m.group(1) and not gpus) or (m.group(3) and name != "nodes"):
+        return "not a whole number" + (" or a range MIN-MAX" if name == "nodes" else "")
+    if max(len(m.group(2)), len(m.group(3) or "")) > 10:   # before int(): 5,000 digits would raise
+        return PAST_SLURM
+    low, high = int(m.group(2)), int(m.group(3) or m.group(2))
+    if high > SLURM_MAX_COUNT:
+        return PAST_SLURM
+    if low > high:
+        return "a range whose minimum is above its maximum"
+    return None if low >= (0 if gpus else 1) else "zero, where Slurm needs at least 1"
+
+
+@rule("sbatch-value", "an #SBATCH count, memory size or time that sbatch cannot read (1e400, nan, -1, 0 nodes, 4-2)")
+def sbatch_value(ctx: LintContext) -> Iterable[Finding]:
+    for opt in ctx.script.options:   # every line: sbatch refuses the job on any of them, not only the last
+        why = unreadable(opt.name, opt.value)
+        if why is not None:
+            example = {"time": "--time=01:00:00", "nodes": "--nodes=2", "gres": "--gres=gpu:4",
+                       "mem": "--mem=32G", "mem-per-cpu": "--mem-per-cpu=4G", "mem-per-gpu": "--mem-per-gpu=32G"
+                       }.get(opt.name, f"--{opt.name}=4")
+            yield finding("sbatch-value", ERROR, opt.line,
+                          f"--{opt.name}={opt.value or ''}: {why}; sbatch refuses the job",
+                          f"write it as sbatch reads it, e.g. #SBATCH {example}")

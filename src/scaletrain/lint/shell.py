@@ -36,6 +36,12 @@ def paren_end(s: str, j: int) -> int:
     return len(s)
 
 
+# Characters that mean nothing to the scanner, taken a run at a time (one step per character
+# was most of lint's time): outside quotes, and inside double quotes.
+_PLAIN = re.compile(r"[^\\'\"$`\n \t;&|<()#]+")
+_PLAIN_QUOTED = re.compile(r'[^\\$`"\n]+')
+
+
 class _Scanner:
     """Splits shell text into commands. One pass over the characters, tracking quotes."""
 
@@ -47,6 +53,11 @@ class _Scanner:
         self.commands: list[Command] = []
         self._words: list[Word] = []
         self._word: Word | None = None
+        # the current word's raw text and value, in pieces joined once when it ends: adding to a
+        # str attribute copies it, which made a long quoted word (a many-line ``bash -c`` body)
+        # cost the square of its length
+        self._raw: list[str] = []
+        self._val: list[str] = []
         self._cmd_line = first_line
         self._pending_heredocs: list[tuple[str, bool, bool]] = []   # delimiter, quoted, strip tabs
         self._heredocs: list[Heredoc] = []
@@ -61,6 +72,8 @@ class _Scanner:
 
     def _end_word(self) -> None:
         if self._word is not None:
+            self._word.raw, self._word.value = "".join(self._raw), "".join(self._val)
+            self._raw, self._val = [], []
             self._words.append(self._word)
             self._word = None
 
@@ -78,9 +91,9 @@ class _Scanner:
         self._heredocs = []
 
     def _add(self, raw: str, value: str | None = None) -> None:
-        w = self._cur()
-        w.raw += raw
-        w.value += raw if value is None else value
+        self._cur()
+        self._raw.append(raw)
+        self._val.append(raw if value is None else value)
 
     # -- scanning ---------------------------------------------------------------------
     def _peek(self, k: int = 0) -> str:
@@ -187,22 +200,24 @@ class _Scanner:
                 end = s.find("'", self.i + 1)
                 end = len(s) if end < 0 else end
                 inner = s[self.i + 1:end]
+                ln, seen = self.line, 0     # lines counted from the previous match on, not from the start
                 for m in re.finditer(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", inner):
-                    ln = self.line + inner[:m.start()].count("\n")
+                    ln += inner.count("\n", seen, m.start())
+                    seen = m.start()
                     self._cur().expansions.append(Expansion(name=m.group(1), quote="single", line=ln))
                 self._add(s[self.i:end + 1], inner)
                 self.line += inner.count("\n")
                 self.i = end + 1
             elif c == '"':
                 self._cur()
-                self._word.raw += '"'  # type: ignore[union-attr]
+                self._raw.append('"')
                 self.i += 1
                 while self.i < len(s) and s[self.i] != '"':
                     d = s[self.i]
                     if d == "\\" and self._peek(1) == "\n":
                         self.i += 2
                         self.line += 1
-                    elif d == "\\" and self._peek(1) in '$`"\\':
+                    elif d == "\\" and self._peek(1) and self._peek(1) in '$`"\\':  # "" at the end is in any str
                         if self._peek(1) == "$":
                             name = NAME_RE.match(s, self.i + 2)
                             if name:
@@ -218,12 +233,16 @@ class _Scanner:
                         self._add(s[self.i:end + 1])
                         self.line += s[self.i:end + 1].count("\n")
                         self.i = end + 1
-                    else:
-                        if d == "\n":
-                            self.line += 1
+                    elif d == "\n":
+                        self.line += 1
                         self._add(d)
                         self.i += 1
-                self._word.raw += '"'  # type: ignore[union-attr]
+                    else:   # a run of characters with no meaning inside double quotes (or a lone backslash)
+                        run = _PLAIN_QUOTED.match(s, self.i)
+                        end = run.end() if run else self.i + 1
+                        self._add(s[self.i:end])
+                        self.i = end
+                self._raw.append('"')
                 self.i += 1
             elif c == "$":
                 self._dollar("bare")
@@ -256,9 +275,11 @@ class _Scanner:
                 # subshell/grouping parentheses around commands: separators for our purpose
                 self._end_command()
                 self.i += 1
-            else:
-                self._add(c)
-                self.i += 1
+            else:   # a run of plain characters (at least this one: a '#' or '(' inside a word)
+                run = _PLAIN.match(s, self.i)
+                end = run.end() if run else self.i + 1
+                self._add(s[self.i:end])
+                self.i = end
         self._end_command()
         return self.commands
 

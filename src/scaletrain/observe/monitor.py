@@ -38,13 +38,14 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from scaletrain import settings
 from scaletrain.contract.files import SUMMARY_FILE
 from scaletrain.fileio import atomic_write, json_text
 from scaletrain.observe.commwait import CommWait, attach
 from scaletrain.observe.config import MonitorConfig, make_config
 from scaletrain.observe.devices import (DeviceSampler, device_key, device_peak_flops, lookup, peak_memory_gb,
                                         rank_sampler)
-from scaletrain.observe.inputs import check_loss, check_samples, warn_write_failure
+from scaletrain.observe.inputs import MAX_SAMPLES, check_loss, check_more, check_samples, warn_write_failure
 from scaletrain.observe.health import HealthFinding, HealthTracker, RankWindow, attach_samples
 from scaletrain.observe.records import NEVER, Record, StepBatch, retune
 from scaletrain.observe.sinks import JsonlSink, Sink, build_sinks, run_files, start_record
@@ -53,7 +54,17 @@ from scaletrain.observe.stepstats import StepStats
 from scaletrain.observe.writer import SinkWriter
 from scaletrain.runtime.cadence import MONITOR_EVERY, monitor_interval
 from scaletrain.runtime.current import current_env, live_dist
+from scaletrain.runtime.env import ENV
 
+
+# the Monitor's arguments besides its settings (observe.config), in the settings vocabulary
+RUN_DIR = settings.Spec(doc="the folder for metrics.jsonl and summary.json (None: console only)",
+                        check=settings.path(), optional=True)
+MODEL = settings.Spec(doc="the model, before its first forward pass, e.g. monitor.watch(model)",
+                      check=settings.kind(lambda m: callable(m.parameters), "a torch.nn.Module"))
+ITERABLE = settings.Spec(doc="the loader to time, e.g. for batch in monitor.data(loader)",
+                         check=settings.kind(lambda v: hasattr(v, "__iter__") or hasattr(v, "__getitem__"),
+                                             "an iterable (a loader, a list)"))
 
 BUFFER_STEPS = 10_000  # steps buffered at most, however long flush_s: checked at each exchange
 
@@ -71,6 +82,8 @@ class Monitor:
 
     def __init__(self, run_dir: str | os.PathLike[str] | None = None, config: MonitorConfig | None = None, *,
                  env: Any = None, **options: Any) -> None:
+        settings.check_value(RUN_DIR, run_dir, "Monitor: run_dir")
+        settings.check_value(ENV, env, "Monitor: env")
         self.config = cfg = make_config(config, options)
         self._spaced = cfg.every is None  # exchanges spaced by time unless a step count was asked for
         self.env = env if env is not None else current_env()
@@ -133,6 +146,7 @@ class Monitor:
         (``scaletrain plan --explain RUN_DIR``). Returns False when ``model`` is not wrapped
         in DistributedDataParallel (then only the gradient size is recorded).
         """
+        settings.check_value(MODEL, model, "Monitor.watch(): model")
         # the bytes DDP all-reduces per step: what the scaling model (plan --explain) needs
         self.grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
         timer = CommWait()
@@ -161,6 +175,10 @@ class Monitor:
 
     def data(self, iterable: Iterable[Any]) -> Iterator[Any]:
         """Iterate ``iterable``, adding the time blocked in each ``next()`` to the data wait."""
+        settings.check_value(ITERABLE, iterable, "Monitor.data(): iterable")   # here, not at the first next()
+        return self._data(iterable)
+
+    def _data(self, iterable: Iterable[Any]) -> Iterator[Any]:
         it = iter(iterable)
         while True:
             t0 = time.perf_counter()
@@ -194,10 +212,12 @@ class Monitor:
             **extra: more numbers to log (TensorBoard ``extra/<name>``).
         """
         # The common call (an int sample count and a loss) costs one clock read, two list
-        # appends and five comparisons: tokens, data waits and extra fields arrive in ``more``,
-        # one test when absent (docs/benchmarks.md, "Monitor overhead", has the figures)
+        # appends and a handful of comparisons: tokens, data waits and extra fields arrive in
+        # ``more``, two tests when absent (docs/benchmarks.md, "Monitor overhead", has the figures)
         now = time.perf_counter()
-        if samples.__class__ is not int or samples < 0:  # the usual int costs one test
+        if more:  # tokens, a data wait, extra fields: checked before anything is recorded
+            check_more(more)
+        if samples.__class__ is not int or not 0 <= samples <= MAX_SAMPLES:  # the usual int: one test
             samples = check_samples(samples)  # raises before anything is recorded
         n = self._step + 1
         if n % self._loss_every == 0 and loss is not None:

@@ -18,7 +18,6 @@ place is refused, not waited on. NaN, which the writer writes as null, reads bac
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Mapping
@@ -26,8 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Iterator
 
-from scaletrain.fileio import LINE_BYTES, json_lines, json_text, open_regular
+from scaletrain.fileio import LINE_BYTES, json_lines, json_text, open_regular, parse_json
 from scaletrain.observe.records import encode
+from scaletrain.settings import Bad, Check, count, number
 
 SCAN_BYTES = 1024 * 1024 * 1024  # how far back status looks for the run's start line, 1 MiB at a time
 DAMAGED_TRIES = 8                # step lines tried back from the end when the last ones do not parse
@@ -101,7 +101,7 @@ def _record_at(fh: IO[bytes], offset: int) -> dict[str, Any] | None:
         return None
     fh.seek(offset)
     try:
-        return clean_record(json.loads(fh.readline(LINE_BYTES)))
+        return clean_record(parse_json(fh.readline(LINE_BYTES)))
     except (ValueError, RecursionError):
         return None           # a half-written or hand-edited line: skipped
 
@@ -111,28 +111,25 @@ def metrics_tail(path: Path | None, limit: int = SCAN_BYTES) -> tuple[dict[str, 
 
     Both are found reading backwards from the end (at most ``limit`` bytes, a MiB at a time); only
     those two lines are parsed, so 200 folders cost milliseconds each. A step line cut short (a job
-    killed mid-write) gives way to the whole one before it. A pipe or device in the folder's place
-    is refused, not waited on; an unreadable file gives (None, None).
+    killed mid-write) gives way to the whole one before it. ``OSError`` when the file cannot be
+    read (a pipe or device in its place is refused, not waited on): the caller says so.
     """
     if path is None:
         return None, None
-    try:
-        with open_regular(path) as fh:
-            size = fh.seek(0, os.SEEK_END)
-            floor = max(0, size - limit)
-            at_step = _last(fh, STEP_HEAD, size, floor=floor)
-            at_start = _last(fh, START_HEAD, size, floor=floor)
-            start = _record_at(fh, at_start)
-            last = None
-            for _ in range(DAMAGED_TRIES):
-                if at_step <= at_start:         # no (whole) step yet in this run
-                    break
-                last = _record_at(fh, at_step)
-                if last is not None and last["type"] == "step":
-                    break
-                last, at_step = None, _last(fh, STEP_HEAD, at_step, floor=max(floor, at_start))
-    except OSError:
-        return None, None
+    with open_regular(path) as fh:
+        size = fh.seek(0, os.SEEK_END)
+        floor = max(0, size - limit)
+        at_step = _last(fh, STEP_HEAD, size, floor=floor)
+        at_start = _last(fh, START_HEAD, size, floor=floor)
+        start = _record_at(fh, at_start)
+        last = None
+        for _ in range(DAMAGED_TRIES):
+            if at_step <= at_start:         # no (whole) step yet in this run
+                break
+            last = _record_at(fh, at_step)
+            if last is not None and last["type"] == "step":
+                break
+            last, at_step = None, _last(fh, STEP_HEAD, at_step, floor=max(floor, at_start))
     return start, last
 
 
@@ -150,24 +147,27 @@ class SummaryStep:
     device: str | None = None     # where it ran ("cpu", "cuda:0", ...), None in an older summary
 
 
-def _number(value: Any, low: float, high: float) -> float | None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    return float(value) if ok and low <= value <= high else None
-
-
 def summary_step(summary: Mapping[str, Any]) -> SummaryStep | None:
     """The measured step of a ``summary.json`` (a JSON object, as read), or None when it has none
     (fewer steps than the Monitor's warm-up, or the figures edited out or of the wrong type)."""
-    step_s = _number(summary.get("step_s_median"), 1e-9, 1e6)
-    per_step = _number(summary.get("samples_per_step"), 1e-9, 1e12)
-    if not step_s or not per_step:
+    step_s = _figure(summary, "step_s_median", number(above=0, high=1e9))
+    per_step = _figure(summary, "samples_per_step", number(above=0, high=1e15))
+    if step_s is None or per_step is None:
         return None
-    world = int(_number(summary.get("world_size"), 1, 10**7) or 1)
-    grad = summary.get("grad_bytes")
+    world = _figure(summary, "world_size", count()) or 1
     device = summary.get("device")
     return SummaryStep(step_s=step_s, samples_per_step=per_step,
-                       data_wait_frac=_number(summary.get("data_wait_frac"), 0.0, 1.0) or 0.0,
-                       grad_bytes=grad if isinstance(grad, int) and not isinstance(grad, bool) and grad > 0 else None,
-                       samples=(_number(summary.get("total_samples"), 0, 1e18) or 0.0) * world,
+                       data_wait_frac=_figure(summary, "data_wait_frac", number(low=0, high=1)) or 0.0,
+                       grad_bytes=_figure(summary, "grad_bytes", count(low=0, high=2**62)) or None,
+                       samples=(_figure(summary, "total_samples", number(low=0, high=1e18)) or 0.0) * world,
                        steps=summary.get("steps", "?"), world_size=world,
                        device=device if isinstance(device, str) else None)
+
+
+def _figure(summary: Mapping[str, Any], key: str, shape: Check) -> Any:
+    """``summary[key]`` when it has ``shape`` (a settings check), else None: a value edited by
+    hand, of another type or out of range (10**400, NaN) is a figure not known, never one computed with."""
+    try:
+        return shape(summary.get(key))
+    except Bad:
+        return None

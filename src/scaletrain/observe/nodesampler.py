@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+from scaletrain import settings
 from scaletrain.contract.files import GPU_SAMPLES_PREFIX
 from scaletrain.errors import UsageError
 from scaletrain.fileio import json_lines, json_text
@@ -143,25 +144,41 @@ def sample_loop(out_dir: Path, interval_s: float, backend: Backend | None, *, ve
     return path
 
 
+# --interval, in the settings vocabulary and the bounds of the request's --sample-gpus S (NaN was
+# taken as 1 s, -5 as 1 s, 1e400 ended the loop in an OverflowError)
+INTERVAL = settings.Spec(doc="seconds between readings, e.g. --interval 10", unit="seconds",
+                         check=settings.number(low=1, high=3600))
+
+
+def _float_or_text(text: str) -> object:
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry: ``DIR [--interval S]``; SIGTERM ends the loop."""
     parser = argparse.ArgumentParser(prog="python -m scaletrain.observe.nodesampler",
                                      description="Sample this node's GPUs into DIR/gpus-<host>.jsonl")
     parser.add_argument("dir")
-    parser.add_argument("--interval", type=float, default=DEFAULT_INTERVAL_S)
+    parser.add_argument("--interval", default=str(DEFAULT_INTERVAL_S), metavar="S")
     args = parser.parse_args(argv)
     out = Path(args.dir)
-    if out.exists() and not out.is_dir():
-        print(UsageError(f"{args.dir} is not a folder: the sampler writes gpus-<host>.jsonl into a "
-                         "folder", "give the run folder (it is created if missing)").render(),
-              file=sys.stderr)
+    try:
+        interval = settings.check_value(INTERVAL, _float_or_text(args.interval), "--interval")
+        if out.exists() and not out.is_dir():
+            raise UsageError(f"{args.dir} is not a folder: the sampler writes gpus-<host>.jsonl into a folder",
+                             "give the run folder (it is created if missing)")
+    except UsageError as exc:
+        print(exc.render(), file=sys.stderr)
         return 2
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     backend, vendor, reason = first_backend()
     try:
-        sample_loop(out, max(1.0, args.interval), backend, vendor=vendor, reason=reason, stop=stop)
+        sample_loop(out, interval, backend, vendor=vendor, reason=reason, stop=stop)
     except OSError as exc:     # a full or read-only disk ends the sampling, never the job
         print(f"scaletrain: GPU sampler stopped: cannot write in {args.dir}: {exc.strerror or exc}",
               file=sys.stderr)

@@ -29,14 +29,13 @@ same cluster finds them.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scaletrain.fileio import atomic_write, json_text, read_bounded
+from scaletrain.fileio import atomic_write, json_text, parse_json, read_bounded
 
 # Fitted on the tables of published_tables.FIT only (benchmarks/published_scaling.py shows the fit;
 # tests/unit/test_scaling_published.py re-fits them and fails when these drift from the data).
@@ -132,7 +131,7 @@ def calibration_path() -> Path:
 
 def _read_all(path: Path) -> dict[str, Any]:
     try:
-        doc = json.loads(read_bounded(path)) if path.is_file() else {}
+        doc = parse_json(read_bounded(path)) if path.is_file() else {}   # numbers in range, or none
     except (OSError, ValueError, RecursionError):
         return {}      # a damaged file is as good as none: the next calibration replaces it
     return doc if isinstance(doc, dict) else {}

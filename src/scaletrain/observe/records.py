@@ -95,7 +95,10 @@ def _number(value: Any) -> float | None:
         # a loss that became a vector after the first steps (only the first is checked): no number
         count = value.numel() if hasattr(value, "numel") else getattr(value, "size", 1)
         return float(value.item()) if count == 1 else math.nan
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:   # an int past a float (only the first loss is checked): no number, as NaN
+        return math.nan
 
 
 def _floats(values: list[Any]) -> list[float | None]:

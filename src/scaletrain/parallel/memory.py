@@ -68,6 +68,15 @@ _MASTER_WEIGHT_BYTES = 4  # fp32 copy kept by mixed-precision optimizers
 # estimate_memory()'s world size, declared in the settings vocabulary (scaletrain.settings)
 WORLD_SIZE = settings.Spec(doc="pass the number of ranks (GPUs) in the job, e.g. world_size=8",
                            check=settings.count())
+MAX_PARAMS = 10**15   # a quadrillion parameters, as plan's --params
+OPTIONS = {
+    "shard_size": settings.Spec(doc="hsdp: ranks in one shard group (a node); leave it out for all",
+                                check=settings.count(), optional=True),
+    "pipeline_stages": settings.Spec(doc="pipeline: number of stages; leave it out for one per rank",
+                                     check=settings.count(), optional=True),
+    "n_trainable": settings.Spec(doc="trainable parameters of a count; leave it out for all of them",
+                                 check=settings.count(low=0, high=MAX_PARAMS), optional=True),
+}
 
 # every name of the strategy vocabulary that lays model state out (``auto`` only picks one)
 STRATEGIES: tuple[str, ...] = (
@@ -153,19 +162,26 @@ def _count(n: int) -> str:
 _SUFFIX = {"": 1, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
 
 
-def parse_param_count(text: str | int | float) -> int:
-    """``"7e9"``, ``"7B"``, ``"350M"``, ``"1.5b"``, ``7e9`` -> an integer parameter count."""
+def parse_param_count(text: str | int | float, what: str = "the parameter count") -> int:
+    """``"7e9"``, ``"7B"``, ``"350M"``, ``"1.5b"``, ``7e9`` -> an integer parameter count
+    (UsageError naming ``what`` otherwise)."""
     if isinstance(text, (int, float)) and not isinstance(text, bool):
-        value = float(text)
+        try:
+            value = float(text)
+        except OverflowError:   # 10**400: no float, and far past any model
+            value = math.inf
+    elif not isinstance(text, str):
+        raise UsageError(f"{what} must be a model or a parameter count, got {type(text).__name__}",
+                         hint="pass the model, or its size as 7e9, 7B, 350M or 125000000")
     else:
         match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKmMbBgGtT]?)\s*",
                              str(text))
         if not match:
-            raise UsageError(f"cannot read a parameter count from {text!r}",
+            raise UsageError(f"cannot read {what} from {text!r}",
                              hint="write it as 7e9, 7B, 350M or 125000000")
         value = float(match.group(1)) * _SUFFIX[match.group(2).lower()]
-    if not math.isfinite(value) or value <= 0:
-        raise UsageError(f"the parameter count must be positive, got {text!r}",
+    if not math.isfinite(value) or not 0 < value <= MAX_PARAMS:
+        raise UsageError(f"{what} must be from 1 to {MAX_PARAMS:g}, got {str(text)[:40]!r}",
                          hint="write it as 7e9, 7B, 350M or 125000000")
     return int(round(value))
 
@@ -204,7 +220,9 @@ def _optimizer_name(optimizer: Any) -> str:
 
 def _norm_choice(value: str, known: Collection[str], what: str,
                  aliases: dict[str, str] | None = None) -> str:
-    key = str(value).strip().lower()
+    if not isinstance(value, str):   # None read as "none" was the strategy of that name
+        raise UsageError(f"{what} must be a name, got {value!r}", hint=f"use one of: {', '.join(known)}")
+    key = value.strip().lower()
     key = (aliases or {}).get(key, key.replace("-", "_"))
     if key not in known:
         raise UsageError(f"unknown {what} {value!r}",
@@ -241,6 +259,9 @@ def estimate_memory(model_or_n_params: Any, optimizer: str = "adam", precision: 
     Raises:
         UsageError: an unknown name or a world/shard/stage size that does not fit.
     """
+    for name, value in (("shard_size", shard_size), ("pipeline_stages", pipeline_stages),
+                        ("n_trainable", n_trainable)):
+        settings.check_value(OPTIONS[name], value, f"estimate_memory(): {name}")
     n_params, trainable = _counts(model_or_n_params, n_trainable)
     opt = _norm_choice(_optimizer_name(optimizer), _OPTIMIZER_STATE, "optimizer")
     prec = _norm_choice(precision, PRECISIONS, "precision", PRECISION_ALIASES)
@@ -251,7 +272,7 @@ def estimate_memory(model_or_n_params: Any, optimizer: str = "adam", precision: 
     mixed = width < 4
     grad_width = width
     if grad_accum_dtype is not None:
-        grad_width = PRECISIONS[_norm_choice(grad_accum_dtype, PRECISIONS, "gradient dtype",
+        grad_width = PRECISIONS[_norm_choice(grad_accum_dtype, PRECISIONS, "grad_accum_dtype",
                                              PRECISION_ALIASES)].value_bytes
     opt_per_param = _OPTIMIZER_STATE[opt] + (_MASTER_WEIGHT_BYTES if mixed else 0)
     replica = (n_params * width, trainable * grad_width, trainable * opt_per_param)
@@ -268,9 +289,9 @@ def _counts(model_or_n_params: Any, n_trainable: int | None) -> tuple[int, int]:
     """(all, trainable) parameters of a model or of a count (``7e9``, ``"7B"``)."""
     if hasattr(model_or_n_params, "parameters"):
         n_params, counted_trainable = _count_parameters(model_or_n_params)
-        return n_params, counted_trainable if n_trainable is None else int(n_trainable)
-    n_params = parse_param_count(model_or_n_params)
-    return n_params, n_params if n_trainable is None else int(n_trainable)
+        return n_params, counted_trainable if n_trainable is None else n_trainable
+    n_params = parse_param_count(model_or_n_params, "estimate_memory(): model_or_n_params")
+    return n_params, n_params if n_trainable is None else n_trainable
 
 
 Rows = tuple[int, int, int]  # bytes of parameters, gradients, optimizer state

@@ -258,21 +258,23 @@ class StrategyOptions:
         extra: strategy-specific options passed through (the pipeline strategy's).
     """
 
-    bucket_cap_mb: float | None = None
-    static_graph: bool = False
-    find_unused_parameters: bool = False
-    min_params: int = 1_000_000
+    # the knobs with a value of their own, in the settings vocabulary (a refusal names setup()'s keyword)
+    bucket_cap_mb: float | None = settings.setting(
+        "DDP's gradient bucket in MiB; 25 is PyTorch's default", default=None, unit="MiB",
+        check=settings.number(above=0, high=1e6), error=StrategySettingError)
+    static_graph: bool = settings.setting("DDP: the graph is the same every step", default=False,
+                                          check=settings.boolean(), error=StrategySettingError)
+    find_unused_parameters: bool = settings.setting("DDP looks for parameters without a gradient", default=False,
+                                                    check=settings.boolean(), error=StrategySettingError)
+    min_params: int = settings.setting("FSDP wraps children of at least this many parameters, e.g. 1_000_000",
+                                       default=1_000_000, check=settings.count(low=0, high=10**15),
+                                       error=StrategySettingError)
     wrap: tuple[type, ...] | None = None
     mesh_shape: tuple[int, int] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.bucket_cap_mb is not None and self.bucket_cap_mb <= 0:
-            raise StrategyError(f"bucket_cap_mb must be positive, got {self.bucket_cap_mb}",
-                                hint="25 is PyTorch's default")
-        if self.min_params < 0:
-            raise StrategyError(f"min_params must be >= 0, got {self.min_params}",
-                                hint="e.g. min_params=1_000_000")
+        settings.check_fields(self, owner="setup()")
         if self.wrap is not None:
             wrap = (self.wrap,) if isinstance(self.wrap, type) else tuple(self.wrap)
             bad = [w for w in wrap if not isinstance(w, type)]

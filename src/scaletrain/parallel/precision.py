@@ -40,6 +40,7 @@ The names themselves (:class:`~scaletrain.parallel.options.PrecisionSpec`, ``PRE
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import weakref
 from dataclasses import dataclass, field
@@ -210,6 +211,27 @@ def install_scaled_step(optimizer: Any, state: ParallelState) -> None:
     optimizer.step = step
 
 
+def _tensor(value: Any) -> bool:
+    import torch
+
+    return isinstance(value, torch.Tensor)
+
+
+def _module(value: Any) -> bool:
+    """A module, or what setup() returned (a PipelineModel is not a Module)."""
+    import torch
+
+    return isinstance(value, torch.nn.Module) or getattr(value, _ATTR, None) is not None
+
+
+# backward()'s and accumulate()'s arguments, in the settings vocabulary
+LOSS = settings.Spec(doc="the scalar loss tensor of this (micro-)batch, e.g. scaletrain.backward(loss)",
+                     check=settings.kind(_tensor, "a torch.Tensor"), error=StrategySettingError)
+MODEL = settings.Spec(doc="the model scaletrain.setup() returned",
+                      check=settings.kind(_module, "a torch.nn.Module"), error=StrategySettingError)
+OPTIONAL_MODEL = dataclasses.replace(MODEL, optional=True)
+
+
 def backward(loss: torch.Tensor, model: Any = None, **kwargs: Any) -> None:
     """``loss.backward()`` that scales for fp16 and averages over accumulation micro-steps.
 
@@ -218,6 +240,8 @@ def backward(loss: torch.Tensor, model: Any = None, **kwargs: Any) -> None:
         model: the model returned by ``setup()``; default the most recently set up one.
         **kwargs: passed to ``Tensor.backward`` (e.g. ``retain_graph``).
     """
+    settings.check_value(LOSS, loss, "backward(): loss")
+    settings.check_value(OPTIONAL_MODEL, model, "backward(): model")
     state = state_of(model)
     if state is not None and state.accumulator is not None and state.accumulator.active:
         loss = loss / state.accumulator.steps
@@ -241,6 +265,7 @@ class Accumulator:
     """
 
     def __init__(self, model: Any, steps: int) -> None:
+        settings.check_value(MODEL, model, "accumulate(): model")
         settings.check_value(ACCUMULATE_STEPS, steps, "accumulate(): steps")
         self.model = model
         self.steps = steps

@@ -33,6 +33,7 @@ from __future__ import annotations
 import warnings
 from typing import TYPE_CHECKING, Any, Literal, overload
 
+from scaletrain import settings
 from scaletrain.errors import StrategyError, UsageError
 from scaletrain.parallel.options import (
     ParallelDims,
@@ -53,6 +54,11 @@ from scaletrain.parallel.precision import (
 )
 from scaletrain.parallel.strategy import Context, NoneStrategy, Strategy, build_mesh
 from scaletrain.runtime.current import live_dist
+from scaletrain.runtime.env import ENV
+
+# setup()'s verbose, in the settings vocabulary (env: runtime.env's ENV; the strategy and the
+# precision are checked by their own tables, options by parallel.options)
+VERBOSE = settings.Spec(doc="True: rank 0 prints what was applied", check=settings.boolean())
 
 if TYPE_CHECKING:
     import torch
@@ -120,6 +126,8 @@ def setup(model: Any, optimizer: Any = None, *, strategy: str = "ddp", precision
         StrategyError: the strategy/precision is unknown or cannot run here (the hint says
             what to use instead).
     """
+    settings.check_value(ENV, env, "setup(): env")
+    settings.check_value(VERBOSE, verbose, "setup(): verbose")
     spec = resolve_strategy(strategy)
     prec = resolve_precision(precision)
     opts = _split_options(spec, options)

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from scaletrain.errors import PlanError, UsageError
 from scaletrain.parallel.options import PRECISIONS
 from scaletrain.plan.values import SBATCH_SHAPES, check_request_values
-from scaletrain.settings import Bad, boolean, check_fields, choice, count, number, pairs, setting, text, texts
+from scaletrain.settings import (Bad, boolean, check_fields, choice, count, number, operand, operands, pairs, setting,
+                                 text, texts)
 from scaletrain.slurm.parse import parse_mem_mib, parse_time_seconds
 
 # Launch modes and their facts live in one table (scaletrain.plan.launchers).
@@ -44,6 +45,11 @@ def _wheels(value: object) -> tuple[str, ...]:
 
 
 _COUNT = count()
+# a value that lands on the job's command lines as a word of its own (a module, an environment, an
+# image, an interpreter, a path): never one that starts with '-', which the command reads as an option
+_OPERAND = operand()
+
+
 _ARGS = texts(empty_ok=True, control_ok=True)   # program arguments: checked for the script below
 _PARTITION = text(pattern=SBATCH_SHAPES["partition"][0], shape=SBATCH_SHAPES["partition"][1])
 
@@ -95,9 +101,9 @@ class JobRequest:
     # at least 1 MiB: Slurm reads --mem=0 as "all of the node's memory"
     mem_per_gpu_gb: float | None = setting("memory per GPU", default=None, unit="GB", flag="--mem-per-gpu",
                                            check=number(low=MIN_MEM_GB, high=MAX_MEM_GB))
-    container: str | None = setting("an Apptainer/Singularity image", default=None, check=_TEXT,
+    container: str | None = setting("an Apptainer/Singularity image", default=None, check=_OPERAND,
                                     flag="--container")
-    stage_data: str | None = setting("a dataset copied to node-local disk", default=None, check=_TEXT,
+    stage_data: str | None = setting("a dataset copied to node-local disk", default=None, check=_OPERAND,
                                      flag="--stage-data")
     stage_data_gb: float | None = setting("the size of stage_data, as measured", default=None, unit="GB",
                                           check=number(low=0))
@@ -128,12 +134,12 @@ class JobRequest:
     sbatch_extra: tuple[tuple[str, str], ...] = setting(   # refused if it contradicts the plan
         "more sbatch options, OPTION[=VALUE]", default=(), check=pairs(), flag="--sbatch")
     # software set-up; each replaces or extends the profile's lines (scaletrain.plan.software)
-    modules: tuple[str, ...] = setting("modules to load (replaces the profile's)", default=(), check=texts(),
+    modules: tuple[str, ...] = setting("modules to load (replaces the profile's)", default=(), check=operands(),
                                        flag="--module")
-    venv: str | None = setting("a virtualenv to activate", default=None, check=_TEXT, flag="--venv")
-    conda: str | None = setting("a conda environment to activate", default=None, check=_TEXT, flag="--conda")
+    venv: str | None = setting("a virtualenv to activate", default=None, check=_OPERAND, flag="--venv")
+    conda: str | None = setting("a conda environment to activate", default=None, check=_OPERAND, flag="--conda")
     python: str | None = setting("the interpreter that runs scaletrain on the login node", default=None,
-                                 check=_TEXT)
+                                 check=_OPERAND)
     env_origin: str | None = setting("how venv/conda/python were found", default=None, check=_TEXT)
     env: tuple[tuple[str, str], ...] = setting("variables exported before launch", default=(), check=pairs(),
                                                flag="--env")
@@ -144,9 +150,9 @@ class JobRequest:
     # framework configs (scaletrain.plan.jobfiles): one of our strategy names (the job writes the
     # config) or the absolute path of the user's own file
     accelerate_config: str | None = setting("accelerate --config_file: a strategy name or a file", default=None,
-                                            check=_TEXT, flag="--accelerate-config")
+                                            check=_OPERAND, flag="--accelerate-config")
     deepspeed_config: str | None = setting("--deepspeed_config: a strategy name or a file", default=None,
-                                           check=_TEXT, flag="--deepspeed-config")
+                                           check=_OPERAND, flag="--deepspeed-config")
     precision: str = setting("mixed precision in the generated configs", default="fp32",
                              check=choice(PRECISIONS), flag="--precision")
     micro_batch: int | None = setting("DeepSpeed's train_micro_batch_size_per_gpu", default=None, check=_COUNT,
@@ -170,7 +176,15 @@ class JobRequest:
         # Checked once, here: the planner and the renderer trust every value (one line + hint, exit 2).
         if not isinstance(self.script, str) or not self.script:
             raise UsageError("no training script given", "put it after '--': ... -- train.py --epochs 3")
+        if self.script != "-m" and self.script.lstrip().startswith("-"):   # -m MODULE: the option we write
+            raise UsageError(f"the training script {self.script[:40]!r} starts with '-': python would read it as "
+                             "an option (-c CODE runs CODE)", "give the script's path (./-x.py for a file named "
+                             "so), or -m MODULE")
         check_fields(self)    # each field's declaration (type, range, choices), naming its flag
+        if self.script == "-m" and not (self.script_args and self.script_args[0].strip()
+                                        and not self.script_args[0].lstrip().startswith("-")):
+            raise UsageError(f"-m needs a module name, got {(self.script_args or ('nothing',))[0]!r}",
+                             "name the module after -m: ... -- -m mypackage.train --epochs 3")
         optional = (("--job-name", self.job_name), ("--container", self.container), ("--venv", self.venv),
                     ("--conda", self.conda), ("the job's Python", self.python), ("the run folder", self.files_dir),
                     ("--stage-data", self.stage_data), ("--profile", self.profile_file),

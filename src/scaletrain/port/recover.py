@@ -26,7 +26,8 @@ from scaletrain.lint.shell import split_commands
 from scaletrain.port.heredoc import heredoc_line
 from scaletrain.port.launchwords import local_rank_argument, module_launch, uncarried
 from scaletrain.port.oneline import one_line, why_not
-from scaletrain.port.refusals import inline_program, refuse_inline, refuse_lookalikes, refuse_redirects
+from scaletrain.port.refusals import (inline_program, refuse_inline, refuse_lookalikes, refuse_redirects,
+                                      refuse_unreadable)
 from scaletrain.port.venv import ENV_BUILD, NotCarried, command_packages, heredoc_packages, is_env_command
 from scaletrain.plan.values import PER_TASK_VARS
 
@@ -149,6 +150,7 @@ def recover(text: str, path: str = "<script>") -> OldJob:
     """Read ``text`` (a batch script) into an ``OldJob``; UsageError when it starts no training."""
     script = parse_script(text, path)
     refuse_lookalikes(script, path)
+    refuse_unreadable(script, path)
     launches = [(i, found) for i, cmd in enumerate(script.commands)
                 if (found := _launch_of(cmd, script)) is not None]
     if not launches:   # a bare 'python prog.py' (a one-GPU job): the one Python program the script runs

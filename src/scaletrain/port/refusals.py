@@ -57,6 +57,18 @@ def refuse_lookalikes(script: BatchScript, path: str) -> None:
                          LOOKALIKE_HINT)
 
 
+def refuse_unreadable(script: BatchScript, path: str) -> None:
+    """An #SBATCH count, size or time sbatch cannot read (``--nodes=1e400``) was ported as "not
+    stated" (one node): port stops, saying what lint's sbatch-value rule says."""
+    from scaletrain.lint.rules_sbatch import PAST_SLURM, unreadable
+
+    for opt in script.options:
+        why = unreadable(opt.name, opt.value)
+        if why is not None and why != PAST_SLURM:   # a count too large: the planner refuses it against its bound
+            raise UsageError(f"{path}:{opt.line}: --{opt.name}={(opt.value or '')[:40]}: {why}; sbatch refuses the "
+                             "script as it is", "fix the value (scaletrain lint shows each one), then port the script")
+
+
 # an unquoted redirection operator at the start of a word: > >> < 2> &> (a quoted '>' is a value)
 _REDIRECT = re.compile(r"(\d*[<>]|&>)")
 

@@ -29,6 +29,7 @@ import os
 import sys
 from typing import Any
 
+from scaletrain import settings
 from scaletrain.errors import DistEnvError
 from scaletrain.runtime.detect import detect, detect_placement
 from scaletrain.runtime.env import Env, Placement
@@ -53,6 +54,16 @@ def rank_world() -> tuple[int, int]:
         return int(dist.get_rank()), int(dist.get_world_size())
     placement = detect_placement()  # who am I is enough: no device decision here
     return placement.rank, placement.world_size
+
+
+def _process_group(value: Any) -> bool:
+    dist = sys.modules.get("torch.distributed")    # a group exists only once torch made one
+    return dist is not None and isinstance(value, getattr(dist, "ProcessGroup", ()))
+
+
+# a ``group=`` argument (loader(), all_reduce_mean(), gather_objects()), in the settings vocabulary
+GROUP = settings.Spec(doc="a group from torch.distributed.new_group(); leave it out for the whole job",
+                      check=settings.kind(_process_group, "a torch.distributed process group"), optional=True)
 
 
 def group_rank_world(group: Any = None) -> tuple[int, int]:

@@ -24,6 +24,7 @@ import re
 from collections.abc import Mapping
 from typing import ClassVar
 
+from scaletrain import settings
 from scaletrain.contract.environ import DEFAULT_PORT, port_from_job_id
 from scaletrain.errors import DistEnvError
 from scaletrain.runtime.device import gpu_view
@@ -380,6 +381,11 @@ def detect_placement(environ: Mapping[str, str] | None = None) -> Placement:
     return LocalEnv.detect(env_map)  # unreachable: LocalEnv always answers
 
 
+# detect()'s one argument, declared in the settings vocabulary
+ENVIRON = settings.Spec(doc="the variables to read, e.g. detect(dict(os.environ)); default os.environ",
+                        check=settings.str_mapping(), optional=True)
+
+
 def detect(environ: Mapping[str, str] | None = None) -> Env:
     """This process's :class:`Env`, read from the launcher's variables, without side effects.
 
@@ -388,7 +394,8 @@ def detect(environ: Mapping[str, str] | None = None) -> Env:
     and device nodes instead of torch (no torch import); ``init()`` differs only where torch
     sees otherwise. Raises :class:`DistEnvError` when the variables contradict each other.
     """
-    env_map: Mapping[str, str] = os.environ if environ is None else environ
+    env_map: Mapping[str, str] = os.environ if environ is None else settings.check_value(ENVIRON, environ,
+                                                                                          "detect(): environ")
     placement = detect_placement(env_map)
     request = read_request(env_map)
     device = choose_device(placement, request, gpu_view(env_map))

@@ -12,7 +12,15 @@ Nothing here imports torch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+import re
+from dataclasses import dataclass, fields
+
+from scaletrain.settings import MAX_COUNT, Spec, check_fields, choice, count, kind, setting, str_mapping, text
+
+# the detectors' names (scaletrain.runtime.detect), what ``launcher`` may say
+LAUNCHERS = ("torchrun", "slurm", "openmpi", "pmi", "local")
+_RANK = count(low=0, high=MAX_COUNT - 1)
+_SIZE = count()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,17 +41,22 @@ class Placement:
         extra: launcher-specific read-only facts (e.g. ``cpus_per_task``), for tools and messages.
     """
 
-    rank: int = 0
-    local_rank: int = 0
-    world_size: int = 1
-    local_world_size: int = 1
-    node_rank: int = 0
-    num_nodes: int = 1
-    master_addr: str = "127.0.0.1"
-    master_port: int = 29500
-    launcher: str = "local"
-    job_id: str | None = None
-    extra: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+    # each declared in the settings vocabulary: an Env made by hand (scaletrain.Env(rank=-1)) is
+    # refused in one line where it is made, not deep in the loader or the Monitor that reads it
+    rank: int = setting("global rank, 0..world_size-1", default=0, check=_RANK)
+    local_rank: int = setting("rank on this node", default=0, check=_RANK)
+    world_size: int = setting("processes in the job", default=1, check=_SIZE)
+    local_world_size: int = setting("processes on this node", default=1, check=_SIZE)
+    node_rank: int = setting("index of this node", default=0, check=_RANK)
+    num_nodes: int = setting("nodes in the job", default=1, check=_SIZE)
+    master_addr: str = setting("host of rank 0's rendezvous store", default="127.0.0.1", check=text())
+    master_port: int = setting("TCP port of the rendezvous store", default=29500, check=count(1, 65535))
+    launcher: str = setting("the detector that found the job", default="local", check=choice(LAUNCHERS))
+    job_id: str | None = setting("the scheduler's job id", default=None, check=text())
+    extra: dict[str, str] = setting("launcher-specific facts", factory=dict, check=str_mapping(), compare=False)
+
+    def __post_init__(self) -> None:
+        check_fields(self, owner=type(self).__name__)
 
     @property
     def is_main(self) -> bool:
@@ -77,8 +90,9 @@ class Env(Placement):
         backend: ``"nccl"`` on CUDA/ROCm, ``"gloo"`` on the CPU.
     """
 
-    device: str = "cpu"
-    backend: str = "gloo"
+    device: str = setting("cpu, cuda:N or mps", default="cpu",
+                          check=text(pattern=re.compile(r"cpu|mps|cuda(:\d+)?"), shape="'cpu', 'cuda:N' or 'mps'"))
+    backend: str = setting("the torch.distributed backend", default="gloo", check=text())
 
     def describe(self) -> str:
         """One line for logs: ``rank 3/8 (local 1/4, node 1/2) cuda:1 nccl via slurm job 42``."""
@@ -88,3 +102,18 @@ class Env(Placement):
             f"node {self.node_rank}/{self.num_nodes}) {self.device} {self.backend} "
             f"via {self.launcher}{job}"
         )
+
+
+def _env_like(value: object) -> bool:
+    """An Env, or a stand-in with its figures (a test's object with rank, world_size, local_rank
+    and node_rank as ints and device as a str)."""
+    if isinstance(value, Env):
+        return True
+    return all(isinstance(getattr(value, n, None), int) and not isinstance(getattr(value, n), bool)
+               for n in ("rank", "world_size", "local_rank", "node_rank")) \
+        and isinstance(getattr(value, "device", None), str)
+
+
+# an ``env=`` argument (setup(), loader(), Monitor()), in the settings vocabulary
+ENV = Spec(doc="the Env scaletrain.init() returned; leave it out for that one",
+           check=kind(_env_like, "a scaletrain.Env (what scaletrain.init() returns)"), optional=True)

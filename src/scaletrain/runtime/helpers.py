@@ -13,9 +13,21 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, Literal
 
+from scaletrain import settings
 from scaletrain.errors import DistEnvError
 from scaletrain.runtime.current import (collective_device, current_placement, group_rank_world,
                                         live_dist, rank_world)
+
+
+def _ranks(value: Any) -> bool:
+    return value == "all" or (isinstance(value, (list, tuple, set, frozenset, range)) and all(
+        isinstance(r, int) and not isinstance(r, bool) and 0 <= r < settings.MAX_COUNT for r in value))
+
+
+# the helpers' arguments, declared in the settings vocabulary
+RANKS = settings.Spec(doc="e.g. ranks=[0, 1], or ranks='all'",
+                      check=settings.kind(_ranks, "'all' or a list of whole numbers from 0"))
+LOCAL = settings.Spec(doc="True: local rank 0 of each node goes first", check=settings.boolean())
 
 
 def rank_print(*args: Any, ranks: Iterable[int] | Literal["all"] = (0,), **kwargs: Any) -> None:
@@ -26,12 +38,13 @@ def rank_print(*args: Any, ranks: Iterable[int] | Literal["all"] = (0,), **kwarg
     arguments go to the builtin ``print``; output is flushed so ranks do not interleave
     half lines.
     """
+    settings.check_value(RANKS, ranks, "rank_print(): ranks")
     rank, world = rank_world()
     if ranks == "all":
         chosen = True
         prefix = world > 1
     else:
-        wanted = {int(r) for r in ranks}
+        wanted = set(ranks)
         chosen = rank in wanted
         prefix = world > 1 and len(wanted) > 1
     if not chosen:
@@ -83,6 +96,7 @@ def main_first(*, local: bool = False) -> Iterator[None]:
     first rank's block raises, the others are still released (and will likely fail the same
     way) instead of hanging in the barrier.
     """
+    settings.check_value(LOCAL, local, "main_first(): local")
     place = current_placement()
     first = place.is_local_main if local else place.is_main
     if not first:

@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
-from scaletrain import module_state
+from scaletrain import module_state, settings
 from scaletrain.errors import DistEnvError, UsageError
 from scaletrain.runtime.affinity import apply_binding
 from scaletrain.runtime.detect import detect_placement
@@ -100,7 +100,7 @@ def _check_same(state: _Runtime, device: str | None, backend: str | None,
         raise UsageError(f"scaletrain.init() already ran with backend {env.backend!r}; "
                          f"called again with backend={backend!r}",
                          "call scaletrain.shutdown() first, or pass the same backend")
-    if timeout_s is not None and float(timeout_s) != state.timeout_s:
+    if timeout_s is not None and timeout_s != state.timeout_s:
         raise UsageError(f"scaletrain.init() already ran with timeout_s={state.timeout_s:g}; "
                          f"called again with timeout_s={timeout_s!r}",
                          "call scaletrain.shutdown() first, or pass the same timeout")
@@ -208,6 +208,18 @@ def _warn_batch_step(placement: Placement) -> None:
                       "srun (or 'scaletrain run') to use them", RuntimeWarning, stacklevel=3)
 
 
+# init()'s other arguments in the settings vocabulary (what each value means is checked where it
+# is read: runtime.device, runtime.resolve, runtime.preempt); the timeouts are runtime.timeouts'
+DEVICE = settings.Spec(doc="'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'", check=settings.text(), optional=True)
+BACKEND = settings.Spec(doc="'nccl' or 'gloo' (default: nccl on GPUs, gloo on the CPU)", check=settings.text(),
+                        optional=True)
+STOP_SIGNALS = settings.Spec(
+    doc="e.g. {'USR1': 'time_limit', 'TERM': 'preempted'}, 'USR1:time_limit,TERM:preempted' or 'none'",
+    check=settings.kind(lambda v: isinstance(v, str) or (isinstance(v, Mapping) and all(
+        isinstance(k, str) and isinstance(r, str) for k, r in v.items())),
+        "a mapping of signal name to reason, or text like 'USR1:time_limit'"), optional=True)
+
+
 def init(*, device: str | None = None, backend: str | None = None,
          timeout_s: float | None = None, step_timeout_s: float | None = None,
          stop_signals: Mapping[str, str] | str | None = None) -> Env:
@@ -237,14 +249,17 @@ def init(*, device: str | None = None, backend: str | None = None,
     global _STATE
     # first, so init's own errors (a contradictory environment) are one line too under srun/python
     errorhook.install()
+    # each argument checked where it enters (the settings vocabulary), before any is used
+    asked_s = timeouts.check_seconds(timeout_s, "timeout_s")
+    timeouts.check_seconds(step_timeout_s, "step_timeout_s")
+    settings.check_value(DEVICE, device, "init(): device")
+    settings.check_value(BACKEND, backend, "init(): backend")
+    settings.check_value(STOP_SIGNALS, stop_signals, "init(): stop_signals")
     with _LOCK:
         if _STATE is not None:
-            _check_same(_STATE, device, backend, timeout_s)
+            _check_same(_STATE, device, backend, asked_s)
             return _STATE.env
-        if timeout_s is not None and not float(timeout_s) > 0:
-            raise UsageError(f"timeout_s={timeout_s!r} must be a positive number of seconds",
-                             "leave it out for the 30-minute start-up default")
-        seconds = float(timeout_s) if timeout_s is not None else STARTUP_TIMEOUT_S
+        seconds = asked_s if asked_s is not None else STARTUP_TIMEOUT_S
         from scaletrain.runtime import preempt
 
         stop_signals = preempt.resolve(stop_signals)  # a bad value fails before any rendezvous

@@ -24,7 +24,7 @@ import sys
 from collections.abc import Mapping
 from datetime import timedelta
 
-from scaletrain import module_state
+from scaletrain import module_state, settings
 from scaletrain.contract.environ import TIMEOUT_VAR, torch_as_is
 from scaletrain.errors import DistEnvError, UsageError
 
@@ -39,27 +39,42 @@ _started = False
 module_state.register(__name__, "_step_s", "_started", leak=True)
 
 
-def _positive(value: object, name: str) -> float:
+# A collective timeout in the settings vocabulary: init()'s timeout_s and step_timeout_s and
+# $SCALETRAIN_TIMEOUT alike. At most a year: no job runs longer (and torch keeps timeouts in
+# milliseconds); True is not one second, "600" is not a number, inf never ends.
+MAX_TIMEOUT_S = 365 * 86400.0
+TIMEOUT = settings.Spec(doc="seconds, e.g. 600 (10 minutes); leave it out for the default",
+                        check=settings.number(above=0, high=MAX_TIMEOUT_S), unit="seconds", optional=True)
+
+
+def check_seconds(value: object, name: str) -> float | None:
+    """``value`` (None: not given) checked as a timeout, or SettingError naming ``init(): name``."""
+    checked: float | None = settings.check_value(TIMEOUT, value, f"init(): {name}")
+    return checked
+
+
+def _from_text(text: str) -> float:
+    """``$SCALETRAIN_TIMEOUT``'s seconds, checked as the API's are; UsageError when it is not one."""
     try:
-        seconds = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        seconds = float("nan")
-    if not seconds > 0 or seconds == float("inf"):
-        raise UsageError(f"{name}={value!r} must be a positive number of seconds",
-                         "e.g. 600 (10 minutes); leave it out for the default")
-    return seconds
+        value: object = float(text)
+    except ValueError:
+        value = text
+    seconds = settings.check_value(TIMEOUT, value, TIMEOUT_VAR)
+    assert seconds is not None   # text is not None
+    return float(seconds)
 
 
 def step_timeout(startup_s: float, step_timeout_s: float | None = None,
                  environ: Mapping[str, str] | None = None) -> float:
     """The collective timeout once training runs (seconds); see the module doc for the order."""
-    if step_timeout_s is not None:
-        return _positive(step_timeout_s, "step_timeout_s")
+    seconds = check_seconds(step_timeout_s, "step_timeout_s")
+    if seconds is not None:
+        return seconds
     env = os.environ if environ is None else environ
     text = env.get(TIMEOUT_VAR, "").strip()
     if text:
         try:
-            return _positive(text, TIMEOUT_VAR)
+            return _from_text(text)
         except UsageError:
             raise DistEnvError(f"{TIMEOUT_VAR}={text!r} is not a positive number of seconds",
                                "unset it, or give scaletrain run --timeout SECONDS") from None

@@ -112,7 +112,8 @@ def read_job_id(run_dir: Path) -> tuple[str | None, str | None]:
         return None, f"cannot read {JOB_ID_FILE}: {getattr(exc, 'strerror', None) or exc}"
     if is_count(text) and len(text) <= 20:
         return text, None
-    return None, (f"{JOB_ID_FILE} does not hold a job id ({text[:20]!r})" if text else None)
+    # written whole (atomic_write): an empty file was emptied or made by hand, not "no file"
+    return None, (f"{JOB_ID_FILE} does not hold a job id ({text[:20]!r})" if text else f"{JOB_ID_FILE} is empty")
 
 
 def account_or_env(account: str | None, environ: Mapping[str, str] | None = None) -> str | None:
