@@ -12,7 +12,7 @@ from scaletrain.slurm.submit import read_job_id
 @pytest.mark.parametrize("content, job_id, note", [
     (None, None, None),
     ("4242\n", "4242", None),
-    ("", None, None),
+    ("", None, "job_id is empty"),   # an empty file is said, not taken for no submit
     ("not-an-id\n", None, "job_id does not hold a job id ('not-an-id')"),
     ("١٢٣\n", None, "job_id does not hold a job id ('١٢٣')"),
     ("9" * 21, None, f"job_id does not hold a job id ({'9' * 20!r})"),
