@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from scaletrain.errors import UsageError
+from scaletrain.jsonfile import loads as json_loads
 
 READ_LIMIT = 16 * 1024 * 1024     # a record, a marker, a job id: anything bigger is not ours
 LINE_BYTES = 1024 * 1024          # a line of a file read as a stream (a record, a log line): read in pieces of this
@@ -240,19 +241,26 @@ def json_lines(path: str | os.PathLike[str], *, line_bytes: int = LINE_BYTES) ->
                     raw = fh.readline(line_bytes)
                 continue
             try:
-                yield json.loads(raw)
-            except (ValueError, RecursionError):
-                continue                                    # a half-written or hand-edited line
+                yield json_loads(raw)
+            except ValueError:
+                continue                                    # a half-written, hand-edited or too deep line
+
+
+def read_json(path: str | os.PathLike[str], *, limit: int = READ_LIMIT, errors: str = "strict",
+              unique_keys: bool = False) -> Any:
+    """The JSON in the regular file ``path``, read up to ``limit`` bytes and parsed within the
+    bounds of :mod:`scaletrain.jsonfile` (depth); ``OSError`` when it cannot be read or is larger,
+    ``ValueError`` when it is not JSON, too deep, or (``unique_keys``) names a key twice."""
+    return json_loads(read_bounded(path, limit), max_bytes=limit, errors=errors, unique_keys=unique_keys)
 
 
 def read_json_object(path: str | os.PathLike[str], *, errors: str = "strict") -> dict[str, Any] | None:
-    """A small JSON object from ``path``, or None when it is missing, unreadable or not an object.
-
-    ``errors="replace"`` reads a file with stray bytes (a folder edited by hand) instead of refusing it.
-    """
+    """A small JSON object from ``path``, or None when it is missing, unreadable, too deep or not
+    an object. ``errors="replace"`` reads a file with stray bytes (a folder edited by hand) instead
+    of refusing it."""
     try:
-        value = json.loads(read_bounded(path).decode("utf-8", errors=errors))
-    except (OSError, ValueError, RecursionError):
+        value = read_json(path, errors=errors)
+    except (OSError, ValueError):
         return None
     return value if isinstance(value, dict) else None
 

@@ -11,7 +11,6 @@ what limits it. Pure apart from reading ``RUN``.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from collections.abc import Callable
 from typing import Any
@@ -19,7 +18,7 @@ from typing import Any
 from scaletrain.clusters.resources import billed_amount
 from scaletrain.contract.files import SCALING_REPORT, SUMMARY_FILE
 from scaletrain.errors import UsageError
-from scaletrain.fileio import read_bounded
+from scaletrain.fileio import read_json
 from scaletrain.observe.monitorfiles import summary_step
 from scaletrain.observe.overhead import STEP_EXPONENT, Overhead, from_record, load_calibration
 from scaletrain.observe.scaling import (DEFAULT_THRESHOLD, Links, StepProfile, billed_gpus, efficiency_text,
@@ -45,7 +44,7 @@ def load_measurement(path: str, *, params: float | None = None) -> tuple[StepPro
         if p.exists() and p.stat().st_size > MAX_REPORT_BYTES:
             raise UsageError(f"--explain: {path} is larger than a report can be "
                              f"({MAX_REPORT_BYTES // 2**20} MiB)", "give a summary.json or scaling.json")
-        doc = json.loads(read_bounded(p, MAX_REPORT_BYTES))   # the bound holds if it grows meanwhile
+        doc = read_json(p, limit=MAX_REPORT_BYTES)   # the bound holds if it grows meanwhile; depth too
     except FileNotFoundError:
         raise UsageError(f"--explain: {path} not found",
                          "give a Monitor run folder (with summary.json) or a bench scaling.json") from None
@@ -155,8 +154,8 @@ def run_calibration(run: str, cluster: str) -> Overhead | None:
     p = Path(run).expanduser()
     p = p / SCALING_REPORT if p.is_dir() else p
     try:
-        doc = json.loads(read_bounded(p, MAX_REPORT_BYTES)) if p.name == SCALING_REPORT and p.is_file() else None
-    except (OSError, ValueError, RecursionError):
+        doc = read_json(p, limit=MAX_REPORT_BYTES) if p.name == SCALING_REPORT and p.is_file() else None
+    except (OSError, ValueError):
         return None
     cal = doc.get("calibration") if isinstance(doc, dict) else None
     return from_record(cal) if isinstance(cal, dict) and cal.get("cluster") == cluster else None

@@ -18,7 +18,6 @@ place is refused, not waited on. NaN, which the writer writes as null, reads bac
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Mapping
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import IO, Any, Iterator
 
 from scaletrain.fileio import LINE_BYTES, json_lines, json_text, open_regular
+from scaletrain.jsonfile import loads as json_loads
 from scaletrain.observe.records import encode
 
 SCAN_BYTES = 1024 * 1024 * 1024  # how far back status looks for the run's start line, 1 MiB at a time
@@ -101,9 +101,9 @@ def _record_at(fh: IO[bytes], offset: int) -> dict[str, Any] | None:
         return None
     fh.seek(offset)
     try:
-        return clean_record(json.loads(fh.readline(LINE_BYTES)))
-    except (ValueError, RecursionError):
-        return None           # a half-written or hand-edited line: skipped
+        return clean_record(json_loads(fh.readline(LINE_BYTES)))
+    except ValueError:
+        return None           # a half-written, hand-edited or too deep line: skipped
 
 
 def metrics_tail(path: Path | None, limit: int = SCAN_BYTES) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:

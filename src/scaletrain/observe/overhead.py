@@ -25,14 +25,13 @@ same cluster finds them.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scaletrain.fileio import atomic_write, json_text, read_bounded
+from scaletrain.fileio import atomic_write, json_text, read_json
 
 # Fitted on the published tables in benchmarks/published_scaling.py (docs/benchmarks.md shows the
 # fit); tests/unit/test_scaling_published.py re-fits them and fails when these drift from the data.
@@ -121,8 +120,8 @@ def calibration_path() -> Path:
 
 def _read_all(path: Path) -> dict[str, Any]:
     try:
-        doc = json.loads(read_bounded(path)) if path.is_file() else {}
-    except (OSError, ValueError, RecursionError):
+        doc = read_json(path) if path.is_file() else {}
+    except (OSError, ValueError):
         return {}      # a damaged file is as good as none: the next calibration replaces it
     return doc if isinstance(doc, dict) else {}
 
