@@ -3,11 +3,12 @@
 A check and a load apart in time let a file that changes between them (a second job writing the
 same folder, a file system serving a stale page) load unchecked. So nothing is read twice: a
 :class:`VerifiedFile` is the file object ``torch.load`` (and DCP, through :func:`filesystem`)
-reads from. Each read is served block by block (:data:`checksum.BLOCK_BYTES`): a whole block is
-read from the disk straight into the caller's memory (a tensor's storage) and its checksum
-computed there, before the call returns; a part of a block comes from a copy of the block that
-was read and checked whole. The bytes torch gets are the bytes that were checked, whatever the
-file holds later, and no byte is copied more often than ``torch.load(path)`` copies it.
+reads from. Each read is served block by block (:data:`checksum.BLOCK_BYTES`), and a block is read
+from the disk once: the part the caller asked for straight into the caller's memory (a tensor's
+storage), the rest of the block into a buffer that is kept for the next read, and the block's
+checksum is computed over those pieces before the call returns. The bytes torch gets are the
+bytes that were checked, whatever the file holds later; only what a later read takes from the
+kept buffer is copied twice (torch reads a record's header and then its data, in one block).
 
 A checkpoint written before blocks were recorded has one checksum per file: its files are read
 and checked whole, into memory, at their first read (their size, once per file open).
@@ -69,10 +70,18 @@ def expected(marker: dict[str, Any], rel: str) -> Expected | None:
 
 
 class VerifiedFile:
-    """A read-only, seekable file object over ``path`` that hands out checked bytes only.
+    """A read-only, seekable file object over ``path`` whose every byte handed out is checked.
 
-    A mismatch raises :class:`Damaged` (and is kept in ``problem``: torch turns an exception of
-    its reader into one of its own). ``expect`` None: a checkpoint without checksums, read as is.
+    A block read in order (torch reads a file's records front to back) goes straight into the
+    caller's memory and its checksum runs on there, continued by each next read of the block;
+    a small gap between two reads (a record's name) is read and checked, never handed out. The
+    block's verdict comes with the read that ends it, or at :meth:`close` (which reads the rest
+    of a block begun): a load is not done before its files are closed. A read backwards, or far
+    ahead, in a block (a zip directory at the end, torch's first look at the magic number)
+    reads the whole block into a kept buffer, checked before anything of it is handed out, and
+    checks that what went out before matches it. A mismatch raises :class:`Damaged` (kept in
+    ``problem``: torch turns an exception of its reader into one of its own). ``expect`` None:
+    a checkpoint without checksums, read as is.
     """
 
     def __init__(self, path: Path, expect: Expected | None, *, name: str,
@@ -81,7 +90,10 @@ class VerifiedFile:
         self.expect = expect
         self.problem: str | None = None
         self.checked = checked if checked is not None else set()   # blocks checked (a Tracker's)
-        self._cache: dict[int, bytearray] = {}   # the last blocks read whole, checked
+        self._begun: dict[int, list[int]] = {}     # block -> [bytes checked in order, their CRC]
+        self._cache: dict[int, memoryview] = {}    # the last two blocks read whole, checked
+        self._spare: list[memoryview] = []
+        self._scratch = memoryview(bytearray(_STREAM_BYTES))
         self._pos = 0
         self._fh = open_regular(path)            # a pipe or device is refused, not waited on
         self.size = os.fstat(self._fh.fileno()).st_size
@@ -118,25 +130,28 @@ class VerifiedFile:
     def readinto(self, buffer: Any) -> int:
         view = memoryview(buffer).cast("B")
         want = max(0, min(view.nbytes, self.size - self._pos))
-        done = 0
+        if self.expect is None:
+            self._read_at([view[:want]], self._pos)
+        done = want if self.expect is None else 0
         while done < want:
             index, into = divmod(self._pos + done, self.block)
-            start = index * self.block
-            length = min(self.block, self.size - start)
+            length = min(self.block, self.size - index * self.block)
             n = min(length - into, want - done)
-            part = view[done:done + n]
-            if into == 0 and n == length and index not in self._cache:
-                self._read_at(part, start)        # straight into the caller's memory,
-                self._check(index, part)          # checked there before it is handed back
-            else:
-                part[:] = memoryview(self._block(index, start, length))[into:into + n]
+            self._serve(index, into, length, view[done:done + n])
             done += n
         self._pos += want
         return want
 
     def close(self) -> None:
-        self._cache.clear()
-        self._fh.close()
+        """Finish the blocks begun (their verdict: :class:`Damaged`), then close the file."""
+        try:
+            for index in list(self._begun):
+                if not self._fh.closed:
+                    self._finish(index)
+        finally:
+            self._cache.clear()
+            self._spare.clear()
+            self._fh.close()
 
     @property
     def closed(self) -> bool:
@@ -146,40 +161,89 @@ class VerifiedFile:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self.close()
+        if self.problem is not None:
+            self._begun.clear()   # the verdict is in
+        self.close()              # also after an error: damage read in order may be its cause
 
     # -- blocks ------------------------------------------------------------------------
-    def _block(self, index: int, start: int, length: int) -> bytearray:
-        """Block ``index`` read whole and checked (kept: torch reads a record's header, then its
-        data, from the same block; the last two blocks stay)."""
+    def _serve(self, index: int, into: int, length: int, part: memoryview) -> None:
+        """``part`` from block ``index`` at ``into``: read in order, or from the kept block."""
+        start = index * self.block
         if index not in self._cache:
-            data = bytearray(length)
-            self._read_at(memoryview(data), start)
-            self._check(index, memoryview(data))
-            if len(self._cache) >= 2:
-                self._cache.pop(next(iter(self._cache)))
-            self._cache[index] = data
-        return self._cache[index]
+            upto, value = self._begun.get(index, (0, 0))
+            if index in self.checked or into < upto or into - upto > _STREAM_BYTES:
+                self._keep(index, start, length, upto, value)    # out of order: whole, checked
+            else:
+                if into > upto:                                   # a small gap: checked, not handed out
+                    gap = self._scratch[:into - upto]
+                    self._read_at([gap], start + upto)
+                    value = checksum.crc(gap, value, self.expect.algorithm)  # type: ignore[union-attr]
+                self._read_at([part], start + into)
+                value = checksum.crc(part, value, self.expect.algorithm)     # type: ignore[union-attr]
+                self._begun[index] = [into + part.nbytes, value]
+                if into + part.nbytes == length:
+                    self._verdict(index, value, length)
+                return
+        part[:] = self._cache[index][into:into + part.nbytes]
 
-    def _read_at(self, view: memoryview, offset: int) -> None:
+    def _keep(self, index: int, start: int, length: int, upto: int, value: int) -> None:
+        """Read block ``index`` whole into a kept buffer and check it, and that the ``upto``
+        bytes handed out before (checksum ``value``) are the ones it holds."""
+        buffer = self._buffer(length)
+        self._read_at([buffer], start)
+        actual = checksum.crc(buffer, 0, self.expect.algorithm)   # type: ignore[union-attr]
+        self._begun.pop(index, None)
+        self._verdict(index, actual, length)
+        if upto and checksum.crc(buffer[:upto], 0, self.expect.algorithm) != value:  # type: ignore[union-attr]
+            self._fail(f"block {index} changed while read (bytes 0-{upto} of it differ)")
+        if len(self._cache) >= 2:
+            self._spare.append(self._cache.pop(next(iter(self._cache))))
+        self._cache[index] = buffer
+
+    def _finish(self, index: int) -> None:
+        """The rest of a block begun in order, read in small pieces, and its verdict."""
+        upto, value = self._begun.pop(index)
+        start = index * self.block
+        length = min(self.block, self.size - start)
+        for offset in range(upto, length, _STREAM_BYTES):
+            piece = self._scratch[:min(_STREAM_BYTES, length - offset)]
+            self._read_at([piece], start + offset)
+            value = checksum.crc(piece, value, self.expect.algorithm)   # type: ignore[union-attr]
+        self._verdict(index, value, length)
+
+    def _verdict(self, index: int, actual: int, length: int) -> None:
+        expect = self.expect
+        assert expect is not None
+        self._begun.pop(index, None)
+        if actual != expect.crcs[index]:
+            where = f"block {index} (bytes {index * self.block}-{index * self.block + length})" \
+                if len(expect.crcs) > 1 else "its checksum"
+            self._fail(f"{where}: {checksum.hex_crc(actual)}, the commit marker says "
+                       f"{checksum.hex_crc(expect.crcs[index])} (the file changed after it was written)")
+        self.checked.add(index)
+
+    def _buffer(self, length: int) -> memoryview:
+        """A block-sized buffer: one that left the cache, else a new one."""
+        while self._spare:
+            spare = self._spare.pop()
+            if spare.nbytes >= length:
+                return spare[:length]
+        return memoryview(bytearray(length))
+
+    def _read_at(self, pieces: list[memoryview], offset: int) -> None:
+        """Fill ``pieces`` (in order) from the file at ``offset``: one system call where it can."""
+        pieces = [p for p in pieces if p.nbytes]
         got = 0
-        while got < view.nbytes:
-            n = os.preadv(self._fh.fileno(), [view[got:]], offset + got)
+        while pieces:
+            n = os.preadv(self._fh.fileno(), pieces, offset + got)
             if n == 0:
                 self._fail(f"ended after {offset + got} bytes while read (the commit marker says "
                            f"{self.size}): it changed while read")
             got += n
-
-    def _check(self, index: int, data: memoryview) -> None:
-        if self.expect is None:
-            return
-        actual = checksum.crc(data, 0, self.expect.algorithm)
-        if actual != self.expect.crcs[index]:
-            where = f"block {index} (bytes {index * self.block}-{index * self.block + data.nbytes})" \
-                if len(self.expect.crcs) > 1 else "its checksum"
-            self._fail(f"{where}: {checksum.hex_crc(actual)}, the commit marker says "
-                       f"{checksum.hex_crc(self.expect.crcs[index])} (the file changed after it was written)")
-        self.checked.add(index)
+            while pieces and n >= pieces[0].nbytes:
+                n -= pieces.pop(0).nbytes
+            if n:
+                pieces[0] = pieces[0][n:]
 
     def _fail(self, why: str) -> None:
         self.problem = f"{self.name}: {why}"
@@ -190,23 +254,10 @@ class VerifiedFile:
         :class:`Damaged` at the first mismatch."""
         if self.expect is None:
             return
-        scratch = memoryview(bytearray(_STREAM_BYTES))
         for index in range(len(self.expect.crcs)):
-            if index in self.checked:
-                continue
-            start = index * self.block
-            end, value = min(start + self.block, self.size), 0
-            for offset in range(start, end, _STREAM_BYTES):
-                piece = scratch[:min(_STREAM_BYTES, end - offset)]
-                self._read_at(piece, offset)
-                value = checksum.crc(piece, value, self.expect.algorithm)
-            if value != self.expect.crcs[index]:
-                self._fail(f"its checksum is {checksum.hex_crc(value)} where the commit marker "
-                           f"says {checksum.hex_crc(self.expect.crcs[index])} (the file changed "
-                           "after it was written)" if len(self.expect.crcs) == 1 else
-                           f"block {index} does not match its checksum (the file changed after "
-                           "it was written)")
-            self.checked.add(index)
+            if index not in self.checked:
+                self._begun.setdefault(index, [0, 0])
+                self._finish(index)
 
 
 def problem_of(folder: Path, marker: dict[str, Any], rel: str, checked: set[int] | None = None) -> str | None:
@@ -242,7 +293,7 @@ def file_crc(path: Path, algorithm: str | None = None) -> int:
         scratch, value = memoryview(bytearray(_STREAM_BYTES)), 0
         for offset in range(0, fh.size, _STREAM_BYTES):
             piece = scratch[:min(_STREAM_BYTES, fh.size - offset)]
-            fh._read_at(piece, offset)
+            fh._read_at([piece], offset)
             value = checksum.crc(piece, value, algorithm or checksum.ALGORITHM)
     return value
 
