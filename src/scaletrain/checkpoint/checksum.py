@@ -57,7 +57,9 @@ ALGORITHM = "crc32c" if _crc32c is not None and getattr(_crc32c, "hardware_based
 BLOCK_BYTES = 4 << 20
 # the polynomials (bit-reversed) for combining checksums, as zlib's crc32_combine does
 _POLY = {"crc32": 0xEDB88320, "crc32c": 0x82F63B78}
-_OVERLAP_BYTES = 1 << 20  # buffers at least this large: CRC beside the write, not before
+_OVERLAP_BYTES = 1 << 20
+_SMALL_BYTES = 1 << 16   # writes below this are gathered...
+_BATCH_BYTES = 1 << 20   # ...and passed on this many bytes at a time  # buffers at least this large: CRC beside the write, not before
 _SPARE: bool | None = None  # decided at the first writer (see _spare_core)
 module_state.register(__name__, "_SPARE")
 # seconds spent computing checksums in this process (read by benchmarks/checkpoint.py)
@@ -198,7 +200,10 @@ class ChecksumWriter:
     one per :data:`BLOCK_BYTES` (``blocks``) and the whole file's (``crc``, folded from them).
 
     Only what torch.save and DCP's writer use is offered (write, tell, flush, fileno,
-    close); a seek would invalidate the running CRC, so there is none.
+    close); a seek would invalidate the running CRC, so there is none. Small writes (a zip
+    record's header: DCP writes ~5,400 of them per 290 MB) are gathered and passed on, and
+    checksummed, :data:`_BATCH_BYTES` at a time: per write, a Python call each to the CRC and
+    to the file cost more than the CRC of the bytes.
     """
 
     def __init__(self, raw: Any) -> None:
@@ -212,6 +217,7 @@ class ChecksumWriter:
         self._filled = 0
         self.size = 0
         self._pool: ThreadPoolExecutor | None = None  # the CRC thread, ended by close()
+        self._small = bytearray()     # small writes not passed on yet
 
     def _update(self, view: memoryview) -> None:
         """The checksums of ``view``, cut at block boundaries."""
@@ -226,6 +232,25 @@ class ChecksumWriter:
 
     def write(self, data: Any) -> int:
         view = memoryview(data).cast("B")
+        if view.nbytes < _SMALL_BYTES:
+            self._small += view
+            if len(self._small) >= _BATCH_BYTES:
+                self._drain()
+            self.size += view.nbytes
+            return view.nbytes
+        self._drain()
+        self._pass(view)
+        self.size += view.nbytes
+        return view.nbytes
+
+    def _drain(self) -> None:
+        """Pass the gathered small writes on (checksummed)."""
+        if self._small:
+            with memoryview(self._small) as view:
+                self._pass(view)
+            self._small.clear()
+
+    def _pass(self, view: memoryview) -> None:
         if view.nbytes >= _OVERLAP_BYTES and _SPARE:
             # the buffer stays valid until write() returns, and we wait for the CRC before
             if self._pool is None:
@@ -238,11 +263,10 @@ class ChecksumWriter:
             written = self.raw.write(view)
         if written is not None and written != view.nbytes:  # a raw, unbuffered stream
             raise OSError(f"short write ({written} of {view.nbytes} bytes)")
-        self.size += view.nbytes
-        return view.nbytes
 
     def block_crcs(self) -> list[int]:
         """Every block's checksum, the last (partial, or an empty file's) included."""
+        self._drain()
         return self.blocks + [self._open] if self._filled or not self.blocks else list(self.blocks)
 
     @property
@@ -269,12 +293,14 @@ class ChecksumWriter:
         return False
 
     def tell(self) -> int:
-        return int(self.raw.tell())
+        return int(self.raw.tell()) + len(self._small)
 
     def flush(self) -> None:
+        self._drain()
         self.raw.flush()
 
     def fileno(self) -> int:
+        self.flush()   # an fsync of it must cover every byte written so far
         return int(self.raw.fileno())
 
     @property
@@ -282,10 +308,14 @@ class ChecksumWriter:
         return bool(self.raw.closed)
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown()
-            self._pool = None
-        self.raw.close()
+        try:
+            if not self.raw.closed:
+                self._drain()
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown()
+                self._pool = None
+            self.raw.close()
 
     def __enter__(self) -> ChecksumWriter:
         return self
