@@ -147,9 +147,12 @@ def _file(tmp_path: Path, size: int, block: int):
     return data, expect
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 70_000), st.integers(0, 20_000)), min_size=1, max_size=8))
-def test_reads_at_any_offset_hand_out_the_files_bytes(tmp_path_factory, reads):
+_READS = st.lists(st.tuples(st.integers(0, 70_000), st.integers(0, 20_000)), min_size=1, max_size=10)
+
+
+@settings(max_examples=80, deadline=None)
+@given(_READS)
+def test_reads_in_any_order_hand_out_the_files_bytes(tmp_path_factory, reads):
     from scaletrain.checkpoint import verified
 
     tmp_path = tmp_path_factory.mktemp("vf")
@@ -162,6 +165,45 @@ def test_reads_at_any_offset_hand_out_the_files_bytes(tmp_path_factory, reads):
             assert bytes(buffer[:n]) == data[offset:offset + length]
     assert fh.problem is None
     assert fh.checked >= {o // 4096 for o, n in reads if n and o < len(data)}
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 12_500), st.integers(0, 5_000)), min_size=1, max_size=10),
+       st.integers(0, 12_288), st.sets(st.integers(0, 10), max_size=2), st.sampled_from([256, 1 << 16]))
+def test_bytes_changed_before_or_between_reads_are_never_handed_out_unnoticed(
+        tmp_path_factory, reads, flip, when, small):
+    """Whatever the order of the reads, and whenever a byte changes (before the first read, or
+    between two: a second writer) and changes back (a stale page, then the right one), either
+    every byte handed out is the one the marker's checksums describe, or the file's close at the
+    latest raises Damaged."""
+    from scaletrain.checkpoint import verified
+
+    tmp_path = tmp_path_factory.mktemp("vf")
+    data, expect = _file(tmp_path, 12_289, 4096)   # small: reads overlap, and the changed byte
+
+    def change() -> None:   # the byte toggles: changed, then back
+        with open(tmp_path / "f.bin", "r+b") as raw:
+            raw.seek(flip)
+            now = raw.read(1)[0]
+            raw.seek(flip)
+            raw.write(bytes([now ^ 0x10]))
+
+    for _ in range(sum(1 for w in when if w >= len(reads))):
+        change()
+    got = []
+    try:
+        # pieces above `small` bytes are remembered by their checksum alone, below by their bytes
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(verified, "_SMALL_PIECE", small)
+            with verified.VerifiedFile(tmp_path / "f.bin", expect, name="f.bin") as fh:
+                for i, (offset, length) in enumerate(reads):
+                    if i in when:
+                        change()
+                    fh.seek(offset)
+                    got.append((offset, fh.read(length)))
+    except verified.Damaged:
+        return
+    assert all(chunk == data[offset:offset + len(chunk)] for offset, chunk in got)
 
 
 @pytest.mark.parametrize("flip", [0, 4095, 4096, 40_000, 65_536])
@@ -204,3 +246,21 @@ def test_a_few_bytes_of_a_large_file_cost_one_block(tmp_path, monkeypatch):
         fh.seek(5 * 4096 + 100)
         assert fh.read(8) == data[5 * 4096 + 100:5 * 4096 + 108]
     assert sum(read) == 4096
+
+
+def test_a_stale_page_handed_out_then_read_again_right_is_caught(tmp_path, monkeypatch):
+    """A file system serves a stale page to the first read, the right one to a second read of
+    the same bytes: the block then checks out, but what went out first did not."""
+    from scaletrain.checkpoint import verified
+
+    monkeypatch.setattr(verified, "_SMALL_PIECE", 256)   # a 2,000-byte read: its checksum kept
+    data, expect = _file(tmp_path, 12_289, 4096)
+    stale = bytearray(data)
+    stale[1000] ^= 0x10
+    (tmp_path / "f.bin").write_bytes(bytes(stale))
+    with pytest.raises(verified.Damaged, match="changed while read"):
+        with verified.VerifiedFile(tmp_path / "f.bin", expect, name="f.bin") as fh:
+            assert fh.read(2000) == bytes(stale[:2000])
+            (tmp_path / "f.bin").write_bytes(data)   # in place (same file): the right bytes now
+            fh.seek(500)
+            fh.read(1000)

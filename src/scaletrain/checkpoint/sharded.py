@@ -16,6 +16,7 @@ Loading goes through :mod:`scaletrain.checkpoint.safeio` (no pickle executed).
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -94,13 +95,44 @@ def _dcp_call(name: str, kwargs: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield {k: v for k, v in wanted.items() if k in accepted}
 
 
+_SMALL_ITEM = 1 << 16   # bytes: an entry below this goes to the front of its rank's file
+
+
+def _small_first(items: list[Any]) -> list[Any]:
+    """``items`` with the small ones first (DCP's order kept within each part).
+
+    Every rank reads the small entries of every rank's file (DCP spreads replicated entries,
+    an optimizer's step counts and hyper-parameters, over the ranks' files), and a load checks
+    what it reads in blocks of ``checksum.BLOCK_BYTES``: at the front, together, they cost a
+    reader a block or two of another rank's file, not a block per entry (2 ranks, 290 MB: 103
+    of the other rank's 145 MB were read before).
+    """
+    def large(item: Any) -> bool:
+        data = getattr(item, "tensor_data", None)
+        if data is None:
+            return False
+        return math.prod(data.size) * data.properties.dtype.itemsize >= _SMALL_ITEM
+    try:
+        return sorted(items, key=large)
+    except (AttributeError, TypeError):   # a torch whose write items look otherwise: as DCP has them
+        return items
+
+
 def _writer(folder: Path, crcs: dict[str, tuple[str, str]]) -> Any:
-    """DCP's default file writer (fsync on), with a CRC-32 taken of every file it writes."""
+    """DCP's default file writer (fsync on), with the checksums taken of every file it writes
+    and each rank's small entries written first."""
+    import dataclasses
+
     import torch.distributed.checkpoint as dcp
 
     from scaletrain.checkpoint.checksum import checked_filesystem
 
-    writer = dcp.FileSystemWriter(str(folder / SUBDIR), sync_files=True)
+    class Writer(dcp.FileSystemWriter):
+        def write_data(self, plan: Any, planner: Any) -> Any:
+            return super().write_data(dataclasses.replace(plan, items=_small_first(plan.items)),
+                                      planner)
+
+    writer = Writer(str(folder / SUBDIR), sync_files=True)
     writer.fs = checked_filesystem(crcs)
     return writer
 

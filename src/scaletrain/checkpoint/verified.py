@@ -1,17 +1,15 @@
-"""Reading a checkpoint's files so that every byte torch deserializes was checked first.
+"""Reading a checkpoint's files so that what torch deserializes is what was checked.
 
 A check and a load apart in time let a file that changes between them (a second job writing the
 same folder, a file system serving a stale page) load unchecked. So nothing is read twice: a
 :class:`VerifiedFile` is the file object ``torch.load`` (and DCP, through :func:`filesystem`)
-reads from. Each read is served block by block (:data:`checksum.BLOCK_BYTES`), and a block is read
-from the disk once: the part the caller asked for straight into the caller's memory (a tensor's
-storage), the rest of the block into a buffer that is kept for the next read, and the block's
-checksum is computed over those pieces before the call returns. The bytes torch gets are the
-bytes that were checked, whatever the file holds later; only what a later read takes from the
-kept buffer is copied twice (torch reads a record's header and then its data, in one block).
+reads from: each read goes from the disk straight into the caller's memory (a tensor's storage),
+once, and the block's checksum (:data:`checksum.BLOCK_BYTES`) is computed from what was handed
+out, in the caller's memory, and the bytes between (read then, never handed out). The verdict
+is on the bytes torch got, whatever the file holds later; it comes when a block is covered, or
+when the file is closed, before the load counts.
 
-A checkpoint written before blocks were recorded has one checksum per file: its files are read
-and checked whole, into memory, at their first read (their size, once per file open).
+A checkpoint written before blocks were recorded has one checksum per file: the file is one block.
 
 I/O goes through ``os.preadv`` on one descriptor: an error of the disk (EIO) is an ``OSError``,
 never the SIGBUS a memory map would raise. :class:`Tracker` keeps which blocks a rank checked,
@@ -21,6 +19,7 @@ so that after the load it checks only the rest of its share of the files (the sa
 
 from __future__ import annotations
 
+import bisect
 import os
 import threading
 from collections.abc import Iterable, Iterator
@@ -34,6 +33,7 @@ from scaletrain.checkpoint.errors import CheckpointError
 from scaletrain.fileio import open_regular
 
 _STREAM_BYTES = 1 << 18  # a check of bytes nobody loads: 256 KiB reads into one small buffer
+_SMALL_PIECE = 1 << 16   # a piece handed out up to this size is remembered by its bytes
 
 
 class Damaged(CheckpointError):
@@ -69,19 +69,25 @@ def expected(marker: dict[str, Any], rel: str) -> Expected | None:
     return Expected(size=size, algorithm=algorithm, block=max(size, 1), crcs=(int(crcs[rel], 16),))
 
 
-class VerifiedFile:
-    """A read-only, seekable file object over ``path`` whose every byte handed out is checked.
+def _start(piece: tuple[int, int, bytes | int]) -> int:
+    return piece[0]
 
-    A block read in order (torch reads a file's records front to back) goes straight into the
-    caller's memory and its checksum runs on there, continued by each next read of the block;
-    a small gap between two reads (a record's name) is read and checked, never handed out. The
-    block's verdict comes with the read that ends it, or at :meth:`close` (which reads the rest
-    of a block begun): a load is not done before its files are closed. A read backwards, or far
-    ahead, in a block (a zip directory at the end, torch's first look at the magic number)
-    reads the whole block into a kept buffer, checked before anything of it is handed out, and
-    checks that what went out before matches it. A mismatch raises :class:`Damaged` (kept in
-    ``problem``: torch turns an exception of its reader into one of its own). ``expect`` None:
-    a checkpoint without checksums, read as is.
+
+class VerifiedFile:
+    """A read-only, seekable file object over ``path`` that checks every byte it hands out.
+
+    Each read goes from the disk straight into the caller's memory (a tensor's storage), once.
+    What a read handed out of a block is remembered: its bytes when small (a zip header, a
+    pickle), its checksum, taken there in the caller's memory, when large (a tensor's data).
+    When a block's pieces cover it, or when the file is closed (the rest of a begun block read
+    then, never handed out), they are combined into the block's checksum (``checksum.combine``)
+    and compared with the marker's: the verdict on the very bytes handed out, whatever the file
+    holds later, in whatever order torch read them (a zip's directory at its end first). A load
+    is not done before its files are closed. A read that overlaps a large piece handed out
+    before (torch reading the same data twice: rare) reads the block whole, checks it and what
+    went out before, and keeps it. A mismatch raises :class:`Damaged` (kept in ``problem``:
+    torch turns an exception of its reader into one of its own). ``expect`` None: a checkpoint
+    without checksums, read as is.
     """
 
     def __init__(self, path: Path, expect: Expected | None, *, name: str,
@@ -90,9 +96,10 @@ class VerifiedFile:
         self.expect = expect
         self.problem: str | None = None
         self.checked = checked if checked is not None else set()   # blocks checked (a Tracker's)
-        self._begun: dict[int, list[int]] = {}     # block -> [bytes checked in order, their CRC]
-        self._cache: dict[int, memoryview] = {}    # the last two blocks read whole, checked
-        self._spare: list[memoryview] = []
+        # block -> the pieces handed out, disjoint and sorted: (start, end, bytes or checksum)
+        self._pieces: dict[int, list[tuple[int, int, bytes | int]]] = {}
+        self._covered: dict[int, int] = {}         # block -> bytes its pieces cover
+        self._kept: dict[int, memoryview] = {}     # blocks read whole and checked (the last two)
         self._scratch = memoryview(bytearray(_STREAM_BYTES))
         self._pos = 0
         self._fh = open_regular(path)            # a pipe or device is refused, not waited on
@@ -134,23 +141,22 @@ class VerifiedFile:
             self._read_at([view[:want]], self._pos)
         done = want if self.expect is None else 0
         while done < want:
-            index, into = divmod(self._pos + done, self.block)
-            length = min(self.block, self.size - index * self.block)
-            n = min(length - into, want - done)
-            self._serve(index, into, length, view[done:done + n])
-            done += n
+            index = (self._pos + done) // self.block
+            end = min((index + 1) * self.block, self._pos + want)
+            self._serve(index, self._pos + done, view[done:end - self._pos])
+            done = end - self._pos
         self._pos += want
         return want
 
     def close(self) -> None:
-        """Finish the blocks begun (their verdict: :class:`Damaged`), then close the file."""
+        """Judge the blocks begun (:class:`Damaged`), then close the file."""
         try:
-            for index in list(self._begun):
+            for index in list(self._pieces):
                 if not self._fh.closed:
-                    self._finish(index)
+                    self._judge(index)
         finally:
-            self._cache.clear()
-            self._spare.clear()
+            self._pieces.clear()
+            self._kept.clear()
             self._fh.close()
 
     @property
@@ -162,73 +168,104 @@ class VerifiedFile:
 
     def __exit__(self, *exc: Any) -> None:
         if self.problem is not None:
-            self._begun.clear()   # the verdict is in
-        self.close()              # also after an error: damage read in order may be its cause
+            self._pieces.clear()   # the verdict is in
+        self.close()               # also after an error: damage may be its cause
 
     # -- blocks ------------------------------------------------------------------------
-    def _serve(self, index: int, into: int, length: int, part: memoryview) -> None:
-        """``part`` from block ``index`` at ``into``: read in order, or from the kept block."""
-        start = index * self.block
-        if index not in self._cache:
-            upto, value = self._begun.get(index, (0, 0))
-            if index in self.checked or into < upto or into - upto > _STREAM_BYTES:
-                self._keep(index, start, length, upto, value)    # out of order: whole, checked
-            else:
-                if into > upto:                                   # a small gap: checked, not handed out
-                    gap = self._scratch[:into - upto]
-                    self._read_at([gap], start + upto)
-                    value = checksum.crc(gap, value, self.expect.algorithm)  # type: ignore[union-attr]
-                self._read_at([part], start + into)
-                value = checksum.crc(part, value, self.expect.algorithm)     # type: ignore[union-attr]
-                self._begun[index] = [into + part.nbytes, value]
-                if into + part.nbytes == length:
-                    self._verdict(index, value, length)
+    def _bounds(self, index: int) -> tuple[int, int]:
+        return index * self.block, min((index + 1) * self.block, self.size)
+
+    def _serve(self, index: int, at: int, part: memoryview) -> None:
+        """``part`` (file offset ``at``, inside block ``index``) read and remembered."""
+        start, _ = self._bounds(index)
+        kept = self._kept.get(index)
+        if kept is None and index in self.checked and index not in self._pieces:
+            kept = self._keep(index)                         # read again after its verdict
+        if kept is not None:
+            part[:] = kept[at - start:at - start + part.nbytes]
+            return
+        self._read_at([part], at)
+        pieces = self._pieces.setdefault(index, [])
+        new: list[tuple[int, int, bytes | int]] = []
+        pos, end = at, at + part.nbytes
+        i = max(0, bisect.bisect_right(pieces, at, key=_start) - 1)   # the pieces it may overlap
+        while i < len(pieces) and pieces[i][0] < end:
+            a, b, held = pieces[i]
+            i += 1
+            if b <= pos:
+                continue
+            if not isinstance(held, bytes):                  # over a large piece: whole, checked
+                self._keep(index, extra=(at, part))
                 return
-        part[:] = self._cache[index][into:into + part.nbytes]
+            lo, hi = max(a, pos), min(b, end)
+            if held[lo - a:hi - a] != part[lo - at:hi - at]:
+                self._fail(f"bytes {lo}-{hi} changed while read")
+            if lo > pos:
+                new.append(self._piece(part, at, pos, lo))
+            pos = max(pos, hi)
+        if pos < end:
+            new.append(self._piece(part, at, pos, end))
+        for piece in new:
+            bisect.insort(pieces, piece, key=_start)
+        covered = self._covered.get(index, 0) + sum(b - a for a, b, _ in new)
+        self._covered[index] = covered
+        if covered == self._bounds(index)[1] - start:
+            self._judge(index)                               # covered: the verdict now
 
-    def _keep(self, index: int, start: int, length: int, upto: int, value: int) -> None:
-        """Read block ``index`` whole into a kept buffer and check it, and that the ``upto``
-        bytes handed out before (checksum ``value``) are the ones it holds."""
-        buffer = self._buffer(length)
+    def _piece(self, part: memoryview, at: int, lo: int, hi: int) -> tuple[int, int, bytes | int]:
+        data = part[lo - at:hi - at]
+        if data.nbytes <= _SMALL_PIECE:
+            return (lo, hi, bytes(data))
+        return (lo, hi, checksum.crc(data, 0, self.expect.algorithm))  # type: ignore[union-attr]
+
+    def _judge(self, index: int) -> None:
+        """Block ``index``'s checksum from its pieces and the bytes between them (read now,
+        never handed out), against the marker's."""
+        algorithm = self.expect.algorithm  # type: ignore[union-attr]
+        start, stop = self._bounds(index)
+        value, pos = 0, start
+        self._covered.pop(index, None)
+        for a, b, held in self._pieces.pop(index, []) + [(stop, stop, b"")]:
+            for offset in range(pos, a, _STREAM_BYTES):
+                gap = self._scratch[:min(_STREAM_BYTES, a - offset)]
+                self._read_at([gap], offset)
+                value = checksum.crc(gap, value, algorithm)
+            value = checksum.crc(held, value, algorithm) if isinstance(held, bytes) else \
+                checksum.combine(value, held, b - a, algorithm)
+            pos = b
+        self._verdict(index, value)
+
+    def _keep(self, index: int, extra: tuple[int, memoryview] | None = None) -> memoryview:
+        """Block ``index`` read whole and checked, kept; what went out of it before (and
+        ``extra``: a part just read at an offset) must be what it holds."""
+        start, stop = self._bounds(index)
+        buffer = memoryview(bytearray(stop - start))
         self._read_at([buffer], start)
-        actual = checksum.crc(buffer, 0, self.expect.algorithm)   # type: ignore[union-attr]
-        self._begun.pop(index, None)
-        self._verdict(index, actual, length)
-        if upto and checksum.crc(buffer[:upto], 0, self.expect.algorithm) != value:  # type: ignore[union-attr]
-            self._fail(f"block {index} changed while read (bytes 0-{upto} of it differ)")
-        if len(self._cache) >= 2:
-            self._spare.append(self._cache.pop(next(iter(self._cache))))
-        self._cache[index] = buffer
+        self._verdict(index, checksum.crc(buffer, 0, self.expect.algorithm))  # type: ignore[union-attr]
+        went = self._pieces.pop(index, [])
+        self._covered.pop(index, None)
+        for a, b, held in went:
+            same = held == buffer[a - start:b - start] if isinstance(held, bytes) else \
+                held == checksum.crc(buffer[a - start:b - start], 0, self.expect.algorithm)  # type: ignore[union-attr]
+            if not same:
+                self._fail(f"bytes {a}-{b} changed while read")
+        if extra is not None:
+            at, part = extra
+            part[:] = buffer[at - start:at - start + part.nbytes]   # the checked bytes, not those
+        if len(self._kept) >= 2:
+            self._kept.pop(next(iter(self._kept)))
+        self._kept[index] = buffer
+        return buffer
 
-    def _finish(self, index: int) -> None:
-        """The rest of a block begun in order, read in small pieces, and its verdict."""
-        upto, value = self._begun.pop(index)
-        start = index * self.block
-        length = min(self.block, self.size - start)
-        for offset in range(upto, length, _STREAM_BYTES):
-            piece = self._scratch[:min(_STREAM_BYTES, length - offset)]
-            self._read_at([piece], start + offset)
-            value = checksum.crc(piece, value, self.expect.algorithm)   # type: ignore[union-attr]
-        self._verdict(index, value, length)
-
-    def _verdict(self, index: int, actual: int, length: int) -> None:
+    def _verdict(self, index: int, actual: int) -> None:
         expect = self.expect
         assert expect is not None
-        self._begun.pop(index, None)
         if actual != expect.crcs[index]:
-            where = f"block {index} (bytes {index * self.block}-{index * self.block + length})" \
-                if len(expect.crcs) > 1 else "its checksum"
-            self._fail(f"{where}: {checksum.hex_crc(actual)}, the commit marker says "
+            start, stop = self._bounds(index)
+            where = f"block {index} (bytes {start}-{stop}): " if len(expect.crcs) > 1 else ""
+            self._fail(f"{where}its checksum is {checksum.hex_crc(actual)}, the commit marker says "
                        f"{checksum.hex_crc(expect.crcs[index])} (the file changed after it was written)")
         self.checked.add(index)
-
-    def _buffer(self, length: int) -> memoryview:
-        """A block-sized buffer: one that left the cache, else a new one."""
-        while self._spare:
-            spare = self._spare.pop()
-            if spare.nbytes >= length:
-                return spare[:length]
-        return memoryview(bytearray(length))
 
     def _read_at(self, pieces: list[memoryview], offset: int) -> None:
         """Fill ``pieces`` (in order) from the file at ``offset``: one system call where it can."""
@@ -256,8 +293,7 @@ class VerifiedFile:
             return
         for index in range(len(self.expect.crcs)):
             if index not in self.checked:
-                self._begun.setdefault(index, [0, 0])
-                self._finish(index)
+                self._judge(index)
 
 
 def problem_of(folder: Path, marker: dict[str, Any], rel: str, checked: set[int] | None = None) -> str | None:
