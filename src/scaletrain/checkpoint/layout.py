@@ -40,10 +40,12 @@ from scaletrain.fileio import fsync_dir
 FORMAT = marker.CHECKSUMS_SINCE  # version of the folder layout; a reader refuses newer ones
 # (2: every listed file has its checksum; 1: checksums optional, as before they existed)
 
-STEP_DIR = re.compile(rf"^{STEP_DIR_PREFIX}(\d{{8,}})$")
-PARTIAL_DIR = re.compile(rf"^\.partial-{STEP_DIR_PREFIX}(\d{{8,}})-[0-9a-f]+$")
+# a step's digits as step_dirname writes them: 8 at least, no zero beyond (a second name for a
+# step, step-000000030 beside step-00000030, is no checkpoint of ours: never chosen, never removed)
+STEP_DIR = re.compile(rf"^{STEP_DIR_PREFIX}(\d{{8}}|[1-9]\d{{8,}})$")
+PARTIAL_DIR = re.compile(rf"^\.partial-{STEP_DIR_PREFIX}(\d{{8}}|[1-9]\d{{8,}})-[0-9a-f]+$")
 # a committed folder moved aside while the same step is saved again (see commit())
-REPLACED_DIR = re.compile(rf"^\.replaced-{STEP_DIR_PREFIX}(\d{{8,}})-[0-9a-f]+$")
+REPLACED_DIR = re.compile(rf"^\.replaced-{STEP_DIR_PREFIX}(\d{{8}}|[1-9]\d{{8,}})-[0-9a-f]+$")
 
 
 def step_dirname(step: int) -> str:

@@ -33,6 +33,12 @@ WRITER_FILES = (".lock", ".owner.json")   # the writer's lock and owner record (
 _RANK_FILE = re.compile(r"^rank-\d{5,}\.pt$")
 
 
+def shown(name: str) -> str:
+    """``name`` as a message shows it: as it is, or quoted when it holds a newline, a control
+    character or bytes that are not UTF-8 (a message stays one line)."""
+    return name if name.isprintable() else repr(name)
+
+
 def rank_file(rank: int) -> str:
     """The per-rank file name: ``rank-00003.pt``."""
     return f"rank-{rank:05d}.pt"
@@ -184,14 +190,14 @@ def verify_files(folder: Path, data: dict[str, Any]) -> str | None:
         path = folder / rel
         try:
             if not path.resolve().is_relative_to(root):
-                return f"{rel} leads outside the checkpoint folder (a symbolic link): refused"
+                return f"{shown(rel)} leads outside the checkpoint folder (a symbolic link): refused"
             info = path.stat()
-        except (OSError, RuntimeError):  # missing, a loop of links, a name the file system refuses
-            return f"{rel} is missing"
+        except (OSError, RuntimeError, ValueError):  # missing, a loop of links, a name refused
+            return f"{shown(rel)} is missing"
         if not stat.S_ISREG(info.st_mode):
-            return f"{rel} is not a regular file: refused"
+            return f"{shown(rel)} is not a regular file: refused"
         if info.st_size != size:
-            return f"{rel} has {info.st_size} bytes, the commit marker says {size} (truncated?)"
+            return f"{shown(rel)} has {info.st_size} bytes, the commit marker says {size} (truncated?)"
     return None
 
 

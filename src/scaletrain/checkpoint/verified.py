@@ -30,6 +30,7 @@ from typing import Any
 
 from scaletrain.checkpoint import checksum
 from scaletrain.checkpoint.errors import CheckpointError
+from scaletrain.checkpoint.marker import shown
 from scaletrain.fileio import open_regular
 
 _STREAM_BYTES = 1 << 18  # a check of bytes nobody loads: 256 KiB reads into one small buffer
@@ -283,7 +284,7 @@ class VerifiedFile:
                 pieces[0] = pieces[0][n:]
 
     def _fail(self, why: str) -> None:
-        self.problem = f"{self.name}: {why}"
+        self.problem = f"{shown(self.name)}: {why}"
         raise Damaged(self.problem)
 
     def verify_rest(self) -> None:
@@ -301,7 +302,7 @@ def problem_of(folder: Path, marker: dict[str, Any], rel: str, checked: set[int]
     ``checked`` are not read again."""
     expect = expected(marker, rel)
     if expect is not None and not checksum.available(expect.algorithm):
-        return (f"{rel}: its {expect.algorithm.upper()} checksum cannot be checked here: the crc32c "
+        return (f"{shown(rel)}: its {expect.algorithm.upper()} checksum cannot be checked here: the crc32c "
                 "package is missing (pip install crc32c)")
     try:
         with VerifiedFile(folder / rel, expect, name=rel, checked=set(checked or ())) as fh:
@@ -309,7 +310,7 @@ def problem_of(folder: Path, marker: dict[str, Any], rel: str, checked: set[int]
     except Damaged as err:
         return err.problem
     except OSError as err:
-        return f"{rel}: cannot be read ({err.strerror or err})"
+        return f"{shown(rel)}: cannot be read ({err.strerror or err})"
     return None
 
 
@@ -350,13 +351,13 @@ class Tracker:
         try:
             return Path(path).relative_to(self.folder).as_posix()
         except ValueError:
-            raise Damaged(f"{path}: outside the checkpoint folder: refused") from None
+            raise Damaged(f"{shown(str(path))}: outside the checkpoint folder: refused") from None
 
     @contextmanager
     def open(self, rel: str) -> Iterator[VerifiedFile]:
         """``rel`` as a :class:`VerifiedFile`; a file the marker does not list is refused."""
         if rel not in self.marker["files"]:
-            self.problem = self.problem or f"{rel}: not listed in the commit marker: refused"
+            self.problem = self.problem or f"{shown(rel)}: not listed in the commit marker: refused"
             raise Damaged(self.problem)
         with self._lock:
             checked = self.checked.setdefault(rel, set())
