@@ -150,6 +150,25 @@ def reference_blocks(algorithm: str, data: bytes, block: int) -> str:
     return "".join(reference_checksum(algorithm, piece) for piece in pieces)
 
 
+def seeded_linear(seed: int) -> Any:
+    """A 4x3 ``torch.nn.Linear`` whose weights ``seed`` decides: a step's state, told apart."""
+    import torch
+
+    torch.manual_seed(seed)
+    return torch.nn.Linear(4, 3)
+
+
+def save_steps(directory: Path, steps: tuple[int, ...] = (20, 30)) -> Path:
+    """A checkpoint folder holding ``steps``: each ``seeded_linear(step)`` and the step as a value."""
+    import scaletrain
+
+    ckpt = scaletrain.Checkpointer(directory, keep=len(steps) + 1)
+    for step in steps:
+        ckpt.save(step, {"model": seeded_linear(step), "epoch": step})
+    ckpt.close()
+    return directory
+
+
 def reseal(folder: Path, name: str, data: bytes | None = None) -> None:
     """Replace a checkpoint file with ``data`` (when given) and fix its size and checksums in the
     commit marker, as an attacker who knows the format would (scaletrain not used)."""

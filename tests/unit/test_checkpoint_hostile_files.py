@@ -22,7 +22,7 @@ from typing import Callable
 import pytest
 import torch
 
-from helpers import reseal
+from helpers import reseal, save_steps, seeded_linear
 
 import scaletrain
 from scaletrain.checkpoint import layout
@@ -31,19 +31,12 @@ from scaletrain.checkpoint.errors import CheckpointError
 STEP = "step-00000030"
 
 
-def _model(seed: int) -> torch.nn.Module:
-    torch.manual_seed(seed)
-    return torch.nn.Linear(4, 3)
+_model = seeded_linear
 
 
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory) -> Path:
-    directory = tmp_path_factory.mktemp("hostile-files") / "ck"
-    ckpt = scaletrain.Checkpointer(directory, keep=3)
-    for step in (20, 30):
-        ckpt.save(step, {"model": _model(step), "epoch": step})
-    ckpt.close()
-    return directory
+    return save_steps(tmp_path_factory.mktemp("hostile-files") / "ck")
 
 
 def _marker(folder: Path) -> dict:
@@ -312,7 +305,7 @@ buf = io.BytesIO()
 pickle.dump(meta, buf)
 (folder / ".metadata").write_bytes(buf.getvalue())
 sys.path.insert(0, sys.argv[3])
-from helpers import reseal
+from helpers import reseal, save_steps, seeded_linear
 reseal(directory / "step-00000030", "sharded/.metadata")   # a metadata that checks out
 fresh = make(0)
 with warnings.catch_warnings(record=True) as seen:

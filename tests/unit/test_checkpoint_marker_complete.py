@@ -22,32 +22,24 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import reseal
+from helpers import reseal, save_steps, seeded_linear
 
 import scaletrain
 from scaletrain.checkpoint import layout, stepfolder
 from scaletrain.checkpoint.errors import CheckpointError
 
 
-def _model(seed: int) -> torch.nn.Module:
-    torch.manual_seed(seed)
-    return torch.nn.Linear(4, 3)
+_model = seeded_linear
 
 
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory) -> Path:
-    directory = tmp_path_factory.mktemp("complete") / "ck"
-    ckpt = scaletrain.Checkpointer(directory, keep=3)
-    for step in (20, 30):
-        ckpt.save(step, {"model": _model(step), "epoch": step})
-    ckpt.close()
-    return directory
+    return save_steps(tmp_path_factory.mktemp("complete") / "ck")
 
 
 @pytest.fixture
 def ck(pristine, tmp_path) -> Path:
-    shutil.copytree(pristine, tmp_path / "ck")
-    return tmp_path / "ck"
+    return Path(shutil.copytree(pristine, tmp_path / "ck"))
 
 
 def _load(directory: Path, *, strict: bool = False) -> tuple[int | None, list[str], torch.nn.Module]:
