@@ -15,6 +15,7 @@ are declared here, for the writer and every reader.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import stat
@@ -87,6 +88,21 @@ def _kind(value: Any) -> str:
     return "null" if value is None else type(value).__name__
 
 
+def _value(value: Any) -> str:
+    """A hand-edited field's value as a message shows it: as JSON spells it, never Python's
+    True, inf or nan, a string or a number cut short."""
+    if isinstance(value, bool) or value is None:
+        return "null" if value is None else str(value).lower()
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else "a number too large for a float"
+    if isinstance(value, int):
+        digits = len(str(abs(value))) if abs(value) < 10 ** 4000 else 4000
+        return str(value) if digits <= 20 else f"a {digits}-digit number"
+    if isinstance(value, str):
+        return repr(value[:60] + ("..." if len(value) > 60 else ""))
+    return f"a {_kind(value)}"
+
+
 def _count(value: Any, minimum: int) -> bool:
     return not isinstance(value, bool) and isinstance(value, int) and value >= minimum
 
@@ -96,7 +112,7 @@ def problem(data: Any) -> str | None:
     if not isinstance(data, dict):
         return f"it holds a {_kind(data)}, not an object"
     if not _count(data.get("step"), 0):
-        return f"'step' is {data.get('step')!r}, not a step number"
+        return f"'step' is {_value(data.get('step'))}, not a step number"
     files = data.get("files")
     if not isinstance(files, dict):
         return f"'files' is a {_kind(files)}, not an object of file names and sizes"
@@ -105,7 +121,7 @@ def problem(data: Any) -> str | None:
         if why:
             return why
         if not _count(size, 0):
-            return f"'files' gives {rel!r} the size {size!r}, not a number of bytes"
+            return f"'files' gives {rel!r} the size {_value(size)}, not a number of bytes"
     objects = data.get("objects", {})
     if not isinstance(objects, dict):
         return f"'objects' is a {_kind(objects)}, not an object of state names"
@@ -115,7 +131,7 @@ def problem(data: Any) -> str | None:
             return f"'objects' describes {name!r} as {info!r}, not as {{kind, sharded}}"
     for key in ("format", "world_size"):
         if not _count(data.get(key, 1), 1):
-            return f"'{key}' is {data.get(key)!r}, not a positive integer"
+            return f"'{key}' is {_value(data.get(key))}, not a positive integer"
     return _checksum_problem(data, files)
 
 
