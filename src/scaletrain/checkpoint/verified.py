@@ -20,6 +20,7 @@ so that after the load it checks only the rest of its share of the files (the sa
 from __future__ import annotations
 
 import bisect
+import operator
 import os
 import threading
 from collections.abc import Iterable, Iterator
@@ -70,10 +71,7 @@ def expected(marker: dict[str, Any], rel: str) -> Expected | None:
     return Expected(size=size, algorithm=algorithm, block=max(size, 1), crcs=(int(crcs[rel], 16),))
 
 
-def _start(piece: tuple[int, int, bytes | int]) -> int:
-    return piece[0]
-
-
+_start = operator.itemgetter(0)   # a piece's first offset: pieces are kept sorted by it
 class VerifiedFile:
     """A read-only, seekable file object over ``path`` that checks every byte it hands out.
 
@@ -317,11 +315,7 @@ def problem_of(folder: Path, marker: dict[str, Any], rel: str, checked: set[int]
 def first_mismatch(folder: Path, marker: dict[str, Any], names: Iterable[str]) -> str | None:
     """The first of ``names`` (files ``marker`` lists) whose bytes do not match their recorded
     checksums, as ``"file: why"``, or None."""
-    for rel in names:
-        why = problem_of(folder, marker, rel)
-        if why:
-            return why
-    return None
+    return next((why for why in (problem_of(folder, marker, rel) for rel in names) if why), None)
 
 
 def file_crc(path: Path, algorithm: str | None = None) -> int:
