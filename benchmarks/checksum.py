@@ -7,9 +7,9 @@ One run measures, side by side in alternating rounds in one process:
    and with the checksum replaced by a constant (the A/B), after an ``os.sync()`` each; the cost
    of a checksum = CPU seconds inside it per save / the save's time (median), and the wall-clock
    difference with / without;
-3. the check before a load (``checksum.file_crc``) over a file of the throughput's size in the page
-   cache: bounded ``read()`` calls (what loads use) against the memory map used until issue 39
-   (an I/O error there is SIGBUS), alternating, GB/s (median).
+3. the check of bytes a load does not read (``verified.file_crc``) over a file of the
+   throughput's size in the page cache: bounded ``read()`` calls against the memory map used
+   until issue 39 (an I/O error there is SIGBUS), alternating, GB/s (median).
 
 Usage::
 
@@ -61,11 +61,11 @@ def _mapped_crc(path: Path, algorithm: str) -> int:
 def _verify(directory: Path, mb: int, reps: int) -> dict[str, float]:
     """GB/s of the pre-load check (the algorithm saves use), read() against mmap, over one
     cached file, alternating."""
-    from scaletrain.checkpoint import checksum
+    from scaletrain.checkpoint import checksum, verified
 
     path = directory / "verify.bin"
     path.write_bytes(os.urandom(mb << 20))
-    ways = {"read": lambda: checksum.file_crc(path, checksum.ALGORITHM),
+    ways = {"read": lambda: verified.file_crc(path, checksum.ALGORITHM),
             "mmap": lambda: _mapped_crc(path, checksum.ALGORITHM)}
     expected = ways["mmap"]()  # also puts the file in the page cache
     times: dict[str, list[float]] = {k: [] for k in ways}

@@ -144,6 +144,48 @@ def reference_checksum(algorithm: str, data: bytes) -> str:
     return f"{crc32c.crc32c(data):08x}"
 
 
+def reference_blocks(algorithm: str, data: bytes, block: int) -> str:
+    """The per-block checksums of ``data`` as a commit marker spells them, without scaletrain."""
+    pieces = [data[i:i + block] for i in range(0, len(data), block)] or [b""]
+    return "".join(reference_checksum(algorithm, piece) for piece in pieces)
+
+
+def seeded_linear(seed: int) -> Any:
+    """A 4x3 ``torch.nn.Linear`` whose weights ``seed`` decides: a step's state, told apart."""
+    import torch
+
+    torch.manual_seed(seed)
+    return torch.nn.Linear(4, 3)
+
+
+def save_steps(directory: Path, steps: tuple[int, ...] = (20, 30)) -> Path:
+    """A checkpoint folder holding ``steps``: each ``seeded_linear(step)`` and the step as a value."""
+    import scaletrain
+
+    ckpt = scaletrain.Checkpointer(directory, keep=len(steps) + 1)
+    for step in steps:
+        ckpt.save(step, {"model": seeded_linear(step), "epoch": step})
+    ckpt.close()
+    return directory
+
+
+def reseal(folder: Path, name: str, data: bytes | None = None) -> None:
+    """Replace a checkpoint file with ``data`` (when given) and fix its size and checksums in the
+    commit marker, as an attacker who knows the format would (scaletrain not used)."""
+    import json
+
+    if data is not None:
+        (folder / name).write_bytes(data)
+    data = (folder / name).read_bytes()
+    marker = json.loads((folder / "COMMIT.json").read_text())
+    marker["files"][name] = len(data)
+    algorithm, _ = marker_checksums(marker)
+    marker[algorithm][name] = reference_checksum(algorithm, data)
+    if isinstance(marker.get("blocks"), dict):
+        marker["blocks"][algorithm][name] = reference_blocks(algorithm, data, marker["blocks"]["bytes"])
+    (folder / "COMMIT.json").write_text(json.dumps(marker))
+
+
 # A stand-in for a centre module's ``python3`` (one whose own site-packages hold torch), for the
 # tests of ``env create`` and of jobs that use the venv it makes. Where this interpreter is a
 # system Python, that is this interpreter. Where it is itself a venv (how most users run the

@@ -8,9 +8,10 @@ themselves (or ``pip install -e '.[monitor]'`` in the clone) are what they need.
 
 from __future__ import annotations
 
-import json
 from functools import lru_cache
 from importlib import metadata
+
+from scaletrain.jsonfile import loads as json_loads
 
 # the packages each extra brings (pyproject.toml's optional-dependencies, by name)
 EXTRAS: dict[str, tuple[str, ...]] = {
@@ -28,7 +29,7 @@ def installed_from_clone() -> bool:
     except metadata.PackageNotFoundError:
         return True
     try:
-        direct = json.loads(dist.read_text("direct_url.json") or "{}")
+        direct = json_loads(dist.read_text("direct_url.json") or "{}")
     except (OSError, ValueError):
         return False
     return bool(direct.get("dir_info", {}).get("editable")) or str(direct.get("url", "")).startswith("file:")

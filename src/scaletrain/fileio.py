@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from scaletrain.errors import UsageError
+from scaletrain.jsonfile import loads as json_loads
 
 READ_LIMIT = 16 * 1024 * 1024     # a record, a marker, a job id: anything bigger is not ours
 LINE_BYTES = 1024 * 1024          # a line of a file read as a stream (a record, a log line): read in pieces of this
@@ -235,42 +236,11 @@ def json_text(value: Any, **options: Any) -> str:
         return json.dumps(finite(value), allow_nan=False, **options)
 
 
-# The widest whole number a file of ours holds (a size, a step, a time in ns): a signed 64-bit
-# integer, 19 digits. Past it (10**400) a number is not one we wrote, and no float can hold it.
-MAX_JSON_INT = 2**63 - 1
-
-
-def _json_int(text: str) -> int:
-    if len(text) > 20 or not -MAX_JSON_INT <= (value := int(text)) <= MAX_JSON_INT:
-        raise ValueError(f"integer out of range: {text[:24]}")
-    return value
-
-
-def _json_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):    # 1e400 reads as inf
-        raise ValueError(f"number out of range: {text[:24]}")
-    return value
-
-
-def _json_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")     # NaN, Infinity: our writers write null (json_text)
-
-
-def parse_json(raw: str | bytes) -> Any:
-    """``json.loads`` for a file we read: every number checked for range as it is parsed.
-
-    An integer past 64 bits, a float past a float (``1e400``) or ``NaN``/``Infinity`` raises
-    ValueError, as text that is not JSON does, so no reader ever computes with one (``10**400``
-    gave OverflowError in ``report`` and ``status``).
-    """
-    return json.loads(raw, parse_int=_json_int, parse_float=_json_float, parse_constant=_json_constant)
-
-
 def json_lines(path: str | os.PathLike[str], *, line_bytes: int = LINE_BYTES) -> Iterator[Any]:
     """Each line of the JSON-lines file ``path`` parsed, streamed so memory stays bounded however
     long the file: a line longer than ``line_bytes`` is skipped whole, and so is one that is not
-    JSON (half-written, edited by hand) or holds a number out of range (:func:`parse_json`). What a value means is its writer's reader's to decide.
+    JSON (half-written, edited by hand, too deep) or holds a number out of range (:mod:`scaletrain.jsonfile`).
+    What a value means is its writer's reader's to decide.
     ``OSError`` when the file cannot be opened or is not a regular file (a pipe is refused)."""
     with open_regular(path) as fh:
         while True:
@@ -282,19 +252,26 @@ def json_lines(path: str | os.PathLike[str], *, line_bytes: int = LINE_BYTES) ->
                     raw = fh.readline(line_bytes)
                 continue
             try:
-                yield parse_json(raw)
-            except (ValueError, RecursionError):
-                continue                                    # a half-written or hand-edited line
+                yield json_loads(raw)
+            except ValueError:
+                continue                                    # a half-written, hand-edited or too deep line
+
+
+def read_json(path: str | os.PathLike[str], *, limit: int = READ_LIMIT, errors: str = "strict",
+              unique_keys: bool = False) -> Any:
+    """The JSON in the regular file ``path``, read up to ``limit`` bytes and parsed within the
+    bounds of :mod:`scaletrain.jsonfile` (depth); ``OSError`` when it cannot be read or is larger,
+    ``ValueError`` when it is not JSON, too deep, or (``unique_keys``) names a key twice."""
+    return json_loads(read_bounded(path, limit), max_bytes=limit, errors=errors, unique_keys=unique_keys)
 
 
 def read_json_object(path: str | os.PathLike[str], *, errors: str = "strict") -> dict[str, Any] | None:
-    """A small JSON object from ``path``, or None when it is missing, unreadable or not an object.
-
-    ``errors="replace"`` reads a file with stray bytes (a folder edited by hand) instead of refusing it.
-    """
+    """A small JSON object from ``path``, or None when it is missing, unreadable, too deep or not
+    an object. ``errors="replace"`` reads a file with stray bytes (a folder edited by hand) instead
+    of refusing it."""
     try:
-        value = parse_json(read_bounded(path).decode("utf-8", errors=errors))
-    except (OSError, ValueError, RecursionError):
+        value = read_json(path, errors=errors)
+    except (OSError, ValueError):
         return None
     return value if isinstance(value, dict) else None
 

@@ -71,7 +71,7 @@ def save_forever(directory: str, strategy: str, width: int, ready_fd: int | None
 
 def verify(directory: Path, width: int) -> dict:
     """Load the latest checkpoint into fresh objects; report what was found."""
-    latest = layout.latest(directory)
+    latest = layout.highest_committed(directory)
     if latest is None:
         return {"ok": False, "why": "no committed checkpoint"}
     model, opt = objects("none", width)

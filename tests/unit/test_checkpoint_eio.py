@@ -21,7 +21,8 @@ import pytest
 import torch
 
 import scaletrain
-from scaletrain.checkpoint import checksum, layout, marker
+from scaletrain import fileio
+from scaletrain.checkpoint import checksum, layout, verified
 
 SHIM = Path(__file__).parent / "shims" / "eio.c"
 
@@ -78,8 +79,8 @@ def test_file_crc_names_an_io_error(shim, tmp_path):
     """The checksum itself, under the shim: an OSError with EIO (a map gave SIGBUS)."""
     path = tmp_path / "data.bin"
     path.write_bytes(os.urandom(3 << 18))
-    probe = ("import sys\nfrom pathlib import Path\nfrom scaletrain.checkpoint import checksum\n"
-             "try:\n    checksum.file_crc(Path(sys.argv[1]))\n"
+    probe = ("import sys\nfrom pathlib import Path\nfrom scaletrain.checkpoint import verified\n"
+             "try:\n    verified.file_crc(Path(sys.argv[1]))\n"
              "except OSError as err:\n    print(err.errno)\n")
     env = dict(os.environ, LD_PRELOAD=str(shim), SCALETRAIN_EIO_SUFFIX="/data.bin")
     done = subprocess.run([sys.executable, "-c", probe, str(path)], env=env,
@@ -93,7 +94,7 @@ def test_file_crc_in_chunks_is_the_whole_file_s(tmp_path, size):
     (tmp_path / "f").write_bytes(data)
     for algorithm in ("crc32", "crc32c"):
         if checksum.available(algorithm):
-            assert checksum.file_crc(tmp_path / "f", algorithm) == \
+            assert verified.file_crc(tmp_path / "f", algorithm) == \
                 checksum._FUNCTIONS[algorithm](data, 0)
 
 
@@ -112,14 +113,14 @@ def test_an_unreadable_output_file_is_a_read_error_in_logs(shim, tmp_path):
 
 def test_an_unreadable_commit_marker_is_not_called_invalid_json(tmp_path, monkeypatch):
     _saved(tmp_path / "ck")
-    real = marker.read_bounded
+    real = fileio.read_bounded
 
     def eio(path, *args, **kwargs):
         if "step-00000002" in str(path):
             raise OSError(5, "Input/output error", str(path))
         return real(path, *args, **kwargs)
 
-    monkeypatch.setattr(marker, "read_bounded", eio)
+    monkeypatch.setattr(fileio, "read_bounded", eio)
     (found,) = layout.damaged(tmp_path / "ck")
     assert found[0] == 2 and found[2] == "COMMIT.json: it cannot be read (Input/output error)"
     assert [c.step for c in layout.committed(tmp_path / "ck")] == [1]

@@ -20,7 +20,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from helpers import marker_checksums, reference_checksum
+from helpers import marker_checksums, reseal
 
 import scaletrain
 from scaletrain.checkpoint.errors import CheckpointError
@@ -72,13 +72,7 @@ def _forge(folder: Path, name: str, obj) -> None:
     """Replace a file with ``obj`` torch-saved, size and checksum fixed in the marker."""
     buf = io.BytesIO()
     torch.save(obj, buf)
-    data = buf.getvalue()
-    (folder / name).write_bytes(data)
-    marker = json.loads((folder / "COMMIT.json").read_text())
-    marker["files"][name] = len(data)
-    algorithm, _ = marker_checksums(marker)
-    marker[algorithm][name] = reference_checksum(algorithm, data)
-    (folder / "COMMIT.json").write_text(json.dumps(marker))
+    reseal(folder, name, buf.getvalue())
 
 
 def _one_line(err: CheckpointError) -> str:

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import marker_checksums, reference_checksum
+from helpers import marker_checksums, reference_blocks, reference_checksum, reseal
 
 import scaletrain
 from scaletrain.checkpoint import safeio
@@ -75,12 +75,7 @@ def _marker(folder: Path) -> dict:
 
 def _rewrite(folder: Path, name: str, data: bytes) -> None:
     """Replace a file and fix its size and checksum in the marker, as an attacker would."""
-    (folder / name).write_bytes(data)
-    marker = _marker(folder)
-    marker["files"][name] = len(data)
-    algorithm, _ = marker_checksums(marker)
-    marker[algorithm][name] = reference_checksum(algorithm, data)
-    (folder / "COMMIT.json").write_text(json.dumps(marker))
+    reseal(folder, name, data)
 
 
 def test_round_trip_restores_everything(saved):
@@ -215,12 +210,12 @@ def test_checksum_is_taken_while_writing(saved, monkeypatch):
     assert set(crcs) == set(marker["files"])
     for name, crc in crcs.items():
         assert crc == reference_checksum(algorithm, (folder / name).read_bytes())
-    from scaletrain.checkpoint import checksum
+    from scaletrain.checkpoint import verified
 
-    def no_reading(path):
-        raise AssertionError(f"a save read {path} back")
+    def no_reading(*args, **kwargs):
+        raise AssertionError(f"a save read {args} back")
 
-    monkeypatch.setattr(checksum, "file_crc", no_reading)
+    monkeypatch.setattr(verified, "VerifiedFile", no_reading)
     model, opt, sched = _objects()
     ckpt = scaletrain.Checkpointer(directory / "again")
     ckpt.save(1, _state(model, opt, sched))
@@ -458,11 +453,16 @@ def test_checksum_writer_threaded_and_inline_agree(tmp_path, monkeypatch, spare)
 
     monkeypatch.setattr(checksum, "_SPARE", spare)
     data = {"big": torch.arange(600_000, dtype=torch.float32), "small": torch.ones(3)}
-    size, crc = safeio.save_file(data, tmp_path / "f.pt")
+    size, (crc, blocks) = safeio.save_file(data, tmp_path / "f.pt")
     raw = (tmp_path / "f.pt").read_bytes()
     assert size == len(raw) and crc == reference_checksum(checksum.ALGORITHM, raw)
-    assert checksum.mismatch(tmp_path / "f.pt", crc, checksum.ALGORITHM) is None
-    assert "checksum" in checksum.mismatch(tmp_path / "f.pt", "00000000", checksum.ALGORITHM)
+    assert blocks == reference_blocks(checksum.ALGORITHM, raw, checksum.BLOCK_BYTES)
+    from scaletrain.checkpoint import verified
+
+    marker = {"files": {"f.pt": size}, checksum.ALGORITHM: {"f.pt": crc}}
+    assert verified.problem_of(tmp_path, marker, "f.pt") is None
+    marker[checksum.ALGORITHM]["f.pt"] = "00000000"
+    assert "checksum" in verified.problem_of(tmp_path, marker, "f.pt")
 
 
 def test_crc_thread_only_with_a_spare_core_per_process(monkeypatch):

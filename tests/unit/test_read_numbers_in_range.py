@@ -50,7 +50,7 @@ def test_report_status_and_explain_take_a_number_out_of_range_as_not_known(capsy
 
 @pytest.mark.parametrize("value", OUT_OF_RANGE)
 def test_the_parser_refuses_the_number_as_it_refuses_text_that_is_not_json(value):
-    from scaletrain.fileio import parse_json
+    from scaletrain.jsonfile import loads as parse_json
 
     with pytest.raises(ValueError):
         parse_json(f'{{"step": {value}}}')

@@ -100,7 +100,7 @@ def _call(fn):
 
 
 def test_pipes_and_devices_in_a_checkpoint_folder_are_refused_not_waited_on(tmp_path):
-    from scaletrain.checkpoint import checksum, marker
+    from scaletrain.checkpoint import marker, verified
     from scaletrain.fileio import read_bounded, read_json_object
 
     folder = tmp_path / "step-00000003"
@@ -110,7 +110,7 @@ def test_pipes_and_devices_in_a_checkpoint_folder_are_refused_not_waited_on(tmp_
     (folder / "zero").symlink_to("/dev/zero")
     found = _returns_within(lambda: marker.load(folder))   # refused, not waited on: named as unreadable
     assert isinstance(found, marker.Unreadable) and "not a regular file" in found
-    assert isinstance(_returns_within(lambda: checksum.file_crc(folder / "rank-00000.pt")), OSError)
+    assert isinstance(_returns_within(lambda: verified.file_crc(folder / "rank-00000.pt")), OSError)
     assert isinstance(_returns_within(lambda: read_bounded(folder / "zero")), OSError)
     assert _returns_within(lambda: read_json_object(folder / "zero")) is None
     big = tmp_path / "big.json"

@@ -8,7 +8,6 @@ anywhere, including a cluster's login node over a file share; the PNG needs matp
 from __future__ import annotations
 
 import html
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 from scaletrain import settings
 from scaletrain.contract.files import SCALING_REPORT
 from scaletrain.extras import install_hint
-from scaletrain.fileio import atomic_write, json_text, read_bounded
+from scaletrain.fileio import atomic_write, json_text, read_json
 from scaletrain.observe.scaling import UNSEEN, range_text
 from scaletrain.settings import Check
 
@@ -245,11 +244,8 @@ class ScalingReport:
 
 def read_document(path: Path) -> Any:
     """A report file parsed as JSON, at most MAX_REPORT_BYTES (the bound holds if it grows while read).
-    Raises OSError or ValueError (not JSON, nested past the parser's depth)."""
-    try:
-        return json.loads(read_bounded(path, MAX_REPORT_BYTES))
-    except RecursionError:
-        raise ValueError("nested too deeply to be a report") from None
+    Raises OSError or ValueError (not JSON, nested too deep, a number out of range)."""
+    return read_json(path, limit=MAX_REPORT_BYTES)
 
 
 def is_scaling_report(doc: Any) -> bool:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from scaletrain.errors import LaunchError, UsageError
-from scaletrain.fileio import parse_json, read_bounded
+from scaletrain.fileio import read_json
 from scaletrain.observe.overhead import Overhead, calibrate, from_record, to_record
 from scaletrain.observe.scaling import (Links, StepProfile, exposed_communication, links_from_profile,
                                         modelled_without_overhead, predict)
@@ -89,7 +89,7 @@ def run_size(req: ScalingRequest, n: int, workdir: Path) -> dict[str, Any]:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-8:])
         raise LaunchError(f"bench scaling: the run on {n} process(es) failed (exit {proc.returncode}):\n{tail}",
                           "run the same size with 'scaletrain run' to see the whole output")
-    return parse_json(read_bounded(out))   # the worker's one row
+    return read_json(out)   # the worker's one row
 
 
 def local_links(rows: list[dict[str, Any]], *, background_load: float = 0.0) -> tuple[Links | None, str]:

@@ -31,7 +31,7 @@ from scaletrain.bench.scaling import ScalingRequest, build_document, profile_lin
 from scaletrain.bench.slurm_jobs import SizeJob, cancel_unfinished, ended, hangup_is_interrupt, wait_all
 from scaletrain.contract.files import JOB_LOG
 from scaletrain.errors import ScaletrainError, SlurmError, UsageError
-from scaletrain.fileio import parse_json, read_bounded, read_tail
+from scaletrain.fileio import read_json, read_tail
 
 if TYPE_CHECKING:
     from scaletrain.clusters.profile import ClusterProfile
@@ -182,8 +182,8 @@ def collect(job: SizeJob, *, wait_s: float | None = None) -> dict[str, Any] | No
         while not (job.job_dir / RESULT).is_file() and time.monotonic() < deadline:
             time.sleep(0.2)
         try:
-            row = parse_json(read_bounded(job.job_dir / RESULT))
-        except (OSError, ValueError, RecursionError) as exc:
+            row = read_json(job.job_dir / RESULT)
+        except (OSError, ValueError) as exc:
             job.error = f"job {job.job_id} COMPLETED but left no readable {RESULT} ({exc})"
         else:
             if isinstance(row, dict) and row.get("samples_per_s"):

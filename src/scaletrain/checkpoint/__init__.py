@@ -8,8 +8,9 @@ Layout of a checkpoint directory::
     checkpoints/
       step-00001200/            a committed checkpoint (the newest = "latest")
         COMMIT.json             commit marker, written last: step, world size, strategy,
-                                time, scaletrain/torch versions, every file with its size
-                                and CRC-32 (taken while writing, checked while loading)
+                                time, scaletrain/torch versions, every file of the folder
+                                with its size and CRC, and a CRC per 4 MiB of it (taken
+                                while writing; the load checks the very bytes it reads)
         replicated.pt           state all ranks hold alike (ddp/none/zero1 model, optimizer
                                 of replicated strategies, scheduler, scaler, loader, values),
                                 written once by rank 0 with torch.save
@@ -25,9 +26,10 @@ A save writes into a ``.partial-`` folder, fsyncs every file, renames the folder
 the marker does not count, so a kill at any moment leaves the previous checkpoint as the
 latest. The newest ``keep`` committed folders are kept; an older one is deleted marker first,
 after the save returned (a thread of its own, joined by the next save, load or close).
-Partial folders of dead writers are removed by the next save or load (never one whose writer
-still holds its lock). To resume by hand from an older step, move the newer folders aside.
-A damaged newest checkpoint (a file missing, truncated, or with another checksum) is set aside
+Partial folders of dead writers, and ``step-N`` folders a kill left without their marker, are
+removed by the next save (never one whose writer still holds its lock). To resume by hand from
+an older step, move the newer folders aside. A damaged newest checkpoint (a file missing,
+truncated, unlisted, or with another checksum) is set aside
 as ``damaged-step-N-*`` and the newest intact one loaded, with a warning; ``strict=True`` stops.
 Everything is read with ``torch.load(weights_only=True)`` (and DCP's metadata with an
 allow-list): a checkpoint holding any other pickled object is refused, never run.

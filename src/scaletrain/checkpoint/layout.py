@@ -5,7 +5,8 @@ writer, the loader, ``status``, ``report`` and the tests share one answer. How a
 written, committed, pruned and cleaned up is :mod:`scaletrain.checkpoint.stepfolder`.
 
 - ``step-00001200/`` is a committed checkpoint only when ``step-00001200/COMMIT.json`` exists,
-  parses, names step 1200 and lists files that are all there with their sizes. The marker is
+  parses, names step 1200 and lists files that are all there with their sizes, every file of
+  the folder and every file its format needs (:func:`marker.verify_files`). The marker is
   the last thing a save writes (atomically: temporary file, fsync, rename).
 - A save writes into ``.partial-step-00001200-<token>/`` and renames it once every rank's
   files are fsynced; a folder that a kill left behind keeps its ``.partial-`` name (or has
@@ -14,14 +15,15 @@ written, committed, pruned and cleaned up is :mod:`scaletrain.checkpoint.stepfol
   their sizes (no symlink that could dangle) and, for a checkpoint of up to :data:`VERIFY_BYTES`,
   match their checksums. :func:`choose` is that rule, the only one:
   ``status``, ``report``, ``cancel`` and the resume (``reader``) all call it, so they name the
-  same checkpoint. A step that goes backwards (step 110 saved while step 300 is on disk: a run
+  same checkpoint; it also says what stops a resume that is not damage (a newer layout, a
+  checksum this Python cannot compute) and which newer folders hold a damaged marker. A step that goes backwards (step 110 saved while step 300 is on disk: a run
   that started over in the same folder) is recorded in the new marker and warned about, at the
   save and by every reader, because the resume still loads the higher step.
 """
 
 from __future__ import annotations
 
-from collections.abc import Set as AbstractSet
+from collections.abc import Mapping, Set as AbstractSet
 
 import os
 import re
@@ -30,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scaletrain.checkpoint import checksum, marker
+from scaletrain.checkpoint import checksum, marker, verified
 from scaletrain.checkpoint.marker import MARKER
 from scaletrain.contract.files import STEP_DIR_PREFIX
 from scaletrain.fileio import fsync_dir
@@ -38,10 +40,12 @@ from scaletrain.fileio import fsync_dir
 FORMAT = marker.CHECKSUMS_SINCE  # version of the folder layout; a reader refuses newer ones
 # (2: every listed file has its checksum; 1: checksums optional, as before they existed)
 
-STEP_DIR = re.compile(rf"^{STEP_DIR_PREFIX}(\d{{8,}})$")
-PARTIAL_DIR = re.compile(rf"^\.partial-{STEP_DIR_PREFIX}(\d{{8,}})-[0-9a-f]+$")
+# a step's digits as step_dirname writes them: 8 at least, no zero beyond (a second name for a
+# step, step-000000030 beside step-00000030, is no checkpoint of ours: never chosen, never removed)
+STEP_DIR = re.compile(rf"^{STEP_DIR_PREFIX}(\d{{8}}|[1-9]\d{{8,}})$")
+PARTIAL_DIR = re.compile(rf"^\.partial-{STEP_DIR_PREFIX}(\d{{8}}|[1-9]\d{{8,}})-[0-9a-f]+$")
 # a committed folder moved aside while the same step is saved again (see commit())
-REPLACED_DIR = re.compile(rf"^\.replaced-{STEP_DIR_PREFIX}(\d{{8,}})-[0-9a-f]+$")
+REPLACED_DIR = re.compile(rf"^\.replaced-{STEP_DIR_PREFIX}(\d{{8}}|[1-9]\d{{8,}})-[0-9a-f]+$")
 
 
 def step_dirname(step: int) -> str:
@@ -80,21 +84,7 @@ def damaged(directory: Path) -> list[tuple[int, Path, str]]:
 
     A folder without a marker is an interrupted save, not listed.
     """
-    out = []
-    for name in names_in(directory):
-        match = STEP_DIR.match(name)
-        path = directory / name
-        if match is None or path.is_symlink() or not path.is_dir():
-            continue
-        data = marker.load(path)
-        if data == marker.MISSING:
-            continue
-        why = marker.load_problem(data) or marker.problem(data)
-        if why is None and data["step"] != int(match.group(1)):
-            why = f"it names step {data['step']}"
-        if why is not None:
-            out.append((int(match.group(1)), path, f"{MARKER}: {why}"))
-    return sorted(out)
+    return _scan(directory)[1]
 
 
 def set_aside(folder: Path) -> Path | None:
@@ -116,29 +106,44 @@ def committed(directory: Path) -> list[Committed]:
     aside by a re-save of the same step counts only when no committed folder has that step
     (a kill in the middle of the swap leaves it as the valid copy).
     """
+    return _scan(directory)[0]
+
+
+def _scan(directory: Path) -> tuple[list[Committed], list[tuple[int, Path, str]]]:
+    """(:func:`committed`, :func:`damaged`) from one listing, each marker read once."""
     found: dict[int, Committed] = {}
     replaced: dict[int, Committed] = {}
+    bad: list[tuple[int, Path, str]] = []
     try:
         entries = list(os.scandir(directory))
     except FileNotFoundError:
-        return []
+        return [], []
     for entry in entries:
         match = STEP_DIR.match(entry.name) or REPLACED_DIR.match(entry.name)
         if match is None or not entry.is_dir(follow_symlinks=False):
             continue
-        step = int(match.group(1))
-        marker = read_marker(Path(entry.path))
-        if marker is None or marker["step"] != step:
+        step, path = int(match.group(1)), Path(entry.path)
+        data = marker.load(path)
+        if data is marker.MISSING:
             continue
-        item = Committed(step=step, path=Path(entry.path), marker=marker)
+        why = marker.load_problem(data) or marker.problem(data)
+        if why is None and data["step"] != step:
+            why = f"it names step {data['step']}"
+        if why is not None:
+            if entry.name.startswith(STEP_DIR_PREFIX):
+                bad.append((step, path, f"{MARKER}: {why}"))
+            continue
+        item = Committed(step=step, path=path, marker=data)
         (found if entry.name.startswith(STEP_DIR_PREFIX) else replaced)[step] = item
     for step, item in replaced.items():
         found.setdefault(step, item)
-    return [found[s] for s in sorted(found)]
+    return [found[s] for s in sorted(found)], sorted(bad)
 
 
-def latest(directory: Path) -> Committed | None:
-    """The committed checkpoint with the highest step (files not checked), or None."""
+def highest_committed(directory: Path) -> Committed | None:
+    """The committed checkpoint with the highest step, by its marker alone (its files are not
+    looked at: a damaged one counts), or None. Not "the latest checkpoint": that is
+    :func:`choose`."""
     items = committed(directory)
     return items[-1] if items else None
 
@@ -157,20 +162,32 @@ class Choice:
 
     item: Committed | None
     skipped: tuple[tuple[Path, str], ...] = ()   # newer committed folders whose files are not intact
+    # newer step folders whose marker is there but not valid (not JSON, a field of the wrong shape)
+    bad_markers: tuple[tuple[Path, str], ...] = ()
     backwards: tuple[tuple[int, int], ...] = ()  # (step, the higher step on disk when it was saved)
     # the chosen checkpoint's checksums were not read here (its files exceed the bound, or this
     # Python lacks their algorithm): chosen by its sizes; the resume reads every byte
     unread: bool = False
+    # (message, hint) when the chosen checkpoint is one this scaletrain must not load although it
+    # is not damaged (a newer layout, checksums this Python cannot compute): a resume stops there
+    refusal: tuple[str, str] | None = None
+    older: int | None = None   # the next committed step below the chosen one (for hints)
 
     @property
     def step(self) -> int | None:
         """The chosen step, or None (no intact committed checkpoint)."""
         return self.item.step if self.item is not None else None
 
+    def damage(self) -> list[tuple[Path, str]]:
+        """Every folder passed over as damaged, newest first: (folder, why)."""
+        return sorted(self.skipped + self.bad_markers, key=lambda d: d[0].name, reverse=True)
+
     def notes(self) -> list[str]:
-        """One line per thing a user should know about the choice (damage, a step gone back)."""
+        """One line per thing a user should know about the choice (damage, a refusal, a step
+        gone back)."""
+        refused = [f"{self.refusal[0]} ({self.refusal[1]})"] if self.refusal else []
         return [f"checkpoint {path.name} is damaged ({why}): passed over"
-                for path, why in self.skipped] + self.backwards_notes()
+                for path, why in self.damage()] + refused + self.backwards_notes()
 
     def backwards_notes(self) -> list[str]:
         """One line per lower step saved after a higher one that the resume still prefers."""
@@ -180,28 +197,34 @@ class Choice:
                 for step, after in self.backwards if self.item is not None and self.item.step > step]
 
 
-def candidates(directory: Path) -> list[Committed]:
-    """Committed checkpoints in the order a resume tries them: the highest step first."""
-    return committed(directory)[::-1]
-
-
-def choose(directory: Path, *, skip: AbstractSet[Path] = frozenset(), verify_bytes: int | None = None) -> Choice:
-    """THE rule for "the latest checkpoint": the highest committed step whose listed files are
-    all there with their sizes and, within a bound, match their checksums; ``skip`` (folders
-    found damaged otherwise) passed over.
+def choose(directory: Path, *, skip: Mapping[Path, str] | AbstractSet[Path] = frozenset(),
+           verify_bytes: int | None = None) -> Choice:
+    """THE rule for "the latest checkpoint": the highest committed step whose folder's files are
+    all there, listed and of their sizes and, within a bound, match their checksums; ``skip``
+    (folders found damaged otherwise, with why where known) passed over.
 
     Checksums are read while the files read add up to at most ``verify_bytes`` (default
     :data:`VERIFY_BYTES`; 0 reads none): a small checkpoint is then judged byte for byte, as the
     resume judges it. A bigger one is chosen by its sizes (``Choice.unread``): a change of its
     bytes that keeps the sizes is found by the resume, which sets it aside as ``damaged-*``, and
-    from then on every caller of this rule agrees again.
+    from then on every caller of this rule agrees again. A checkpoint of a newer layout, or with
+    checksums this Python cannot compute, ends the walk with ``Choice.refusal``: it is not
+    damage, and an older step is not what the user asked to resume.
     """
     budget = VERIFY_BYTES if verify_bytes is None else verify_bytes
     skipped: list[tuple[Path, str]] = []
-    chosen, unread = None, False
-    items = candidates(directory)
+    chosen, unread, refusal = None, False, None
+    items, bad = _scan(directory)
+    items.reverse()  # the highest step first
     for item in items:
-        why = "found damaged" if item.path in skip else verify_files(item.path, item.marker)
+        refusal = _refusal(item)
+        if refusal is not None:
+            chosen, unread = item, True
+            break
+        if item.path in skip:
+            why: str | None = skip[item.path] if isinstance(skip, Mapping) else "found damaged"
+        else:
+            why = verify_files(item.path, item.marker)
         if why is None:
             why, read = _checksum_problem(item, budget)
             budget -= read or 0
@@ -211,23 +234,40 @@ def choose(directory: Path, *, skip: AbstractSet[Path] = frozenset(), verify_byt
         skipped.append((item.path, why))
     backwards = tuple(sorted((i.step, i.marker[SAVED_AFTER]) for i in items
                              if _count(i.marker.get(SAVED_AFTER)) and i.marker[SAVED_AFTER] > i.step))
-    return Choice(item=chosen, skipped=tuple(skipped), backwards=backwards, unread=unread)
+    older = next((i.step for i in items if chosen is not None and i.step < chosen.step), None)
+    newer_bad = tuple((path, why) for step, path, why in bad if chosen is None or step > chosen.step)
+    return Choice(item=chosen, skipped=tuple(skipped), bad_markers=newer_bad, backwards=backwards,
+                  unread=unread, refusal=refusal, older=older)
+
+
+def _refusal(item: Committed) -> tuple[str, str] | None:
+    """Why ``item`` must not be loaded by this scaletrain although it is not damaged, or None."""
+    fmt = item.marker.get("format", 1)
+    if fmt > FORMAT:
+        return (f"checkpoint step {item.step} ({item.path}) has layout format {fmt}; this "
+                f"scaletrain reads up to {FORMAT}", "upgrade scaletrain to the version that wrote "
+                f"it ({str(item.marker.get('scaletrain_version', '?'))[:40]})")
+    algorithm, _ = checksum.recorded(item.marker)
+    if algorithm and not checksum.available(algorithm):
+        return (f"checkpoint step {item.step} ({item.path}) records {algorithm.upper()} checksums "
+                "and this Python cannot compute them: the crc32c package is missing",
+                "pip install crc32c (a dependency of scaletrain) into the job's environment")
+    return None
 
 
 def _checksum_problem(item: Committed, budget: int) -> tuple[str | None, int | None]:
-    """(the first file whose bytes do not match the marker's checksum, or None; the bytes read).
+    """(the first file whose bytes do not match the marker's checksums, or None; the bytes read).
 
-    None read: not judged by checksums (the files exceed ``budget``, or this Python lacks the
-    algorithm). A marker that records none (before checksums existed) is judged by its sizes,
-    as the resume judges it: 0 bytes read.
+    None read: not judged by checksums (the files exceed ``budget``). A marker that records
+    none (before checksums existed) is judged by its sizes, as the resume judges it: 0 bytes read.
     """
     algorithm, _ = checksum.recorded(item.marker)
     if not algorithm:
         return None, 0
     size = sum(item.marker["files"].values())
-    if size > budget or not checksum.available(algorithm):
+    if size > budget:
         return None, None
-    return checksum.first_mismatch(item.path, item.marker, item.marker["files"]), size
+    return verified.first_mismatch(item.path, item.marker, item.marker["files"]), size
 
 
 def _count(value: Any) -> bool:

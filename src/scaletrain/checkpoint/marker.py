@@ -1,59 +1,106 @@
-"""The commit marker's content, checked field by field before anything trusts it.
+"""The commit marker's content, and the files of a step folder, checked before anything trusts them.
 
 ``COMMIT.json`` is written whole (temporary file + rename), so a marker that is not valid was
 damaged or edited after the save. Every field a reader uses is checked for its shape here, so
 a damaged or forged marker is one line naming the field, never an exception deep in a load;
-file names outside the folder (``../../etc/passwd``, absolute paths) are refused.
+file names outside the folder (``../../etc/passwd``, absolute paths) are refused, and so is a
+key named twice (JSON keeps the last one, which could hide a second value).
+
+The marker is complete, or the checkpoint does not count: it lists every file of its folder
+(nothing unlisted is there, so nothing unchecked can be read), and it lists every file its
+format needs (``replicated.pt``, a ``rank-N.pt`` per rank of ``world_size``, DCP's
+``sharded/.metadata`` when an object is stored sharded). The names of a step folder's files
+are declared here, for the writer and every reader.
 """
 
 from __future__ import annotations
 
-import json
+import math
+import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
-from scaletrain.checkpoint.checksum import ALGORITHMS
+from scaletrain.checkpoint.checksum import ALGORITHMS, block_count
 from scaletrain.contract.files import COMMIT_MARKER
-from scaletrain.fileio import read_bounded
+from scaletrain.fileio import read_json
 
 MARKER = COMMIT_MARKER   # the contract's name: status and report read it too
-MISSING, GARBAGE = "missing", "garbage"  # what load() returns instead of JSON
+REPLICATED = "replicated.pt"      # rank 0's torch.save of the state every rank holds alike
+SHARDED = "sharded"               # DCP's files: a .distcp per rank and .metadata
+DCP_METADATA = ".metadata"
+WRITER_FILES = (".lock", ".owner.json")   # the writer's lock and owner record (stepfolder): never read
+_RANK_FILE = re.compile(r"^rank-\d{5,}\.pt$")
+
+
+def shown(name: str) -> str:
+    """``name`` as a message shows it: as it is, or quoted when it holds a newline, a control
+    character or bytes that are not UTF-8 (a message stays one line)."""
+    return name if name.isprintable() else repr(name)
+
+
+def rank_file(rank: int) -> str:
+    """The per-rank file name: ``rank-00003.pt``."""
+    return f"rank-{rank:05d}.pt"
+
+
+def is_rank_file(name: str) -> bool:
+    """Whether ``name`` is a per-rank file's name."""
+    return _RANK_FILE.match(name) is not None
 
 
 class Unreadable(str):
-    """What load() returns when the marker exists but reading it failed (an I/O error, no
-    permission): its text is the reason. Not damage of the checkpoint: the disk's."""
+    """What load() returns when the marker exists but could not be read (an I/O error, no
+    permission) or is no marker at all (not JSON, too deep): its text is the reason."""
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING = _Missing()   # what load() returns when there is no marker: an object no JSON can equal
 _HEX8 = re.compile(r"^[0-9a-f]{8}$")
 CHECKSUMS_SINCE = 2  # the marker format from which every listed file must have a checksum
 
 
 def load(folder: Path) -> Any:
-    """The marker's parsed JSON, :data:`MISSING`, :data:`GARBAGE` (not JSON) or an
-    :class:`Unreadable` naming why it could not be read."""
+    """The marker's parsed JSON, :data:`MISSING`, or an :class:`Unreadable` naming why it
+    could not be read (an I/O error, not JSON, deeper or larger than a marker can be)."""
     try:
-        text = read_bounded(folder / MARKER).decode("utf-8")     # a pipe or device is refused, not waited on
+        return read_json(folder / MARKER, unique_keys=True)  # a pipe or device is refused, not waited on
     except FileNotFoundError:
         return MISSING
     except OSError as exc:
         return Unreadable(f"it cannot be read ({exc.strerror or exc})")
-    except UnicodeDecodeError:
-        return GARBAGE
-    try:
-        return json.loads(text)
-    except ValueError:
-        return GARBAGE
+    except ValueError as exc:
+        detail = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+        return Unreadable(f"it is not valid JSON ({detail})")
 
 
 def load_problem(data: Any) -> str | None:
     """Why what :func:`load` returned is no JSON at all (unreadable, not JSON), or None."""
-    if isinstance(data, Unreadable):
-        return str(data)
-    return "it is not valid JSON" if data == GARBAGE else None
+    return str(data) if isinstance(data, Unreadable) else None
 
 
 def _kind(value: Any) -> str:
     return "null" if value is None else type(value).__name__
+
+
+def _value(value: Any) -> str:
+    """A hand-edited field's value as a message shows it: as JSON spells it, never Python's
+    True, inf or nan, a string or a number cut short."""
+    if isinstance(value, bool) or value is None:
+        return "null" if value is None else str(value).lower()
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else "a number too large for a float"
+    if isinstance(value, int):
+        digits = len(str(abs(value))) if abs(value) < 10 ** 4000 else 4000
+        return str(value) if digits <= 20 else f"a {digits}-digit number"
+    if isinstance(value, str):
+        return repr(value[:60] + ("..." if len(value) > 60 else ""))
+    return f"a {_kind(value)}"
 
 
 def _count(value: Any, minimum: int) -> bool:
@@ -65,7 +112,7 @@ def problem(data: Any) -> str | None:
     if not isinstance(data, dict):
         return f"it holds a {_kind(data)}, not an object"
     if not _count(data.get("step"), 0):
-        return f"'step' is {data.get('step')!r}, not a step number"
+        return f"'step' is {_value(data.get('step'))}, not a step number"
     files = data.get("files")
     if not isinstance(files, dict):
         return f"'files' is a {_kind(files)}, not an object of file names and sizes"
@@ -74,7 +121,7 @@ def problem(data: Any) -> str | None:
         if why:
             return why
         if not _count(size, 0):
-            return f"'files' gives {rel!r} the size {size!r}, not a number of bytes"
+            return f"'files' gives {rel!r} the size {_value(size)}, not a number of bytes"
     objects = data.get("objects", {})
     if not isinstance(objects, dict):
         return f"'objects' is a {_kind(objects)}, not an object of state names"
@@ -84,7 +131,7 @@ def problem(data: Any) -> str | None:
             return f"'objects' describes {name!r} as {info!r}, not as {{kind, sharded}}"
     for key in ("format", "world_size"):
         if not _count(data.get(key, 1), 1):
-            return f"'{key}' is {data.get(key)!r}, not a positive integer"
+            return f"'{key}' is {_value(data.get(key))}, not a positive integer"
     return _checksum_problem(data, files)
 
 
@@ -114,6 +161,23 @@ def _checksum_problem(data: dict[str, Any], files: dict[str, Any]) -> str | None
     if unchecked:
         more = f" and {len(unchecked) - 1} more" if len(unchecked) > 1 else ""
         return f"'{algorithm}' has no checksum for {unchecked[0]!r}{more}"
+    return _blocks_problem(data.get("blocks"), algorithm, files) if "blocks" in data else None
+
+
+def _blocks_problem(blocks: Any, algorithm: str, files: dict[str, Any]) -> str | None:
+    """Why the per-block checksums (``"blocks": {"bytes": B, algorithm: {file: hex...}}``) do
+    not cover every listed file exactly, or None. Without them a file is checked whole."""
+    size: Any = blocks.get("bytes") if isinstance(blocks, dict) else None
+    if not isinstance(blocks, dict) or not _count(size, 1) or size & (size - 1) \
+            or not 4096 <= size <= 1 << 30:
+        return "'blocks' has no block size (a power of two from 4 KiB to 1 GiB)"
+    table = blocks.get(algorithm)
+    if not isinstance(table, dict) or set(table) != set(files) or len(blocks) != 2:
+        return f"'blocks' does not give '{algorithm}' checksums for exactly the listed files"
+    for rel, text in table.items():
+        count = block_count(files[rel], size)
+        if not isinstance(text, str) or len(text) != 8 * count or text.strip("0123456789abcdef"):
+            return f"'blocks' does not give {rel!r} its {count} checksum(s) of 8 hex digits"
     return None
 
 
@@ -129,17 +193,64 @@ def unsafe_name(rel: Any) -> str | None:
 
 
 def verify_files(folder: Path, data: dict[str, Any]) -> str | None:
-    """First problem with the files a valid marker lists (leading outside the folder,
-    missing, wrong size), or None. Checksums are checked by the loading ranks (``reader``)."""
+    """First problem with the files of a valid marker's folder, or None: a file the format needs
+    that it does not list, a file there that it does not list, a listed one that is missing, of
+    another size, not a regular file, or leading outside the folder. Checksums are checked by
+    whoever reads the bytes (``verified``)."""
+    files = data["files"]
+    why = missing_from(data) or _unlisted(folder, files)
+    if why:
+        return why
     root = folder.resolve()
-    for rel, size in data["files"].items():
+    for rel, size in files.items():
         path = folder / rel
-        if not path.resolve().is_relative_to(root):
-            return f"{rel} leads outside the checkpoint folder (a symbolic link): refused"
         try:
-            actual = path.stat().st_size
-        except OSError:
-            return f"{rel} is missing"
-        if actual != size:
-            return f"{rel} has {actual} bytes, the commit marker says {size} (truncated?)"
+            if not path.resolve().is_relative_to(root):
+                return f"{shown(rel)} leads outside the checkpoint folder (a symbolic link): refused"
+            info = path.stat()
+        except (OSError, RuntimeError, ValueError):  # missing, a loop of links, a name refused
+            return f"{shown(rel)} is missing"
+        if not stat.S_ISREG(info.st_mode):
+            return f"{shown(rel)} is not a regular file: refused"
+        if info.st_size != size:
+            return f"{shown(rel)} has {info.st_size} bytes, the commit marker says {size} (truncated?)"
+    return None
+
+
+def missing_from(data: dict[str, Any]) -> str | None:
+    """The first file the format needs that a valid marker does not list, as a problem, or None:
+    ``replicated.pt``, a rank file per rank, DCP's metadata when an object is stored sharded.
+    (Checkpoints of format 1, from before the marker listed every file, are not held to it.)"""
+    if data.get("format", 1) < CHECKSUMS_SINCE:
+        return None
+    files = data["files"]
+    world = data.get("world_size", 1)
+    needed = [REPLICATED]
+    if any(info.get("sharded") for info in data.get("objects", {}).values()):
+        needed.append(f"{SHARDED}/{DCP_METADATA}")
+    # the rank files listed are counted first: a forged world of 10**12 is not walked (of ranks
+    # 0..count, one at least is missing when the world is larger)
+    ranks = sum(1 for rel in files if is_rank_file(rel))
+    needed.extend(rank_file(r) for r in range(min(world, ranks + 1)))
+    gone = next((rel for rel in needed if rel not in files), None)
+    return None if gone is None else \
+        f"the commit marker does not list {gone}, which a checkpoint of {world} process(es) holds"
+
+
+def _unlisted(folder: Path, files: dict[str, Any]) -> str | None:
+    """The first entry of ``folder`` (and of its ``sharded/``) that ``files`` does not list."""
+    for sub in ("", SHARDED):
+        try:
+            with os.scandir(folder / sub if sub else folder) as entries:
+                names = sorted(e.name for e in entries)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            return f"{sub or folder.name} cannot be listed ({exc.strerror or exc})"
+        for name in names:
+            rel = f"{sub}/{name}" if sub else name
+            if rel in files or (not sub and name in (MARKER, SHARDED, *WRITER_FILES)):
+                continue
+            return f"{rel!r} is in the folder but not in the commit marker: refused (move it out " \
+                   "if you put it there)"
     return None

@@ -1,80 +1,38 @@
 """Loading the latest committed checkpoint into live objects, on every rank.
 
-Rank 0 picks the folder (the newest committed one) and checks that the marker's files are
-all there with their sizes; every rank then reads with ``map_location`` = its own device,
-tensors only (``weights_only=True``). Same world size: each rank gets its own RNG states back.
-Another world size: sharded state is resharded by DCP, replicated state loads as is, the
-loader continues the epoch's order on the new world, and RNG states are *not* restored (the
-old ranks' streams have no meaning for the new ranks; each rank keeps the seeds the script
+Rank 0 asks :func:`layout.choose` (the one rule for "the latest checkpoint": the newest committed
+folder whose files are all there, listed, with their sizes) and hands its answer to every rank;
+every rank then reads with ``map_location`` = its own device, tensors only
+(``weights_only=True``), each byte checked against the marker's checksums as it is read
+(:mod:`scaletrain.checkpoint.verified`: what is deserialized is what was checked). After the load
+each rank checks the rest of its share of the files, and the verdicts are agreed: a damaged
+checkpoint is passed over for the next older one. Same world size: each rank gets its own RNG
+states back. Another world size: sharded state is resharded by DCP, replicated state loads as
+is, the loader continues the epoch's order on the new world, and RNG states are *not* restored
+(the old ranks' streams have no meaning for the new ranks; each rank keeps the seeds the script
 set) - rank 0 says so once.
 """
 
 from __future__ import annotations
 
 import sys
-import threading
 import warnings
 from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any
 
-from scaletrain.checkpoint import checksum, layout, replicated, sharded, stepfolder
+from scaletrain.checkpoint import layout, replicated, sharded, stepfolder, verified
 from scaletrain.checkpoint.collect import Entry
 from scaletrain.checkpoint.comm import Comm
 from scaletrain.checkpoint.errors import CheckpointError, unreadable
+from scaletrain.checkpoint.marker import REPLICATED, rank_file
 from scaletrain.checkpoint.safeio import gc_paused, load_file
-from scaletrain.checkpoint.writer import REPLICATED, rank_file
 from scaletrain.errors import ScaletrainError
 
 
-class _Chooser:
-    """Rank 0's walk from the newest committed checkpoint to older ones, past damaged ones."""
-
-    def __init__(self, directory: Path) -> None:
-        stepfolder.clean_partials(directory)
-        self.items = layout.candidates(directory)  # the order of layout.choose, the one rule
-        self.bad_markers = layout.damaged(directory)
-        self.skipped: list[tuple[Path, str]] = []  # (folder, why) of damaged checkpoints
-        self.offered: list[layout.Committed] = []
-
-    def next(self) -> Any:
-        """``(step, folder name, marker, older step)`` of the next candidate whose files are
-        all there with their sizes, an error tuple, or None when none is left."""
-        while self.items:
-            item = self.items.pop(0)
-            fmt = item.marker.get("format", 1)
-            if fmt > layout.FORMAT:  # not damage: a newer scaletrain wrote it
-                return ("error", f"checkpoint step {item.step} ({item.path}) has layout format "
-                                 f"{fmt}; this scaletrain reads up to {layout.FORMAT}",
-                        "upgrade scaletrain to the version that wrote it "
-                        f"({item.marker.get('scaletrain_version', '?')})")
-            algorithm, _ = checksum.recorded(item.marker)
-            if algorithm and not checksum.available(algorithm):  # not damage either
-                return ("error", f"checkpoint step {item.step} ({item.path}) records "
-                                 f"{algorithm.upper()} checksums and this Python cannot compute "
-                                 "them: the crc32c package is missing",
-                        "pip install crc32c (a dependency of scaletrain) into the job's "
-                        "environment")
-            problem = layout.verify_files(item.path, item.marker)
-            if problem is None:
-                self.offered.append(item)
-                return (item.step, item.path.name, item.marker, self.older())
-            self.skipped.append((item.path, problem))
-        return None
-
-    def older(self) -> int | None:
-        """The step of the next candidate, for hints."""
-        return self.items[0].step if self.items else None
-
-    def intact(self) -> int | None:
-        """The newest step offered or left that is not known to be damaged, for hints."""
-        bad = {path for path, _ in self.skipped}
-        return next((i.step for i in self.offered + self.items if i.path not in bad), None)
-
-
 def _share(files: dict[str, Any], rank: int, world: int) -> list[str]:
-    """The files whose checksums ``rank`` checks: its own rank file and DCP shard (it reads
-    them anyway, so they are in its page cache after), the rest on rank 0."""
+    """The files whose unread blocks ``rank`` checks after the load: its own rank file and DCP
+    shard (it read most of them anyway), the rest on rank 0."""
     mine = []
     for rel in files:
         owner = 0
@@ -88,70 +46,52 @@ def _share(files: dict[str, Any], rank: int, world: int) -> list[str]:
     return mine
 
 
-def verify_share(folder: Path, marker: dict[str, Any], rank: int, world: int) -> str | None:
-    """The first checksum mismatch among this rank's share of the files, or None.
+def _offer(choice: layout.Choice, strict: bool) -> Any:
+    """Rank 0: what every rank does next, from the rule's choice: ``("load", step, folder name,
+    marker, older step)``, ``("stop",)`` (nothing to load, or damage under ``strict``)."""
+    if choice.refusal is not None or choice.item is None or (strict and choice.damage()):
+        return ("stop",)
+    item = choice.item
+    return ("load", item.step, item.path.name, item.marker, choice.older)
 
-    Checkpoints written before checksums existed have none to check (their sizes are).
-    """
-    return checksum.first_mismatch(folder, marker, _share(marker["files"], rank, world))
 
-
-def _report(chooser: _Chooser, choice: Any, strict: bool) -> tuple[str, str] | None:
+def _report(choice: layout.Choice | None, strict: bool) -> tuple[str, str] | None:
     """Rank 0: the error to raise on every rank (or None), after warning about damage."""
-    found = choice is not None and choice[0] not in ("error", "damaged")
-    step = choice[0] if found else None
-    newer_bad = [(p, why) for s, p, why in chooser.bad_markers if step is None or s > step]
-    damage = chooser.skipped + newer_bad
+    if choice is None:
+        return None
+    if choice.refusal is not None:
+        return choice.refusal
+    damage = choice.damage()
     if not damage:
         return None
     first, why = damage[0]
-    if strict or not found:
-        older = chooser.intact()
-        hint = (f"move {first} aside to resume from the previous checkpoint (step {older})"
-                if older is not None and strict else
+    if strict or choice.item is None:
+        hint = (f"move {first} aside to resume from the previous checkpoint (step {choice.step})"
+                if choice.item is not None else
                 "restore the checkpoint from a copy, or move the damaged folders aside to "
                 "start from scratch")
         what = "is damaged" if strict else "is damaged and no older intact one is left"
         return (f"checkpoint {first} {what}: {why}", hint)
     for folder, reason in damage:
         kept = layout.set_aside(folder)
-        warnings.warn(f"checkpoint {folder} is damaged ({reason}); resuming from step {step} "
-                      f"instead; the damaged folder is kept as {kept or folder} for "
+        warnings.warn(f"checkpoint {folder} is damaged ({reason}); resuming from step "
+                      f"{choice.step} instead; the damaged folder is kept as {kept or folder} for "
                       "inspection (Checkpointer(..., strict=True) stops instead)", stacklevel=4)
     return None
-
-
-class _Verifier:
-    """This rank's share of the checksums, checked in a thread while the load reads the same
-    files (zlib releases the GIL): the check costs no extra pass in the load's time where a
-    core is free, and the verdict is agreed before the load counts."""
-
-    def __init__(self, folder: Path, marker: dict[str, Any], rank: int, world: int) -> None:
-        self.problem: str | None = None
-        self._thread = threading.Thread(target=self._run, args=(folder, marker, rank, world),
-                                        name="scaletrain-verify", daemon=True)
-        self._thread.start()
-
-    def _run(self, folder: Path, marker: dict[str, Any], rank: int, world: int) -> None:
-        self.problem = verify_share(folder, marker, rank, world)
-
-    def result(self) -> str | None:
-        self._thread.join()
-        return self.problem
 
 
 def load(directory: Path, entries: list[Entry], state: MutableMapping[str, Any], comm: Comm,
          device: Any, *, strict: bool = False) -> int | None:
     """Load the newest intact committed checkpoint into ``entries``; its step, or None.
 
-    Rank 0 walks from the newest committed checkpoint down (files all there with their
-    sizes); every rank checks the checksums of its share of the files while the load runs,
-    and the verdicts are agreed after it. A damaged checkpoint (a file missing, truncated or
-    with another checksum) raises with ``strict``; otherwise it is renamed
-    ``damaged-step-N-*`` (kept for inspection), rank 0 warns naming it and the file, and the
-    next older one is loaded over whatever the damaged one put into the objects. No intact
-    checkpoint left after a damaged one: an error (a fresh start would silently throw the
-    training away).
+    Rank 0 asks the rule (:func:`layout.choose`: the newest committed checkpoint whose files
+    are all there, listed, with their sizes); every rank loads it, checking each byte it reads,
+    and the rest of its share of the files after; the verdicts are agreed. A damaged
+    checkpoint (a file missing, truncated, unlisted, or with another checksum) raises with
+    ``strict``; otherwise it is renamed ``damaged-step-N-*`` (kept for inspection), rank 0
+    warns naming it and the file, and the next older one is loaded over whatever the damaged
+    one put into the objects. No intact checkpoint left after a damaged one: an error (a fresh
+    start would silently throw the training away).
     """
     with gc_paused():  # the training thread waits for the load anyway
         return _load(directory, entries, state, comm, device, strict=strict)
@@ -159,53 +99,56 @@ def load(directory: Path, entries: list[Entry], state: MutableMapping[str, Any],
 
 def _load(directory: Path, entries: list[Entry], state: MutableMapping[str, Any], comm: Comm,
           device: Any, *, strict: bool) -> int | None:
-    chooser = _Chooser(directory) if comm.rank == 0 else None
+    found: dict[Path, str] = {}           # folders a load found damaged, and why
+    choice: layout.Choice | None = None
+    if comm.rank == 0:
+        stepfolder.clean_partials(directory)
     while True:
-        offer = chooser.next() if chooser is not None else None
-        if chooser is not None and chooser.skipped and strict:
-            offer = ("damaged",)
-        choice = comm.broadcast(offer)
-        if choice is None or choice[0] in ("error", "damaged"):
+        if comm.rank == 0:
+            choice = layout.choose(directory, skip=found, verify_bytes=0)  # the load reads every byte
+        offer = comm.broadcast(_offer(choice, strict) if choice is not None else None)
+        if offer[0] != "load":
             break
-        folder = directory / choice[1]
-        verifier = _Verifier(folder, choice[2], comm.rank, comm.world_size)
-        failure: BaseException | None = None
+        folder = directory / offer[2]
+        tracker = verified.Tracker(folder, offer[3])
+        problem, failure = None, None
         try:
-            _load_into(choice, folder, entries, state, comm, device)
+            _load_into(offer, folder, entries, state, comm, device, tracker)
+        except verified.Damaged as err:
+            problem = err.problem
         except (Exception, _dcp_exception()) as err:  # a damaged file may fail the load
-            failure = err
-        problems = comm.gather(verifier.result())
+            damaged = _damage_in(err)
+            problem, failure = (damaged.problem, None) if damaged is not None else (None, err)
+        problem = problem or tracker.finish(_share(offer[3]["files"], comm.rank, comm.world_size))
+        problems = comm.gather(problem)
         bad = comm.broadcast(next((p for p in problems or [] if p), None))
         if bad is None:
             if failure is not None:
                 raise failure
             break
-        if chooser is not None:
-            chooser.skipped.append((folder, bad))
-        if strict:
-            choice = ("damaged",)
-            break
-    # every rank has the same choice here; the damage report comes from rank 0
-    report = comm.broadcast(_report(chooser, choice, strict) if chooser is not None else None)
+        found[folder] = bad
+    # every rank has the same offer here; the damage report comes from rank 0
+    report = comm.broadcast(_report(choice, strict) if comm.rank == 0 else None)
     if report is not None:
         raise CheckpointError(report[0], hint=report[1])
-    if choice is not None and choice[0] == "error":
-        raise CheckpointError(choice[1], hint=choice[2])
-    return None if choice is None else int(choice[0])
+    return int(offer[1]) if offer[0] == "load" else None
 
 
-def _load_into(choice: Any, folder: Path, entries: list[Entry],
-               state: MutableMapping[str, Any], comm: Comm, device: Any) -> None:
-    """Read the chosen checkpoint into the objects (every rank)."""
-    step, _, marker, previous = choice
+def _load_into(offer: Any, folder: Path, entries: list[Entry], state: MutableMapping[str, Any],
+               comm: Comm, device: Any, tracker: verified.Tracker) -> None:
+    """Read the chosen checkpoint into the objects (every rank), every file through ``tracker``."""
+    _, step, _, marker, previous = offer
     stored: dict[str, dict[str, Any]] = marker.get("objects", {})
     _check_names(step, entries, stored, comm.rank)
 
-    payload = load_file(folder / REPLICATED, step=step, map_location=device, fallback=previous)
+    with tracker.open(REPLICATED) as source:
+        payload = load_file(folder / REPLICATED, step=step, map_location=device,
+                            fallback=previous, source=source)
     _check_payload(step, folder / REPLICATED, payload, entries, stored, previous)
     try:
         replicated.apply(entries, payload, state, stored)
-        _load_sharded(entries, folder, stored, step, comm, payload.get("groups", {}), previous)
+        _load_sharded(entries, folder, stored, step, comm, payload.get("groups", {}), previous,
+                      tracker)
     except ScaletrainError:
         raise
     except (RuntimeError, KeyError, ValueError, TypeError) as err:
@@ -218,7 +161,8 @@ def _load_into(choice: Any, folder: Path, entries: list[Entry],
     same_world = marker.get("world_size") == comm.world_size
     if same_world:
         path = folder / rank_file(comm.rank)
-        local = load_file(path, step=step, map_location="cpu", fallback=previous)
+        with tracker.open(rank_file(comm.rank)) as source:
+            local = load_file(path, step=step, map_location="cpu", fallback=previous, source=source)
         try:
             replicated.apply_local(entries, local, same_world=True)
         except (KeyError, TypeError, ValueError, RuntimeError, AttributeError, IndexError,
@@ -261,10 +205,11 @@ def _check_payload(step: int, path: Path, payload: Any, entries: list[Entry],
 
 
 def _load_sharded(entries: list[Entry], folder: Path, stored: dict[str, dict[str, Any]],
-                  step: int, comm: Comm, groups: dict[str, Any], previous: int | None) -> None:
+                  step: int, comm: Comm, groups: dict[str, Any], previous: int | None,
+                  tracker: verified.Tracker) -> None:
     try:
         sharded.load(entries, folder, stored, step=step, group=comm.group, groups=groups,
-                     fallback=previous)
+                     fallback=previous, tracker=tracker)
     except ScaletrainError:
         raise
     except (Exception, _dcp_exception()) as err:  # DCP wraps each rank's failure
@@ -282,6 +227,12 @@ def _dcp_exception() -> type[BaseException]:
     from torch.distributed.checkpoint.api import CheckpointException
 
     return CheckpointException
+
+
+def _damage_in(err: BaseException) -> verified.Damaged | None:
+    """The checksum mismatch behind ``err`` (raised here or on another rank inside DCP), if any."""
+    cause = err if isinstance(err, ScaletrainError) else _scaletrain_cause(err)
+    return cause if isinstance(cause, verified.Damaged) else None
 
 
 def _scaletrain_cause(err: BaseException) -> ScaletrainError | None:

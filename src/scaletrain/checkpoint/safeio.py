@@ -41,11 +41,12 @@ _METADATA_CLASSES = {
 }
 
 
-def save_file(obj: Any, path: Path) -> tuple[int, str]:
-    """``torch.save`` into ``path``, then fsync; returns the size in bytes and the CRC-32.
+def save_file(obj: Any, path: Path) -> tuple[int, tuple[str, str]]:
+    """``torch.save`` into ``path``, then fsync; returns the size in bytes and the checksums
+    (the whole file's, its blocks', as the marker spells them).
 
-    The CRC is taken from the buffers on their way to the file (:mod:`checksum`), so the file
-    is never read back. torch writes a tensor's storage in one call, so the Python calls per
+    The checksums are taken from the buffers on their way to the file (:mod:`checksum`), so the
+    file is never read back. torch writes a tensor's storage in one call, so the Python calls per
     file are a few per tensor, not one per byte.
     """
     import torch
@@ -56,7 +57,7 @@ def save_file(obj: Any, path: Path) -> tuple[int, str]:
         torch.save(obj, stream)  # type: ignore[arg-type]  # a binary file object
         stream.flush()
         os.fsync(stream.fileno())
-    return stream.size, hex_crc(stream.crc)
+    return stream.size, (hex_crc(stream.crc), stream.block_hex())
 
 
 def _is_weights_only_refusal(err: BaseException) -> bool:
@@ -74,9 +75,11 @@ def _refused_global(err: BaseException) -> str | None:
 
 
 def load_file(path: Path, *, step: int | None, map_location: Any = None,
-              fallback: int | None = None) -> Any:
+              fallback: int | None = None, source: Any = None) -> Any:
     """``torch.load(weights_only=True)`` with one-line errors for unsafe or damaged files.
 
+    ``source``: the open file to read ``path``'s bytes from (a ``verified.VerifiedFile``, which
+    checks each byte it hands over); its mismatch is raised as such, whatever torch made of it.
     Not memory-mapped on purpose: ``Optimizer.load_state_dict`` keeps CPU tensors as given,
     so mapped ones would stay backed by the checkpoint file (deleted by retention later, or
     replaced on a shared file system: a SIGBUS in the middle of training).
@@ -84,21 +87,24 @@ def load_file(path: Path, *, step: int | None, map_location: Any = None,
     import torch
 
     try:
-        check_regular(path)       # a pipe or device in the folder: refused, not waited on for ever
-        return torch.load(path, map_location=map_location, weights_only=True)
-    except pickle.UnpicklingError as err:
+        if source is None:
+            check_regular(path)   # a pipe or device in the folder: refused, not waited on for ever
+        return torch.load(path if source is None else source, map_location=map_location,
+                          weights_only=True)
+    except CheckpointError:
+        raise
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError, KeyError,
+            IndexError, AttributeError, TypeError) as err:
+        if getattr(source, "problem", None):   # torch wrapped our reader's refusal in its own
+            from scaletrain.checkpoint.verified import Damaged
+
+            raise Damaged(source.problem) from None
+        if isinstance(err, FileNotFoundError):
+            raise unreadable(step, path, "the file is missing", fallback=fallback) from None
         if _is_weights_only_refusal(err):
             raise unsafe(step, path, _refused_global(err) or "") from None
-        raise unreadable(step, path, f"not a torch file ({_detail(err)})",
-                         fallback=fallback) from None
-    except FileNotFoundError:
-        raise unreadable(step, path, "the file is missing", fallback=fallback) from None
-    except (RuntimeError, EOFError, ValueError, OSError, KeyError, IndexError,
-            AttributeError, TypeError) as err:
-        if _is_weights_only_refusal(err):
-            raise unsafe(step, path, _refused_global(err) or "") from None
-        raise unreadable(step, path, f"truncated or corrupt ({_detail(err)})",
-                         fallback=fallback) from None
+        what = "not a torch file" if isinstance(err, pickle.UnpicklingError) else "truncated or corrupt"
+        raise unreadable(step, path, f"{what} ({_detail(err)})", fallback=fallback) from None
 
 
 def _detail(err: BaseException) -> str:
@@ -158,12 +164,20 @@ class _MetadataUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"Unsupported global {module}.{name} in DCP metadata")
 
 
-def read_dcp_metadata(path: Path, *, step: int | None = None, fallback: int | None = None) -> Any:
-    """DCP's ``.metadata`` of the folder ``path``, unpickled with the allow-list above."""
+def read_dcp_metadata(path: Path, *, step: int | None = None, fallback: int | None = None,
+                      tracker: Any = None) -> Any:
+    """DCP's ``.metadata`` of the folder ``path``, unpickled with the allow-list above; through
+    ``tracker`` (a ``verified.Tracker``), its bytes are read once and checked before."""
     meta_path = path / ".metadata"
     try:
+        if tracker is not None:
+            with tracker.open(tracker.rel(meta_path)) as src:
+                data = src.read()
+            return _MetadataUnpickler(io.BytesIO(data)).load()
         with open_regular(meta_path) as fh:
             return _MetadataUnpickler(fh).load()
+    except CheckpointError:
+        raise
     except pickle.UnpicklingError as err:
         if "Unsupported global" in str(err):
             raise unsafe(step, meta_path, _first_line(err)) from None
@@ -177,9 +191,10 @@ def read_dcp_metadata(path: Path, *, step: int | None = None, fallback: int | No
 
 
 def safe_reader(path: Path, *, step: int | None = None, fallback: int | None = None,
-                metadata: Any = None) -> Any:
+                metadata: Any = None, tracker: Any = None) -> Any:
     """A DCP ``FileSystemReader`` whose metadata goes through :func:`read_dcp_metadata`
-    (or is ``metadata``, when the caller read it already: the file is unpickled once)."""
+    (or is ``metadata``, when the caller read it already: the file is unpickled once), and whose
+    reads go through ``tracker`` (``verified.filesystem``: every byte checked as it is read)."""
     given = metadata
     from torch.distributed.checkpoint import FileSystemReader
     from torch.distributed.checkpoint.metadata import StorageMeta
@@ -190,13 +205,18 @@ def safe_reader(path: Path, *, step: int | None = None, fallback: int | None = N
                 raise CheckpointError("per-rank DCP metadata is not supported",
                                       hint="this is a bug in scaletrain; please report it")
             metadata = given if given is not None else \
-                read_dcp_metadata(Path(self.path), step=step, fallback=fallback)
+                read_dcp_metadata(Path(self.path), step=step, fallback=fallback, tracker=tracker)
             if getattr(metadata, "storage_meta", None) is None:
                 metadata.storage_meta = StorageMeta()
             metadata.storage_meta.load_id = self.load_id
             return metadata
 
-    return SafeReader(str(path))
+    reader = SafeReader(str(path))
+    if tracker is not None:
+        from scaletrain.checkpoint.verified import filesystem
+
+        reader.fs = filesystem(tracker)   # DCP's own attribute (every supported torch has it)
+    return reader
 
 
 def safe_planner(*, step: int | None = None, path: Path | None = None, **kwargs: Any) -> Any:

@@ -16,6 +16,7 @@ Loading goes through :mod:`scaletrain.checkpoint.safeio` (no pickle executed).
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,11 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from scaletrain.checkpoint.collect import Entry, is_zero
+from scaletrain.checkpoint.marker import SHARDED
 from scaletrain.checkpoint.safeio import read_dcp_metadata, safe_planner, safe_reader
 from scaletrain.runtime.current import live_dist
 from scaletrain.torch_features import dcp_parameters
 
-SUBDIR = "sharded"
+SUBDIR = SHARDED   # the folder of DCP's files in a step folder (the marker module's name)
 
 
 def _param_names(entry: Entry) -> dict[int, str]:
@@ -93,37 +95,68 @@ def _dcp_call(name: str, kwargs: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield {k: v for k, v in wanted.items() if k in accepted}
 
 
-def _writer(folder: Path, crcs: dict[str, str]) -> Any:
-    """DCP's default file writer (fsync on), with a CRC-32 taken of every file it writes."""
+_SMALL_ITEM = 1 << 16   # bytes: an entry below this goes to the front of its rank's file
+
+
+def _small_first(items: list[Any]) -> list[Any]:
+    """``items`` with the small ones first (DCP's order kept within each part).
+
+    Every rank reads the small entries of every rank's file (DCP spreads replicated entries,
+    an optimizer's step counts and hyper-parameters, over the ranks' files), and a load checks
+    what it reads in blocks of ``checksum.BLOCK_BYTES``: at the front, together, they cost a
+    reader a block or two of another rank's file, not a block per entry (2 ranks, 290 MB: 103
+    of the other rank's 145 MB were read before).
+    """
+    def large(item: Any) -> bool:
+        data = getattr(item, "tensor_data", None)
+        if data is None:
+            return False
+        return math.prod(data.size) * data.properties.dtype.itemsize >= _SMALL_ITEM
+    try:
+        return sorted(items, key=large)
+    except (AttributeError, TypeError):   # a torch whose write items look otherwise: as DCP has them
+        return items
+
+
+def _writer(folder: Path, crcs: dict[str, tuple[str, str]]) -> Any:
+    """DCP's default file writer (fsync on), with the checksums taken of every file it writes
+    and each rank's small entries written first."""
+    import dataclasses
+
     import torch.distributed.checkpoint as dcp
 
     from scaletrain.checkpoint.checksum import checked_filesystem
 
-    writer = dcp.FileSystemWriter(str(folder / SUBDIR), sync_files=True)
+    class Writer(dcp.FileSystemWriter):
+        def write_data(self, plan: Any, planner: Any) -> Any:
+            return super().write_data(dataclasses.replace(plan, items=_small_first(plan.items)),
+                                      planner)
+
+    writer = Writer(str(folder / SUBDIR), sync_files=True)
     writer.fs = checked_filesystem(crcs)
     return writer
 
 
-def save(state: dict[str, Any], folder: Path, group: Any) -> dict[str, str]:
+def save(state: dict[str, Any], folder: Path, group: Any) -> dict[str, tuple[str, str]]:
     """Write ``state`` with DCP into ``folder/sharded`` (a collective over ``group``);
-    returns the CRC-32 of each file this rank wrote, by name."""
+    returns the checksums of each file this rank wrote (whole, blocks), by name."""
     import torch.distributed.checkpoint as dcp
 
-    crcs: dict[str, str] = {}
+    crcs: dict[str, tuple[str, str]] = {}
     with _dcp_call("save", {"storage_writer": _writer(folder, crcs), "process_group": group}) as kw:
         dcp.save(state, **kw)
     return crcs
 
 
 def async_save(state: dict[str, Any], folder: Path, group: Any, *,
-               stager: Any = None) -> tuple[Any, dict[str, str]]:
+               stager: Any = None) -> tuple[Any, dict[str, tuple[str, str]]]:
     """Start :func:`save` in DCP's background thread; returns its future (staging is done)
     and the dict of CRCs, complete once the future is. ``stager``: DCP's ``async_stager``
     (pinned staging on a GPU, :meth:`scaletrain.checkpoint.staging.Stager.for_dcp`), None for
     DCP's default."""
     import torch.distributed.checkpoint as dcp
 
-    crcs: dict[str, str] = {}
+    crcs: dict[str, tuple[str, str]] = {}
     with _dcp_call("async_save", {"storage_writer": _writer(folder, crcs), "process_group": group,
                                   "async_stager": stager}) as kw:
         future = dcp.async_save(state, **kw)
@@ -131,22 +164,24 @@ def async_save(state: dict[str, Any], folder: Path, group: Any, *,
 
 
 def load(entries: list[Entry], folder: Path, stored: dict[str, dict[str, Any]], *, step: int,
-         group: Any, groups: dict[str, Any], fallback: int | None) -> None:
-    """Read every entry stored sharded into the live objects (a collective over ``group``)."""
+         group: Any, groups: dict[str, Any], fallback: int | None, tracker: Any = None) -> None:
+    """Read every entry stored sharded into the live objects (a collective over ``group``);
+    every byte through ``tracker`` (``verified.Tracker``), checked as it is read."""
     wanted = [e for e in entries if stored.get(e.name, {}).get("sharded")]
     if not wanted:
         return
-    _load(wanted, folder / SUBDIR, step=step, group=group, groups=groups, fallback=fallback)
+    _load(wanted, folder / SUBDIR, step=step, group=group, groups=groups, fallback=fallback,
+          tracker=tracker)
 
 
 def _load(wanted: list[Entry], path: Path, *, step: int, group: Any, groups: dict[str, Any],
-          fallback: int | None) -> None:
+          fallback: int | None, tracker: Any) -> None:
     """:func:`load`'s work: the metadata (read once, for us and for DCP), the targets, DCP."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, \
         get_optimizer_state_dict, set_model_state_dict, set_optimizer_state_dict
 
-    metadata = read_dcp_metadata(path, step=step, fallback=fallback)
+    metadata = read_dcp_metadata(path, step=step, fallback=fallback, tracker=tracker)
     keys = list(metadata.state_dict_metadata)
     target: dict[str, Any] = {}
     for e in wanted:
@@ -169,7 +204,7 @@ def _load(wanted: list[Entry], path: Path, *, step: int, group: Any, groups: dic
     # again onto itself. Decided before the load, from the objects' own storages.
     in_place = {e.name for e in wanted if e.kind in ("model", "optimizer") and not e.named
                 and _aliases_live(e, target[e.name])}
-    reader = safe_reader(path, step=step, fallback=fallback, metadata=metadata)
+    reader = safe_reader(path, step=step, fallback=fallback, metadata=metadata, tracker=tracker)
     with _dcp_call("load", {"storage_reader": reader, "planner": safe_planner(step=step, path=path),
                             "process_group": group}) as kw:
         dcp.load(target, **kw)

@@ -8,9 +8,13 @@ What counts as a committed checkpoint, and which one is "the latest", is the rea
   marker last (atomically: temporary file, fsync, rename).
 - Retention keeps the newest ``keep`` committed folders and never touches the folder just
   committed nor the newest valid one. A folder is deleted marker first, so a kill half-way
-  through a deletion leaves an uncommitted folder, never a committed partial one.
-- Clean-up of partial folders skips any folder whose writer is alive: the writer holds an
-  ``flock`` on ``<folder>/.lock`` for the whole save, and records its host and PID.
+  through a deletion leaves an uncommitted folder, never a committed partial one; the next
+  pass removes such a ``step-N`` folder without a marker (:func:`clean_uncommitted`), as it
+  removes one that a save killed between its rename and its marker left.
+- Clean-up skips any folder whose writer is alive: the writer holds an ``flock`` on
+  ``<folder>/.lock`` for the whole save, its commit included (the lock goes after the marker),
+  and records its host and PID; a folder without either, younger than :data:`GRACE_S`, is
+  being created. Only folders holding nothing but the files a save writes are removed.
 """
 
 from __future__ import annotations
@@ -19,7 +23,6 @@ from collections.abc import Set as AbstractSet
 
 import errno
 import fcntl
-import json
 import os
 import secrets
 import shutil
@@ -29,14 +32,16 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from scaletrain.checkpoint import layout
-from scaletrain.checkpoint.layout import PARTIAL_DIR, REPLACED_DIR, names_in
+from scaletrain.checkpoint import layout, marker
+from scaletrain.checkpoint.layout import PARTIAL_DIR, REPLACED_DIR, STEP_DIR, names_in
 from scaletrain.checkpoint.marker import MARKER
 from scaletrain.errors import UsageError
-from scaletrain.fileio import atomic_write, fsync_dir, json_text, read_bounded
+from scaletrain.fileio import atomic_write, fsync_dir, json_text, read_json
 
-LOCK = ".lock"
-OWNER = ".owner.json"
+LOCK, OWNER = marker.WRITER_FILES
+# a folder with neither lock nor owner record, younger than this, is one a writer is creating
+# (between its mkdir and its lock) or an older scaletrain committing: left for the next pass
+GRACE_S = 120.0
 
 
 def to_delete(steps: list[int], keep: int, protect: set[int]) -> list[int]:
@@ -77,7 +82,50 @@ def apply_retention(directory: Path, keep: int, protect: set[int]) -> list[int]:
         if match and int(match.group(1)) in by_step and \
                 by_step[int(match.group(1))].path.name != entry:
             _remove_if_abandoned(directory / entry)
+    clean_uncommitted(directory)
     return doomed
+
+
+def clean_uncommitted(directory: Path) -> list[str]:
+    """Remove ``step-N`` folders without a commit marker whose writer is gone; their names.
+
+    Left by a deletion killed after the marker went, or a save killed between its rename and
+    its marker: never a checkpoint (readers ignore them), but nothing else removed them. A
+    folder whose writer still holds its lock (a commit in progress, here or on another node) or
+    is a live process here is left alone, and so is one holding anything a save does not write
+    (not ours to delete).
+    """
+    removed = []
+    for name in names_in(directory):
+        path = directory / name
+        if not STEP_DIR.match(name) or path.is_symlink() or not path.is_dir() \
+                or marker.load(path) is not marker.MISSING or not _only_ours(path):
+            continue
+        if _remove_if_abandoned(path):
+            removed.append(name)
+    return removed
+
+
+def _only_ours(folder: Path) -> bool:
+    """Whether ``folder`` holds only what a save writes (its files, DCP's, the writer's lock and
+    owner record, the marker's temporary file), none of them a link."""
+    try:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                name = entry.name
+                if entry.is_symlink():
+                    return False
+                if name == marker.SHARDED and entry.is_dir(follow_symlinks=False):
+                    with os.scandir(entry.path) as inner:
+                        if any(e.is_symlink() or not e.is_file(follow_symlinks=False) for e in inner):
+                            return False
+                elif not (name in (marker.REPLICATED, *marker.WRITER_FILES)
+                          or marker.is_rank_file(name)
+                          or (name.startswith(f".{MARKER}.") and name.endswith(".tmp"))):
+                    return False
+    except OSError:
+        return False
+    return True
 
 
 class PartialFolder:
@@ -119,12 +167,7 @@ class PartialFolder:
         """
         final = self.directory / layout.step_dirname(self.step)
         aside: Path | None = None
-        marker = self._note_backwards(marker)
-        for name in (LOCK, OWNER):
-            try:
-                (self.path / name).unlink()
-            except FileNotFoundError:
-                pass
+        content = self._note_backwards(marker)
         try:
             if final.exists():
                 aside = self.directory / \
@@ -139,26 +182,33 @@ class PartialFolder:
                                                "moment") from None
         # The marker (fsynced with its folder by atomic_write), then the parent folder, which
         # makes the rename durable. A power cut before that leaves the marker inside a folder
-        # still named .partial-: ignored, as it should be.
-        atomic_write(final / MARKER, json_text(marker, indent=1, sort_keys=True) + "\n")
+        # still named .partial-: ignored, as it should be. The lock moved with the folder and is
+        # held until the marker is there: a clean-up in another process meanwhile sees a live
+        # writer, not a step-N folder without a marker to remove.
+        atomic_write(final / MARKER, json_text(content, indent=1, sort_keys=True) + "\n")
         fsync_dir(self.directory)
+        for name in (OWNER, LOCK):   # a kill before these go leaves them: readers ignore them
+            try:
+                (final / name).unlink()
+            except FileNotFoundError:
+                pass
         self.release()
         if aside is not None:
             shutil.rmtree(aside, ignore_errors=True)
         self.path = final
         return final
 
-    def _note_backwards(self, marker: dict[str, Any]) -> dict[str, Any]:
+    def _note_backwards(self, content: dict[str, Any]) -> dict[str, Any]:
         """Record and warn when a higher step is already committed: a resume would load it,
         not this one (see :class:`scaletrain.checkpoint.layout.Choice`)."""
-        higher = layout.latest(self.directory)
+        higher = layout.highest_committed(self.directory)
         if higher is None or higher.step <= self.step:
-            return marker
+            return content
         warnings.warn(f"checkpoint step {self.step} saved in {self.directory}, which already holds "
                       f"step {higher.step}: the step went backwards, and a resume loads the highest "
                       f"step ({higher.step}), not this one; use a new checkpoint folder per run, or "
                       "move the old steps aside", stacklevel=2)
-        return {**marker, layout.SAVED_AFTER: higher.step}
+        return {**content, layout.SAVED_AFTER: higher.step}
 
     def abandon(self) -> None:
         """Remove the folder after a failed save (best effort)."""
@@ -209,6 +259,9 @@ def _remove_if_abandoned(path: Path) -> bool:
     lock = path / LOCK
     fd: int | None = None
     try:
+        if not lock.exists() and not (path / OWNER).exists() and \
+                time.time() - path.stat().st_mtime < GRACE_S:
+            return False   # being created (mkdir, then the lock), or an older writer's commit
         if lock.exists():
             fd = os.open(lock, os.O_RDWR)
             try:
@@ -230,9 +283,9 @@ def _remove_if_abandoned(path: Path) -> bool:
 
 def _owner_alive(path: Path) -> bool:
     try:
-        owner = json.loads(read_bounded(path / OWNER))
+        owner = read_json(path / OWNER)
         host, pid = owner["host"], int(owner["pid"])
-    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+    except (OSError, ValueError, KeyError, TypeError, OverflowError):
         return False
     if host != socket.gethostname() or pid == os.getpid():
         # our own PID: this process is not saving it now (the save would exclude it)

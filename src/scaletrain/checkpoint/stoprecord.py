@@ -17,14 +17,13 @@ reading imports nothing of it, so the after-submit verbs stay light.
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from scaletrain.contract.files import STOP_RECORD
-from scaletrain.fileio import atomic_write, json_text, read_bounded, read_json_object
+from scaletrain.fileio import atomic_write, json_text, read_json, read_json_object
 
 def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
@@ -67,7 +66,7 @@ def mark_superseded(directory: str | os.PathLike[str], *, step: int) -> Path | N
     """
     path = Path(directory) / STOP_RECORD
     try:
-        record = json.loads(read_bounded(path))     # a pipe in its place is refused, not waited on
+        record = read_json(path)     # a pipe in its place is refused, not waited on; bounded in depth
     except (OSError, ValueError):
         return None
     if not isinstance(record, dict) or "superseded" in record:

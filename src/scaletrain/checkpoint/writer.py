@@ -23,18 +23,13 @@ from scaletrain.checkpoint import checksum, layout, replicated, sharded, stepfol
 from scaletrain.checkpoint.collect import Entry, strategy_name
 from scaletrain.checkpoint.comm import Comm
 from scaletrain.checkpoint.errors import CheckpointError
+from scaletrain.checkpoint.marker import REPLICATED, rank_file
 from scaletrain.checkpoint.safeio import save_file
 from scaletrain.checkpoint.staging import Stager
 from scaletrain.fileio import fsync_dir
 
-REPLICATED = "replicated.pt"
 _SPACE_HINT = ("the previous checkpoint is intact; check free space and quota (e.g. `lfs quota` "
                "on Lustre)")
-
-
-def rank_file(rank: int) -> str:
-    """The per-rank file name: ``rank-00003.pt``."""
-    return f"rank-{rank:05d}.pt"
 
 
 class SaveJob:
@@ -55,7 +50,7 @@ class SaveJob:
         self.local: dict[str, Any] | None = None
         self.sharded_state: dict[str, Any] | None = None
         self.sharded_future: Any = None
-        self.sharded_crcs: dict[str, str] = {}
+        self.sharded_crcs: dict[str, tuple[str, str]] = {}
 
     # -- first half: training thread, all ranks ---------------------------------------
     def prepare(self) -> None:
@@ -103,7 +98,7 @@ class SaveJob:
         assert self.path is not None  # set by prepare()
         problem: str | None = None
         files: dict[str, int] = {}
-        crcs: dict[str, str] = {}
+        crcs: dict[str, tuple[str, str]] = {}   # file: (whole file's checksum, its blocks')
         own: list[tuple[str, Any]] = [(REPLICATED, self.payload)] if self.payload is not None \
             else []
         own.append((rank_file(self.comm.rank), self.local))
@@ -139,7 +134,7 @@ class SaveJob:
         return self.directory / layout.step_dirname(self.step)
 
     def _write_own(self, own: list[tuple[str, Any]], files: dict[str, int],
-                   crcs: dict[str, str]) -> None:
+                   crcs: dict[str, tuple[str, str]]) -> None:
         assert self.path is not None
         for name, obj in own:
             files[name], crcs[name] = save_file(obj, self.path / name)
@@ -154,7 +149,7 @@ class SaveJob:
             return ("error", "; ".join(problems))
         try:
             files: dict[str, int] = {}
-            crcs: dict[str, str] = {}
+            crcs: dict[str, tuple[str, str]] = {}
             for _, rank_files, rank_crcs in reports:
                 files.update(rank_files)
                 crcs.update(rank_crcs)
@@ -179,7 +174,7 @@ class SaveJob:
             return ("error", _short(err))
         return "ok"
 
-    def _marker(self, files: dict[str, int], crcs: dict[str, str]) -> dict[str, Any]:
+    def _marker(self, files: dict[str, int], crcs: dict[str, tuple[str, str]]) -> dict[str, Any]:
         import torch
 
         from scaletrain._version import __version__
@@ -194,8 +189,11 @@ class SaveJob:
             "torch_version": torch.__version__,
             "objects": {e.name: {"kind": e.kind, "sharded": e.sharded} for e in self.entries},
             "files": dict(sorted(files.items())),
-            # every file's checksum, taken while it was written (checked before loading)
-            checksum.ALGORITHM: {k: crcs[k] for k in sorted(files)},
+            # every file's checksum, taken while it was written (read by older scaletrains)...
+            checksum.ALGORITHM: {k: crcs[k][0] for k in sorted(files)},
+            # ...and its blocks', each checked as a load reads it (checkpoint.verified)
+            "blocks": {"bytes": checksum.BLOCK_BYTES,
+                       checksum.ALGORITHM: {k: crcs[k][1] for k in sorted(files)}},
         }
 
     def abandon(self) -> None:

@@ -18,7 +18,6 @@ Where no backend works (no GPU, no library, a driver that refuses) the sampler i
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import threading
@@ -27,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 from scaletrain.extras import install_hint
+from scaletrain.jsonfile import loads as json_loads
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -141,7 +141,7 @@ class RocmSmiBackend:
         assert self._exe is not None  # __init__ found rocm-smi
         out = subprocess.run([self._exe, "--showuse", "--showmemuse", "--showpower", "--json"],
                              capture_output=True, text=True, timeout=10)
-        cards = json.loads(out.stdout)
+        cards = json_loads(out.stdout)
 
         def num(card: dict[str, Any], *keys: str) -> float | None:
             for k, v in card.items():

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Iterator
 
-from scaletrain.fileio import LINE_BYTES, json_lines, json_text, open_regular, parse_json
+from scaletrain.fileio import LINE_BYTES, json_lines, json_text, open_regular
+from scaletrain.jsonfile import loads as json_loads
 from scaletrain.observe.records import encode
 from scaletrain.settings import Bad, Check, count, number
 
@@ -101,9 +102,9 @@ def _record_at(fh: IO[bytes], offset: int) -> dict[str, Any] | None:
         return None
     fh.seek(offset)
     try:
-        return clean_record(parse_json(fh.readline(LINE_BYTES)))
-    except (ValueError, RecursionError):
-        return None           # a half-written or hand-edited line: skipped
+        return clean_record(json_loads(fh.readline(LINE_BYTES)))
+    except ValueError:
+        return None           # a half-written, hand-edited or too deep line: skipped
 
 
 def metrics_tail(path: Path | None, limit: int = SCAN_BYTES) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:

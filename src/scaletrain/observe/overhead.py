@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scaletrain.fileio import atomic_write, json_text, parse_json, read_bounded
+from scaletrain.fileio import atomic_write, json_text, read_json
 
 # Fitted on the tables of published_tables.FIT only (benchmarks/published_scaling.py shows the fit;
 # tests/unit/test_scaling_published.py re-fits them and fails when these drift from the data).
@@ -131,8 +131,8 @@ def calibration_path() -> Path:
 
 def _read_all(path: Path) -> dict[str, Any]:
     try:
-        doc = parse_json(read_bounded(path)) if path.is_file() else {}   # numbers in range, or none
-    except (OSError, ValueError, RecursionError):
+        doc = read_json(path) if path.is_file() else {}
+    except (OSError, ValueError):
         return {}      # a damaged file is as good as none: the next calibration replaces it
     return doc if isinstance(doc, dict) else {}
 

@@ -57,6 +57,30 @@ ssize_t readv(int fd, const struct iovec *iov, int iovcnt) {
     return real_readv(fd, iov, iovcnt);
 }
 
+ssize_t preadv(int fd, const struct iovec *iov, int iovcnt, off_t offset) {
+    REAL(preadv);
+    if (faulty(fd)) { errno = EIO; return -1; }
+    return real_preadv(fd, iov, iovcnt, offset);
+}
+
+ssize_t preadv64(int fd, const struct iovec *iov, int iovcnt, off_t offset) {
+    REAL(preadv64);
+    if (faulty(fd)) { errno = EIO; return -1; }
+    return real_preadv64(fd, iov, iovcnt, offset);
+}
+
+ssize_t preadv2(int fd, const struct iovec *iov, int iovcnt, off_t offset, int flags) {
+    REAL(preadv2);
+    if (faulty(fd)) { errno = EIO; return -1; }
+    return real_preadv2(fd, iov, iovcnt, offset, flags);
+}
+
+ssize_t preadv64v2(int fd, const struct iovec *iov, int iovcnt, off_t offset, int flags) {
+    REAL(preadv64v2);
+    if (faulty(fd)) { errno = EIO; return -1; }
+    return real_preadv64v2(fd, iov, iovcnt, offset, flags);
+}
+
 static void *gone(void *addr, size_t len, int prot, int flags) {
     /* a mapping of a file truncated after mapping: its pages raise SIGBUS when touched */
     REAL(mmap);

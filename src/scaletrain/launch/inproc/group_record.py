@@ -23,7 +23,7 @@ from types import ModuleType
 from typing import Any
 
 from scaletrain import module_state
-from scaletrain.fileio import atomic_write, read_bounded
+from scaletrain.fileio import atomic_write, read_json
 
 # Framework modules worth naming in the warning, and the setting that usually causes it.
 FRAMEWORK_HINTS: dict[str, str] = {
@@ -246,8 +246,8 @@ def read_records(folder: str | os.PathLike[str]) -> Records:
     no_group_call: set[str] = set()
     for path in sorted(Path(folder).glob("*.json")):
         try:
-            data = json.loads(read_bounded(path))
-        except (OSError, ValueError, RecursionError):
+            data = read_json(path)
+        except (OSError, ValueError):
             continue
         rank = str(data.get("rank"))
         if path.name.startswith("group-") and isinstance(data.get("world_size"), int):

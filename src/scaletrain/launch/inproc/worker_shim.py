@@ -104,10 +104,10 @@ def kept_exports(text: str) -> dict[str, str]:
     ``MASTER_PORT``, and exports them before ``srun`` hands them to every task; the emulation
     must not take them away.
     """
-    import json
+    from scaletrain.jsonfile import loads
 
     try:
-        kept = json.loads(text) if text else {}
+        kept = loads(text) if text else {}
     except ValueError:
         return {}
     if not isinstance(kept, dict):
