@@ -39,12 +39,21 @@ def test_brackets_inside_strings_do_not_nest_and_64_levels_parse():
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(),
+@given(st.recursive(st.none() | st.booleans() | st.integers(-(2**63 - 1), 2**63 - 1) | st.text()
+                    | st.floats(allow_nan=False, allow_infinity=False),
                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
                     max_leaves=40))
 def test_what_the_standard_parser_reads_within_the_bound_reads_alike(value):
+    """Within the bounds (depth, and numbers a file of ours can hold: 64-bit integers, finite floats)."""
     text = json.dumps(value)
     assert jsonfile.loads(text) == json.loads(text)
+
+
+@pytest.mark.parametrize("text", ["9223372036854775808", "-9223372036854775808", "1e400", "-1e400", "NaN",
+                                  "Infinity", '{"step": ' + "9" * 400 + "}"])
+def test_a_number_no_file_of_ours_holds_is_refused(text):
+    with pytest.raises(ValueError):
+        jsonfile.loads(text)
 
 
 def test_size_bound_and_repeated_keys():

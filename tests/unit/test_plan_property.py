@@ -44,7 +44,7 @@ def requests(draw):
     gpn = per if nodes > 1 else draw(st.integers(1, per))
     launcher = draw(st.sampled_from(LAUNCHERS))
     kw = dict(cluster=cluster, nodes=nodes, gpus_per_node=gpn, account=draw(WORD),
-              launcher=launcher, script=draw(FILLED),
+              launcher=launcher, script=draw(FILLED.filter(lambda s: not s.lstrip().startswith("-"))),   # a script "-x" is refused: python would read it as an option
               script_args=tuple(draw(st.lists(TEXT, max_size=4))), job_name=draw(FILLED),
               requeue=draw(st.booleans()) and SPECS[launcher].requeue_ok, device=draw(st.sampled_from(("auto", "cpu"))),
               env=tuple((k, v) for k, v in draw(st.dictionaries(st.from_regex(r"[A-Z][A-Z0-9_]{0,8}",

@@ -128,8 +128,8 @@ CASES: dict[str, Case] = {
     "Monitor.close": Case(lambda tmp: _monitor(tmp, "c").close(), lambda t: {}),
     "submit": Case(scaletrain.submit, lambda t: {"cluster": "roihu", "program": ["t.py"], "gpus": 2, "account": "p",
                                                  "run_dir": t / "sub"},
-                   # gpus=None: then nodes is needed; account=None: Roihu bills a project
-                   {"nodes": NONE, "account": X, "run_dir": NONE | X, "env": NONE}),
+                   # gpus=None: then nodes is needed; account=None: Roihu bills a project; check: a boolean
+                   {"nodes": NONE, "account": X, "run_dir": NONE | X, "env": NONE, "check": frozenset({"True"})}),
     "Job": Case(lambda tmp, **kw: scaletrain.Job(**kw), lambda t: {"run_dir": _job(t)}, {"env": NONE}),
     "Job.status": Case(lambda tmp: scaletrain.Job(_job(tmp)).status(), lambda t: {}),
     "Job.wait": Case(lambda tmp, **kw: scaletrain.Job(_job(tmp)).wait(**kw), lambda t: {"timeout": 0.0, "poll": 0.01},
@@ -187,6 +187,7 @@ def _sent(prepared):
 def test_a_hostile_argument_is_taken_or_refused_in_one_line(request, tmp_path, monkeypatch, name, param, label):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(submit_path, "send", _sent)
+    (tmp_path / "t.py").write_text("import torch\n")   # the program submit's check reads
     if name.startswith("Job"):
         request.getfixturevalue("slurm")
     case = CASES[name]

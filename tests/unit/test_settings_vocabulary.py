@@ -276,7 +276,7 @@ OUTSIDE = {
     # not a setting: a refusal of what the planner computed, and what the stop agreement exchanged
     "plan/request:format_mem", "runtime/agreement:poll",
     # the JSON reader's range check: a number a file holds, refused as text that is not JSON is
-    "fileio:_json_float",
+    "jsonfile:_json_float",
     # a training step's extra fields are the program's own (text, NaN kept): only an int past a float is refused
     "observe/inputs:check_more",
 }

@@ -69,5 +69,5 @@ def test_a_profile_command_or_image_that_starts_with_a_dash_is_refused(field, va
     root = Path(scaletrain.__file__).parent / "clusters" / "profiles"
     data = tomllib.loads((root / "lumi.toml").read_text())
     data[field] = value
-    with pytest.raises(ProfileError, match=f"field '{field}'"):
+    with pytest.raises(ProfileError, match=f"p.toml: {field} must be "):
         profile_from_dict(data, path="p.toml")

@@ -23,7 +23,7 @@ from types import ModuleType
 from typing import Any
 
 from scaletrain import module_state
-from scaletrain.fileio import atomic_write, read_json
+from scaletrain.fileio import atomic_write, read_bounded, read_json
 
 # Framework modules worth naming in the warning, and the setting that usually causes it.
 FRAMEWORK_HINTS: dict[str, str] = {
