@@ -32,7 +32,7 @@ def raw(op: str, nbytes: int, iters: int, warmup: int) -> float:
         buf = torch.ones(numel)
         fn = lambda: dist.broadcast(buf, 0)  # noqa: E731
     else:
-        fn = make_call(op, nbytes, device="cpu", world=world, rank=dist.get_rank())
+        fn, _ = make_call(op, nbytes, device="cpu", world=world, rank=dist.get_rank())
     for _ in range(warmup):
         fn()
     dist.barrier()

@@ -178,7 +178,9 @@ def _hygiene():
         import torch.distributed as dist
 
         if dist.is_available() and dist.is_initialized():
-            dist.destroy_process_group()
+            from scaletrain.runtime.settle import destroy_group
+
+            destroy_group()
             problems.append("a torch.distributed process group was left initialised")
 
     deadline = time.monotonic() + 5.0

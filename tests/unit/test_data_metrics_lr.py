@@ -13,6 +13,7 @@ import torch
 import scaletrain
 from scaletrain.data.lr import check_global_batch, scale_lr
 from scaletrain.errors import UsageError
+from scaletrain.runtime.settle import destroy_group
 
 
 @pytest.mark.parametrize("args,want", [
@@ -90,4 +91,4 @@ def test_a_users_own_process_group_gives_the_env(tmp_path, monkeypatch):
                                 group=dist.group.WORLD, base_world_size=None)
         assert (sub.env.rank, sub.env.world_size) == (0, 1)
     finally:
-        dist.destroy_process_group()
+        destroy_group()

@@ -9,6 +9,7 @@ import torch.distributed as dist
 
 from scaletrain.errors import StrategyError
 from scaletrain.parallel import pipeline_probe
+from scaletrain.runtime.settle import destroy_group
 
 
 @pytest.fixture
@@ -38,7 +39,7 @@ def test_an_abort_in_gloo_is_reported_in_gloos_words(fresh, monkeypatch):
 def group(tmp_path):
     dist.init_process_group("gloo", rank=0, world_size=1, init_method=f"file://{tmp_path}/pg")
     yield
-    dist.destroy_process_group()
+    destroy_group()
 
 
 def test_gpipe_is_chosen_where_only_it_runs(group, monkeypatch, capsys):

@@ -10,13 +10,14 @@ import pytest
 import torch.distributed as dist
 
 from scaletrain.runtime.current import collective_device, error_rank, group_rank_world, rank_world
+from scaletrain.runtime.settle import destroy_group
 
 
 @pytest.fixture
 def one_rank_group():
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     yield
-    dist.destroy_process_group()
+    destroy_group()
 
 
 def test_no_group_no_collective_whatever_the_launcher_says(clean_env):

@@ -59,7 +59,8 @@ def test_shutdown_leaves_no_busy_gloo_worker(clean_env):
     if not gloo_worker_tids():  # a feature of torch, not of scaletrain (docs/torch-support.md)
         rt.shutdown()
         pytest.skip("this torch does not name gloo's worker threads pt_gloo_runloop (torch 2.11 "
-                    "and newer do): the exit wait has nothing to find")
+                    "and newer do): the wait watches for a thread asking for the GIL instead "
+                    "(tests/unit/test_group_teardown.py)")
     rt.shutdown()
     assert not dist.is_initialized()
     assert settle_gloo_workers(timeout_s=0.5) is True

@@ -141,6 +141,9 @@ def test_the_prompt_tailer_replaces_an_older_tailer_with_fewer_arguments(monkeyp
         raise AssertionError("kept")
 
     monkeypatch.setattr(tail_log, "tail_logfile", older)
+    # the patch keeps what it replaced (here the stand-in) beside it: restored after the test too
+    monkeypatch.setattr(tail_log, "_scaletrain_original_tail_logfile",
+                        getattr(tail_log, "_scaletrain_original_tail_logfile", None), raising=False)
     assert TAIL_LOGFILE_ARGS.probe()
     patches.prompt_tailers()
     assert tail_log.tail_logfile is patches.tail_logfile

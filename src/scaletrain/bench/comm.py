@@ -112,28 +112,29 @@ def result(op: str, nbytes: int, seconds: float, world: int) -> CommResult:
                       busbw_gbs=algbw * bus_factor(op, world))
 
 
-def make_call(op: str, nbytes: int, *, device: Any, world: int, rank: int) -> Any:
-    """A zero-argument function doing ``op`` on buffers of ``nbytes`` total (float32)."""
+def make_call(op: str, nbytes: int, *, device: Any, world: int, rank: int) -> tuple[Any, list[Any]]:
+    """A zero-argument function doing ``op`` on buffers of ``nbytes`` total (float32), and
+    those buffers."""
     import torch
     import torch.distributed as dist
 
     numel = max(world, nbytes // 4 // world * world)  # divisible by the world size
     if op == "all_reduce":
         buf = torch.ones(numel, device=device)
-        return lambda: dist.all_reduce(buf)
+        return lambda: dist.all_reduce(buf), [buf]
     if op == "all_gather":
         out = torch.empty(numel, device=device)
         part = torch.ones(numel // world, device=device)
         gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # torch < 2.13
-        return lambda: gather(out, part)
+        return lambda: gather(out, part), [out, part]
     if op == "reduce_scatter":
         inp = torch.ones(numel, device=device)
         part = torch.empty(numel // world, device=device)
         scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-        return lambda: scatter(part, inp)
+        return lambda: scatter(part, inp), [part, inp]
     if op == "broadcast":
         buf = torch.ones(numel, device=device)
-        return lambda: dist.broadcast(buf, src=0)
+        return lambda: dist.broadcast(buf, src=0), [buf]
     raise UsageError(f"unknown collective {op!r}", f"use one of: {', '.join(OPS)}")
 
 
@@ -142,8 +143,11 @@ def measure(op: str, nbytes: int, *, iters: int, warmup: int, device: Any) -> Co
     import torch
     import torch.distributed as dist
 
+    from scaletrain.runtime import collectives, settle
+
     rank, world = group_rank_world()
-    call = make_call(op, nbytes, device=device, world=world, rank=rank)
+    call, buffers = make_call(op, nbytes, device=device, world=world, rank=rank)
+    before = settle.holders(buffers)
     sync = (lambda: torch.cuda.synchronize(device)) if torch.device(device).type == "cuda" else (lambda: None)
     for _ in range(warmup):
         call()
@@ -155,7 +159,8 @@ def measure(op: str, nbytes: int, *, iters: int, warmup: int, device: Any) -> Co
     sync()
     elapsed = torch.tensor([(time.perf_counter() - t0) / iters], dtype=torch.float64,
                            device=collective_device())  # NCCL reduces only device tensors
-    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # the slowest rank's time
+    collectives.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # the slowest rank's time
+    settle.let_go(buffers, before)  # the timed calls' works, after the timing
     numel = max(world, nbytes // 4 // world * world)
     return result(op, numel * 4, float(elapsed.item()), world)
 

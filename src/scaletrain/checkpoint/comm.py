@@ -30,21 +30,17 @@ class Comm:
         """Rank 0's ``obj`` on every rank."""
         if not self.distributed:
             return obj
-        import torch.distributed as dist
+        from scaletrain.runtime import collectives
 
-        box = [obj if self.rank == 0 else None]
-        dist.broadcast_object_list(box, src=0, group=self.group)
-        return box[0]
+        return collectives.broadcast_object(obj, src=0, group=self.group)
 
     def gather(self, obj: Any) -> list[Any] | None:
         """Every rank's ``obj`` on rank 0 (a list by rank); None elsewhere."""
         if not self.distributed:
             return [obj]
-        import torch.distributed as dist
+        from scaletrain.runtime import collectives
 
-        out: list[Any] | None = [None] * self.world_size if self.rank == 0 else None
-        dist.gather_object(obj, out, dst=0, group=self.group)
-        return out
+        return collectives.gather_objects(obj, dst=0, group=self.group)
 
     def close(self) -> None:
         """Let go of the group (at the Checkpointer's close). It stays for the next

@@ -50,11 +50,9 @@ def export(path: str | Path, model: Any) -> Path | None:
         except OSError as err:
             error = f"cannot write {target}: {err.strerror or err}"
     if world > 1:
-        import torch.distributed as dist
+        from scaletrain.runtime import collectives
 
-        box = [error]
-        dist.broadcast_object_list(box, src=0)
-        error = box[0]
+        error = collectives.broadcast_object(error, src=0)
     if error:
         raise UsageError(error, hint="export to a writable path")
     return result

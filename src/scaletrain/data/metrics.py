@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 
 from scaletrain import settings
+from scaletrain.runtime import collectives
 from scaletrain.runtime.current import GROUP, collective_device, group_rank_world
 
 
@@ -75,13 +76,13 @@ def all_reduce_mean(value: float | int | torch.Tensor, *, weight: float | int | 
         flat = torch.tensor([float(value)], dtype=torch.float64, device=device)
     if weight is None:
         # a plain mean: sum of values, then divide by the number of ranks
-        dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=group)
+        collectives.all_reduce(flat, op=dist.ReduceOp.SUM, group=group)
         mean = flat / _world(group)
     else:
         # one collective for numerator and denominator together
         w = float(weight)
         packed = torch.cat([flat * w, torch.tensor([w], dtype=torch.float64, device=device)])
-        dist.all_reduce(packed, op=dist.ReduceOp.SUM, group=group)
+        collectives.all_reduce(packed, op=dist.ReduceOp.SUM, group=group)
         mean = packed[:-1] / packed[-1]
     if not isinstance(value, torch.Tensor):
         return float(mean.item())
@@ -99,6 +100,4 @@ def gather_objects(obj: Any, *, group: Any = None) -> list[Any]:
     world = _world(group)
     if world == 1:
         return [obj]
-    out: list[Any] = [None] * world
-    dist.all_gather_object(out, obj, group=group)
-    return out
+    return collectives.all_gather_objects(obj, group=group)

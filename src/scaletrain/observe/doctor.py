@@ -134,10 +134,12 @@ def _agree(ok: bool, message: str, hint: str) -> None:
     import torch
     import torch.distributed as dist
 
+    from scaletrain.runtime import collectives
+
     flag = torch.tensor([0.0 if ok else 1.0])
     # a CPU flag: over a gloo group of its own unless the world's backend takes CPU tensors
     group = None if collective_device() == "cpu" else dist.new_group(backend="gloo")
-    dist.all_reduce(flag, group=group)
+    collectives.all_reduce(flag, group=group)
     if flag.item() > 0:
         raise DoctorError(message or "another rank failed a check (see its output)", hint)
 
@@ -165,13 +167,13 @@ def run_checks(env_before: Any, *, timeout_s: float, size_mb: float, out: Callab
     import torch
     import torch.distributed as dist
 
+    from scaletrain.runtime import collectives, settle
     from scaletrain.runtime.init import init
 
     env = init(timeout_s=timeout_s)
     passed.append(f"{env.world_size} ranks joined ({env.backend})")
-    infos: list[Any] = [None] * env.world_size
     group = dist.new_group(backend="gloo") if env.backend != "gloo" else None
-    dist.all_gather_object(infos, asdict(_info(env)), group=group)
+    infos = collectives.all_gather_objects(asdict(_info(env)), group=group)
     ranks = [RankReport(**i) for i in infos]
     if env.rank == 0:
         out("rank  local  host                  device    gpu  cores")
@@ -186,11 +188,11 @@ def run_checks(env_before: Any, *, timeout_s: float, size_mb: float, out: Callab
     numel = max(1, int(size_mb * 1024 ** 2 / 4))
     buf = torch.ones(numel, dtype=torch.float32, device=device)
     for _ in range(2):
-        dist.all_reduce(buf)
+        collectives.all_reduce(buf)
     buf.fill_(float(env.rank + 1))
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    dist.all_reduce(buf)
+    collectives.all_reduce(buf)
     want = env.world_size * (env.world_size + 1) / 2
     got = float(buf[0].item())
     correct = got == want and float(buf[-1].item()) == want
@@ -198,6 +200,7 @@ def run_checks(env_before: Any, *, timeout_s: float, size_mb: float, out: Callab
            "a wrong collective result points at a broken interconnect or NCCL install: run "
            "with NCCL_DEBUG=INFO and report it to the centre")
     iters = 5
+    before = settle.holders([buf])
     dist.barrier()
     t0 = time.perf_counter()
     for _ in range(iters):
@@ -205,6 +208,7 @@ def run_checks(env_before: Any, *, timeout_s: float, size_mb: float, out: Callab
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     seconds = (time.perf_counter() - t0) / iters
+    settle.let_go([buf], before)  # the timed loop's works, after the timing
     measured = bus_bandwidth(numel * 4, seconds, env.world_size)
     line, hint = judge_bandwidth(measured, expected_bandwidth(_profile(environ), num_nodes=env.num_nodes))
     _agree(hint is None, line, hint or "")

@@ -316,9 +316,9 @@ class Monitor:
         dist = live_dist()
         if dist is None or self.world_size == 1:
             return [obj]
-        out: list[Any] = [None] * self.world_size
-        dist.all_gather_object(out, obj)
-        return out
+        from scaletrain.runtime import collectives  # torch is loaded: a group is live
+
+        return collectives.all_gather_objects(obj)
 
     def _device_util(self) -> dict[str, Any]:
         """This rank's device figures over the run (the sampling rank) or as last exchanged."""

@@ -16,6 +16,7 @@ from torch import nn
 
 from scaletrain.errors import StrategyError
 from scaletrain.parallel.pipeline_split import StageSplit
+from scaletrain.runtime import collectives
 from scaletrain.torch_features import schedule_has_eval, schedule_step_parameters
 
 __all__ = ["PipelineModel", "batch_size", "check_divisible"]
@@ -156,7 +157,7 @@ class PipelineModel:
             # the last stage of each replica contributes its loss; the sum over all ranks
             # divided by the replicas is the global mean, known everywhere
             total = loss.clone() if loss is not None else torch.zeros((), device=device)
-            dist.all_reduce(total)
+            collectives.all_reduce(total)
             loss = total / self.dp_size
         return loss
 
@@ -212,8 +213,7 @@ class PipelineModel:
         for name, p in self.named_parameters():
             t = p.full_tensor() if hasattr(p, "full_tensor") else p
             local[name] = t.detach().cpu().clone()
-        gathered: list[Any] = [None] * self.n_stages
-        dist.all_gather_object(gathered, local, group=self.mesh.get_group("pipeline"))
+        gathered = collectives.all_gather_objects(local, group=self.mesh.get_group("pipeline"))
         full: dict[str, torch.Tensor] = {}
         for part in gathered:
             full.update(part)

@@ -18,7 +18,6 @@ import socket
 import subprocess
 import sys
 from functools import lru_cache
-from typing import Any
 
 from scaletrain.errors import StrategyError
 
@@ -96,14 +95,16 @@ def choose_schedule(schedule: str, backend: str) -> str:
     import torch
     import torch.distributed as dist
 
+    from scaletrain.runtime import collectives
+
     tried: dict[str, str | None] = {}
     if dist.get_rank() == 0:
         tried[schedule] = probe_schedule(schedule)
         if tried[schedule] is not None and schedule != "gpipe":
             tried["gpipe"] = probe_schedule("gpipe")  # the fallback, asked only when needed
-    verdict: list[Any] = [tried]
-    dist.broadcast_object_list(verdict, src=0)
-    tried = verdict[0]
+    # ours, not broadcast_object_list: it returns only once gloo's threads let go of its
+    # buffers, so a destroy_process_group() right after it cannot deadlock on them
+    tried = collectives.broadcast_object(tried, src=0)
     if tried[schedule] is None:
         return schedule
     where = f"pipeline schedule {schedule!r} over gloo on torch {torch.__version__}"

@@ -42,7 +42,7 @@ from scaletrain.runtime.detect import detect_placement
 from scaletrain.runtime.device import gpu_view, normalize_request, torch_gpus
 from scaletrain.runtime.env import Env, Placement
 from scaletrain.runtime.masteraddr import Target, resolve_or_fail, wait_limit
-from scaletrain.runtime.settle import settle_gloo_workers as _settle_gloo_workers
+from scaletrain.runtime import settle as _settle
 from scaletrain.runtime.resolve import (CPU_HINT, CpuPlan, Request, choose_backend, choose_device,
                                         normalize_backend, plan_cpus, read_request)
 from scaletrain.runtime import errorhook, session, timeouts
@@ -297,7 +297,7 @@ def init(*, device: str | None = None, backend: str | None = None,
             timeouts.configure(step_seconds)
         except BaseException:
             if owns and dist.is_initialized():
-                dist.destroy_process_group()
+                _settle.destroy_group()
             _undo_cpus(undo)
             raise
         _STATE = _Runtime(env=env, requested_device=request.device,
@@ -340,7 +340,8 @@ def shutdown() -> None:
 
     dist = sys.modules.get("torch.distributed")
     if state.owns_group and dist is not None and dist.is_initialized():
-        dist.destroy_process_group()
-    # gloo's worker threads may still be releasing finished work; exiting under them aborts
-    _settle_gloo_workers()
+        _settle.destroy_group()  # waits for gloo's threads before and after
+    else:
+        # gloo's worker threads may still be releasing finished work; exiting under them aborts
+        _settle.settle_gloo_workers()
     _undo_cpus(state.cpus)

@@ -172,7 +172,18 @@ def patch_device_mesh(mesh_module: ModuleType) -> None:
 
 
 def cover_threads(mode_cls: type) -> None:
-    """Enter a CPU mode in every thread started from now on (a mode is per thread)."""
+    """Enter a CPU mode in every thread started from now on (a mode is per thread), and leave
+    it before the thread ends.
+
+    Why leave it: torch keeps a thread's modes in a C++ thread_local, whose destructor runs
+    after the thread's Python part has ended (``join()`` may have returned already): it checks
+    that Python is still initialized, then takes the GIL to release the mode's Python object.
+    When the main thread starts finalizing in between (a loaded machine deschedules the
+    ending thread, or the main thread keeps the GIL into Py_FinalizeEx), CPython ends the
+    thread with pthread_exit inside that noexcept destructor and the process aborts at exit:
+    "terminate called without an active exception". Popped here, under the GIL, the mode
+    leaves the destructor nothing to release.
+    """
     original = threading.Thread._bootstrap_inner  # type: ignore[attr-defined]
     if getattr(original, "_scaletrain_cpu", False):
         return
@@ -182,8 +193,15 @@ def cover_threads(mode_cls: type) -> None:
             mode = mode_cls()
             mode.__enter__()
         except Exception:  # noqa: BLE001 - torch is shutting down: run the thread unmapped
-            pass
-        original(self)
+            original(self)
+            return
+        try:
+            original(self)
+        finally:
+            try:
+                mode.__exit__(None, None, None)
+            except Exception:  # noqa: BLE001 - torch is shutting down: nothing left to pop
+                pass
 
     setattr(_bootstrap_inner, "_scaletrain_cpu", True)
     setattr(threading.Thread, "_bootstrap_inner", _bootstrap_inner)
