@@ -81,6 +81,9 @@ def test_rendezvous_event_names_are_the_same_without_inspect_stack(monkeypatch):
         return caller_of_caller()
 
     monkeypatch.setattr(rdzv, "get_method_name", torchs)  # restored after the test
+    # and what the patch keeps of what it replaced (here the stand-in), for a later put-back
+    monkeypatch.setattr(rdzv, "_scaletrain_original_get_method_name",
+                        getattr(rdzv, "_scaletrain_original_get_method_name", None), raising=False)
     before = outer()
     cheap_rendezvous_event_names()
     assert rdzv.get_method_name is not torchs and rdzv.get_method_name._scaletrain
@@ -221,4 +224,4 @@ def test_a_launch_as_is_puts_back_what_an_earlier_launch_installed(monkeypatch):
     patches.install_lasting(Adapter(on=frozenset(), as_is=True))
     now = (api.PContext.close, tail_log.tail_logfile, rdzv.get_method_name)
     assert not any(getattr(f, "_scaletrain", False) for f in now)
-    assert all(f.__module__.startswith("torch.distributed.elastic.") for f in now)  # torch's own
+    assert all(f.__module__.startswith("torch.distributed.elastic.") for f in now), [f.__qualname__ for f in now]
