@@ -9,6 +9,7 @@
 # keyed by the CPU pin, the packages and this Python, built and kept as scripts/cached_venv.sh does. scaletrain itself is installed into it afresh on every run (not editable: a
 # user's `pip install .`), from the tree this script is in.
 # Usage: scripts/test_venv.sh [PYTEST ARGS...]   (default: the tests named in TESTS below)
+#        scripts/test_venv.sh --venv-only        build (or find) the venv, print its path, run nothing
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/cached_venv.sh
@@ -57,6 +58,7 @@ if [ ! -f "$venv/.complete" ]; then
 else
   say "the user's venv: reused ($venv)"
 fi
+if [ "${1:-}" = --venv-only ]; then echo "$venv"; exit 0; fi
 # this tree's scaletrain, installed as a user installs it (no PYTHONPATH from here on)
 if ! "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation \
        --force-reinstall . >"$venv/scaletrain-install.log" 2>&1; then
