@@ -68,7 +68,8 @@ venv_for() {
   if [ -z "$version" ]; then
     say "$pin pins no torch (a line torch==X.Y.Z)"; return 1
   fi
-  key=$({ grep -v '^#' "$pin"; echo "${PACKAGES[*]}"; "$PY" -c 'import sys; print(sys.version)'; } | sha256sum | cut -c1-12)
+  # the venv is made by "$PY" -m venv: on PY's base interpreter (PY may itself be a venv's)
+  key=$({ grep -v '^#' "$pin"; echo "${PACKAGES[*]}"; "$PY" -c 'import sys; print(sys.version, sys.base_prefix)'; } | sha256sum | cut -c1-12)
   dir="$CACHE/torch-$version-$key"
   if [ $plan_only = 1 ]; then   # what a run would do, before it downloads anything
     if [ -f "$dir/.complete" ]; then echo "torch $version: venv reused ($dir)"

@@ -33,7 +33,7 @@ done
 if "$BASE" -c 'import torch' >/dev/null 2>&1; then
   say "every Python here has torch: the venv's base ($BASE) has it too, so the tests below cannot tell a venv from the system Python"
 fi
-key=$({ grep -v '^#' constraints/cpu.txt; echo "${PACKAGES[*]}"; command -v "$BASE"; "$BASE" -c 'import sys; print(sys.version)'; } \
+key=$({ grep -v '^#' constraints/cpu.txt constraints/build.txt; echo "${PACKAGES[*]}"; command -v "$BASE"; "$BASE" -c 'import sys; print(sys.version, sys.base_prefix)'; } \
       | sha256sum | cut -c1-12)
 venv="$CACHE/user-venv-$key"
 # make_user_venv TMP: a venv on BASE with the CPU pin's torch and PACKAGES
@@ -43,7 +43,7 @@ make_user_venv() {
     mapfile -t extra < <("$PY" scripts/torch_index.py)
   fi
   "$BASE" -m venv "$1" \
-    && PIP_CONSTRAINT="$PWD/constraints/cpu.txt" "$1/bin/python" -m pip install -q \
+    && PIP_CONSTRAINT="$PWD/constraints/cpu.txt $PWD/constraints/build.txt" "$1/bin/python" -m pip install -q \
          --disable-pip-version-check "${extra[@]}" torch "${PACKAGES[@]}"
 }
 if [ ! -f "$venv/.complete" ]; then
