@@ -4,8 +4,10 @@
 #   horovod     PyPI's horovod (HOROVOD_VERSION) with PyTorch, MPI and Gloo, built against the torch
 #               of this Python (pip's own build needs torch at build time: no build isolation);
 #   tensorflow  tensorflow-cpu from the package index (TF_PACKAGE).
-# Both venvs see this Python's packages (--system-site-packages: torch, pytest, scaletrain's own
-# dependencies) and add only their framework, so the main environment is never changed.
+# Both venvs see this Python's packages (torch, pytest, scaletrain's own dependencies) and add only
+# their framework, so the main environment is never changed. When this Python is itself a venv's (a
+# user's), `python -m venv --system-site-packages` links the *base* interpreter's packages, not this
+# venv's: a .pth file in the new venv names this Python's site-packages too (link_parent).
 #
 # Horovod 0.28.1 (its last release) sets C++14 for its PyTorch extension; torch >= 2.1's headers
 # stop with "#error C++17 or later compatible compiler is required to use PyTorch." The build
@@ -13,27 +15,32 @@
 # bundled Gloo is compiled with (HOROVOD_PATCHES below): with Gloo at C++14, its store.cc defines
 # Store::kDefaultTimeout out of line while C++17's http_store.cc holds it as an inline variable,
 # and the link stops with "multiple definition of gloo::rendezvous::Store::kDefaultTimeout"
-# (Horovod builds a C++17 Gloo the same way for a C++17 TensorFlow: its compatible17_gloo). The build log
-# says so and keeps pip's output.
+# (Horovod builds a C++17 Gloo the same way for a C++17 TensorFlow: its compatible17_gloo). The
+# build log says so and keeps pip's output. The build runs without build isolation (it needs torch
+# at build time), so its own build requirements (constraints/build.txt: a setuptools with
+# bdist_wheel) go into its venv first, never taken from what an earlier step left in this Python.
 #
 # Venvs live in ${SCALETRAIN_CI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/scaletrain-ci}, named by the
-# framework and a hash of what went in (package, build flags, patch, this Python and its torch),
-# built and kept as scripts/cached_venv.sh does for every test venv. A build that failed
-# leaves its whole log in NAME-KEY.failed (the tests' reason quotes its first error line); it
-# is not retried (minutes of compiling) unless FRAMEWORKS_RETRY=1 or the key changes.
+# framework and a hash of all that went in (package, build flags, patch, build requirements, this
+# Python, the environment it runs in and its torch, and for Horovod the compilers and MPI found),
+# built and kept as scripts/cached_venv.sh does for every test venv. A build that failed leaves
+# its whole log in NAME-KEY.failed (the tests' reason quotes its first error line). A failure is
+# never final: the next run builds again (and a changed input gives a new key anyway).
 #
 # Usage: scripts/frameworks_env.sh [horovod|tensorflow ...]      build what is missing (default: both)
 #        scripts/frameworks_env.sh --find NAME                   print the venv's path (exit 0), or why
 #                                                                there is none (exit 1); builds nothing
 #        scripts/frameworks_env.sh --can-build NAME              exit 0 when this machine has what NAME's
-#                                                                build needs, else say what it lacks (exit 1)
-# Environment: FRAMEWORKS_BUILD_JOBS (make's -j for Horovod's C++, default 1), FRAMEWORKS_RETRY=1.
+#                                                                build needs, else print what it lacks (exit 1)
+# Environment: FRAMEWORKS_BUILD_JOBS (make's -j for Horovod's C++, default 1); HOROVOD_SDIST, a local
+# copy of horovod==HOROVOD_VERSION's source package to build instead of PyPI's (a site without PyPI).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/cached_venv.sh
 PY=${PYTHON:-python3}
 CACHE=${SCALETRAIN_CI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/scaletrain-ci}
 HOROVOD_VERSION=0.28.1
+BUILD_PINS=$PWD/constraints/build.txt
 TF_PACKAGE=tensorflow-cpu==2.21.0
 HOROVOD_FLAGS=(HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_TENSORFLOW=1
                HOROVOD_WITHOUT_MXNET=1)
@@ -47,18 +54,33 @@ now() { date +%s; }
 
 # key NAME: a hash of what the venv is made of
 key() {
-  local torch
-  torch=$("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo none)
-  case $1 in
-    horovod) echo "horovod==$HOROVOD_VERSION ${HOROVOD_FLAGS[*]} ${HOROVOD_PATCHES[*]} torch=$torch" ;;
-    tensorflow) echo "$TF_PACKAGE" ;;
-  esac | { cat; "$PY" -c 'import sys; print(sys.version)'; } | sha256sum | cut -c1-12
+  {
+    case $1 in
+      horovod) echo "horovod==$HOROVOD_VERSION ${HOROVOD_FLAGS[*]} ${HOROVOD_PATCHES[*]}"
+               grep -v '^#' "$BUILD_PINS"
+               if [ -n "${HOROVOD_SDIST:-}" ]; then sha256sum < "$HOROVOD_SDIST"; fi
+               tools ;;
+      tensorflow) echo "$TF_PACKAGE" ;;
+    esac
+    # the Python, the environment it runs in (a venv's packages are linked in) and its torch
+    "$PY" -c 'import sys, sysconfig; print(sys.version, sys.prefix, sysconfig.get_paths()["purelib"])'
+    "$PY" -c 'import torch; print("torch", torch.__version__)' 2>/dev/null || echo "torch none"
+  } | sha256sum | cut -c1-12
+}
+
+# tools: where Horovod's build programs are and the version each reports (in its key: Open MPI
+# installed or upgraded after a failed build means another build)
+tools() {
+  local c
+  for c in "${HOROVOD_NEEDS[@]}"; do
+    echo "$c=$(command -v "$c" 2>/dev/null) $("$c" --version 2>/dev/null | head -n 1)"
+  done
 }
 
 # cause LOG: the first line of a build log that says why it failed (a compiler's or linker's
 # error, a killed process), else its last line
 cause() {
-  grep -m 1 -E ": (fatal )?error:|undefined reference|ld returned|Killed|make.*Error [0-9]+" "$1" \
+  grep -m 1 -E "(^|: )(fatal )?error:|undefined reference|ld returned|Killed|make.*Error [0-9]+" "$1" \
     || grep -v '^\s*$' "$1" | tail -n 1
 }
 
@@ -106,12 +128,21 @@ patch_horovod() {
   done
 }
 
-# install_horovod VENV LOG: PyPI's source package, patched, built against the venv's torch
+# install_horovod VENV LOG: PyPI's source package (or HOROVOD_SDIST), patched, built against the
+# torch of this Python, with constraints/build.txt's build requirements installed in VENV first
 install_horovod() {
   local venv=$1 log=$2 src
+  "$venv/bin/python" -c 'import torch' >>"$log" 2>&1 \
+    || { echo "no torch in $PY's environment: Horovod builds against it" >>"$log"; return 1; }
+  echo "build requirements (constraints/build.txt): $(grep -v '^#' "$BUILD_PINS" | tr '\n' ' ')" >>"$log"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check -c "$BUILD_PINS" setuptools wheel >>"$log" 2>&1 \
+    || { echo "the build requirements could not be installed" >>"$log"; return 1; }
   src=$(mktemp -d "$venv/.src-XXXXXX") || return 1
-  "$venv/bin/python" -c 'import torch' >>"$log" 2>&1 || { echo "no torch in $PY: Horovod builds against it" >>"$log"; return 1; }
-  "$venv/bin/python" -m pip download -q --no-deps --no-binary :all: -d "$src" "horovod==$HOROVOD_VERSION" >>"$log" 2>&1 \
+  if [ -n "${HOROVOD_SDIST:-}" ]; then
+    cp -- "$HOROVOD_SDIST" "$src/horovod-$HOROVOD_VERSION.tar.gz"
+  else
+    "$venv/bin/python" -m pip download -q --no-deps --no-binary :all: -d "$src" "horovod==$HOROVOD_VERSION" >>"$log" 2>&1
+  fi \
     && tar -xzf "$src"/horovod-*.tar.gz -C "$src" \
     && patch_horovod "$src/horovod-$HOROVOD_VERSION" "$log" \
     && env "${HOROVOD_FLAGS[@]}" MAKEFLAGS="-j${FRAMEWORKS_BUILD_JOBS:-1}" \
@@ -123,9 +154,23 @@ install_horovod() {
   return $rc
 }
 
+# link_parent VENV: when this Python runs in a venv, VENV sees that venv's packages too (after its
+# own): --system-site-packages alone links only the base interpreter's
+link_parent() {
+  local paths site
+  paths=$("$PY" -c 'import sys, sysconfig
+if sys.prefix != sys.base_prefix:
+    p = sysconfig.get_paths()
+    print("\n".join(dict.fromkeys([p["purelib"], p["platlib"]])))') || return 1
+  [ -n "$paths" ] || return 0
+  site=$("$1/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') || return 1
+  printf '%s\n' "$paths" > "$site/_scaletrain_parent_env.pth" || return 1
+  echo "sees the packages of $PY's venv: $(echo "$paths" | tr '\n' ' ')"
+}
+
 # make_env TMP NAME: the venv for NAME made in TMP (output: the build log)
 make_env() {
-  "$PY" -m venv --system-site-packages "$1" || return 1
+  "$PY" -m venv --system-site-packages "$1" && link_parent "$1" || return 1
   case $2 in
     horovod) install_horovod "$1" "$1/build.log" ;;
     tensorflow) "$1/bin/python" -m pip install -q --disable-pip-version-check "$TF_PACKAGE" \
@@ -133,14 +178,12 @@ make_env() {
   esac
 }
 
-# build NAME: the venv for NAME, built when missing
+# build NAME: the venv for NAME, built when missing (after a failed build of an earlier run too)
 build() {
   local name=$1 dir start
   dir="$CACHE/frameworks-$name-$(key "$name")"
   if [ -f "$dir/.complete" ]; then say "$name: venv reused ($dir)"; return 0; fi
-  if [ -f "$dir.failed" ] && [ "${FRAMEWORKS_RETRY:-0}" != 1 ]; then
-    say "$name: failed before, not retried (FRAMEWORKS_RETRY=1 retries): $(cause "$dir.failed")"; return 1
-  fi
+  if [ -f "$dir.failed" ]; then say "$name: failed in an earlier run ($(cause "$dir.failed")); building again"; fi
   start=$(now)
   say "$name: building $dir (the log goes to $dir.failed if it fails)"
   if cached_venv "$dir" make_env "$name"; then
@@ -153,6 +196,7 @@ build() {
 if [ "${1:-}" = --can-build ]; then
   [ $# -eq 2 ] || { say "usage: $0 --can-build horovod|tensorflow"; exit 2; }
   if lacking=$(can_build "$2"); then exit 0; fi
+  echo "$lacking"   # what is missing, for scripts/test_costs.sh
   say "$2 cannot be built here: no $lacking on PATH"; exit 1
 fi
 if [ "${1:-}" = --find ]; then

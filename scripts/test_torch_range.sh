@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # The supported torch range in CI (docs/torch-support.md): on the oldest torch scaletrain supports,
-# LUMI's container release 2.7.1 and the newest the package index offers (PINS below), and on the
-# other releases the centres ship when named (constraints/torch-2.8.0.txt, torch-2.9.1.txt), each in
-# a venv of its own, run
+# the newest the package index offers, LUMI's container release 2.7.1 and JUPITER's 2.9.1 (PINS
+# below), and on 2.8.0 when named (constraints/torch-2.8.0.txt), each in a venv of its own, run
 #   1. the unit tier - on the two ends only (torch-oldest.txt, torch-newest.txt),
 #   2. on the ends, the multi-process launch, --emulate, strategy, FSDP2-mean and checkpoint tests
 #      (MULTIPROC); between them, the tests where those releases differed (BETWEEN),
@@ -11,6 +10,8 @@
 # one per pin (named by the torch and a hash of the pin, the packages and this Python), built and
 # kept as scripts/cached_venv.sh does for every test venv (an interrupted build is never used).
 # Install and tier times go to the log. Exit status: non-zero when any step failed on any torch.
+# Releases run side by side in SCALETRAIN_RANGE_LANES lanes (default 1; scripts/test.sh uses 2),
+# each release's output shown whole when it ends.
 # Usage: scripts/test_torch_range.sh [--venvs-only | --plan] [CONSTRAINTS_FILE ...]   (default: PINS)
 #   --venvs-only: build (or find) the venvs and print their paths; run no test.
 #   --plan: say for each pin whether its venv is reused or would be built (and its cost); build nothing.
@@ -20,14 +21,16 @@ source scripts/cached_venv.sh
 PY=${PYTHON:-python3}
 CACHE=${SCALETRAIN_CI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/scaletrain-ci}
 TIER_TIMEOUT_S=${SCALETRAIN_RANGE_TIMEOUT_S:-2400}
+LANES=${SCALETRAIN_RANGE_LANES:-1}   # releases run side by side (scripts/test.sh: 2)
 # What the selected tests import (mypy, accelerate, lightning, tensorboard are not installed:
 # the tests that need them skip with a reason, and they do not depend on the torch release).
 PACKAGES=(numpy crc32c pytest hypothesis)
 # The releases CI runs by default: the two ends, and between them the centres' releases
 # (constraints/torch-2.7.1.txt, LUMI's container; torch-2.9.1.txt, JUPITER's and EasyBuild's
 # module); torch-2.8.0.txt when named. docs/torch-support.md has each one's venv build time and size.
-PINS=(constraints/torch-oldest.txt constraints/torch-2.7.1.txt constraints/torch-2.9.1.txt
-      constraints/torch-newest.txt)
+# (The two ends first: in two lanes each end is followed by a short release between them.)
+PINS=(constraints/torch-oldest.txt constraints/torch-newest.txt constraints/torch-2.7.1.txt
+      constraints/torch-2.9.1.txt)
 # Between the ends (2.7.1 and 2.9.1 by default; 2.8.0 when named): the tests where those
 # releases differed - FSDP2's reduction (zero3/hsdp summed over gloo on 2.7/2.8), the pipeline
 # schedule probe (1F1B hangs on 2.7.1, every schedule aborts over gloo on 2.9.1), --emulate's
@@ -65,7 +68,8 @@ venv_for() {
   if [ -z "$version" ]; then
     say "$pin pins no torch (a line torch==X.Y.Z)"; return 1
   fi
-  key=$({ grep -v '^#' "$pin"; echo "${PACKAGES[*]}"; "$PY" -c 'import sys; print(sys.version)'; } | sha256sum | cut -c1-12)
+  # the venv is made by "$PY" -m venv: on PY's base interpreter (PY may itself be a venv's)
+  key=$({ grep -v '^#' "$pin"; echo "${PACKAGES[*]}"; "$PY" -c 'import sys; print(sys.version, sys.base_prefix)'; } | sha256sum | cut -c1-12)
   dir="$CACHE/torch-$version-$key"
   if [ $plan_only = 1 ]; then   # what a run would do, before it downloads anything
     if [ -f "$dir/.complete" ]; then echo "torch $version: venv reused ($dir)"
@@ -126,29 +130,58 @@ example() {
   return $rc
 }
 
-status=0
-summary=()
-for pin in "${pins[@]}"; do
-  if [ $plan_only = 1 ]; then venv_for "$pin"; continue; fi
+# run_pin PIN: a release's venv, tiers and example; its summary line on stdout; non-zero when any failed
+run_pin() {
+  local pin=$1 venv version results rc tests status=0
   if ! venv=$(venv_for "$pin"); then
-    status=1; summary+=("$pin: no venv"); continue
+    echo "$pin: no venv"; return 1
   fi
-  if [ $venvs_only = 1 ]; then echo "$venv"; continue; fi
   version=$("$venv/bin/python" -c 'import torch; print(torch.__version__)' 2>/dev/null) || version="?"
   results=""
   case "$(basename "$pin")" in
     torch-oldest.txt|torch-newest.txt)   # an end of the range: the unit tier too
       say "torch $version ($pin): unit tier, multi-process tests, example"
-      tier "unit tier" "$venv" "$version" tests/unit; rc=$?; results+=" unit=$rc"; [ $rc -eq 0 ] || status=1 ;;
+      tier "unit tier" "$venv" "$version" tests/unit >&2; rc=$?; results+=" unit=$rc"; [ $rc -eq 0 ] || status=1 ;;
     *) say "torch $version ($pin): the tests where releases differed, example (the rest runs on the ends)" ;;
   esac
   case "$(basename "$pin")" in
     torch-oldest.txt|torch-newest.txt) tests=("${MULTIPROC[@]}") ;;
     *) tests=("${BETWEEN[@]}") ;;
   esac
-  tier "multi-process tests" "$venv" "$version" "${tests[@]}"; rc=$?; results+=" multiproc=$rc"; [ $rc -eq 0 ] || status=1
+  tier "multi-process tests" "$venv" "$version" "${tests[@]}" >&2; rc=$?; results+=" multiproc=$rc"; [ $rc -eq 0 ] || status=1
   example "$venv" "$version"; rc=$?; results+=" example=$rc"; [ $rc -eq 0 ] || status=1
-  summary+=("torch $version:$results")
+  echo "torch $version:$results"
+  return $status
+}
+
+status=0
+summary=()
+if [ $plan_only = 1 ] || [ $venvs_only = 1 ]; then
+  for pin in "${pins[@]}"; do
+    if [ $plan_only = 1 ]; then venv_for "$pin"; continue; fi
+    venv_for "$pin" || status=1
+  done
+  exit "$status"
+fi
+# Releases run side by side in LANES lanes (each release's steps in order within its lane): a
+# release's unit tier is one process, so on 2 cores two releases take little more than one. Each
+# release's output is shown whole when it ends.
+logs=$(mktemp -d "${TMPDIR:-/tmp}/st-range-XXXXXX")
+trap 'rm -rf "$logs"' EXIT
+declare -A lane_pin=()
+finish_one() {   # wait for any running release; show its log; keep its summary
+  local pid rc
+  wait -n -p pid; rc=$?
+  cat "$logs/$pid.log" >&2
+  summary+=("$(cat "$logs/$pid.summary" 2>/dev/null || echo "${lane_pin[$pid]}: no summary")")
+  [ "$rc" -eq 0 ] || status=1
+  unset "lane_pin[$pid]"
+}
+for pin in "${pins[@]}"; do
+  while [ ${#lane_pin[@]} -ge "$LANES" ]; do finish_one; done
+  ( run_pin "$pin" >"$logs/$BASHPID.summary" 2>"$logs/$BASHPID.log" ) &
+  lane_pin[$!]=$pin
 done
+while [ ${#lane_pin[@]} -gt 0 ]; do finish_one; done
 for line in "${summary[@]}"; do say "range: $line"; done
 exit "$status"

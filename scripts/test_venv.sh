@@ -9,6 +9,7 @@
 # keyed by the CPU pin, the packages and this Python, built and kept as scripts/cached_venv.sh does. scaletrain itself is installed into it afresh on every run (not editable: a
 # user's `pip install .`), from the tree this script is in.
 # Usage: scripts/test_venv.sh [PYTEST ARGS...]   (default: the tests named in TESTS below)
+#        scripts/test_venv.sh --venv-only        build (or find) the venv, print its path, run nothing
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/cached_venv.sh
@@ -32,7 +33,7 @@ done
 if "$BASE" -c 'import torch' >/dev/null 2>&1; then
   say "every Python here has torch: the venv's base ($BASE) has it too, so the tests below cannot tell a venv from the system Python"
 fi
-key=$({ grep -v '^#' constraints/cpu.txt; echo "${PACKAGES[*]}"; command -v "$BASE"; "$BASE" -c 'import sys; print(sys.version)'; } \
+key=$({ grep -v '^#' constraints/cpu.txt constraints/build.txt; echo "${PACKAGES[*]}"; command -v "$BASE"; "$BASE" -c 'import sys; print(sys.version, sys.base_prefix)'; } \
       | sha256sum | cut -c1-12)
 venv="$CACHE/user-venv-$key"
 # make_user_venv TMP: a venv on BASE with the CPU pin's torch and PACKAGES
@@ -42,7 +43,7 @@ make_user_venv() {
     mapfile -t extra < <("$PY" scripts/torch_index.py)
   fi
   "$BASE" -m venv "$1" \
-    && PIP_CONSTRAINT="$PWD/constraints/cpu.txt" "$1/bin/python" -m pip install -q \
+    && PIP_CONSTRAINT="$PWD/constraints/cpu.txt $PWD/constraints/build.txt" "$1/bin/python" -m pip install -q \
          --disable-pip-version-check "${extra[@]}" torch "${PACKAGES[@]}"
 }
 if [ ! -f "$venv/.complete" ]; then
@@ -57,6 +58,7 @@ if [ ! -f "$venv/.complete" ]; then
 else
   say "the user's venv: reused ($venv)"
 fi
+if [ "${1:-}" = --venv-only ]; then echo "$venv"; exit 0; fi
 # this tree's scaletrain, installed as a user installs it (no PYTHONPATH from here on)
 if ! "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation \
        --force-reinstall . >"$venv/scaletrain-install.log" 2>&1; then

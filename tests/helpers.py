@@ -235,6 +235,10 @@ def framework_python(name: str) -> Path:
     import subprocess
     import sys
 
+    if os.environ.get("SCALETRAIN_TEST_BUILDS_PENDING") == "pending":
+        # scripts/test.sh runs the tests that need its builds (marked `built`) after them
+        pytest.fail(f"this test needs the {name} venv, which scripts/test.sh builds while the unmarked "
+                    "tests run: mark it @pytest.mark.built")
     script = Path(__file__).resolve().parent.parent / "scripts" / "frameworks_env.sh"
     proc = subprocess.run(["bash", str(script), "--find", name], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHON": sys.executable})

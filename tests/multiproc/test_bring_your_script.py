@@ -134,6 +134,7 @@ def test_framework_programs(tmp_path, module, prog, setting, key, alone, hint):
         assert f"trained {8 if alone else 4} steps on {1 if alone else 2} process(es)" in proc.stdout, proc.stdout
 
 
+@pytest.mark.built
 def test_deepspeed_example_leaves_no_gloo_thread_that_ran_work_at_exit(tmp_path):
     """The abort at exit ('terminate called without an active exception') needs a gloo worker
     thread still releasing a finished collective while Python shuts down. The example destroys

@@ -20,7 +20,7 @@ import pytest
 from helpers import framework_python, free_port, trained_alike
 from workers import REPO, worker_env
 
-pytestmark = pytest.mark.multiproc
+pytestmark = [pytest.mark.multiproc, pytest.mark.built]
 PROGS = REPO / "tests" / "multiproc" / "frameworks"
 HVD = PROGS / "hvd_train.py"
 TF = PROGS / "tf_multiworker.py"

@@ -179,6 +179,7 @@ def test_unresolvable_master_addr_stops_init_under_another_launcher(tmp_path):
     assert "rank 1: MASTER_ADDR='no-such-host.invalid' does not resolve" in proc.stderr
 
 
+@pytest.mark.built
 def test_csc_deepspeed_shape_trains_on_deepspeeds_cpu_accelerator(tmp_path):
     """The CSC guide's DeepSpeed program under --cpu: torch.cuda answers as a GPU node there, so
     DeepSpeed would take its CUDA accelerator and JIT-build CUDA ops; --cpu gives it its CPU one

@@ -94,6 +94,7 @@ with open(os.path.join(sys.argv[1], f"tf-{index}.json"), "w") as fh:
 """
 
 
+@pytest.mark.built
 def test_tensorflow_launcher_gives_each_node_its_tf_config(slurm_cluster, probed_profile, tmp_path):
     """--launcher tensorflow: one worker per node, TF_CONFIG lists both nodes, each task its own index."""
     from helpers import framework_python
@@ -149,6 +150,7 @@ def test_deepspeed_config_reaches_every_task(slurm_cluster, probed_profile, tmp_
     assert all(s["lightning"] == s["path"] for s in seen)
 
 
+@pytest.mark.built
 @pytest.mark.parametrize("strategy,stage", [("zero2", 2), ("zero3", 3)])
 def test_deepspeed_launcher_trains_with_the_config_the_job_wrote(slurm_cluster, probed_profile, tmp_path,
                                                                  strategy, stage):
@@ -204,6 +206,7 @@ def _submit_on_two_nodes(cluster: Any, profile: Any, tmp_path: Any, python: Any,
     return out
 
 
+@pytest.mark.built
 def test_tensorflow_multiworker_trains_across_two_nodes(slurm_cluster, probed_profile, tmp_path):
     """--launcher tensorflow with the job's Python in a venv that has tensorflow and no need of
     scaletrain: TF_CONFIG from bash in each task, one worker per node."""
@@ -219,6 +222,7 @@ def test_tensorflow_multiworker_trains_across_two_nodes(slurm_cluster, probed_pr
     assert "import scaletrain" not in (tmp_path / "run" / "job.sh").read_text()
 
 
+@pytest.mark.built
 def test_horovod_trains_as_a_batch_job_with_srun(slurm_cluster, probed_profile, tmp_path):
     """--launcher mpi (one task per GPU) with srun's PMIx: Horovod takes its 2 ranks from MPI."""
     from helpers import framework_python, trained_alike

@@ -108,3 +108,59 @@ def test_install_sh_uses_the_chooser_only_on_cpu_machines_without_torch():
     text = (REPO / "scripts" / "install.sh").read_text()
     cpu_branch = text.split("args+=(-c constraints/cpu.txt)", 1)[1].split("\nfi", 1)[0]
     assert "scripts/torch_index.py" in cpu_branch and 'args+=("${extra[@]}")' in cpu_branch
+
+
+def _chooser(env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(CHOOSER)], env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_no_cpu_build_anywhere_stops_with_the_choice_instead_of_the_cuda_build(indexes, tmp_path):
+    """The CPU index unreachable and pip's own configuration offering only the CUDA build: nothing is
+    chosen, one line names both ways on, and the exit status stops scripts/install.sh."""
+    cuda, _ = indexes
+    env = _pip_env(cuda.as_uri()) | {"SCALETRAIN_TORCH_CPU_INDEX": (tmp_path / "gone").as_uri()}
+    done = _chooser(env)
+    assert done.returncode == 3 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and "CUDA build" in done.stderr
+    assert "SCALETRAIN_TORCH_CPU_INDEX=" in done.stderr and "SCALETRAIN_TORCH_CUDA_OK=1" in done.stderr
+    # asked for: the CUDA build is taken, and said
+    accepted = _chooser(env | {"SCALETRAIN_TORCH_CUDA_OK": "1"})
+    assert accepted.returncode == 0 and "the CUDA build, as asked" in accepted.stderr
+
+
+def test_a_cpu_build_in_pips_own_configuration_is_used_when_the_index_is_unreachable(indexes, tmp_path):
+    _, cpu = indexes
+    env = _pip_env(cpu.as_uri()) | {"SCALETRAIN_TORCH_CPU_INDEX": (tmp_path / "gone").as_uri()}
+    done = _chooser(env)
+    assert done.returncode == 0 and done.stdout == ""
+    assert "torch 2.13.0+cpu from pip's own configuration (a CPU build)" in done.stderr
+
+
+def test_install_sh_stops_on_the_cuda_build_and_installs_nothing(indexes, tmp_path):
+    """scripts/install.sh itself: the chooser's stop ends it before pip installs anything."""
+    cuda, _ = indexes
+    venv = tmp_path / "venv"
+    base = getattr(sys, "_base_executable", sys.executable)
+    subprocess.run([base, "-m", "venv", str(venv)], check=True, timeout=120)   # a Python without torch
+    env = _pip_env(cuda.as_uri()) | {"SCALETRAIN_TORCH_CPU_INDEX": (tmp_path / "gone").as_uri(),
+                                      "PYTHON": str(venv / "bin" / "python")}
+    done = subprocess.run(["bash", str(REPO / "scripts" / "install.sh")], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 3 and "CUDA build" in done.stderr
+
+
+def test_install_sh_on_an_externally_managed_python_says_to_make_a_venv(tmp_path):
+    """Debian's and Ubuntu's system Python (PEP 668): one line naming the venv to make, exit 2,
+    before pip is asked anything."""
+    import sysconfig
+
+    candidates = [p for p in ("/usr/bin/python3",) if Path(p).is_file()]
+    marked = [p for p in candidates if subprocess.run(
+        [p, "-c", "import os, sys, sysconfig; sys.exit(not (sys.prefix == sys.base_prefix and os.path.isfile("
+         "os.path.join(sysconfig.get_path('stdlib'), 'EXTERNALLY-MANAGED'))))"], timeout=60).returncode == 0]
+    if not marked:
+        pytest.skip(f"no externally managed Python here (PEP 668; {sysconfig.get_path('stdlib')})")
+    done = subprocess.run(["bash", str(REPO / "scripts" / "install.sh")], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHON": marked[0]})
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "python3 -m venv" in done.stderr and "PEP 668" in done.stderr
