@@ -113,6 +113,22 @@ def check_value(spec: Spec, value: Any, param: str, *, name: str = "") -> Any:
         raise (spec.error or SettingError)(param, shape, value, hint=spec.doc, name=name) from None
 
 
+def from_environ(spec: Spec, environ: Mapping[str, str], name: str,
+                 convert: Callable[[str], Any] = str) -> Any:
+    """The setting ``spec`` read from the variable ``name`` of ``environ``: None when the variable is
+    unset or blank, else its text converted by ``convert`` (``float`` for a number) and checked;
+    a text ``convert`` refuses is checked as it is, so the refusal is the same one line naming the
+    variable (``SCALETRAIN_X must be a finite number above 0 (s), got 'x'``)."""
+    raw = environ.get(name, "")
+    if not raw.strip():
+        return None
+    try:
+        value = convert(raw.strip())
+    except (ValueError, OverflowError):
+        value = raw
+    return check_value(spec, value, name)
+
+
 def check_fields(obj: Any, *, owner: str | None = None) -> None:
     """Check every declared setting of the dataclass instance ``obj`` in place (frozen or not).
 
@@ -233,5 +249,5 @@ def anything() -> Check:
 
 
 __all__ = ["CONTROL", "MAX_COUNT", "Bad", "Check", "SettingError", "Spec", "anything", "boolean", "check_fields",
-           "check_value", "choice", "count", "has_control", "number", "pairs", "path", "setting", "specs", "text",
+           "check_value", "choice", "count", "from_environ", "has_control", "number", "pairs", "path", "setting", "specs", "text",
            "texts"]

@@ -210,7 +210,8 @@ def launch(plan: LaunchPlan) -> int:
                                  GROUP_RECORD_VAR: records}), \
                 _scoped_signal_handlers(), \
                 scoped_patches(adapter, one_node=plan.rdzv_backend == "c10d" and plan.nnodes == 1), \
-                supervised_agent(run_dir, failures, plan.nproc_per_node * plan.nnodes, adapter), \
+                supervised_agent(run_dir, failures, plan.nproc_per_node * plan.nnodes, adapter,
+                                 plan.max_restarts), \
                 watching_teardown(run_dir, records, _node_ranks(plan), teardown_wait()) as watch:
             config = _config(plan, logs_specs)
             try:

@@ -22,7 +22,9 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from scaletrain.contract.environ import BACKEND_VAR, DEFAULT_PORT, PROCS_PER_GPU_VAR, TIMEOUT_VAR
+from scaletrain import settings
+from scaletrain.contract.environ import (BACKEND_VAR, DEFAULT_PORT, EMULATE_VAR, PROCS_PER_GPU_VAR,
+                                         TIMEOUT_VAR)
 from scaletrain.errors import UsageError
 from scaletrain.launch.inproc.emulate import MODES
 from scaletrain.launch.threads import ThreadBudget, thread_budget
@@ -191,6 +193,7 @@ def plan_launch(req: RunRequest, *, environ: Mapping[str, str], gpus: int,
 
     ``cores``: CPU cores this launcher may use (default: its affinity mask); bounds the
     number of CPU workers."""
+    req = _emulation_from_environ(req, environ)
     emulated_nodes = _check_emulation(req)
     if req.emulate is not None:
         req = replace(req, nnodes=1)  # emulated nodes are local workers, not real nodes
@@ -299,6 +302,25 @@ def _worker_env(req: RunRequest, environ: Mapping[str, str], threads: ThreadBudg
                                    gpus_per_node=gpus_per_node, cpu=req.cpu,
                                    job_id=str(100000 + os.getpid() % 900000)))
     return worker_env
+
+
+# SCALETRAIN_EMULATE in the launcher's own environment: the same request as --emulate (the
+# launcher passes it on to its workers, whose shim would otherwise act on a value no one checked)
+EMULATE = settings.Spec(doc="the launcher whose variables the workers get, as --emulate does; "
+                            f"unset {EMULATE_VAR} to run without an emulation",
+                        check=settings.choice(MODES))
+
+
+def _emulation_from_environ(req: RunRequest, environ: Mapping[str, str]) -> RunRequest:
+    """``req`` with the emulation ``SCALETRAIN_EMULATE`` asks for; UsageError for a value that is
+    none of :data:`MODES`, or one that contradicts ``--emulate``."""
+    mode = settings.from_environ(EMULATE, environ, EMULATE_VAR)
+    if mode is None:
+        return req
+    if req.emulate is not None and req.emulate != mode:
+        raise UsageError(f"--emulate {req.emulate} disagrees with {EMULATE_VAR}={mode}",
+                         f"drop one of them (unset {EMULATE_VAR}, or give --emulate {mode})")
+    return replace(req, emulate=mode)
 
 
 def _check_emulation(req: RunRequest) -> int:
