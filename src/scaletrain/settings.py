@@ -126,7 +126,10 @@ def from_environ(spec: Spec, environ: Mapping[str, str], name: str,
         value = convert(raw.strip())
     except (ValueError, OverflowError):
         value = raw
-    return check_value(spec, value, name)
+    try:
+        return check_value(spec, value, name)
+    except SettingError as err:   # the refusal shows the text the variable holds, not its float
+        raise type(err)(name, err.shape, raw, err.hint, name=err.name) from None
 
 
 def check_fields(obj: Any, *, owner: str | None = None) -> None:

@@ -45,7 +45,7 @@ from scaletrain.launch.signals import TORCH_SIGNALS, forward_stop_signals, stop_
 from scaletrain.launch.spec import LaunchPlan
 from scaletrain.runtime.masteraddr import Target, resolve_or_fail, wait_limit
 from scaletrain.launch.supervise import run_folder, supervised_agent, worker_environ
-from scaletrain.launch.teardown import teardown_wait, watching_teardown
+from scaletrain.launch.teardown import watching_teardown
 from scaletrain.launch.inproc.worker import worker_args
 from scaletrain.torch_features import launch_config_fields
 
@@ -212,7 +212,7 @@ def launch(plan: LaunchPlan) -> int:
                 scoped_patches(adapter, one_node=plan.rdzv_backend == "c10d" and plan.nnodes == 1), \
                 supervised_agent(run_dir, failures, plan.nproc_per_node * plan.nnodes, adapter,
                                  plan.max_restarts), \
-                watching_teardown(run_dir, records, _node_ranks(plan), teardown_wait()) as watch:
+                watching_teardown(run_dir, records, _node_ranks(plan), plan.teardown) as watch:
             config = _config(plan, logs_specs)
             try:
                 elastic_launch(config, plan.entrypoint)(*worker_args(plan.args))

@@ -10,7 +10,9 @@ something worth reading)::
                          collective timeout with the ranks that did not arrive
     stacks/rank-N.txt    Python stacks of every thread, written on request after a hang
     finished/rank-N      written by the worker entry when the user's program has returned (or
-                         exited 0): a crash after it happened while the interpreter shut down
+                         exited 0): a crash after it happened while the interpreter shut down;
+                         it lists the Python threads then alive ({"threads": [...]}), those the
+                         interpreter's exit waits for among them
 
 Both sides import this module; it imports neither torch nor anything that does. Every file is
 written whole or not at all (:func:`scaletrain.fileio.atomic_write`), so the launcher never
@@ -114,12 +116,43 @@ def read_errors(run_dir: str | os.PathLike[str] | None) -> dict[int, ErrorRecord
     return out
 
 
-def write_finished(run_dir: str | os.PathLike[str], rank: int) -> Path:
-    """Mark that rank ``rank``'s program has returned: what follows is the interpreter's exit."""
+@dataclass(frozen=True, kw_only=True)
+class ThreadInfo:
+    """A Python thread of a worker whose program returned."""
+
+    ident: int        # threading.get_ident(): how faulthandler names it (in hex)
+    native_id: int    # the kernel's thread id: /proc/PID/task/NATIVE_ID
+    name: str
+    daemon: bool      # the interpreter's exit does not wait for a daemon thread
+
+
+def write_finished(run_dir: str | os.PathLike[str], rank: int,
+                   threads: list[ThreadInfo] | None = None) -> Path:
+    """Mark that rank ``rank``'s program has returned: what follows is the interpreter's exit.
+    ``threads``: the Python threads alive then, other than the main thread."""
     path = _rank_file(run_dir, FINISHED, rank, "")
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, "")
+    record = {"threads": [asdict(t) for t in threads]} if threads is not None else {}
+    atomic_write(path, json.dumps(record, allow_nan=False))
     return path
+
+
+def read_exit_threads(run_dir: str | os.PathLike[str], rank: int) -> list[ThreadInfo] | None:
+    """The threads rank ``rank`` had when its program returned (see :func:`write_finished`);
+    None when it has not returned, or said nothing of them."""
+    data = read_json_object(_rank_file(run_dir, FINISHED, rank, ""), errors="replace")
+    items = data.get("threads") if data is not None else None
+    if not isinstance(items, list):
+        return None
+    threads = []
+    for item in items:
+        try:
+            thread = ThreadInfo(**item)
+        except TypeError:
+            continue
+        if isinstance(thread.ident, int) and isinstance(thread.native_id, int):
+            threads.append(thread)
+    return threads
 
 
 def read_finished(run_dir: str | os.PathLike[str] | None) -> set[int]:

@@ -27,6 +27,7 @@ from scaletrain.contract.environ import (BACKEND_VAR, DEFAULT_PORT, EMULATE_VAR,
                                          TIMEOUT_VAR)
 from scaletrain.errors import UsageError
 from scaletrain.launch.inproc.emulate import MODES
+from scaletrain.launch.teardown import Bounds, bounds
 from scaletrain.launch.threads import ThreadBudget, thread_budget
 from scaletrain.runtime.threads import allowed_cpus
 
@@ -84,6 +85,7 @@ class LaunchPlan:
     cpu: bool = False
     strict: bool = False
     run_dir: str | None = None
+    teardown: Bounds = field(default_factory=Bounds)   # how long finished workers may take to exit
 
     def describe(self) -> str:
         """One line for the launcher's start-up message."""
@@ -198,6 +200,7 @@ def plan_launch(req: RunRequest, *, environ: Mapping[str, str], gpus: int,
     if req.emulate is not None:
         req = replace(req, nnodes=1)  # emulated nodes are local workers, not real nodes
     _check_flags(req, environ)
+    teardown = bounds(environ)
 
     args = _resolve_target(req)
     nproc = _resolve_nproc(req, gpus, cores) * emulated_nodes
@@ -219,6 +222,7 @@ def plan_launch(req: RunRequest, *, environ: Mapping[str, str], gpus: int,
         max_restarts=req.max_restarts, ranks=req.ranks, threads=threads, gpus=gpus,
         procs_per_gpu=req.procs_per_gpu, worker_env=worker_env, emulate=req.emulate,
         emulated_nodes=emulated_nodes, cpu=req.cpu, strict=req.strict, run_dir=req.run_dir,
+        teardown=teardown,
     )
 
 

@@ -25,6 +25,7 @@ import os
 import runpy
 import signal
 import sys
+import threading
 import traceback
 from types import TracebackType
 
@@ -156,13 +157,22 @@ def _finished(run_dir: str | None, rank: int) -> None:
     aborts the process when one is still releasing work at exit, see runtime/settle.py)."""
     if run_dir:
         try:
-            rundir.write_finished(run_dir, rank)
+            rundir.write_finished(run_dir, rank, _threads())
         except OSError:
             pass
     # imported only now: while the program runs, nothing of scaletrain's runtime is loaded in it
     from scaletrain.runtime import settle
 
     settle.settle_gloo_workers()
+
+
+def _threads() -> list[rundir.ThreadInfo]:
+    """The Python threads alive besides the main one: the non-daemon ones are what the
+    interpreter's exit waits for (the launcher names them when the exit does not end)."""
+    main = threading.main_thread()
+    return [rundir.ThreadInfo(ident=t.ident or 0, native_id=t.native_id or 0, name=t.name,
+                              daemon=t.daemon)
+            for t in threading.enumerate() if t is not main and t.is_alive()]
 
 
 def _configured_timeout() -> float | None:
