@@ -10,7 +10,9 @@ these ways (rank 1 always exits):
   of gloo's teardown deadlock as a faulthandler dump shows it: no CPU, the program's line);
 - ``working``: a non-daemon thread ("uploader") still works when the launcher looks (it works
   until the launcher asked for its stack), then writes OUT_DIR/uploaded;
-- ``child``: a non-daemon thread waits for a child process that works the same way.
+- ``child``: a non-daemon thread waits for a child process that works the same way;
+- ``pause``: rank 1 waits 6 s without using CPU in the middle of training (rank 0 waits for it
+  in a collective), longer than the launcher's wait: training, not a teardown.
 
 Usage: teardown_worker.py OUT_DIR MODE
 """
@@ -35,7 +37,9 @@ torch.manual_seed(0)
 model = DDP(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2)))
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 generator = torch.Generator().manual_seed(rank)
-for _ in range(5):
+for step in range(5):
+    if mode == "pause" and rank == 1 and step == 2:
+        time.sleep(6)
     loss = model(torch.randn(4, 8, generator=generator)).pow(2).mean()
     opt.zero_grad()
     loss.backward()

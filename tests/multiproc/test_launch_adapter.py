@@ -11,21 +11,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from workers import worker_env
+from workers import ALLREDUCE, worker_env
 
 from scaletrain.contract.environ import TORCH_AS_IS_VAR
 
 pytestmark = pytest.mark.multiproc
 
 DRIVER = Path(__file__).with_name("adapter_driver.py")
-PROGRAM = """
-import torch, torch.distributed as dist
-dist.init_process_group("gloo")
-t = torch.tensor([float(dist.get_rank() + 1)])
-dist.all_reduce(t)
-print("sum", float(t[0]))
-dist.destroy_process_group()
-"""
+PROGRAM = ALLREDUCE
 
 
 def _launch(tmp_path: Path, restarts: int, extra: dict[str, str]) -> subprocess.CompletedProcess:

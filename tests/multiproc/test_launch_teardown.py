@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -104,3 +106,26 @@ def test_a_clean_teardown_says_nothing(tmp_path):
     _trained(out)
     assert "had not exited" not in proc.stderr
     assert not list((tmp_path / "run" / "stacks").glob("*.txt"))  # the empty ones were dropped
+
+
+def test_a_run_folder_used_before_marks_no_rank_finished(tmp_path):
+    """An earlier run's records in a --run-dir used again: finished marks for every rank, and a
+    rank file naming a live process that is no worker of this run."""
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    try:
+        old = tmp_path / "run"
+        for rank in (0, 1):
+            (old / "finished").mkdir(parents=True, exist_ok=True)
+            (old / "finished" / f"rank-{rank}").write_text("")
+            (old / "ranks").mkdir(exist_ok=True)
+            (old / "ranks" / f"rank-{rank}.json").write_text(json.dumps(
+                {"rank": rank, "host": socket.gethostname(), "pid": stranger.pid, "thread": 1}))
+        proc, out = _run(tmp_path, "pause")
+        # before: both ranks were taken for finished and ended in the middle of training
+        assert proc.returncode == 0, proc.stderr
+        _trained(out)
+        assert "had not exited" not in proc.stderr
+        assert stranger.poll() is None
+    finally:
+        stranger.kill()
+        stranger.wait()

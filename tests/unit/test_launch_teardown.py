@@ -132,12 +132,12 @@ def _main_at(monkeypatch, path: str, line: int, func: str) -> list[int]:
             f'  File "{path}", line {line} in {func}\n')
     asked: list[int] = []
     monkeypatch.setattr(teardown.hang, "stacks_of",
-                        lambda run_dir, skip: asked.append(1) or {0: dump})
+                        lambda run_dir, skip, infos=None: asked.append(1) or {0: dump})
     return asked
 
 
 def test_the_watch_waits_until_every_worker_is_done(tmp_path, procs, monkeypatch):
-    monkeypatch.setattr(teardown.hang, "stacks_of", lambda run_dir, skip: {})
+    monkeypatch.setattr(teardown.hang, "stacks_of", lambda run_dir, skip, infos=None: {})
     sleepers = [procs(SLEEP), procs(SLEEP)]
     _publish(tmp_path, 0, sleepers[0].pid)
     _publish(tmp_path, 1, sleepers[1].pid)
@@ -200,7 +200,7 @@ def test_a_survivor_that_works_is_told_once_left_then_ended_at_the_outer_bound(t
 
 
 def test_a_daemon_threads_work_does_not_hold_the_exit(tmp_path, procs, monkeypatch):
-    monkeypatch.setattr(teardown.hang, "stacks_of", lambda run_dir, skip: {})
+    monkeypatch.setattr(teardown.hang, "stacks_of", lambda run_dir, skip, infos=None: {})
     proc = procs(DAEMON_SPINS)
     spinner = int(proc.first_line)
     _publish(tmp_path, 0, proc.pid)

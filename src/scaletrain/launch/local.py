@@ -33,10 +33,10 @@ from scaletrain.launch.failure import (FailedRank, collect_failures, render_tail
 from scaletrain.launch.group_check import verdict
 from scaletrain.launch.inproc.group_record import read_records
 from scaletrain.launch.mps import mps_daemon
-from scaletrain.launch import lean
+from scaletrain.launch import lean, rundir
 from scaletrain.launch.adapter import check as check_torch
 from scaletrain.launch.patches import install_lasting, scoped_patches
-from scaletrain.launch.output import make_logs_specs, prefix_template
+from scaletrain.launch.output import ensure_std_streams, make_logs_specs, prefix_template
 from scaletrain.launch.ports import check_port_free
 from scaletrain.launch.reaper import ending_with_run
 from scaletrain.launch.crash import crash_stack
@@ -170,6 +170,7 @@ def launch(plan: LaunchPlan) -> int:
     stop on purpose (exit code EXIT_STOPPED) so does this. A SIGINT, a second SIGTERM, or
     workers that ignore the first, stop the workers and return 128+N.
     """
+    ensure_std_streams()
     if plan.master_port_fixed is not None:
         check_port_free(plan.master_port_fixed, where="--master-port/MASTER_PORT")
     _check_resolves(plan)
@@ -213,6 +214,8 @@ def launch(plan: LaunchPlan) -> int:
                 supervised_agent(run_dir, failures, plan.nproc_per_node * plan.nnodes, adapter,
                                  plan.max_restarts), \
                 watching_teardown(run_dir, records, _node_ranks(plan), plan.teardown) as watch:
+            rundir.forget_ranks(run_dir, _node_ranks(plan))   # a --run-dir used before
+            forwarding.finished = lambda: rundir.finished_pids(run_dir)
             config = _config(plan, logs_specs)
             try:
                 elastic_launch(config, plan.entrypoint)(*worker_args(plan.args))

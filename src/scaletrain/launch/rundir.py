@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scaletrain.contract.environ import AGENT_PID_VAR
 from scaletrain.fileio import atomic_write, read_json_object
 
 RANKS = "ranks"
@@ -90,6 +91,22 @@ def read_rank_infos(run_dir: str | os.PathLike[str]) -> dict[int, RankInfo]:
         if info is not None:
             out[info.rank] = info
     return out
+
+
+def environ_of(pid: int) -> list[bytes]:
+    """The environment ``pid`` was started with (``NAME=VALUE`` items; empty when unreadable)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            return fh.read(1 << 22).split(b"\0")   # 4 MiB: larger than any real environment
+    except OSError:
+        return []
+
+
+def started_by(pid: int, agent_pid: int) -> bool:
+    """Whether ``pid`` is a worker of the launcher ``agent_pid``, or a process one started (it
+    carries that ``SCALETRAIN_AGENT_PID``): a pid read from this folder may be anyone's by now
+    (a program wrote over its record, or the pid was reused)."""
+    return f"{AGENT_PID_VAR}={agent_pid}".encode() in environ_of(pid)
 
 
 def write_error(run_dir: str | os.PathLike[str], record: ErrorRecord) -> Path:
@@ -159,8 +176,15 @@ def read_finished(run_dir: str | os.PathLike[str] | None) -> set[int]:
     """The ranks whose program returned (see :func:`write_finished`)."""
     if not run_dir:
         return set()
-    names = (p.name.removeprefix("rank-") for p in (Path(run_dir) / FINISHED).glob("rank-*"))
+    names = (p.name.removeprefix("rank-") for p in (Path(run_dir) / FINISHED).glob("rank-*")
+             if p.is_file())
     return {int(n) for n in names if n.isdigit()}
+
+
+def finished_pids(run_dir: str | os.PathLike[str]) -> set[int]:
+    """The pids of the workers whose program has returned."""
+    finished = read_finished(run_dir)
+    return {info.pid for rank, info in read_rank_infos(run_dir).items() if rank in finished}
 
 
 def clear_errors(run_dir: str | os.PathLike[str]) -> None:
@@ -168,6 +192,18 @@ def clear_errors(run_dir: str | os.PathLike[str]) -> None:
     for path in [*(Path(run_dir) / ERRORS).glob("rank-*.json"),
                  *(Path(run_dir) / FINISHED).glob("rank-*")]:
         path.unlink(missing_ok=True)
+
+
+def forget_ranks(run_dir: str | os.PathLike[str], ranks: list[int]) -> None:
+    """Remove what an earlier run left for ``ranks`` in a folder used again (``--run-dir``): its
+    workers' places, errors and finished marks would pass for this run's (a rank taken for
+    finished while it trains, a pid that is no longer a worker's). Other ranks' files stay: on
+    a folder shared by several nodes they are the other nodes' of this run."""
+    for rank in ranks:
+        for sub, suffix in ((RANKS, ".json"), (ERRORS, ".json"), (FINISHED, "")):
+            path = _rank_file(run_dir, sub, rank, suffix)
+            if path.is_symlink() or path.is_file():   # a folder of that name is no mark of ours
+                path.unlink(missing_ok=True)
 
 
 def has_stacks(run_dir: str | os.PathLike[str]) -> bool:

@@ -16,7 +16,8 @@ def tail_logfile(header: str, file: str, dst: TextIO, finished: Event, interval_
     """torch's ``tail_logfile`` (same arguments, same prefixes), woken by ``finished``, and
     byte for byte: torch reads the file as text, so a ``\\r`` became a line of its own and bytes
     that are not UTF-8 were replaced. Here lines end at ``\\n`` only, their bytes are copied as
-    written, and a line written in pieces gets its prefix once, at its start."""
+    written, and a line written in pieces gets its prefix once, at its start; a last line
+    without its ``\\n`` gets one on the console (torch's print gave it one too)."""
     while not os.path.exists(file):
         if finished.is_set():
             return
@@ -34,6 +35,8 @@ def tail_logfile(header: str, file: str, dst: TextIO, finished: Event, interval_
                     out.write(header if at_start else "", piece)
                 at_start = piece.endswith(b"\n")
             elif finished.is_set():  # at the end of the file, and the worker is done
+                if not at_start and keep:   # its last line had no end: end it here, or the
+                    out.write("", b"\n")     # next rank's prefix would continue it
                 break
             else:
                 finished.wait(interval_sec)

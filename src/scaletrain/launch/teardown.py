@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -42,6 +43,7 @@ from scaletrain.contract.environ import TEARDOWN_WAIT_VAR, TEARDOWN_WORK_VAR
 from scaletrain.launch import busy, rundir
 from scaletrain.launch.inproc import hang
 from scaletrain.launch.inproc.group_record import read_records
+from scaletrain.launch.reaper import children
 
 # Seconds a finished run's workers may take to exit. A healthy gloo/NCCL teardown takes well
 # under one; the margin is for a loaded machine and for a program's own exit handlers.
@@ -52,6 +54,7 @@ TEARDOWN_WORK_S = 3600.0
 _MOST_S = 7 * 24 * 3600.0   # a week: longer than any batch job may run
 _POLL_S = 0.5
 _NAMED = 4                  # threads named in a line, the rest counted
+LIBRARY_WORK = 0.1          # the share of a CPU a library's own thread must use to be working
 
 WAIT = settings.Spec(doc="seconds the workers of a run whose training finished may take to exit "
                          "before the launcher ends those that wait without using CPU",
@@ -77,6 +80,15 @@ def bounds(environ: Mapping[str, str] = os.environ) -> Bounds:
                   work_s=TEARDOWN_WORK_S if work is None else work)
 
 
+def _rank_of(pid: int) -> int | None:
+    """The global rank torch's agent started child ``pid`` as (its ``RANK``), or None."""
+    environ = rundir.environ_of(pid)
+    if not any(item.startswith(b"TORCHELASTIC_RUN_ID=") for item in environ):
+        return None
+    value = next((item[5:] for item in environ if item.startswith(b"RANK=")), b"")
+    return int(value) if value.isdigit() else None
+
+
 def _alive(pid: int) -> bool:
     """True while ``pid`` runs (a zombie the agent has not reaped yet has ended)."""
     try:
@@ -95,17 +107,27 @@ class _Look:
     threads: list[rundir.ThreadInfo] | None   # its threads when its program returned
     usage: dict[busy.Who, int]                # the CPU it used meanwhile, daemon threads aside
     live: frozenset[int]                      # its threads (TIDs) at the end of the wait
+    own: frozenset[int]                       # those that may run the program's code
+    window_s: float                           # the wait the usage covers
 
     def holders(self) -> list[rundir.ThreadInfo]:
         """The non-daemon threads alive when its program returned, and alive still."""
         return [t for t in self.threads or () if not t.daemon and t.native_id in self.live]
 
     def own_work(self) -> bool:
-        """Whether the program's own code works: its main thread, a thread its exit waits on,
-        a child process (not only a thread of a library's own, gloo's loop after a peer left)."""
-        own = {t.native_id for t in self.holders()} | {self.info.pid}
+        """Whether the program's own code works: its main thread, a thread its exit may wait
+        on, a child process."""
         return busy.works({who: ticks for who, ticks in self.usage.items()
-                           if who[0] != "thread" or who[1] in own})
+                           if who[0] != "thread" or who[1] in self.own})
+
+    def works(self) -> bool:
+        """The program's own work, or a library's thread (gloo's loop, a pool of torch's) that
+        is busy: such a thread ticks now and then while its process waits (gloo's loop after
+        its peer left, 1% of a CPU), so only a tenth of the wait counts as work."""
+        floor = LIBRARY_WORK * self.window_s
+        return self.own_work() or any(kind == "thread" and tid not in self.own
+                                      and busy.seconds(ticks) >= floor
+                                      for (kind, tid), ticks in self.usage.items())
 
 
 class TeardownWatch:
@@ -121,10 +143,11 @@ class TeardownWatch:
         self._samples: dict[int, busy.Sample] = {}
         self._busy: dict[int, int] = {}        # rank -> waits in a row in which it worked
         self._told: set[int] = set()           # ranks said to be still working
+        self._seen: dict[int, rundir.RankInfo] = {}
 
     def poll(self, now: float) -> None:
         """One look: start the clock when every worker is done, act when a wait has passed."""
-        infos = {r: i for r, i in rundir.read_rank_infos(self.run_dir).items() if r in self.ranks}
+        infos = self._workers()
         if set(infos) != self.ranks:
             return  # not every worker has started (or this is another node's folder)
         finished = rundir.read_finished(self.run_dir)
@@ -141,13 +164,12 @@ class TeardownWatch:
             return
         if now - self._looked < self.limits.wait_s:
             return
-        looks = {r: self._look(r, info) for r, info in alive.items()}
+        looks = {r: self._look(r, info, now - self._looked) for r, info in alive.items()}
         over = now - self._since >= self.limits.work_s
         act = {r for r, look in looks.items()
-               if not busy.works(look.usage) or over or r not in self._told}
+               if not look.works() or over or r not in self._told}
         if act:
-            others = set(rundir.read_rank_infos(self.run_dir)) - act   # other nodes' too
-            dumps = hang.stacks_of(self.run_dir, skip=others)
+            dumps = hang.stacks_of(self.run_dir, skip=set(infos) - act, infos=infos)
             for rank in sorted(act):
                 if rank in dumps or _alive(alive[rank].pid):  # else it ended meanwhile
                     self._act(rank, looks[rank], dumps.get(rank, ""), after=now - self._since,
@@ -156,30 +178,51 @@ class TeardownWatch:
         self._looked = now
         self._samples = {r: busy.sample(i.pid) for r, i in alive.items() if r not in self.stopped}
 
-    def _look(self, rank: int, info: rundir.RankInfo) -> _Look:
+    def _workers(self) -> dict[int, rundir.RankInfo]:
+        """This node's workers: as each published itself in the run folder where that pid is a
+        child of this launcher (a program may write over its file, or remove the folder), else
+        the child whose environment names that rank, else as last seen (it ended since)."""
+        kids = children(os.getpid())
+        found = {r: i for r, i in rundir.read_rank_infos(self.run_dir).items()
+                 if r in self.ranks and i.pid in kids}
+        for pid in kids - {i.pid for i in found.values()}:
+            rank = _rank_of(pid)
+            if rank in self.ranks and rank not in found:
+                found[rank] = rundir.RankInfo(rank=rank, host=socket.gethostname(), pid=pid,
+                                              thread=0)
+        self._seen.update(found)
+        return dict(self._seen)
+
+    def _look(self, rank: int, info: rundir.RankInfo, window_s: float) -> _Look:
         threads = rundir.read_exit_threads(self.run_dir, rank)
         after = busy.sample(info.pid)
         usage = busy.used(self._samples.get(rank, busy.Sample()), after,
                           skip=frozenset(t.native_id for t in threads or () if t.daemon))
-        self._busy[rank] = self._busy.get(rank, 0) + 1 if busy.works(usage) else 0
-        return _Look(info=info, threads=threads, usage=usage, live=frozenset(after.threads))
+        if threads is not None:   # the program returned, listing its threads
+            own = {t.native_id for t in threads if not t.daemon}
+        else:   # a thread the program started carries its main thread's name; a library names its own
+            main = busy.comm(info.pid, info.pid)
+            own = {tid for tid in after.threads if busy.comm(info.pid, tid) == main}
+        look = _Look(info=info, threads=threads, usage=usage, live=frozenset(after.threads),
+                     own=frozenset(own | {info.pid}), window_s=window_s)
+        self._busy[rank] = self._busy.get(rank, 0) + 1 if look.works() else 0
+        return look
 
     def _act(self, rank: int, look: _Look, dump: str, *, after: float, over: bool) -> None:
         info = look.info
         head = (f"scaletrain: rank {rank} (pid {info.pid}) finished training but had not exited "
                 f"{_secs(after)} s later; its exit waits on {_holders(look, dump)}")
-        stacks = rundir.stack_path(self.run_dir, rank)
-        if not busy.works(look.usage):
+        stacks = f" (its stack: {rundir.stack_path(self.run_dir, rank)})" if dump else ""
+        if not look.works():
             if self._stop(rank, info, dump):
                 self._say(f"{head}; none of its threads used CPU in the last "
-                          f"{self.limits.wait_s:g} s: ended it (its stack: {stacks})")
+                          f"{self.limits.wait_s:g} s: ended it{stacks}")
             return
         working = _working(look)
         if over:
             if self._stop(rank, info, dump):
                 self._say(f"{head}; {working} still worked {_secs(after)} s after training: "
-                          f"ended it ({TEARDOWN_WORK_VAR}={self.limits.work_s:g}; its stack: "
-                          f"{stacks})")
+                          f"ended it ({TEARDOWN_WORK_VAR}={self.limits.work_s:g}){stacks}")
             return
         # the program's own work is told at once, a library thread's once it lasts a second
         # wait; the interpreter's own exit (its program returned, no thread holds it, no Python
@@ -194,6 +237,8 @@ class TeardownWatch:
 
     def _stop(self, rank: int, info: rundir.RankInfo, dump: str) -> bool:
         """SIGKILL the worker (stuck in C, only SIGKILL ends it); False if it ended by itself."""
+        if info.pid not in children(os.getpid()):
+            return False   # ended and reaped meanwhile: its pid is no longer a worker's
         try:
             if rank not in rundir.read_finished(self.run_dir):
                 rundir.write_finished(self.run_dir, rank)  # its training completed: no restart
@@ -225,13 +270,14 @@ def _secs(seconds: float) -> str:
     return f"{round(seconds, 1):g}"
 
 
-def _where(frames: dict[int, hang.Frame | None], ident: int, dumped: bool) -> str:
+def _where(frames: dict[int, hang.Frame | None], ident: int, dumped: bool,
+           none: str = "in no Python frame") -> str:
     if not dumped:
         return "(it gave no stack)"
     if ident not in frames:
         return "(not in its stack)"
     frame = frames[ident]
-    return f"at {frame.short()}" if frame is not None else "in no Python frame"
+    return f"at {frame.short()}" if frame is not None else none
 
 
 def _holders(look: _Look, dump: str) -> str:
@@ -241,10 +287,8 @@ def _holders(look: _Look, dump: str) -> str:
     info, frames = look.info, hang.thread_frames(dump)
     named = [f"thread {t.name!r} {_where(frames, t.ident, bool(dump))}" for t in look.holders()]
     if not named:
-        frame = frames.get(info.thread)
-        named = ["its main thread " + ("(it gave no stack)" if not dump else
-                                       f"at {frame.short()}" if frame is not None else
-                                       "in the interpreter's exit (no Python frame)")]
+        named = ["its main thread " + _where(frames, info.thread, bool(dump),
+                                             none="in the interpreter's exit (no Python frame)")]
         if look.threads is None:
             named += [f"thread 0x{ident:x} {_where(frames, ident, True)}"
                       for ident in frames if ident != info.thread]

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from scaletrain import module_state
+from scaletrain.contract.environ import AGENT_PID_VAR
 from scaletrain.fileio import READ_LIMIT
 from scaletrain.launch import frames, rundir
 
@@ -174,13 +175,20 @@ def _innermost(tb: Any, *, waiting: bool) -> Frame | None:
 _Asked = dict[int, tuple[rundir.RankInfo, Path, int]]
 
 
-def _request_stacks(run_dir: str, skip: set[int]) -> _Asked:
-    """Signal every worker of this host not in ``skip``; rank -> (info, stack file, old size)."""
+def _request_stacks(run_dir: str, skip: set[int],
+                    infos: dict[int, rundir.RankInfo] | None = None) -> _Asked:
+    """Signal every worker of this host not in ``skip`` (of ``infos``, else of the run folder);
+    rank -> (info, stack file, old size)."""
     sig = stack_signal()
     host = socket.gethostname()
+    # only a worker of this run: a pid in the folder may be anyone's (a program wrote it, or
+    # the pid was reused); the launcher's pid is a worker's variable, or the launcher's own
+    agent = os.environ.get(AGENT_PID_VAR, "")
+    agent_pid = int(agent) if agent.isdigit() else os.getpid()
     asked = {}
-    for rank, info in rundir.read_rank_infos(run_dir).items():
-        if rank in skip or info.host != host or sig is None or not _answers(info.pid, sig):
+    for rank, info in (rundir.read_rank_infos(run_dir) if infos is None else infos).items():
+        if rank in skip or info.host != host or sig is None or not _answers(info.pid, sig) \
+                or not rundir.started_by(info.pid, agent_pid):
             continue
         path = rundir.stack_path(run_dir, rank)
         size = path.stat().st_size if path.exists() else 0
@@ -221,10 +229,11 @@ def _read_dumps(asked: _Asked) -> dict[int, str]:
     return texts
 
 
-def stacks_of(run_dir: str, skip: set[int]) -> dict[int, str]:
-    """Ask every worker of this host not in ``skip`` for its stacks; rank -> the dump's text
-    (a rank that gave none within a few seconds is absent)."""
-    return _read_dumps(_request_stacks(run_dir, skip))
+def stacks_of(run_dir: str, skip: set[int],
+              infos: dict[int, rundir.RankInfo] | None = None) -> dict[int, str]:
+    """Ask every worker of this host not in ``skip`` (of ``infos``, else of the run folder) for
+    its stacks; rank -> the dump's text (a rank that gave none within a few seconds is absent)."""
+    return _read_dumps(_request_stacks(run_dir, skip, infos))
 
 
 def _ranks(ranks: list[int]) -> str:
