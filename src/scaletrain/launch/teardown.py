@@ -200,7 +200,7 @@ class TeardownWatch:
                           skip=frozenset(t.native_id for t in threads or () if t.daemon))
         if threads is not None:   # the program returned, listing its threads
             own = {t.native_id for t in threads if not t.daemon}
-        else:   # a thread the program started carries its main thread's name; a library names its own
+        else:   # a thread the program started has its main thread's name; a library's, its own
             main = busy.comm(info.pid, info.pid)
             own = {tid for tid in after.threads if busy.comm(info.pid, tid) == main}
         look = _Look(info=info, threads=threads, usage=usage, live=frozenset(after.threads),
@@ -301,10 +301,11 @@ def _working(look: _Look) -> str:
     names = {t.native_id: f"thread {t.name!r}" for t in look.threads or ()}
     ranked = sorted(look.usage.items(), key=lambda item: -item[1])
     parts = []
-    for (kind, ident), ticks in [ranked[0], *(r for r in ranked[1:_NAMED] if r[1] >= busy.WORK_TICKS)]:
+    shown = [ranked[0], *(r for r in ranked[1:_NAMED] if r[1] >= busy.WORK_TICKS)]
+    for (kind, ident), ticks in shown:
         if kind == "thread":
-            who = ("its main thread" if ident == look.info.pid else
-                   names.get(ident, f"its thread {ident}{_quoted(busy.comm(look.info.pid, ident))}"))
+            native = f"its thread {ident}{_quoted(busy.comm(look.info.pid, ident))}"
+            who = "its main thread" if ident == look.info.pid else names.get(ident, native)
         elif kind == "process":
             who = f"its child process {ident}{_quoted(busy.comm(ident))}"
         else:
