@@ -97,8 +97,9 @@ def forward_stop_signals(stop_timeout_s: float = STOP_TIMEOUT_S) -> Iterator[For
             if not again:
                 print(f"scaletrain: received {name}; not passed to the workers that finished "
                       "their program (nothing left to save)", file=sys.stderr, flush=True)
-                if not pids:
-                    return
+            if not pids:
+                return
+        if signum == signal.SIGTERM:
             if again:  # asked twice: stop now
                 _agent_shutdown(signum)
             # No worker alive: not started yet, or all exited and the agent has not looked yet
