@@ -29,6 +29,17 @@ NATIVE_CRASH = "crashed in native code"
 _NATIVE_EXITS = (128 + signal.SIGABRT, 128 + signal.SIGSEGV)
 
 
+# A program of two or more ranks that all-reduces rank + 1 and prints "sum S" (3.0 on two ranks)
+ALLREDUCE = """
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(t)
+print("sum", float(t[0]))
+dist.destroy_process_group()
+"""
+
+
 def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """A clean environment for workers: no launcher variables inherited from the test process."""
     env = without_launcher_vars(os.environ)

@@ -123,6 +123,25 @@ def check_value(spec: Spec, value: Any, param: str, *, name: str = "") -> Any:
         raise (spec.error or SettingError)(param, shape, value, hint=spec.doc, name=name) from None
 
 
+def from_environ(spec: Spec, environ: Mapping[str, str], name: str,
+                 convert: Callable[[str], Any] = str) -> Any:
+    """The setting ``spec`` read from the variable ``name`` of ``environ``: None when the variable is
+    unset or blank, else its text converted by ``convert`` (``float`` for a number) and checked;
+    a text ``convert`` refuses is checked as it is, so the refusal is the same one line naming the
+    variable (``SCALETRAIN_X must be a finite number above 0 (s), got 'x'``)."""
+    raw = environ.get(name, "")
+    if not raw.strip():
+        return None
+    try:
+        value = convert(raw.strip())
+    except (ValueError, OverflowError):
+        value = raw
+    try:
+        return check_value(spec, value, name)
+    except SettingError as err:   # the refusal shows the text the variable holds, not its float
+        raise type(err)(name, err.shape, raw, err.hint, name=err.name) from None
+
+
 def check_fields(obj: Any, *, owner: str | None = None) -> None:
     """Check every declared setting of the dataclass instance ``obj`` in place (frozen or not).
 
@@ -345,6 +364,6 @@ def anything() -> Check:
 
 
 __all__ = ["CONTROL", "MAX_COUNT", "Bad", "Check", "SettingError", "SettingTypeError", "Spec", "anything", "boolean",
-           "check_fields", "check_value", "choice", "count", "each", "has_control", "kind", "line", "mapping",
-           "number", "operand", "operands", "pairs", "path", "rule", "setting", "specs", "str_mapping", "text",
-           "texts"]
+           "check_fields", "check_value", "choice", "count", "each", "from_environ", "has_control", "kind", "line",
+           "mapping", "number", "operand", "operands", "pairs", "path", "rule", "setting", "specs", "str_mapping",
+           "text", "texts"]

@@ -12,21 +12,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from workers import worker_env
+from workers import ALLREDUCE, worker_env
 
 from scaletrain.contract.environ import TORCH_AS_IS_VAR
 
 pytestmark = pytest.mark.multiproc
 
 DRIVER = Path(__file__).with_name("adapter_driver.py")
-PROGRAM = """
-import torch, torch.distributed as dist
-dist.init_process_group("gloo")
-t = torch.tensor([float(dist.get_rank() + 1)])
-dist.all_reduce(t)
-print("sum", float(t[0]))
-dist.destroy_process_group()
-"""
+PROGRAM = ALLREDUCE
 
 
 def _launch(tmp_path: Path, restarts: int, extra: dict[str, str]) -> subprocess.CompletedProcess:
@@ -77,3 +70,42 @@ def test_the_way_out_undoes_what_an_earlier_launch_of_the_process_patched(tmp_pa
     assert all(first["ours"].values()) and first["skip_teardown"]
     assert not any(second["ours"].values()), second
     assert not second["skip_teardown"]
+
+
+RENAMED_COUNT = Path(__file__).with_name("renamed_count_driver.py")
+FLAKY = """
+import os, torch, torch.distributed as dist
+attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+dist.init_process_group("gloo")
+t = torch.tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(t)
+print("attempt", attempt, "sum", float(t[0]))
+dist.destroy_process_group()
+if attempt == 0 and dist is not None:
+    raise SystemExit(1)  # the first attempt fails after its step: a restart runs it again
+"""
+
+
+def _renamed_count(tmp_path: Path, restarts: int, program: str) -> subprocess.CompletedProcess:
+    path = tmp_path / "program.py"
+    path.write_text(program)
+    return subprocess.run([sys.executable, str(RENAMED_COUNT), "--nproc-per-node", "2",
+                           "--max-restarts", str(restarts), str(path)], env=worker_env({}),
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_an_agent_whose_count_is_renamed_at_instance_level_runs_without_restarts(tmp_path):
+    proc = _renamed_count(tmp_path, 0, PROGRAM)
+    # before: "workers could not be started: AttributeError: ... '_remaining_restarts'"
+    assert proc.returncode == 0, proc.stderr
+    assert "[rank 0] sum 3.0" in proc.stdout and "[rank 1] sum 3.0" in proc.stdout
+    assert "AttributeError" not in proc.stderr and "is off" not in proc.stderr
+
+
+def test_with_restarts_the_policy_is_off_in_one_line_and_torch_restarts(tmp_path):
+    proc = _renamed_count(tmp_path, 1, FLAKY)
+    assert proc.returncode == 0, proc.stderr
+    assert "[rank 0] attempt 0 sum 3.0" in proc.stdout and "[rank 1] attempt 1 sum 3.0" in proc.stdout
+    lines = [line for line in proc.stderr.splitlines() if "is off" in line]
+    assert len(lines) == 1 and "_remaining_restarts: restart policy is off" in lines[0], proc.stderr
+    assert "AttributeError" not in proc.stderr

@@ -221,3 +221,47 @@ def test_the_way_out_keeps_every_groups_timeout(monkeypatch):
         assert timeouts.training_started() and changed == [60.0]
     finally:
         timeouts.configure(None)
+
+
+class _Counted:
+    """A stand-in for torch's agent: ``__init__`` keeps the restart count under ``name``."""
+
+    name = "_remaining" + "_restarts"
+
+    def __init__(self, max_restarts: int) -> None:
+        setattr(self, self.name, max_restarts)
+
+    def _monitor_workers(self, worker_group: object) -> str:
+        return "result"
+
+
+class _Renamed(_Counted):
+    name = "restarts_left"   # a torch that renamed the count in its own __init__
+
+
+@pytest.mark.parametrize("agent_class, restarts, policy", [
+    (_Counted, 2, True), (_Renamed, 0, False), (_Renamed, 2, False)])
+def test_the_restart_count_is_probed_on_the_live_agent(monkeypatch, capsys, agent_class,
+                                                       restarts, policy):
+    from scaletrain.launch.patches import agent_hooks
+
+    monkeypatch.setattr(launcher_api, "LocalElasticAgent", agent_class)
+    seen: list[object] = []
+    with agent_hooks(lambda agent, result: seen.append(result), None, max_restarts=restarts):
+        agent = launcher_api.LocalElasticAgent(restarts)
+        assert agent._monitor_workers(None) == "result"
+    assert launcher_api.LocalElasticAgent is agent_class   # undone
+    assert adapter.restart_count(agent) == restarts   # what torch's own code reads: as asked
+    assert seen == (["result"] if policy else [])
+    err = capsys.readouterr().err
+    if policy or restarts == 0:
+        assert err == ""   # without restarts the policy has nothing to do: nothing to say
+    else:
+        assert len(err.splitlines()) == 1 and "lacks " + adapter.REMAINING_RESTARTS.name in err
+        assert "restart policy is off, so " + adapter.RESTARTS.without in err
+
+
+def test_the_adapter_says_whether_an_agent_of_ours_can_stand_in(monkeypatch):
+    assert check({}, max_restarts=0, out=io.StringIO()).agent
+    REMOVE[adapter.LOCAL_AGENT](monkeypatch)
+    assert not check({}, max_restarts=0, out=io.StringIO()).agent

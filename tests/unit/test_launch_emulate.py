@@ -155,3 +155,46 @@ def test_the_first_optimizer_step_is_recorded_once(tmp_path, monkeypatch):
     assert hooks == []  # removed after the first step
     assert group_record.read_records(tmp_path).stepped == {"1"}
     group_record.patch_optimizer(types.SimpleNamespace())  # an old torch: nothing to hook
+
+
+# -- SCALETRAIN_EMULATE in the launcher's own environment ---------------------------------------
+
+@pytest.mark.parametrize("value", ["pbs", "SLURM", "slurm,mpi", "1"])
+def test_an_unknown_emulation_in_the_environment_is_refused_naming_the_accepted_ones(
+        capsys, monkeypatch, tmp_path, value):
+    from helpers import run_cli
+
+    script = tmp_path / "train.py"
+    script.write_text("print('ran')\n")
+    monkeypatch.setenv("SCALETRAIN_EMULATE", value)
+    code, out, err = run_cli(capsys, "run", "--nproc-per-node", "2", str(script))
+    # before: every worker ran as rank 0 of a world of 1 and the run exited 0
+    assert code == 2 and "ran" not in out + err
+    lines = err.strip().splitlines()
+    assert lines[0] == f"scaletrain: error: SCALETRAIN_EMULATE must be one of 'slurm', 'mpi', got {value!r}"
+    assert len(lines) == 2 and lines[1].lstrip().startswith("HINT: ") and "Traceback" not in err
+
+
+def test_a_known_emulation_in_the_environment_is_the_flags_and_a_contradiction_is_refused(tmp_path):
+    from scaletrain.errors import UsageError
+
+    script = tmp_path / "train.py"
+    script.write_text("pass\n")
+    plan = plan_launch(RunRequest(target=str(script), nproc_per_node=2),
+                       environ={"SCALETRAIN_EMULATE": "mpi"}, gpus=0, cores=8)
+    assert plan.emulate == "mpi" and plan.worker_env["SCALETRAIN_EMULATE"] == "mpi"
+    assert plan_launch(RunRequest(target=str(script), nproc_per_node=2),
+                       environ={"SCALETRAIN_EMULATE": " "}, gpus=0, cores=8).emulate is None
+    with pytest.raises(UsageError, match="--emulate slurm disagrees with SCALETRAIN_EMULATE=mpi"):
+        plan_launch(RunRequest(target=str(script), nproc_per_node=2, emulate="slurm"),
+                    environ={"SCALETRAIN_EMULATE": "mpi"}, gpus=0, cores=8)
+
+
+def test_a_worker_given_an_unknown_emulation_keeps_its_rank(capsys):
+    from scaletrain.launch.inproc import worker_shim
+
+    env = {"SCALETRAIN_EMULATE": "pbs", "RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}
+    worker_shim._emulate("slurm", dict(env))   # a known one still works
+    with pytest.raises(ValueError, match="unknown emulation 'pbs'"):
+        worker_shim._emulate("pbs", env)
+    assert (env["RANK"], env["WORLD_SIZE"]) == ("1", "2")   # before: both removed

@@ -60,3 +60,56 @@ def test_handlers_are_restored_and_ignored_after_a_stop():
     finally:
         for s, handler in before.items():
             signal.signal(s, handler)
+
+
+def _worker(code: str) -> subprocess.Popen:
+    """A child that looks like one of the agent's workers, once it is up."""
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "TORCHELASTIC_RUN_ID": "x"})
+    proc.stdout.readline()
+    return proc
+
+
+IGNORES_TERM = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                "print('up', flush=True); time.sleep(60)")
+NO_HANDLER = "import time; print('up', flush=True); time.sleep(60)"
+
+
+def test_a_sigterm_the_workers_do_not_obey_stops_them_after_the_wait():
+    import time
+
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
+    worker = _worker(IGNORES_TERM)
+    got = None
+    try:
+        with forward_stop_signals(stop_timeout_s=0.5) as state:
+            state.finished = lambda: {worker.pid}   # a finished program still gets a TERM
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                deadline = time.monotonic() + 60
+                while time.monotonic() < deadline:
+                    time.sleep(0.05)
+            except SignalException as exc:   # the agent's shutdown, after the wait
+                got = exc.sigval
+    finally:
+        worker.kill()
+        worker.wait()
+        worker.stdout.close()
+    assert got == signal.SIGTERM
+
+
+def test_a_save_request_goes_only_to_workers_still_in_their_program(capsys):
+    finished, training = _worker(NO_HANDLER), _worker(IGNORES_TERM.replace("SIGTERM", "SIGUSR1"))
+    try:
+        with forward_stop_signals() as state:
+            state.finished = lambda: {finished.pid}
+            os.kill(os.getpid(), signal.SIGUSR1)
+        assert finished.poll() is None   # before: killed in its exit by the USR1 passed on
+        assert state.received == ["SIGUSR1"]
+        assert "not passed to the workers that finished their program" in capsys.readouterr().err
+    finally:
+        for proc in (finished, training):
+            proc.kill()
+            proc.wait()
+            proc.stdout.close()

@@ -53,9 +53,11 @@ RENDEZVOUS_WAIT_VAR = "SCALETRAIN_RENDEZVOUS_TIMEOUT"  # seconds to wait for eve
 # Set by the user: "1" runs torch's elastic agent as it is, without scaletrain's patches to it
 # (launch/adapter.py), the way out when a torch lacks a private name a patch needs.
 TORCH_AS_IS_VAR = "SCALETRAIN_TORCH_AS_IS"
-# Read by the launcher, set by the user: seconds the workers of a run whose training finished
-# may take to tear down before the launcher names them, stops them and exits (launch/teardown.py).
+# Read by the launcher, set by the user (launch/teardown.py): seconds the workers of a run whose
+# training finished may take to exit before the launcher names them and ends those that wait
+# without using CPU; and seconds after training that one still working is left to finish.
 TEARDOWN_WAIT_VAR = "SCALETRAIN_TEARDOWN_TIMEOUT"
+TEARDOWN_WORK_VAR = "SCALETRAIN_TEARDOWN_WORK_TIMEOUT"
 NESTED_VAR = "SCALETRAIN_NESTED_SPAWN"   # "1" in the workers a worker spawns itself
 # The port of the agent's store, as the worker was started with it (inherited, never rewritten,
 # by the processes the program spawns): a rendezvous elsewhere is the program's own.

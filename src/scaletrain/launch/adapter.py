@@ -146,10 +146,13 @@ MONITOR_WORKERS = Private(name="torch.distributed.elastic.agent.server.api.Simpl
                                "._monitor_workers", kind="function",
                           probe=lambda: callable(getattr(_agent(), "_monitor_workers", None))
                           and mentions(_agent()._invoke_run, "_monitor_workers"))
+# The restart count's name: probed here in torch's code, and again on the live agent (a torch
+# may set it under another name in an __init__ of its own, while this probe still finds it)
+RESTART_COUNT = "_remaining_restarts"
 REMAINING_RESTARTS = Private(name="torch.distributed.elastic.agent.server.api.SimpleElasticAgent"
-                                  "._remaining_restarts", kind="attribute",
-                             probe=lambda: mentions(_agent().__init__, "_remaining_restarts")
-                             and mentions(_agent()._invoke_run, "_remaining_restarts"))
+                                  f".{RESTART_COUNT}", kind="attribute",
+                             probe=lambda: mentions(_agent().__init__, RESTART_COUNT)
+                             and mentions(_agent()._invoke_run, RESTART_COUNT))
 SUBPROCESS_END = Private(name=f"{_MP}.SubprocessContext._close", kind="function",
                          probe=lambda: _concrete(getattr(_mp().SubprocessContext, "_close", None)))
 SUBPROCESS_HANDLERS = Private(name=f"{_MP}.SubprocessContext.subprocess_handlers",
@@ -201,10 +204,13 @@ PRIVATES: tuple[Private, ...] = tuple(p for patch in PATCHES for way in patch.wa
 
 @dataclass(frozen=True)
 class Adapter:
-    """The patches this launch makes (their names all found), and whether torch runs as it is."""
+    """The patches this launch makes (their names all found), and whether torch runs as it is.
+    ``agent``: torch's launcher builds its agent from the class :data:`LOCAL_AGENT` names, so an
+    agent of ours can stand in for it (:func:`scaletrain.launch.patches.agent_hooks`)."""
 
     on: frozenset[str]
     as_is: bool = False
+    agent: bool = False
 
     def __contains__(self, patch: object) -> bool:
         return isinstance(patch, Patch) and patch.name in self.on
@@ -255,4 +261,18 @@ def check(environ: Mapping[str, str], *, max_restarts: int, out: TextIO | None =
                 f"or use torch {NEWEST_TESTED} or older")
         print(f"scaletrain: torch {version} lacks {names}: {patch.name} is off, so "
               f"{patch.without}", file=stream)
-    return Adapter(on=frozenset(on))
+    return Adapter(on=frozenset(on), agent=_probe(LOCAL_AGENT))
+
+
+def restart_count(agent: object) -> int | None:
+    """The live ``agent``'s restart count (:data:`RESTART_COUNT`), or None where the object has
+    none as an int: its torch keeps the count under another name, whatever its code mentions."""
+    value = getattr(agent, RESTART_COUNT, None)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def off_at_use(patch: Patch, private: Private, out: TextIO | None = None) -> None:
+    """One line: ``private`` was missing when ``patch`` came to use it, so the launch goes on
+    as torch's own code runs it (the line :func:`check` prints for a speed patch)."""
+    print(f"scaletrain: torch's live agent lacks {private.name}: {patch.name} is off, so "
+          f"{patch.without}", file=sys.stderr if out is None else out, flush=True)

@@ -33,10 +33,10 @@ from scaletrain.launch.failure import (FailedRank, collect_failures, render_tail
 from scaletrain.launch.group_check import verdict
 from scaletrain.launch.inproc.group_record import read_records
 from scaletrain.launch.mps import mps_daemon
-from scaletrain.launch import lean
+from scaletrain.launch import lean, rundir
 from scaletrain.launch.adapter import LEAN_EXIT, check as check_torch
 from scaletrain.launch.patches import install_lasting, scoped_patches
-from scaletrain.launch.output import make_logs_specs, prefix_template, shown_on_console
+from scaletrain.launch.output import ensure_std_streams, make_logs_specs, prefix_template, shown_on_console
 from scaletrain.launch.ports import check_port_free
 from scaletrain.launch.reaper import ending_with_run
 from scaletrain.launch.crash import crash_stack
@@ -45,7 +45,7 @@ from scaletrain.launch.signals import TORCH_SIGNALS, forward_stop_signals, stop_
 from scaletrain.launch.spec import LaunchPlan
 from scaletrain.runtime.masteraddr import Target, resolve_or_fail, wait_limit
 from scaletrain.launch.supervise import run_folder, supervised_agent, worker_environ
-from scaletrain.launch.teardown import teardown_wait, watching_teardown
+from scaletrain.launch.teardown import watching_teardown
 from scaletrain.launch.inproc.worker import worker_args
 from scaletrain.torch_features import launch_config_fields
 
@@ -170,6 +170,7 @@ def launch(plan: LaunchPlan) -> int:
     stop on purpose (exit code EXIT_STOPPED) so does this. A SIGINT, a second SIGTERM, or
     workers that ignore the first, stop the workers and return 128+N.
     """
+    ensure_std_streams()
     if plan.master_port_fixed is not None:
         check_port_free(plan.master_port_fixed, where="--master-port/MASTER_PORT")
     _check_resolves(plan)
@@ -210,8 +211,11 @@ def launch(plan: LaunchPlan) -> int:
                                  GROUP_RECORD_VAR: records}), \
                 _scoped_signal_handlers(), \
                 scoped_patches(adapter, one_node=plan.rdzv_backend == "c10d" and plan.nnodes == 1), \
-                supervised_agent(run_dir, failures, plan.nproc_per_node * plan.nnodes, adapter), \
-                watching_teardown(run_dir, records, _node_ranks(plan), teardown_wait()) as watch:
+                supervised_agent(run_dir, failures, plan.nproc_per_node * plan.nnodes, adapter,
+                                 plan.max_restarts), \
+                watching_teardown(run_dir, records, _node_ranks(plan), plan.teardown) as watch:
+            rundir.forget_ranks(run_dir, _node_ranks(plan))   # a --run-dir used before
+            forwarding.finished = lambda: rundir.finished_pids(run_dir)
             config = _config(plan, logs_specs)
             try:
                 elastic_launch(config, plan.entrypoint)(*worker_args(plan.args))

@@ -11,6 +11,7 @@ when its output was filtered from the console.
 from __future__ import annotations
 
 import os
+import sys
 from collections import deque
 from typing import Any
 
@@ -75,3 +76,25 @@ def tail_lines(path: str | None, count: int = 15, max_bytes: int = 64 * 1024) ->
         return []
     text = read_tail(path, max_bytes).decode("utf-8", errors="replace")
     return list(deque((line for line in text.splitlines() if line.strip()), maxlen=count))
+
+
+def ensure_std_streams() -> None:
+    """A launcher started with stdin, stdout or stderr closed (``>&-``) gets /dev/null there.
+
+    Python leaves ``sys.stdout`` None then, and the first file the launcher opens takes the
+    free descriptor: the workers, who inherit descriptors 0-2, would read that file as their
+    input, and the launcher's prints would fail with a traceback. The user asked for the output
+    to go nowhere; now it does, and the run's exit code is the training's.
+    """
+    for fd, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
+        try:
+            os.fstat(fd)
+            continue   # open (if some file of ours took it, it is not ours to close)
+        except OSError:
+            pass
+        null = os.open(os.devnull, os.O_RDONLY if mode == "r" else os.O_WRONLY)
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(fd, mode, encoding="utf-8", closefd=False))

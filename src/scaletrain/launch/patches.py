@@ -50,8 +50,9 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
-from scaletrain.launch.adapter import (EVENT_NAMES, FIRST_JOIN, OUTPUT, SIGNALS,
-                                      TAILERS_TOGETHER, Adapter, Patch)
+from scaletrain.launch.adapter import (EVENT_NAMES, FIRST_JOIN, OUTPUT, REMAINING_RESTARTS,
+                                      RESTART_COUNT, RESTARTS, SIGNALS, TAILERS_TOGETHER, Adapter,
+                                      Patch, off_at_use, restart_count)
 from scaletrain.launch.signals import FORWARDED, TORCH_SIGNALS
 from scaletrain.launch.tailer import tail_logfile
 from scaletrain.torch_features import SIGNALS_ENV, agent_reads_signals_env, launch_config_fields
@@ -269,23 +270,44 @@ def torch_leaves_forwarded_signals() -> Iterator[None]:
 
 @contextmanager
 def agent_hooks(after_monitor: Callable[[Any, Any], None] | None,
-                before_close: Callable[[Any], None] | None) -> Iterator[None]:
-    """Within the block, ``elastic_launch`` builds an agent that hands each result of its
+                before_close: Callable[[Any], None] | None, *,
+                max_restarts: int | None) -> Iterator[None]:
+    """Within the block, ``elastic_launch`` builds an agent of ours (unless ``max_restarts`` is
+    None: torch names no class it builds one from) that hands each result of its
     ``_monitor_workers`` to ``after_monitor(agent, result)``, and the worker process context
     calls ``before_close(context)`` before it stops its workers (each unless None: the adapter
-    leaves out a hook whose names torch lacks; what they decide is :mod:`.supervise`'s)."""
+    leaves out a hook whose names torch lacks; what they decide is :mod:`.supervise`'s).
+
+    The agent's restart count is probed on the live object, once torch's ``__init__`` ran: where
+    it has none (a torch that keeps it under another name), the count is set to
+    ``max_restarts`` under the name torch's other methods may still read, so a launch never
+    depends on it; ``after_monitor`` is then not called, and one line says the restart
+    policy is off (only when restarts were asked for: without them it has nothing to do).
+    """
     import torch.distributed.elastic.multiprocessing.api as mp_api
     import torch.distributed.launcher.api as api
 
     with ExitStack() as stack:
-        if after_monitor is not None:
+        if max_restarts is not None:
             base = api.LocalElasticAgent
-            monitored = after_monitor  # bound here: the class body sees a non-None callable
+            monitored, count = after_monitor, max_restarts
 
             class _Agent(base):  # type: ignore[misc, valid-type]
+                def __init__(self, *args: Any, **kwargs: Any) -> None:
+                    super().__init__(*args, **kwargs)
+                    self._scaletrain_policy = monitored is not None
+                    if restart_count(self) is not None:
+                        return
+                    if not hasattr(self, RESTART_COUNT):
+                        setattr(self, RESTART_COUNT, count)  # torch's own reads: as asked
+                    if self._scaletrain_policy and count > 0:
+                        off_at_use(RESTARTS, REMAINING_RESTARTS)
+                    self._scaletrain_policy = False
+
                 def _monitor_workers(self, worker_group: Any) -> Any:
                     result = super()._monitor_workers(worker_group)
-                    monitored(self, result)
+                    if monitored is not None and self._scaletrain_policy:
+                        monitored(self, result)
                     return result
 
             setattr(api, "LocalElasticAgent", _Agent)

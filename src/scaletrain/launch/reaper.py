@@ -29,6 +29,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 from scaletrain.contract.environ import AGENT_PID_VAR
+from scaletrain.launch.rundir import environ_of
 
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_GET_CHILD_SUBREAPER = 37
@@ -84,11 +85,7 @@ def descendants(pid: int, *, skip: Iterable[int] = ()) -> set[int]:
 
 
 def _marked(pid: int, marker: bytes) -> bool:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as fh:
-            return marker in fh.read().split(b"\0")
-    except OSError:
-        return False
+    return marker in environ_of(pid)
 
 
 def _alive(pid: int) -> bool:

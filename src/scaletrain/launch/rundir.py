@@ -10,7 +10,9 @@ something worth reading)::
                          collective timeout with the ranks that did not arrive
     stacks/rank-N.txt    Python stacks of every thread, written on request after a hang
     finished/rank-N      written by the worker entry when the user's program has returned (or
-                         exited 0): a crash after it happened while the interpreter shut down
+                         exited 0): a crash after it happened while the interpreter shut down;
+                         it lists the Python threads then alive ({"threads": [...]}), those the
+                         interpreter's exit waits for among them
 
 Both sides import this module; it imports neither torch nor anything that does. Every file is
 written whole or not at all (:func:`scaletrain.fileio.atomic_write`), so the launcher never
@@ -25,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scaletrain.contract.environ import AGENT_PID_VAR
 from scaletrain.fileio import atomic_write, read_json_object
 
 RANKS = "ranks"
@@ -90,6 +93,22 @@ def read_rank_infos(run_dir: str | os.PathLike[str]) -> dict[int, RankInfo]:
     return out
 
 
+def environ_of(pid: int) -> list[bytes]:
+    """The environment ``pid`` was started with (``NAME=VALUE`` items; empty when unreadable)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            return fh.read(1 << 22).split(b"\0")   # 4 MiB: larger than any real environment
+    except OSError:
+        return []
+
+
+def started_by(pid: int, agent_pid: int) -> bool:
+    """Whether ``pid`` is a worker of the launcher ``agent_pid``, or a process one started (it
+    carries that ``SCALETRAIN_AGENT_PID``): a pid read from this folder may be anyone's by now
+    (a program wrote over its record, or the pid was reused)."""
+    return f"{AGENT_PID_VAR}={agent_pid}".encode() in environ_of(pid)
+
+
 def write_error(run_dir: str | os.PathLike[str], record: ErrorRecord) -> Path:
     """Write ``record`` for the launcher (replaces an older one of the same rank)."""
     path = _rank_file(run_dir, ERRORS, record.rank, ".json")
@@ -114,20 +133,58 @@ def read_errors(run_dir: str | os.PathLike[str] | None) -> dict[int, ErrorRecord
     return out
 
 
-def write_finished(run_dir: str | os.PathLike[str], rank: int) -> Path:
-    """Mark that rank ``rank``'s program has returned: what follows is the interpreter's exit."""
+@dataclass(frozen=True, kw_only=True)
+class ThreadInfo:
+    """A Python thread of a worker whose program returned."""
+
+    ident: int        # threading.get_ident(): how faulthandler names it (in hex)
+    native_id: int    # the kernel's thread id: /proc/PID/task/NATIVE_ID
+    name: str
+    daemon: bool      # the interpreter's exit does not wait for a daemon thread
+
+
+def write_finished(run_dir: str | os.PathLike[str], rank: int,
+                   threads: list[ThreadInfo] | None = None) -> Path:
+    """Mark that rank ``rank``'s program has returned: what follows is the interpreter's exit.
+    ``threads``: the Python threads alive then, other than the main thread."""
     path = _rank_file(run_dir, FINISHED, rank, "")
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, "")
+    record = {"threads": [asdict(t) for t in threads]} if threads is not None else {}
+    atomic_write(path, json.dumps(record, allow_nan=False))
     return path
+
+
+def read_exit_threads(run_dir: str | os.PathLike[str], rank: int) -> list[ThreadInfo] | None:
+    """The threads rank ``rank`` had when its program returned (see :func:`write_finished`);
+    None when it has not returned, or said nothing of them."""
+    data = read_json_object(_rank_file(run_dir, FINISHED, rank, ""), errors="replace")
+    items = data.get("threads") if data is not None else None
+    if not isinstance(items, list):
+        return None
+    threads = []
+    for item in items:
+        try:
+            thread = ThreadInfo(**item)
+        except TypeError:
+            continue
+        if isinstance(thread.ident, int) and isinstance(thread.native_id, int):
+            threads.append(thread)
+    return threads
 
 
 def read_finished(run_dir: str | os.PathLike[str] | None) -> set[int]:
     """The ranks whose program returned (see :func:`write_finished`)."""
     if not run_dir:
         return set()
-    names = (p.name.removeprefix("rank-") for p in (Path(run_dir) / FINISHED).glob("rank-*"))
+    names = (p.name.removeprefix("rank-") for p in (Path(run_dir) / FINISHED).glob("rank-*")
+             if p.is_file())
     return {int(n) for n in names if n.isdigit()}
+
+
+def finished_pids(run_dir: str | os.PathLike[str]) -> set[int]:
+    """The pids of the workers whose program has returned."""
+    finished = read_finished(run_dir)
+    return {info.pid for rank, info in read_rank_infos(run_dir).items() if rank in finished}
 
 
 def clear_errors(run_dir: str | os.PathLike[str]) -> None:
@@ -135,6 +192,18 @@ def clear_errors(run_dir: str | os.PathLike[str]) -> None:
     for path in [*(Path(run_dir) / ERRORS).glob("rank-*.json"),
                  *(Path(run_dir) / FINISHED).glob("rank-*")]:
         path.unlink(missing_ok=True)
+
+
+def forget_ranks(run_dir: str | os.PathLike[str], ranks: list[int]) -> None:
+    """Remove what an earlier run left for ``ranks`` in a folder used again (``--run-dir``): its
+    workers' places, errors and finished marks would pass for this run's (a rank taken for
+    finished while it trains, a pid that is no longer a worker's). Other ranks' files stay: on
+    a folder shared by several nodes they are the other nodes' of this run."""
+    for rank in ranks:
+        for sub, suffix in ((RANKS, ".json"), (ERRORS, ".json"), (FINISHED, "")):
+            path = _rank_file(run_dir, sub, rank, suffix)
+            if path.is_symlink() or path.is_file():   # a folder of that name is no mark of ours
+                path.unlink(missing_ok=True)
 
 
 def has_stacks(run_dir: str | os.PathLike[str]) -> bool:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,6 +49,9 @@ class Forwarding:
     received: list[str] = field(default_factory=list)
     stop_timeout_s: float = STOP_TIMEOUT_S
     stopped: bool = False  # the workers stopped on purpose: ignore stop signals until exit
+    # the workers whose program has returned (set once the run folder exists): a save request
+    # (USR1, USR2) has nothing to save there, and in the interpreter's exit it would kill them
+    finished: Callable[[], set[int]] = field(default=lambda: set())
 
 
 def worker_pids(parent: int | None = None) -> list[int]:
@@ -88,6 +91,14 @@ def forward_stop_signals(stop_timeout_s: float = STOP_TIMEOUT_S) -> Iterator[For
         again = name in state.received
         state.received.append(name)
         pids = worker_pids()
+        done = state.finished() if signum != signal.SIGTERM else set()
+        if done & set(pids):
+            pids = [pid for pid in pids if pid not in done]
+            if not again:
+                print(f"scaletrain: received {name}; not passed to the workers that finished "
+                      "their program (nothing left to save)", file=sys.stderr, flush=True)
+            if not pids:
+                return
         if signum == signal.SIGTERM:
             if again:  # asked twice: stop now
                 _agent_shutdown(signum)
@@ -144,4 +155,10 @@ def stop_outcome(state: Forwarding, exit_codes: Iterable[int]) -> tuple[int, str
     term = int(signal.SIGTERM)
     if "SIGTERM" in state.received and all(c in (-term, 128 + term, EXIT_STOPPED) for c in codes):
         return 128 + term, "scaletrain: received SIGTERM; stopped the workers"
+    for name in dict.fromkeys(state.received):   # USR1, USR2: a worker without a handler dies
+        sig = int(signal.Signals[name])
+        if sig != term and all(c in (-sig, 128 + sig, EXIT_STOPPED) for c in codes):
+            return 128 + sig, (f"scaletrain: received {name}; the workers had no handler for it "
+                               "(a program without a stop handler, or one still starting) and "
+                               "ended by it: stopped, not failed")
     return None

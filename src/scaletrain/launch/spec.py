@@ -22,10 +22,13 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from scaletrain.contract.environ import BACKEND_VAR, DEFAULT_PORT, PROCS_PER_GPU_VAR, TIMEOUT_VAR
+from scaletrain import settings
+from scaletrain.contract.environ import (BACKEND_VAR, DEFAULT_PORT, EMULATE_VAR, PROCS_PER_GPU_VAR,
+                                         TIMEOUT_VAR)
 from scaletrain.errors import UsageError
 from scaletrain.fileio import not_regular
 from scaletrain.launch.inproc.emulate import MODES
+from scaletrain.launch.teardown import Bounds, bounds
 from scaletrain.launch.threads import ThreadBudget, thread_budget
 from scaletrain.runtime.threads import allowed_cpus
 
@@ -83,6 +86,7 @@ class LaunchPlan:
     cpu: bool = False
     strict: bool = False
     run_dir: str | None = None
+    teardown: Bounds = field(default_factory=Bounds)   # how long finished workers may take to exit
 
     def describe(self) -> str:
         """One line for the launcher's start-up message."""
@@ -196,10 +200,12 @@ def plan_launch(req: RunRequest, *, environ: Mapping[str, str], gpus: int,
 
     ``cores``: CPU cores this launcher may use (default: its affinity mask); bounds the
     number of CPU workers."""
+    req = _emulation_from_environ(req, environ)
     emulated_nodes = _check_emulation(req)
     if req.emulate is not None:
         req = replace(req, nnodes=1)  # emulated nodes are local workers, not real nodes
     _check_flags(req, environ)
+    teardown = bounds(environ)
 
     args = _resolve_target(req)
     nproc = _resolve_nproc(req, gpus, cores) * emulated_nodes
@@ -221,6 +227,7 @@ def plan_launch(req: RunRequest, *, environ: Mapping[str, str], gpus: int,
         max_restarts=req.max_restarts, ranks=req.ranks, threads=threads, gpus=gpus,
         procs_per_gpu=req.procs_per_gpu, worker_env=worker_env, emulate=req.emulate,
         emulated_nodes=emulated_nodes, cpu=req.cpu, strict=req.strict, run_dir=req.run_dir,
+        teardown=teardown,
     )
 
 
@@ -304,6 +311,25 @@ def _worker_env(req: RunRequest, environ: Mapping[str, str], threads: ThreadBudg
                                    gpus_per_node=gpus_per_node, cpu=req.cpu,
                                    job_id=str(100000 + os.getpid() % 900000)))
     return worker_env
+
+
+# SCALETRAIN_EMULATE in the launcher's own environment: the same request as --emulate (the
+# launcher passes it on to its workers, whose shim would otherwise act on a value no one checked)
+EMULATE = settings.Spec(doc="the launcher whose variables the workers get, as --emulate does; "
+                            f"unset {EMULATE_VAR} to run without an emulation",
+                        check=settings.choice(MODES))
+
+
+def _emulation_from_environ(req: RunRequest, environ: Mapping[str, str]) -> RunRequest:
+    """``req`` with the emulation ``SCALETRAIN_EMULATE`` asks for; UsageError for a value that is
+    none of :data:`MODES`, or one that contradicts ``--emulate``."""
+    mode = settings.from_environ(EMULATE, environ, EMULATE_VAR)
+    if mode is None:
+        return req
+    if req.emulate is not None and req.emulate != mode:
+        raise UsageError(f"--emulate {req.emulate} disagrees with {EMULATE_VAR}={mode}",
+                         f"drop one of them (unset {EMULATE_VAR}, or give --emulate {mode})")
+    return replace(req, emulate=mode)
 
 
 def _check_emulation(req: RunRequest) -> int:

@@ -29,7 +29,7 @@ from typing import Any
 from scaletrain.contract.environ import AGENT_PID_VAR, EXIT_STOPPED, RUN_DIR_VAR
 from scaletrain.fileio import writable_dir
 from scaletrain.launch import rundir
-from scaletrain.launch.adapter import FORENSICS, RESTARTS, Adapter
+from scaletrain.launch.adapter import FORENSICS, RESTART_COUNT, RESTARTS, Adapter, restart_count
 from scaletrain.launch.inproc import hang
 from scaletrain.launch.failure import FailedRank, describe, root_cause
 from scaletrain.launch.output import tail_lines
@@ -106,14 +106,16 @@ def diagnose_before_close(handlers: Mapping[int, Any], stderrs: Mapping[int, str
 
 
 def supervised_agent(run_dir: str, failures: Callable[[Mapping[int, object]], list[FailedRank]],
-                     world_size: int, adapter: Adapter) -> AbstractContextManager[None]:
+                     world_size: int, adapter: Adapter, max_restarts: int
+                     ) -> AbstractContextManager[None]:
     """Make ``elastic_launch`` use an agent that skips pointless restarts and says when it
     restarts, and a process context that diagnoses silent timeouts before it stops workers
     (installed by :func:`scaletrain.launch.patches.agent_hooks`), each where ``adapter``
     found the names it needs (:data:`~scaletrain.launch.adapter.RESTARTS`, ``FORENSICS``).
 
     ``failures(report)`` turns the agent's report (global rank -> ProcessFailure) into
-    FailedRanks with their stderr tails and records.
+    FailedRanks with their stderr tails and records. ``max_restarts``: the count an agent
+    gets where torch's ``__init__`` left it none (see ``agent_hooks``).
     """
 
     def before_close(ctx: Any) -> None:
@@ -124,11 +126,11 @@ def supervised_agent(run_dir: str, failures: Callable[[Mapping[int, object]], li
             print(f"scaletrain: could not collect the ranks' stacks: {exc}", file=sys.stderr)
 
     def after_monitor(agent: Any, result: Any) -> None:
-        remaining: int = agent._remaining_restarts  # the adapter found it (REMAINING_RESTARTS)
-        if result.is_failed() and remaining > 0:
+        remaining = restart_count(agent)  # the agent hook found it on this very object
+        if remaining is not None and result.is_failed() and remaining > 0:
             reason = no_restart_reason(result.failures, run_dir)
             if reason is not None:
-                agent._remaining_restarts = 0
+                setattr(agent, RESTART_COUNT, 0)
                 print(f"scaletrain: {reason}", file=sys.stderr, flush=True)
             else:
                 left = remaining - 1
@@ -140,4 +142,5 @@ def supervised_agent(run_dir: str, failures: Callable[[Mapping[int, object]], li
                 rundir.clear_errors(run_dir)
 
     return agent_hooks(after_monitor if RESTARTS in adapter else None,
-                       before_close if FORENSICS in adapter else None)
+                       before_close if FORENSICS in adapter else None,
+                       max_restarts=max_restarts if adapter.agent else None)

@@ -20,7 +20,8 @@ def tail_logfile(header: str, file: str, dst: TextIO, finished: Event, interval_
     redraw: each state of the bar becomes a line of the log, not one line of every state); its
     bytes are copied as written, a line written in pieces gets its prefix once, at its start,
     and torch's own ``[rankN]:`` (its exception hook's, after ``init_process_group``) is left
-    out where it names the rank of ``header``, so a line reads ``[rank 0] Traceback``."""
+    out where it names the rank of ``header``, so a line reads ``[rank 0] Traceback``; a last
+    line without its ``\\n`` gets one on the console (torch's print gave it one too)."""
     while not os.path.exists(file):
         if finished.is_set():
             return
@@ -65,10 +66,10 @@ class _Lines:
         self._segment(parts[-1], cut=False)
 
     def close(self) -> None:
-        """The stream ended: a last ``\\r`` ends its line."""
-        if self.pending_cr:
-            self.pending_cr = False
-            self._segment(b"", cut=True)
+        """The stream ended: a last ``\\r`` ends its line, and so does the end itself (a last line
+        without its ``\\n`` gets one, or the next rank's prefix would continue it)."""
+        self.pending_cr = False
+        self._segment(b"", cut=True)
 
     def _segment(self, part: bytes, *, cut: bool) -> None:
         if part:

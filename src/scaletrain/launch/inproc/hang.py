@@ -13,6 +13,7 @@ of this node is to blame (their own node's stacks are dumped by their own ranks'
 
 from __future__ import annotations
 
+import ctypes
 import faulthandler
 import os
 import re
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from scaletrain import module_state
+from scaletrain.contract.environ import AGENT_PID_VAR
 from scaletrain.fileio import READ_LIMIT
 from scaletrain.launch import frames, rundir
 
@@ -46,6 +48,20 @@ def stack_signal() -> int | None:
     return int(base) + 3 if base is not None else None
 
 
+def _ignore(sig: int) -> None:
+    """Ignore ``sig`` at the kernel's level, before faulthandler's handler is installed over it:
+    faulthandler puts back what it found when the interpreter's exit removes its handler, and
+    a request arriving after that must not kill the process (a real-time signal's default
+    action is to terminate). Through libc, not ``signal.signal``: Python's own handler table
+    stays as it was (the program, and a test's hygiene check, see no handler of ours)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.signal.restype = ctypes.c_void_p
+        libc.signal(ctypes.c_int(sig), ctypes.c_void_p(1))   # 1 is SIG_IGN on Linux
+    except (OSError, AttributeError):  # no libc to ask: the launcher checks before it asks
+        pass
+
+
 def install_stack_dump(run_dir: str, rank: int, attempt: int) -> IO[str] | None:
     """Let the launcher or a peer ask this process for its stacks; publish where it runs.
 
@@ -59,6 +75,7 @@ def install_stack_dump(run_dir: str, rank: int, attempt: int) -> IO[str] | None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fh = open(path, "a", encoding="utf-8")  # append: an earlier attempt's dump stays
+        _ignore(sig)
         faulthandler.register(sig, file=fh, all_threads=True, chain=False)
         if not faulthandler.is_enabled():  # a user's own setting wins
             # a fatal signal (SIGSEGV, an abort from NCCL's watchdog) leaves this rank's stack
@@ -67,7 +84,7 @@ def install_stack_dump(run_dir: str, rank: int, attempt: int) -> IO[str] | None:
         rundir.write_rank_info(run_dir, rundir.RankInfo(
             rank=rank, host=socket.gethostname(), pid=os.getpid(),
             thread=threading.main_thread().ident or 0, attempt=attempt))
-    except OSError:
+    except (OSError, ValueError):  # not writable; or not the main thread
         return None
     return fh
 
@@ -102,7 +119,7 @@ def is_collective_timeout(exc: BaseException) -> bool:
 
 
 @dataclass(frozen=True)
-class _Frame:
+class Frame:
     path: str
     line: int
     func: str
@@ -122,24 +139,33 @@ def _short_path(path: str) -> str:
 _FRAME_RE = re.compile(r'^\s*File "(?P<path>.*)", line (?P<line>\d+) in (?P<func>.*)$')
 
 
-def main_thread_frame(text: str, thread: int) -> _Frame | None:
-    """The innermost frame of thread ``thread`` in a faulthandler dump (None if absent)."""
-    want = f"0x{thread:016x}"
-    blocks = re.split(r"\n(?=(?:Current thread|Thread) 0x)", text)
-    for block in reversed(blocks):  # the newest dump comes last
+_THREAD_RE = re.compile(r"^(?:Current thread|Thread) 0x(?P<ident>[0-9a-fA-F]+)")
+
+
+def thread_frames(text: str) -> dict[int, Frame | None]:
+    """Every thread of a faulthandler dump (by ident) and its innermost frame (None: no Python
+    frame); a thread dumped twice keeps the newest, which comes last."""
+    out: dict[int, Frame | None] = {}
+    for block in re.split(r"\n(?=(?:Current thread|Thread) 0x)", text):
         lines = block.strip().splitlines()
-        if lines and want in lines[0]:
-            for line in lines[1:]:
-                match = _FRAME_RE.match(line)
-                if match:
-                    return _Frame(match["path"], int(match["line"]), match["func"])
-            return None
-    return None
+        head = _THREAD_RE.match(lines[0]) if lines else None
+        if head is None:
+            continue
+        frames_ = (_FRAME_RE.match(line) for line in lines[1:])
+        first = next((m for m in frames_ if m), None)
+        out[int(head["ident"], 16)] = (None if first is None else
+                                       Frame(first["path"], int(first["line"]), first["func"]))
+    return out
 
 
-def _innermost(tb: Any, *, waiting: bool) -> _Frame | None:
+def main_thread_frame(text: str, thread: int) -> Frame | None:
+    """The innermost frame of thread ``thread`` in a faulthandler dump (None if absent)."""
+    return thread_frames(text).get(thread)
+
+
+def _innermost(tb: Any, *, waiting: bool) -> Frame | None:
     """The innermost frame of a traceback inside torch (waiting) or outside it (the user's)."""
-    frames = [_Frame(f.filename, f.lineno or 0, f.name) for f in traceback.extract_tb(tb)]
+    frames = [Frame(f.filename, f.lineno or 0, f.name) for f in traceback.extract_tb(tb)]
     for frame in reversed(frames):
         if frame.waiting == waiting:
             return frame
@@ -149,13 +175,20 @@ def _innermost(tb: Any, *, waiting: bool) -> _Frame | None:
 _Asked = dict[int, tuple[rundir.RankInfo, Path, int]]
 
 
-def _request_stacks(run_dir: str, skip: set[int]) -> _Asked:
-    """Signal every worker of this host not in ``skip``; rank -> (info, stack file, old size)."""
+def _request_stacks(run_dir: str, skip: set[int],
+                    infos: dict[int, rundir.RankInfo] | None = None) -> _Asked:
+    """Signal every worker of this host not in ``skip`` (of ``infos``, else of the run folder);
+    rank -> (info, stack file, old size)."""
     sig = stack_signal()
     host = socket.gethostname()
+    # only a worker of this run: a pid in the folder may be anyone's (a program wrote it, or
+    # the pid was reused); the launcher's pid is a worker's variable, or the launcher's own
+    agent = os.environ.get(AGENT_PID_VAR, "")
+    agent_pid = int(agent) if agent.isdigit() else os.getpid()
     asked = {}
-    for rank, info in rundir.read_rank_infos(run_dir).items():
-        if rank in skip or info.host != host or sig is None:
+    for rank, info in (rundir.read_rank_infos(run_dir) if infos is None else infos).items():
+        if rank in skip or info.host != host or sig is None or not _answers(info.pid, sig) \
+                or not rundir.started_by(info.pid, agent_pid):
             continue
         path = rundir.stack_path(run_dir, rank)
         size = path.stat().st_size if path.exists() else 0
@@ -165,6 +198,21 @@ def _request_stacks(run_dir: str, skip: set[int]) -> _Asked:
             continue
         asked[rank] = (info, path, size)
     return asked
+
+
+def _answers(pid: int, sig: int) -> bool:
+    """Whether ``pid`` catches or ignores ``sig`` (``/proc/PID/status``): a process whose program
+    reset it to the default action would be killed by the request. True where /proc cannot say."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
+            masks = {k: v.strip() for k, _, v in (line.partition(":") for line in fh)}
+    except OSError:
+        return True
+    bit = 1 << (sig - 1)
+    try:
+        return any(int(masks[name], 16) & bit for name in ("SigCgt", "SigIgn"))
+    except (KeyError, ValueError):
+        return True
 
 
 def _read_dumps(asked: _Asked) -> dict[int, str]:
@@ -181,10 +229,11 @@ def _read_dumps(asked: _Asked) -> dict[int, str]:
     return texts
 
 
-def stacks_of(run_dir: str, skip: set[int]) -> dict[int, str]:
-    """Ask every worker of this host not in ``skip`` for its stacks; rank -> the dump's text
-    (a rank that gave none within a few seconds is absent)."""
-    return _read_dumps(_request_stacks(run_dir, skip))
+def stacks_of(run_dir: str, skip: set[int],
+              infos: dict[int, rundir.RankInfo] | None = None) -> dict[int, str]:
+    """Ask every worker of this host not in ``skip`` (of ``infos``, else of the run folder) for
+    its stacks; rank -> the dump's text (a rank that gave none within a few seconds is absent)."""
+    return _read_dumps(_request_stacks(run_dir, skip, infos))
 
 
 def _ranks(ranks: list[int]) -> str:

@@ -25,6 +25,7 @@ import os
 import runpy
 import signal
 import sys
+import threading
 import traceback
 from types import TracebackType
 
@@ -115,16 +116,25 @@ def main(target: list[str]) -> int:
     rank = int(os.environ.get("RANK", "0") or 0)
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
     stack_file = hang.install_stack_dump(run_dir, rank, attempt) if run_dir else None
+    worker = os.getpid()
+
+    def forked() -> bool:
+        """A child the program forked (``os.fork``) and left through the program's frames, up
+        to here: the run folder's records and stack file are its parent's, not its own."""
+        return os.getpid() != worker
+
     returned = False
     try:
         _run(target)
         returned = True
     except SystemExit as exc:
-        if exc.code is None or exc.code == 0:
+        if (exc.code is None or exc.code == 0) and not forked():
             returned = True
             _finished(run_dir, rank)
         raise
     except ScaletrainError as exc:
+        if forked():
+            raise
         tb = _user_traceback(exc.__traceback__)
         _report(rundir.ErrorRecord(rank=rank, kind="error", type=type(exc).__name__,
                                    message=exc.message, hint=exc.hint, exit_code=exc.exit_code,
@@ -134,6 +144,8 @@ def main(target: list[str]) -> int:
     except KeyboardInterrupt:
         raise
     except BaseException as exc:
+        if forked():
+            raise
         tb = _user_traceback(exc.__traceback__)
         if run_dir and hang.is_collective_timeout(exc):
             world = int(os.environ.get("WORLD_SIZE", "1") or 1)
@@ -145,8 +157,10 @@ def main(target: list[str]) -> int:
         sys.excepthook(type(exc), exc.with_traceback(tb), tb)  # printers read __traceback__
         return 1
     finally:
-        hang.remove_if_empty(stack_file, keep_handler=returned)
-    _finished(run_dir, rank)
+        if not forked():   # a forked child would close and remove its parent's stack file
+            hang.remove_if_empty(stack_file, keep_handler=returned)
+    if not forked():
+        _finished(run_dir, rank)
     return 0
 
 
@@ -156,13 +170,22 @@ def _finished(run_dir: str | None, rank: int) -> None:
     aborts the process when one is still releasing work at exit, see runtime/settle.py)."""
     if run_dir:
         try:
-            rundir.write_finished(run_dir, rank)
+            rundir.write_finished(run_dir, rank, _threads())
         except OSError:
             pass
     # imported only now: while the program runs, nothing of scaletrain's runtime is loaded in it
     from scaletrain.runtime import settle
 
     settle.settle_gloo_workers()
+
+
+def _threads() -> list[rundir.ThreadInfo]:
+    """The Python threads alive besides the main one: the non-daemon ones are what the
+    interpreter's exit waits for (the launcher names them when the exit does not end)."""
+    main = threading.main_thread()
+    return [rundir.ThreadInfo(ident=t.ident or 0, native_id=t.native_id or 0, name=t.name,
+                              daemon=t.daemon)
+            for t in threading.enumerate() if t is not main and t.is_alive()]
 
 
 def _configured_timeout() -> float | None:

@@ -76,8 +76,10 @@ def after_import(hooks: dict[str, list[Hook]]) -> None:
 
 
 def _emulate(mode: str, environ: MutableMapping[str, str]) -> None:
-    from scaletrain.launch.inproc.emulate import TORCHRUN_VARS, Place, emulated_vars
+    from scaletrain.launch.inproc.emulate import MODES, TORCHRUN_VARS, Place, emulated_vars
 
+    if mode not in MODES:  # the launcher refuses it; the worker keeps torchrun's variables
+        raise ValueError(f"unknown emulation {mode!r} (not one of {', '.join(MODES)})")
     world = int(environ["WORLD_SIZE"])
     nodes = int(environ.get(EMULATE_NODES_VAR, "1") or 1)
     place = Place(rank=int(environ["RANK"]), world=world, nodes=nodes,
