@@ -149,7 +149,7 @@ def test_a_carriage_return_progress_bar_is_cut_into_lines(tmp_path):
     bar = b"".join(b"\rEpoch 0: %3d%%|" % p for p in (10, 50, 100)) + b"\n"
     got = _tail(b"start\n" + bar + b"crlf line\r\nend", tmp_path)
     assert got == ("[rank 0] start\n[rank 0] Epoch 0:  10%|\n[rank 0] Epoch 0:  50%|\n"
-                   "[rank 0] Epoch 0: 100%|\n[rank 0] crlf line\r\n[rank 0] end")
+                   "[rank 0] Epoch 0: 100%|\n[rank 0] crlf line\r\n[rank 0] end\n")   # the last line ended
 
 
 def test_a_carriage_return_written_apart_from_its_newline_is_one_line_end(tmp_path):
@@ -210,16 +210,19 @@ def test_a_process_the_workers_left_is_still_stopped_and_named(capsys):
 
 def test_the_teardown_line_names_the_stack_file_as_the_users_shell_would(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(teardown.hang, "stacks_of", lambda run_dir, skip: {})
+    dump = (f"Current thread 0x{7:016x} (most recent call first):\n"
+            f'  File "{tmp_path / "train.py"}", line 3 in main\n')
+    monkeypatch.setattr(teardown.hang, "stacks_of", lambda run_dir, skip, infos=None: {0: dump})
     run_dir = tmp_path / "runs" / "one"
     (run_dir / "groups").mkdir(parents=True)
-    stuck = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])  # no CPU, no stack
+    stuck = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])  # no CPU
     try:
         rundir.write_rank_info(run_dir, rundir.RankInfo(rank=0, host=socket.gethostname(), pid=stuck.pid,
                                                         thread=0))
         rundir.write_finished(run_dir, 0)
         out = io.StringIO()
-        watch = teardown.TeardownWatch(str(run_dir), str(run_dir / "groups"), [0], wait_s=1, out=out)
+        watch = teardown.TeardownWatch(str(run_dir), str(run_dir / "groups"), [0],
+                                       teardown.Bounds(wait_s=1, work_s=3600), out=out)
         watch.poll(0.0)
         watch.poll(2.0)
         assert stuck.wait(timeout=30) == -9
