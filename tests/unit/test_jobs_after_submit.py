@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from helpers import run_cli
 
-from scaletrain.jobs import cancel, logs, report, runfolder, status
+from scaletrain.jobs import cancel, logs, report, report_page, runfolder, status
 from scaletrain.observe.monitor import Monitor
 
 SQUEUE = """#!/bin/sh
@@ -220,10 +220,10 @@ def test_report_numbers_are_the_monitors(fake):
                                                   + 10 * summaries[1]["samples_per_s"]) / 22)
     assert fig["gpu_hours"] == pytest.approx(2 * 120 / 3600)
     assert fig["cpu_efficiency"] == pytest.approx(300 / (4 * 120))
-    page = report.write(rep)
+    page = report_page.write(rep)
     text = page.read_text()
     assert text.count("<polyline") == 4 and "restarted 1x" in text
-    assert "GPU-hours busy: unknown" in report.render_text(rep)
+    assert "GPU-hours busy: unknown" in report_page.render_text(rep)
 
 
 def test_report_without_monitor_says_what_it_cannot_know(fake, capsys):
@@ -288,10 +288,10 @@ def test_report_names_idle_gpus_and_counts_busy_hours(tmp_path):
     # one reading each, 10 s interval: (0.95 + 0.10) x 10 s = 10.5 GPU-seconds busy
     assert fig["gpu_hours_busy"] == pytest.approx(10.5 / 3600) and fig["gpus_sampled"] == 2
     assert fig["idle_gpus"] == ["g1:1"]
-    text = report.render_text(rep)
+    text = report_page.render_text(rep)
     assert "idle or starved: g1:1 at 10% on average. HINT: feed it faster" in text
     assert "GPU sampler on c2: no GPU" in text
-    assert report.render_html(rep).count("<h2>") == 4
+    assert report_page.render_html(rep).count("<h2>") == 4
 
 
 def test_sample_gpus_starts_one_sampler_per_node_in_the_job(capsys):

@@ -18,7 +18,7 @@ import pytest
 
 from scaletrain.errors import SlurmError, UsageError
 from scaletrain.fileio import LINE_BYTES
-from scaletrain.jobs import api, cancel, logs, report, runfolder, status
+from scaletrain.jobs import api, cancel, logs, report, report_page, runfolder, status
 from scaletrain.observe.monitor import Monitor
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
@@ -258,13 +258,13 @@ def test_hand_edited_records_give_lines_not_tracebacks(tmp_path, kind, edit, cap
     assert got.total_steps in (100, None) and got.step in (15, 5, None) and got.checkpoint in (5, None)
     assert type(got.step) in (int, type(None)) and type(got.total_steps) in (int, type(None))
     rep = report.build(run, use_sacct=False)
-    text = report.render_text(rep)
+    text = report_page.render_text(rep)
     fig = report.figures(rep)
     assert fig["total_steps"] in (100, None) and fig["last_step"] in (15, 5, None)
     assert fig["samples_per_s"] in (40.0, None) and fig["checkpoints"] in ([5], [])
     for word in ("True", "nan", "inf", "\x1b"):
         assert word not in line and word not in text, word
-    report.render_html(rep)
+    report_page.render_html(rep)
 
 
 def test_one_unreadable_folder_is_one_line_and_the_others_still_show(tmp_path, monkeypatch):

@@ -14,7 +14,7 @@ import torch
 
 import scaletrain
 from scaletrain.checkpoint import layout
-from scaletrain.jobs import report, status
+from scaletrain.jobs import report, report_page, status
 
 
 def _run_folder(tmp_path: Path) -> tuple[Path, Path]:
@@ -40,7 +40,7 @@ def _views(run: Path) -> tuple[int | None, int | None, list[str], list[str]]:
     """(status's step, report's resume step, status's notes, report's text lines)."""
     row = status.collect([run])[0]
     rep = report.build(run, use_sacct=False)
-    return row.checkpoint, rep.resume_step, row.notes, report.render_text(rep).splitlines()
+    return row.checkpoint, rep.resume_step, row.notes, report_page.render_text(rep).splitlines()
 
 
 def _resume(ckpt: Path) -> tuple[int | None, float, list[str]]:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from scaletrain.contract.script import GENERATED_BY
-from scaletrain.jobs import report
+from scaletrain.jobs import report, report_page
 
 
 def _report(tmp_path: Path, cluster: str | None, tres: str, elapsed: str) -> report.Report:
@@ -43,7 +43,7 @@ def _report(tmp_path: Path, cluster: str | None, tres: str, elapsed: str) -> rep
      "(lumi profile's billing rule on sacct's allocation)"),
 ])
 def test_report_bills_in_the_centres_unit(tmp_path: Path, cluster: str, tres: str, elapsed: str, line: str) -> None:
-    text = report.render_text(_report(tmp_path, cluster, tres, elapsed))
+    text = report_page.render_text(_report(tmp_path, cluster, tres, elapsed))
     assert f"  {line}" in text.splitlines(), text
 
 
@@ -52,17 +52,17 @@ def test_unknown_cluster_gives_gpu_hours_and_says_the_unit_is_unknown(tmp_path: 
     fig = report.figures(rep)
     assert fig["billed"] is None and fig["gpu_hours"] == pytest.approx(2 * 60 / 3600)
     assert ("  GPU-hours: 0.033 allocated over 60 s of running (the centre bills in its own unit; job.sh names "
-            "no cluster whose profile says which)") in report.render_text(rep).splitlines()
+            "no cluster whose profile says which)") in report_page.render_text(rep).splitlines()
 
 
 def test_a_cluster_without_a_profile_here_is_said(tmp_path: Path) -> None:
     rep = _report(tmp_path, "mars", "cpu=4,gres/gpu=2,node=1", "00:01:00")
-    assert rep.profile is None and "cost:" not in report.render_text(rep)
+    assert rep.profile is None and "cost:" not in report_page.render_text(rep)
     assert "job.sh was planned for cluster 'mars', which no profile here describes" in " ".join(rep.notes)
 
 
 def test_a_cpu_job_on_a_known_cluster_is_not_billed_in_gpu_units(tmp_path: Path) -> None:
     rep = _report(tmp_path, "fir", "cpu=8,mem=16G,node=1", "01:00:00")
-    text = report.render_text(rep)
+    text = report_page.render_text(rep)
     assert report.figures(rep)["billed"] is None and "bundle" not in text
     assert "no GPUs allocated: the job's CPUs are billed, not counted here" in text

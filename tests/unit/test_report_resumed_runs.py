@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from scaletrain.jobs import report
+from scaletrain.jobs import report, report_page
 from scaletrain.observe.monitor import Monitor
 from scaletrain.observe.records import StepBatch
 from scaletrain.observe.sinks import ConsoleSink
@@ -43,7 +43,7 @@ def test_throughput_weights_each_run_by_its_steps_and_lists_them(tmp_path):
     assert fig["run_rates"] == [(1, 129.0, 18), (2, 202.0, 21), (3, 6350.0, 1241)]
     assert fig["runs"] == 3 and fig["last_step"] == 1280 and fig["steps_redone"] == 0
     assert ("throughput: 6162 samples/s (the runs' figures weighted by their steps: run 1 129 over 18 steps, "
-            "run 2 202 over 21 steps, run 3 6350 over 1241 steps)") in report.render_text(rep)
+            "run 2 202 over 21 steps, run 3 6350 over 1241 steps)") in report_page.render_text(rep)
 
 
 def test_runs_of_equal_length_weigh_alike_and_one_run_is_its_own_figure(tmp_path):
@@ -53,14 +53,14 @@ def test_runs_of_equal_length_weigh_alike_and_one_run_is_its_own_figure(tmp_path
     assert two["samples_per_s"] == pytest.approx(200.0)
     one = report.build(_write_runs(tmp_path / "b", [(0, 7, 55.5)]))
     assert report.figures(one)["samples_per_s"] == pytest.approx(55.5)
-    assert "throughput: 55.5 samples/s (run 1 55.5 over 7 steps)" in report.render_text(one)
+    assert "throughput: 55.5 samples/s (run 1 55.5 over 7 steps)" in report_page.render_text(one)
 
 
 @pytest.mark.parametrize("step,run", [(18, 1), (39, 2)])
 def test_the_stop_names_its_run_in_the_runs_numbering(tmp_path, step, run):
     # a local run has no Slurm restart count: every stop.json says 0, whichever run it stopped
     stop = {"reason": "requested", "step": step, "signal": "SIGUSR1", "restart_count": 0}
-    text = report.render_text(report.build(_write_runs(tmp_path, RUNS, stop)))
+    text = report_page.render_text(report.build(_write_runs(tmp_path, RUNS, stop)))
     assert "runs: 3 (restarted 2x)" in text
     assert f"stopped on purpose: requested at step {step} (SIGUSR1, run {run} of 3)" in text
     assert "restart 0" not in text
@@ -68,7 +68,7 @@ def test_the_stop_names_its_run_in_the_runs_numbering(tmp_path, step, run):
 
 def test_a_stop_outside_the_recorded_runs_takes_slurms_count(tmp_path):
     stop = {"reason": "time limit", "step": 5000, "signal": "SIGUSR1", "restart_count": 1}
-    text = report.render_text(report.build(_write_runs(tmp_path, RUNS, stop)))
+    text = report_page.render_text(report.build(_write_runs(tmp_path, RUNS, stop)))
     assert "(SIGUSR1, run 2 of 3)" in text       # SLURM_RESTART_COUNT=1: the job's second run
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from scaletrain.jobs import gpus as gpu_files
-from scaletrain.jobs import report
+from scaletrain.jobs import report, report_page
 from scaletrain.jobs.thin import Thinned
 
 _PEAK = """
@@ -103,6 +103,6 @@ def test_an_unreadable_metrics_file_is_a_note_not_zero_runs(tmp_path, monkeypatc
 
     monkeypatch.setattr(monitorfiles, "read_records", eio)
     rep = report.build(tmp_path / "run", use_sacct=False)
-    text = report.render_text(rep)
+    text = report_page.render_text(rep)
     assert f"cannot read {tmp_path / 'run' / 'metrics.jsonl'}: Input/output error" in text
     assert "throughput, steps, GPU use and memory are unknown" in text

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from scaletrain import module_state
+from scaletrain.runtime.gloo import new_lazy_group
 
 
 class Comm:
@@ -60,5 +61,7 @@ def _checkpoint_group(dist: Any) -> Any:
     global _GROUP
     world = dist.group.WORLD
     if _GROUP is None or _GROUP[0] is not world:
-        _GROUP = (world, dist.new_group(backend="gloo"))
+        # connected lazily: an eager gloo group of N ranks reads N^2 addresses from the store
+        # (scaletrain.runtime.gloo; docs/scale.md)
+        _GROUP = (world, new_lazy_group(dist))
     return _GROUP[1]

@@ -196,19 +196,37 @@ def verify_files(folder: Path, data: dict[str, Any]) -> str | None:
     """First problem with the files of a valid marker's folder, or None: a file the format needs
     that it does not list, a file there that it does not list, a listed one that is missing, of
     another size, not a regular file, or leading outside the folder. Checksums are checked by
-    whoever reads the bytes (``verified``)."""
+    whoever reads the bytes (``verified``).
+
+    Each sub-folder is listed once and each file costs one ``lstat``: a checkpoint of 24,000
+    ranks lists 48,000 files, and resolving every path (a system call per path component)
+    took longer than a ``status`` may (docs/scale.md). A symbolic link is resolved and must
+    stay inside the folder."""
     files = data["files"]
     why = missing_from(data) or _unlisted(folder, files)
     if why:
         return why
     root = folder.resolve()
+    listed: dict[str, dict[str, os.DirEntry[str]] | str] = {}
     for rel, size in files.items():
-        path = folder / rel
+        parent, _, name = rel.rpartition("/")
+        entries = listed.get(parent)
+        if entries is None:
+            entries = listed[parent] = _listing(folder, parent, root)
+        if isinstance(entries, str):        # the sub-folder itself is missing or leads outside
+            return entries.format(rel=shown(rel))
+        entry = entries.get(name)
+        if entry is None:
+            return f"{shown(rel)} is missing"
         try:
-            if not path.resolve().is_relative_to(root):
-                return f"{shown(rel)} leads outside the checkpoint folder (a symbolic link): refused"
-            info = path.stat()
-        except (OSError, RuntimeError, ValueError):  # missing, a loop of links, a name refused
+            if entry.is_symlink():
+                path = folder / rel
+                if not path.resolve().is_relative_to(root):
+                    return f"{shown(rel)} leads outside the checkpoint folder (a symbolic link): refused"
+                info = path.stat()
+            else:
+                info = entry.stat(follow_symlinks=False)
+        except (OSError, RuntimeError, ValueError):  # gone meanwhile, a loop of links, a name refused
             return f"{shown(rel)} is missing"
         if not stat.S_ISREG(info.st_mode):
             return f"{shown(rel)} is not a regular file: refused"
@@ -254,3 +272,15 @@ def _unlisted(folder: Path, files: dict[str, Any]) -> str | None:
             return f"{rel!r} is in the folder but not in the commit marker: refused (move it out " \
                    "if you put it there)"
     return None
+
+
+def _listing(folder: Path, parent: str, root: Path) -> dict[str, os.DirEntry[str]] | str:
+    """The entries of ``folder/parent`` by name, or the problem (a format string of ``rel``)."""
+    where = folder / parent if parent else folder
+    if parent and not where.resolve().is_relative_to(root):
+        return "{rel} leads outside the checkpoint folder (a symbolic link): refused"
+    try:
+        with os.scandir(where) as it:
+            return {entry.name: entry for entry in it}
+    except OSError:
+        return "{rel} is missing"

@@ -21,10 +21,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_report(args: argparse.Namespace) -> int:
     """CLI body of ``scaletrain report``."""
-    from scaletrain.jobs import report
+    from scaletrain.jobs import report, report_page
 
     rep = report.build(args.run)
-    page = report.write(rep, args.output)
-    sys.stdout.write(report.render_text(rep))
+    page = report_page.write(rep, args.output)
+    sys.stdout.write(report_page.render_text(rep))
     print(f"scaletrain: wrote {page}", file=sys.stderr)
     return 0

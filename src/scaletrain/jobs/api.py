@@ -108,13 +108,13 @@ class Job:
 
     def report(self, out: str | os.PathLike[str] | None = None) -> str:
         """Write the HTML report (default ``RUN/report.html``) and return the text summary."""
-        from scaletrain.jobs import report
+        from scaletrain.jobs import report, report_page
 
         if out is not None:
             settings.check_value(PATH, out, "out")
         rep = report.build(self.run_dir, env=self.env)
-        report.write(rep, out)
-        return report.render_text(rep)
+        report_page.write(rep, out)
+        return report_page.render_text(rep)
 
 
 def submit(*, cluster: str, program: Sequence[str], gpus: int | None = None, nodes: int | None = None,

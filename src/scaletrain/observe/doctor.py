@@ -25,6 +25,7 @@ from typing import Any, Callable, Mapping
 
 from scaletrain.errors import ScaletrainError
 from scaletrain.runtime.current import collective_device
+from scaletrain.runtime.gloo import new_lazy_group
 
 
 class DoctorError(ScaletrainError):
@@ -138,7 +139,7 @@ def _agree(ok: bool, message: str, hint: str) -> None:
 
     flag = torch.tensor([0.0 if ok else 1.0])
     # a CPU flag: over a gloo group of its own unless the world's backend takes CPU tensors
-    group = None if collective_device() == "cpu" else dist.new_group(backend="gloo")
+    group = None if collective_device() == "cpu" else new_lazy_group(dist)
     collectives.all_reduce(flag, group=group)
     if flag.item() > 0:
         raise DoctorError(message or "another rank failed a check (see its output)", hint)
@@ -172,7 +173,7 @@ def run_checks(env_before: Any, *, timeout_s: float, size_mb: float, out: Callab
 
     env = init(timeout_s=timeout_s)
     passed.append(f"{env.world_size} ranks joined ({env.backend})")
-    group = dist.new_group(backend="gloo") if env.backend != "gloo" else None
+    group = new_lazy_group(dist) if env.backend != "gloo" else None
     infos = collectives.all_gather_objects(asdict(_info(env)), group=group)
     ranks = [RankReport(**i) for i in infos]
     if env.rank == 0:

@@ -18,8 +18,9 @@ appends and a few comparisons (:mod:`scaletrain.observe.steplog`). Every ``flush
 device synchronisation), formats and writes the sinks; what a crash can lose is bounded by that
 interval (see :meth:`Monitor.step`). Every ``every`` steps (default 100, or about a second's
 worth of steps when that is more: the rule of :mod:`scaletrain.runtime.cadence`, which the stop
-agreement follows too) the ranks exchange one small record each (an ``all_gather_object``, on
-the training thread), from which rank 0 names stragglers and idle devices; the node's device
+agreement follows too) the ranks exchange on the training thread: one reduction gives every rank
+the slowest step time, and each rank's small record goes to rank 0 alone
+(:mod:`scaletrain.observe.exchange`), which names stragglers and idle devices; the node's device
 sampler (one thread per node, on its lowest local rank) sends its figures in that exchange.
 
 ``step()`` and ``close()`` must be called the same number of times on every rank (as the
@@ -42,11 +43,12 @@ from scaletrain import settings
 from scaletrain.contract.files import SUMMARY_FILE
 from scaletrain.fileio import atomic_write, json_text
 from scaletrain.observe.commwait import CommWait, attach
+from scaletrain.observe import exchange
 from scaletrain.observe.config import MonitorConfig, make_config
 from scaletrain.observe.devices import (DeviceSampler, device_key, device_peak_flops, lookup, peak_memory_gb,
                                         rank_sampler)
 from scaletrain.observe.inputs import MAX_SAMPLES, check_loss, check_more, check_samples, warn_write_failure
-from scaletrain.observe.health import HealthFinding, HealthTracker, RankWindow, attach_samples
+from scaletrain.observe.health import HealthFinding, HealthTracker, RankWindow, windows_of
 from scaletrain.observe.records import NEVER, Record, StepBatch, retune
 from scaletrain.observe.sinks import JsonlSink, Sink, build_sinks, run_files, start_record
 from scaletrain.observe.steplog import StepColumns
@@ -289,43 +291,69 @@ class Monitor:
                           node_samples=self.sampler.snapshot() if self.sampler is not None else None)
 
     def _exchange(self) -> None:
-        """Share this window's statistics; rank 0 turns them into findings."""
+        """Share this window's statistics: the slowest step time reaches every rank (all derive the
+        next exchange from it), the windows reach rank 0 only, which turns them into findings."""
         self._account()
         self._exchanged_at = self._step
         if self._writer is None:  # nothing to write here: the statistics are all that is kept
             self._restart_buffer()
         elif len(self._cols) >= BUFFER_STEPS:  # a long flush_s with very short steps: bounded memory
             self._hand_over()
-        windows = attach_samples([RankWindow(**g) for g in self._all(self._my_window().to_dict())])
-        # every rank computes it from the same gathered windows: all agree on the step
-        slowest = max(w.step_s for w in windows)
+        mine = self._my_window()
+        slowest, gathered = self._gather(mine.to_dict(), mine.step_s)
         self._next_exchange = self._step + monitor_interval(slowest, self.every, spaced=self._spaced)
-        me = windows[self.rank] if len(windows) > self.rank else windows[0]
-        if self._device_mode != "off":
-            samplers = {(w.host, w.node): w.node_samples for w in windows if w.node_samples is not None}
-            self._device_seen = lookup(samplers.get((self.host, self._node)), me.device_id)
-        if self.rank != 0:
+        if gathered is None:   # not rank 0: its window is on its way, nothing comes back
             return
+        windows = windows_of(gathered)
+        if self._device_mode == "remote":  # rank 0 sees its node's sampler in the windows at once
+            samplers = {(w.host, w.node): w.node_samples for w in windows if w.node_samples is not None}
+            self._device_seen = lookup(samplers.get((self.host, self._node)), mine.device_id)
         for finding in self._health.update(windows, step=self._step):
             self._findings.append(finding)
             if self._writer is not None:
                 self._writer.event(finding.to_dict())
 
-    def _all(self, obj: Any) -> list[Any]:
-        """Every rank's ``obj``, by rank (a collective); ``[obj]`` alone."""
+    def _gather(self, record: dict[str, Any], step_s: float) -> tuple[float, list[Any] | None]:
+        """(the slowest rank's ``step_s``, every rank's ``record`` on rank 0 / None elsewhere):
+        a collective (:mod:`scaletrain.observe.exchange`); ``[record]`` alone."""
         dist = live_dist()
         if dist is None or self.world_size == 1:
-            return [obj]
-        from scaletrain.runtime import collectives  # torch is loaded: a group is live
+            return step_s, [record]
+        return exchange.gather_records(record, step_s, rank=self.rank, world=self.world_size,
+                                       comm=exchange.comm_for(dist))
 
-        return collectives.all_gather_objects(obj)
+    def _totals(self, own: float | None) -> tuple[float, int]:
+        """(the ranks' samples/s per device summed, how many ranks had none): one reduction."""
+        dist = live_dist()
+        mine = [float(own or 0.0), 0.0 if own is not None else 1.0]
+        if dist is None or self.world_size == 1:
+            return mine[0], int(mine[1])
+        total, unknown = exchange.reduce(mine, "sum", comm=exchange.comm_for(dist))
+        return total, int(unknown)
+
+    def _remote_figures(self) -> dict[str, Any] | None:
+        """This rank's device figures over the run, from its node's sampler (a collective of every
+        rank): the samplers' figures and every rank's device go to rank 0, which sends each rank
+        its own device's line back. None without a process group."""
+        dist = live_dist()
+        if dist is None or self.world_size == 1:
+            return None
+        overall = self.sampler.overall() if self.sampler is not None else None
+        comm = exchange.comm_for(dist)
+        _, gathered = exchange.gather_records([self.host, self._node, self._device_id, overall], 0.0,
+                                              rank=self.rank, world=self.world_size, comm=comm)
+        answers = None
+        if gathered is not None:
+            samplers = {(h, n): o for h, n, _, o in gathered if o is not None}
+            answers = [lookup(samplers.get((h, n)), d) for h, n, d, _ in gathered]
+        return exchange.scatter_records(answers, rank=self.rank, comm=comm)
 
     def _device_util(self) -> dict[str, Any]:
         """This rank's device figures over the run (the sampling rank) or as last exchanged."""
         if self.sampler is not None:
             return lookup(self.sampler.overall(), self._device_id)
         return self._device_seen or {"available": False,
-                                     "reason": "sampled by the lowest local rank; figures after the first exchange"}
+                                     "reason": "sampled by the lowest local rank; its figures come at close()"}
 
     def summary(self) -> Record:
         """The run so far: medians and rates over the steps after warm-up."""
@@ -351,15 +379,14 @@ class Monitor:
         if self._step > self._exchanged_at:
             self._exchange()
         self._hand_over()
-        # exact global throughput: summed over ranks
-        gathered = self._all((self.summary().get("samples_per_s_per_device"), self.host, self._node,
-                              self.sampler.overall() if self.sampler is not None else None))
+        own = self.summary().get("samples_per_s_per_device")
+        total, unknown = self._totals(own)
+        figures = self._remote_figures()   # a collective of every rank
         if self._device_mode == "remote":  # the whole run's figures from this node's sampler
-            overall = {(h, n): o for _, h, n, o in gathered if o is not None}
-            self._device_seen = lookup(overall.get((self.host, self._node)), self._device_id)
+            self._device_seen = figures
         summary = self.summary()
-        if len(gathered) > 1 and all(g[0] is not None for g in gathered):
-            summary["samples_per_s"] = float(sum(g[0] for g in gathered))
+        if self.world_size > 1 and not unknown:   # exact global throughput: summed over ranks
+            summary["samples_per_s"] = total
         if self.sampler is not None:
             self.sampler.close()
         if self.rank == 0 and self.run_dir is not None:   # where to look, said with the summary

@@ -8,16 +8,23 @@ reads every GPU of the node through NVML or AMD SMI (the Monitor's backends,
 ``DIR/gpus-<host>.jsonl``::
 
     {"type": "sampler", "host": "g1101", "interval_s": 10, "backend": "nvidia"}   (or "reason")
-    {"t": 1764031200.1, "devices": {"0": {"util_pct": 97.0, "mem_gb": 61.2, "power_w": 402.0}, ...}}
+    {"t": 1764031200.1, "devices": {"0": {"util_pct": 97.0, "mem_gb": 61.2, "power_w": 402.0}, ...},
+     "totals": {"0": [readings, sum of util_pct, busy seconds], ...}}
+
+Each reading carries its devices' totals since the file began (a requeued job's sampler appends
+to the same file and carries the totals on), so a reader of a 6,000-node job needs each file's
+last line, not every line: :func:`summarize` and :func:`sample_readings` (docs/scale.md).
 
 It stops on SIGTERM (the end of the job) or when the node has no GPU it can read (one line that
 says why, then exit 0: a sampler never fails a job). ``scaletrain report`` reads these files back
-through :func:`read_samples`, the one reader of what :func:`sample_loop` writes.
+through :func:`read_samples`, :func:`summarize` and :func:`sample_readings`, the readers of what
+:func:`sample_loop` writes.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import os
 import signal
@@ -27,12 +34,12 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from scaletrain import settings
 from scaletrain.contract.files import GPU_SAMPLES_PREFIX
 from scaletrain.errors import UsageError
-from scaletrain.fileio import json_lines, json_text
+from scaletrain.fileio import LINE_BYTES, json_lines, json_text, open_regular
 from scaletrain.observe.devices import Backend, open_backend
 
 VENDORS = ("nvidia", "amd")
@@ -112,6 +119,104 @@ def read_samples(path: str | os.PathLike[str]) -> Iterator[SamplerLine | Reading
                                for dev, fig in devices.items() if isinstance(fig, dict)})
 
 
+TOTALS = "totals"        # a reading's per-device totals since the file began
+_HEAD_BYTES = 8 * 1024   # what is read of a file's start for its header and first reading
+_TAIL_BYTES = 256 * 1024  # ... and of its end for the last reading
+
+
+@dataclass(frozen=True, kw_only=True)
+class Summary:
+    """A sampler file's figures from its first and last lines: per device (readings, sum of the
+    utilisation readings, busy seconds), the interval and the first and last reading's times."""
+
+    host: str
+    interval_s: float
+    first_t: float | None
+    last_t: float | None
+    totals: dict[str, tuple[int, float, float]]
+    reason: str | None
+
+
+def _parsed(lines: Iterable[bytes]) -> Iterator[dict[str, Any]]:
+    """The lines that parse as JSON objects, in the order given (a cut line is none)."""
+    import json
+
+    for raw in lines:
+        try:
+            rec = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(rec, dict):
+            yield rec
+
+
+def _totals(rec: dict[str, Any]) -> dict[str, tuple[int, float, float]] | None:
+    """A reading line's totals, or None where it has none or they are not numbers."""
+    raw = rec.get(TOTALS)
+    if not isinstance(raw, dict):
+        return None
+    out = {}
+    for dev, vals in raw.items():
+        if not (isinstance(vals, list) and len(vals) == 3 and all(_number(v) is not None for v in vals)):
+            return None
+        out[str(dev)] = (int(vals[0]), float(vals[1]), float(vals[2]))
+    return out
+
+
+def summarize(path: str | os.PathLike[str]) -> Summary | None:
+    """The file's figures without reading its readings: its first line (header), first reading and
+    last reading (whose totals cover the whole file). None when its last reading carries no totals
+    (a sampler older than them, or none at all): read it with :func:`read_samples` then.
+    ``OSError`` when the file cannot be read."""
+    from scaletrain.fileio import read_tail
+
+    with open_regular(path) as fh:
+        head = list(itertools.islice(_parsed(fh.read(_HEAD_BYTES).split(b"\n")), 4))
+    last = None
+    for limit in (_TAIL_BYTES // 16, _TAIL_BYTES):   # a few lines, then more where they are long
+        last = next((rec for rec in _parsed(reversed(read_tail(path, limit).split(b"\n")))
+                     if _totals(rec) is not None), None)
+        if last is not None:
+            break
+    if last is None:
+        return None
+    first = next((rec for rec in head if "devices" in rec), last)
+    header = next((rec for rec in head if rec.get("type") == "sampler"), {})
+    host = str(header.get("host", Path(path).stem[len(GPU_SAMPLES_PREFIX):]))[:200]
+    return Summary(host=host, interval_s=_number(header.get("interval_s"), low=1e-3) or DEFAULT_INTERVAL_S,
+                   first_t=_number(first.get("t")), last_t=_number(last.get("t")), totals=_totals(last) or {},
+                   reason=str(header["reason"]) if header.get("reason") else None)
+
+
+def sample_readings(path: str | os.PathLike[str], count: int) -> list[Reading]:
+    """About ``count`` readings spread evenly over the file (for a chart), each found by seeking
+    to a point of the file and reading the next whole line: ``count`` lines read, not the file."""
+    out: list[Reading] = []
+    host = Path(path).stem[len(GPU_SAMPLES_PREFIX):]
+    with open_regular(path) as fh:
+        size = os.fstat(fh.fileno()).st_size
+        for i in range(max(1, count)):
+            fh.seek(size * i // max(1, count))
+            if i:
+                fh.readline(LINE_BYTES)          # the rest of the line the seek fell into
+            for rec in _parsed([fh.readline(LINE_BYTES)]):
+                devices, when = rec.get("devices"), _number(rec.get("t"))
+                if isinstance(devices, dict) and when is not None:
+                    out.append(Reading(host=host, interval_s=0.0, t=when,
+                                       devices={str(d): (_number(f.get("util_pct")), _number(f.get("mem_gb")))
+                                                for d, f in devices.items() if isinstance(f, dict)}))
+    return out
+
+
+def _carried(path: Path) -> dict[str, list[float]]:
+    """The totals of the file's last reading, to carry on from (a requeued run appends)."""
+    try:
+        found = summarize(path)
+    except OSError:
+        return {}
+    return {dev: [float(n), s, b] for dev, (n, s, b) in found.totals.items()} if found else {}
+
+
 def sample_loop(out_dir: Path, interval_s: float, backend: Backend | None, *, vendor: str = "",
                 reason: str = "", host: str | None = None, stop: threading.Event | None = None,
                 max_samples: int | None = None) -> Path:
@@ -122,6 +227,7 @@ def sample_loop(out_dir: Path, interval_s: float, backend: Backend | None, *, ve
     path = samples_path(out_dir, host)
     head: dict[str, Any] = {"type": "sampler", "host": host, "interval_s": interval_s}
     head.update({"backend": vendor} if backend is not None else {"reason": reason or "no GPU backend"})
+    totals = _carried(path) if path.exists() else {}
     with open(path, "a", encoding="utf-8") as fh:
         fh.write(json_text(head) + "\n")
         fh.flush()
@@ -132,7 +238,8 @@ def sample_loop(out_dir: Path, interval_s: float, backend: Backend | None, *, ve
             except Exception as exc:  # noqa: BLE001 - a driver hiccup ends sampling, never the job
                 fh.write(json_text({"type": "sampler", "host": host, "reason": f"read failed: {exc}"}) + "\n")
                 break
-            line = {"t": round(time.time(), 3), "devices": {str(k): asdict(v) for k, v in readings.items()}}
+            line = {"t": round(time.time(), 3), "devices": {str(k): asdict(v) for k, v in readings.items()},
+                    TOTALS: _add(totals, readings, interval_s)}
             fh.write(json_text(line) + "\n")
             fh.flush()             # whole lines only: a reader never sees half of one
             taken += 1
@@ -142,6 +249,19 @@ def sample_loop(out_dir: Path, interval_s: float, backend: Backend | None, *, ve
     if backend is not None:
         backend.close()
     return path
+
+
+def _add(totals: dict[str, list[float]], readings: dict[Any, Any], interval_s: float) -> dict[str, list[float]]:
+    """Count one reading of each device into ``totals`` (those with a utilisation); the totals."""
+    for dev, sample in readings.items():
+        t = totals.setdefault(str(dev), [0, 0.0, 0.0])   # a device without readings is listed too
+        util = _number(getattr(sample, "util_pct", None))
+        if util is None:
+            continue
+        t[0] += 1
+        t[1] = round(t[1] + util, 3)
+        t[2] = round(t[2] + util / 100 * interval_s, 3)
+    return {dev: list(t) for dev, t in totals.items()}
 
 
 # --interval, in the settings vocabulary and the bounds of the request's --sample-gpus S (NaN was

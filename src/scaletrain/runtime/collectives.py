@@ -45,6 +45,21 @@ def broadcast(tensor: torch.Tensor, src: int = 0, group: Any = None) -> None:
     _done(dist.broadcast, [tensor], tensor, src=src, group=group)
 
 
+def gather(tensor: torch.Tensor, gather_list: list[torch.Tensor] | None = None, dst: int = 0,
+           group: Any = None) -> None:
+    """``dist.gather``: every rank's ``tensor`` into ``gather_list`` on global rank ``dst``."""
+    _done(dist.gather, [tensor, *(gather_list or [])], tensor, gather_list=gather_list, dst=dst, group=group)
+
+
+def scatter(tensor: torch.Tensor, scatter_list: list[torch.Tensor] | None = None, src: int = 0,
+            group: Any = None) -> None:
+    """``dist.scatter``: global rank ``src``'s ``scatter_list[r]`` into ``tensor`` on rank r."""
+    _done(dist.scatter, [tensor, *(scatter_list or [])], tensor, scatter_list=scatter_list, src=src, group=group)
+
+
+ReduceOp = dist.ReduceOp   # so that this module reads as torch.distributed's collectives do
+
+
 def _to_tensor(obj: Any, device: str) -> torch.Tensor:
     return torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8).to(device)
 

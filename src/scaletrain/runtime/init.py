@@ -41,6 +41,7 @@ from scaletrain.runtime.affinity import apply_binding
 from scaletrain.runtime.detect import detect_placement
 from scaletrain.runtime.device import gpu_view, normalize_request, torch_gpus
 from scaletrain.runtime.env import Env, Placement
+from scaletrain.runtime.gloo import FILES_MARGIN, enough_files
 from scaletrain.runtime.masteraddr import Target, resolve_or_fail, wait_limit
 from scaletrain.runtime import settle as _settle
 from scaletrain.runtime.resolve import (CPU_HINT, CpuPlan, Request, choose_backend, choose_device,
@@ -126,6 +127,10 @@ def _start_group(env: Env, backend: str, device: str, timeout: timedelta) -> Non
         kwargs["init_method"] = _init_method(env)
         resolve_or_fail(Target(env.master_addr, str(env.master_port), "MASTER_ADDR"),
                         rank=env.rank, wait_s=wait_limit(os.environ))
+        if env.rank == 0:
+            # rank 0 hosts the rendezvous store (a socket per rank) and later the root of
+            # scaletrain's own gloo group (another): a login shell's 1024 would refuse rank 1024
+            enough_files(2 * env.world_size + FILES_MARGIN)
     try:
         dist.init_process_group(**kwargs)  # type: ignore[arg-type]
     except RuntimeError as exc:  # DistNetworkError / DistStoreError are RuntimeErrors
