@@ -39,7 +39,7 @@ def _ticks(path: str, *, reaped: bool = False) -> int | None:
 
 
 @dataclass(frozen=True)
-class Sample:
+class CpuTicks:
     """The CPU counters of one process and its descendants at one moment."""
 
     threads: dict[int, int] = field(default_factory=dict)    # TID -> its ticks
@@ -47,7 +47,7 @@ class Sample:
     reaped: int = 0                                          # the children it reaped
 
 
-def sample(pid: int) -> Sample:
+def sample(pid: int) -> CpuTicks:
     """The counters of ``pid``'s threads and of every process below it."""
     threads: dict[int, int] = {}
     try:
@@ -66,10 +66,10 @@ def sample(pid: int) -> Sample:
         ticks = _ticks(f"/proc/{kid}/stat", reaped=True)
         if ticks is not None:
             children[kid] = ticks
-    return Sample(threads=threads, children=children, reaped=reaped)
+    return CpuTicks(threads=threads, children=children, reaped=reaped)
 
 
-def used(before: Sample, after: Sample, *, skip: frozenset[int] = frozenset()) -> dict[Who, int]:
+def used(before: CpuTicks, after: CpuTicks, *, skip: frozenset[int] = frozenset()) -> dict[Who, int]:
     """Who used CPU between the two samples (ticks, only those above 0); threads in ``skip``
     (daemon threads: the exit does not wait for them) are left out. A thread or process born
     meanwhile counts with all it used."""

@@ -141,7 +141,7 @@ class TeardownWatch:
         self.stopped: dict[int, str] = {}      # rank -> where it was, when it was ended
         self._since: float | None = None       # when every worker was done
         self._looked = 0.0                     # when the CPU counters were last sampled
-        self._samples: dict[int, busy.Sample] = {}
+        self._samples: dict[int, busy.CpuTicks] = {}
         self._busy: dict[int, int] = {}        # rank -> waits in a row in which it worked
         self._told: set[int] = set()           # ranks said to be still working
         self._seen: dict[int, rundir.RankInfo] = {}
@@ -197,7 +197,7 @@ class TeardownWatch:
     def _look(self, rank: int, info: rundir.RankInfo, window_s: float) -> _Look:
         threads = rundir.read_exit_threads(self.run_dir, rank)
         after = busy.sample(info.pid)
-        usage = busy.used(self._samples.get(rank, busy.Sample()), after,
+        usage = busy.used(self._samples.get(rank, busy.CpuTicks()), after,
                           skip=frozenset(t.native_id for t in threads or () if t.daemon))
         if threads is not None:   # the program returned, listing its threads
             own = {t.native_id for t in threads if not t.daemon}

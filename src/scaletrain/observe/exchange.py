@@ -19,9 +19,10 @@ returns: :mod:`scaletrain.runtime.collectives`), or a stand-in with the same cal
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from scaletrain.fileio import json_text
+from scaletrain.jsonfile import loads
 from scaletrain.runtime.current import collective_device
 
 _PAD = b" "   # JSON allows trailing whitespace: a padded record parses as it is
@@ -49,7 +50,8 @@ def reduce(values: list[float], op: str, *, comm: Any, group: Any = None) -> lis
 
 
 def _encode(record: Any) -> bytes:
-    return json.dumps(record, separators=(",", ":"), default=str).encode("utf-8")
+    # json_text: a NaN or inf in a window travels as null (valid JSON), not as NaN
+    return json_text(record, separators=(",", ":"), default=str).encode("utf-8")
 
 
 def gather_records(record: Any, step_s: float, *, rank: int, world: int, comm: Any,
@@ -70,7 +72,8 @@ def gather_records(record: Any, step_s: float, *, rank: int, world: int, comm: A
         return slowest, None
     # one copy and one parse for all N records (a parse per record costs more than the record)
     buf = rows.cpu().numpy().tobytes()
-    return slowest, json.loads(b"[" + b",".join(buf[i:i + size] for i in range(0, len(buf), size)) + b"]")
+    text = b"[" + b",".join(buf[i:i + size] for i in range(0, len(buf), size)) + b"]"
+    return slowest, loads(text, max_bytes=len(text))
 
 
 def scatter_records(records: list[Any] | None, *, rank: int, comm: Any, group: Any = None) -> Any:
@@ -87,4 +90,5 @@ def scatter_records(records: list[Any] | None, *, rank: int, comm: Any, group: A
              if rank == 0 else None)
     mine = torch.empty(n, dtype=torch.uint8, device=device)
     comm.scatter(mine, scatter_list=parts, src=0, group=group)
-    return json.loads(bytes(mine.cpu().numpy().tobytes()))
+    data = bytes(mine.cpu().numpy().tobytes())
+    return loads(data, max_bytes=len(data))

@@ -139,11 +139,11 @@ class Summary:
 
 def _parsed(lines: Iterable[bytes]) -> Iterator[dict[str, Any]]:
     """The lines that parse as JSON objects, in the order given (a cut line is none)."""
-    import json
+    from scaletrain.jsonfile import loads
 
     for raw in lines:
         try:
-            rec = json.loads(raw)
+            rec = loads(raw)
         except ValueError:
             continue
         if isinstance(rec, dict):
