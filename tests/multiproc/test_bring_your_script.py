@@ -70,6 +70,33 @@ def test_cuda_program_trains_on_cpu_with_cpu_flag(tmp_path):
     assert "CPU smoke test" in proc.stderr and WARNING not in proc.stderr
 
 
+SCALETRAIN_ON_GPUS = """
+import json, sys
+import torch
+import scaletrain
+
+env = scaletrain.init()            # on the GPU node: cuda:LOCAL_RANK and NCCL, as asked for here
+t = torch.ones(1, device=env.device) * (env.rank + 1)
+torch.distributed.all_reduce(t)
+json.dump({"backend": env.backend, "device": str(env.device), "sum": float(t.item())},
+          open(sys.argv[1] + f".{env.rank}", "w"))
+scaletrain.shutdown()
+"""
+
+
+def test_a_scaletrain_program_runs_under_cpu_as_on_its_gpu_node(tmp_path):
+    """scaletrain.init() under --cpu chooses what it would on the GPU node (cuda:i, NCCL), and the
+    smoke test serves NCCL with gloo (it stopped at 'torch ... has no NCCL/RCCL support')."""
+    program = tmp_path / "train.py"
+    program.write_text(SCALETRAIN_ON_GPUS)
+    out = tmp_path / "seen"
+    proc = run_workers(program, nproc=2, args=[str(out)], launcher_args=["--cpu"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    seen = [json.loads((tmp_path / f"seen.{r}").read_text()) for r in range(2)]
+    assert [s["device"] for s in seen] == ["cuda:0", "cuda:1"] and {s["backend"] for s in seen} == {"nccl"}
+    assert {s["sum"] for s in seen} == {3.0}
+
+
 def test_cuda_program_without_cpu_flag_fails_with_our_hint(tmp_path):
     proc = run_workers(EXAMPLES / "cuda_ddp.py", nproc=2, args=[str(tmp_path / "x.json")])
     assert proc.returncode != 0

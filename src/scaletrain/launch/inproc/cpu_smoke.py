@@ -3,7 +3,8 @@
 Inside the workers of that run only (the worker shim applies it when the program imports
 torch), and loudly (the launcher says so at the start and the end):
 
-- ``init_process_group(backend="nccl")`` uses gloo; its ``device_id`` and NCCL options are dropped;
+- ``init_process_group(backend="nccl")`` uses gloo; its ``device_id`` and NCCL options are dropped,
+  and ``is_nccl_available()`` says True (a program, or ``scaletrain.init()``, that picks NCCL gets gloo);
 - every CUDA placement stays on, or maps to, the CPU: ``.cuda()``, ``.cuda(rank)``,
   ``.to("cuda")``, ``.to(local_rank)`` (an integer is a GPU index), ``torch.device(rank)``,
   ``device="cuda"`` in factory functions, ``torch.load(map_location="cuda:0")``, in every thread
@@ -166,8 +167,14 @@ def patch_c10d(c10d: ModuleType) -> None:
         kwargs.pop("device_id", None)
         return original_new(*args, **kwargs)
 
+    def is_nccl_available() -> bool:
+        """A group asked for NCCL is a gloo group here: a program (or scaletrain.init()) that
+        chooses NCCL where it is available gets it, as on the GPU node it was written for."""
+        return True
+
     setattr(c10d, "init_process_group", init_process_group)
     setattr(c10d, "new_group", new_group)
+    setattr(c10d, "is_nccl_available", is_nccl_available)   # torch.distributed takes it by its import *
 
 
 def _cuda_missing(exc: BaseException, tb: Any, *, mapped: bool = False) -> str | None:
