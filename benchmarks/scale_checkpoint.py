@@ -42,22 +42,38 @@ from scale_common import done, emit, timed  # noqa: E402
 
 RANK_FILE_BYTES = 17249     # a rank-NNNNN.pt of scale_rec_worker.py (RNG states, no per-rank objects)
 SHARD_BYTES = 64 * 2**20    # a DCP shard: a hole of this size (sparse: no disk, no write time)
-_ZERO_CRC: dict[int, str] = {}
+_ZERO_CRC: dict[int, tuple[str, str]] = {}
 
 
-def _write(path: Path, rank: int, size: int, *, sparse: bool = False) -> tuple[int, str]:
-    """A file of ``size`` bytes and its checksum as the writer records it; ``sparse``: a hole
-    (its checksum, of zeros, computed once)."""
+def _checksums(data_of: Any, size: int) -> tuple[str, str]:
+    """(the whole file's checksum, its blocks') as the writer records them, of the bytes
+    ``data_of(offset, length)`` gives (written through the writer's own checksum stream)."""
+    import io
+
     from scaletrain.checkpoint import checksum
 
+    stream = checksum.ChecksumWriter(io.BytesIO())
+    piece = 4 * 2**20
+    for offset in range(0, size, piece):
+        stream.write(data_of(offset, min(piece, size - offset)))
+        stream.raw.seek(0)
+        stream.raw.truncate()        # the bytes are on disk already: keep none here
+    stream.flush()
+    return checksum.hex_crc(stream.crc), stream.block_hex()
+
+
+def _write(path: Path, rank: int, size: int, *, sparse: bool = False) -> tuple[int, tuple[str, str]]:
+    """A file of ``size`` bytes and its checksums as the writer records them; ``sparse``: a hole
+    (its checksums, of zeros, computed once)."""
     if sparse:
         with open(path, "wb") as fh:
             fh.truncate(size)
         if size not in _ZERO_CRC:
-            _ZERO_CRC[size] = checksum.hex_crc(checksum.file_crc(path))
+            _ZERO_CRC[size] = _checksums(lambda _o, n: bytes(n), size)
         return size, _ZERO_CRC[size]
-    path.write_bytes((f"{rank:08d}".encode() * (size // 8 + 1))[:size])
-    return size, checksum.hex_crc(checksum.file_crc(path))
+    data = (f"{rank:08d}".encode() * (size // 8 + 1))[:size]
+    path.write_bytes(data)
+    return size, _checksums(lambda o, n: data[o:o + n], size)
 
 
 def commit(directory: Path, n: int, step: int) -> float:
@@ -72,7 +88,7 @@ def commit(directory: Path, n: int, step: int) -> float:
     reports = []
     for r in range(n):
         files: dict[str, int] = {}
-        crcs: dict[str, str] = {}
+        crcs: dict[str, tuple[str, str]] = {}
         names = [(rank_file(r), RANK_FILE_BYTES, False), (f"sharded/__{r}_0.distcp", SHARD_BYTES, True)]
         if r == 0:
             names += [(REPLICATED, 2277, False), ("sharded/.metadata", 4096, False)]
@@ -92,7 +108,7 @@ def commit(directory: Path, n: int, step: int) -> float:
 
 def measure(n: int, *, repeat: int = 3) -> dict[str, Any]:
     """Every checkpoint reader and writer step at ``n`` ranks (see the module docstring)."""
-    from scaletrain.checkpoint import layout, reader, stepfolder
+    from scaletrain.checkpoint import layout, reader, stepfolder, verified
     from scaletrain.checkpoint.marker import MARKER
     from scaletrain.jobs import report, status
 
@@ -113,9 +129,11 @@ def measure(n: int, *, repeat: int = 3) -> dict[str, Any]:
         report_s, rep = timed(lambda: report.build(run, use_sacct=False), repeat=repeat)
         assert rep.resume_step == 200
         # the resume: rank 0 walks and stats, every rank gets the marker and checks its share
-        walk_s, offer = timed(lambda: reader._Chooser(ckpt).next(), repeat=repeat)
+        walk_s, offer = timed(lambda: reader._offer(layout.choose(ckpt, verify_bytes=0), False), repeat=repeat)
         broadcast_bytes = len(pickle.dumps(offer))
-        share_s, problem = timed(lambda: reader.verify_share(folder, offer[2], 1, n), repeat=repeat)
+        # rank 1's share of the check: the blocks of its own files a load left unread (here all)
+        share_s, problem = timed(lambda: verified.Tracker(folder, offer[3]).finish(
+            reader._share(offer[3]["files"], 1, n)), repeat=repeat)
         assert problem is None, problem
         t0 = time.perf_counter()
         deleted = stepfolder.apply_retention(ckpt, 1, {200})

@@ -44,6 +44,8 @@ FORMAT = marker.CHECKSUMS_SINCE  # version of the folder layout; a reader refuse
 # step, step-000000030 beside step-00000030, is no checkpoint of ours: never chosen, never removed)
 STEP_DIR = re.compile(rf"^{STEP_DIR_PREFIX}(\d{{8}}|[1-9]\d{{8,}})$")
 PARTIAL_DIR = re.compile(rf"^\.partial-{STEP_DIR_PREFIX}(\d{{8}}|[1-9]\d{{8,}})-[0-9a-f]+$")
+# a partial folder before its lock and owner record are in it (renamed to .partial- then)
+CREATING_DIR = re.compile(rf"^\.creating-partial-{STEP_DIR_PREFIX}(\d{{8}}|[1-9]\d{{8,}})-[0-9a-f]+$")
 # a committed folder moved aside while the same step is saved again (see commit())
 REPLACED_DIR = re.compile(rf"^\.replaced-{STEP_DIR_PREFIX}(\d{{8}}|[1-9]\d{{8,}})-[0-9a-f]+$")
 

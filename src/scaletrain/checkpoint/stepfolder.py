@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from scaletrain.checkpoint import layout, marker
-from scaletrain.checkpoint.layout import PARTIAL_DIR, REPLACED_DIR, STEP_DIR, names_in
+from scaletrain.checkpoint.layout import CREATING_DIR, PARTIAL_DIR, REPLACED_DIR, STEP_DIR, names_in
 from scaletrain.checkpoint.marker import MARKER
 from scaletrain.errors import UsageError
 from scaletrain.fileio import atomic_write, fsync_dir, json_text, read_json
@@ -141,14 +141,26 @@ class PartialFolder:
         self._lock_fd: int | None = None
 
     def create(self) -> None:
-        """Make the folder, take its lock and record the owner (host, PID, time)."""
-        self.path.mkdir(parents=False, exist_ok=False)
-        self._lock_fd = os.open(self.path / LOCK, os.O_CREAT | os.O_RDWR, 0o644)
-        fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        # advisory (read by clean-up only), so no fsync: a lost owner file after a power
-        # cut just means the folder is treated as abandoned, which it then is
-        (self.path / OWNER).write_text(json_text(
-            {"host": socket.gethostname(), "pid": os.getpid(), "time": time.time()}))
+        """Make the folder, take its lock and record the owner (host, PID, time).
+
+        It is made under a ``.creating-`` name and renamed once locked and owned, so a
+        ``.partial-`` folder always says whether its writer is alive: one a kill left is removed
+        by the next clean-up at once, not after a grace period (the lock moves with the folder).
+        """
+        staging = self.directory / f".creating-{self.path.name.lstrip('.')}"
+        staging.mkdir(parents=False, exist_ok=False)
+        try:
+            self._lock_fd = os.open(staging / LOCK, os.O_CREAT | os.O_RDWR, 0o644)
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            # advisory (read by clean-up only), so no fsync: a lost owner file after a power
+            # cut just means the folder is treated as abandoned, which it then is
+            (staging / OWNER).write_text(json_text(
+                {"host": socket.gethostname(), "pid": os.getpid(), "time": time.time()}))
+            os.rename(staging, self.path)
+        except BaseException:
+            self.release()
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
 
     def release(self) -> None:
         """Drop the lock (after commit, or when giving up)."""
@@ -217,14 +229,15 @@ class PartialFolder:
 
 
 def clean_partials(directory: Path, *, exclude: AbstractSet[str] = frozenset()) -> list[str]:
-    """Remove ``.partial-`` folders whose writer is gone; returns their names.
+    """Remove ``.partial-`` folders whose writer is gone (and ``.creating-`` ones a kill left
+    before their lock: after :data:`GRACE_S`); returns their names.
 
     A folder is left alone when its lock is held (a live save, here or on another node
     where the file system honours flock), or when its owner is a live process on this host.
     """
     removed = []
     for name in names_in(directory):
-        if name in exclude or not PARTIAL_DIR.match(name):
+        if name in exclude or not (PARTIAL_DIR.match(name) or CREATING_DIR.match(name)):
             continue
         if _remove_if_abandoned(directory / name):
             removed.append(name)

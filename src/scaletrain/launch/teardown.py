@@ -250,8 +250,7 @@ class TeardownWatch:
             os.kill(info.pid, signal.SIGKILL)
         except OSError:
             return False
-        frame = hang.thread_frames(dump).get(info.thread)
-        self.stopped[rank] = frame.short() if frame is not None else "no Python frame"
+        self.stopped[rank] = hang.thread_places(dump).get(info.thread) or "no Python frame"
         return True
 
     def _say(self, line: str) -> None:
@@ -272,21 +271,21 @@ def _secs(seconds: float) -> str:
     return f"{round(seconds, 1):g}"
 
 
-def _where(frames: dict[int, hang.Frame | None], ident: int, dumped: bool,
+def _where(places: dict[int, str | None], ident: int, dumped: bool,
            none: str = "in no Python frame") -> str:
     if not dumped:
         return "(it gave no stack)"
-    if ident not in frames:
+    if ident not in places:
         return "(not in its stack)"
-    frame = frames[ident]
-    return f"at {frame.short()}" if frame is not None else none
+    place = places[ident]
+    return f"at {place}" if place is not None else none
 
 
 def _holders(look: _Look, dump: str) -> str:
     """The threads the worker's exit waits on, and where each is: the non-daemon threads alive
     when its program returned, else its main thread (and, when the program has not returned,
     every other thread of its stack: which of them are daemons is not known)."""
-    info, frames = look.info, hang.thread_frames(dump)
+    info, frames = look.info, hang.thread_places(dump)
     named = [f"thread {t.name!r} {_where(frames, t.ident, bool(dump))}" for t in look.holders()]
     if not named:
         named = ["its main thread " + _where(frames, info.thread, bool(dump),

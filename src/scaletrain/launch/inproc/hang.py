@@ -142,19 +142,38 @@ _FRAME_RE = re.compile(r'^\s*File "(?P<path>.*)", line (?P<line>\d+) in (?P<func
 _THREAD_RE = re.compile(r"^(?:Current thread|Thread) 0x(?P<ident>[0-9a-fA-F]+)")
 
 
-def thread_frames(text: str) -> dict[int, Frame | None]:
-    """Every thread of a faulthandler dump (by ident) and its innermost frame (None: no Python
-    frame); a thread dumped twice keeps the newest, which comes last."""
-    out: dict[int, Frame | None] = {}
+def _stacks(text: str) -> dict[int, list[Frame]]:
+    """Every thread of a faulthandler dump (by ident) and its frames, innermost first; a thread
+    dumped twice keeps the newest, which comes last."""
+    out: dict[int, list[Frame]] = {}
     for block in re.split(r"\n(?=(?:Current thread|Thread) 0x)", text):
         lines = block.strip().splitlines()
         head = _THREAD_RE.match(lines[0]) if lines else None
-        if head is None:
-            continue
-        frames_ = (_FRAME_RE.match(line) for line in lines[1:])
-        first = next((m for m in frames_ if m), None)
-        out[int(head["ident"], 16)] = (None if first is None else
-                                       Frame(first["path"], int(first["line"]), first["func"]))
+        if head is not None:
+            out[int(head["ident"], 16)] = [Frame(m["path"], int(m["line"]), m["func"])
+                                            for m in map(_FRAME_RE.match, lines[1:]) if m]
+    return out
+
+
+def thread_frames(text: str) -> dict[int, Frame | None]:
+    """Every thread of a faulthandler dump (by ident) and its innermost frame (None: no Python
+    frame)."""
+    return {ident: (stack[0] if stack else None) for ident, stack in _stacks(text).items()}
+
+
+def thread_places(text: str) -> dict[int, str | None]:
+    """Every thread of a faulthandler dump (by ident) and where it is, as a user reads it: its
+    innermost frame in the program's own files, and the innermost frame where that is elsewhere
+    (``train.py:64 in upload, inside subprocess.py:1264 in wait``); None: no Python frame."""
+    out: dict[int, str | None] = {}
+    for ident, stack in _stacks(text).items():
+        own = next((f for f in stack if frames.is_program_file(f.path)), None)
+        if not stack:
+            out[ident] = None
+        elif own is None or own == stack[0]:
+            out[ident] = stack[0].short()
+        else:
+            out[ident] = f"{own.short()}, inside {stack[0].short()}"
     return out
 
 
