@@ -200,6 +200,38 @@ def test_pythons_resource_tracker_ending_by_itself_is_not_a_leak(capsys, tmp_pat
     assert "left running" not in capsys.readouterr().err
 
 
+def test_a_child_caught_inside_exec_is_still_found_as_the_runs(monkeypatch):
+    """Popen returns once exec closes its close-on-exec pipe, before the kernel lays out the new
+    program's environment: read then, /proc/PID/environ is empty, and the reaper passed the child
+    by as not the run's (CI: the resource-tracker test above failed once, at load)."""
+    child = _marked_child("import sys; sys.stdin.read()\n")
+    try:
+        real, reads = rundir._environ_bytes, []
+
+        def mid_exec_first(pid: int) -> bytes | None:
+            reads.append(pid)
+            return b"" if len(reads) <= 3 else real(pid)
+
+        monkeypatch.setattr(rundir, "_environ_bytes", mid_exec_first)
+        assert child.pid in reaper.run_processes(set())
+        assert len(reads) == 4
+    finally:
+        child.stdin.close()
+        child.wait(timeout=30)
+
+
+def test_a_zombies_empty_environment_is_not_waited_on(monkeypatch):
+    child = _marked_child("")
+    child.stdin.close()
+    while not _gone(child.pid):   # a zombie: ended, not yet collected
+        threading.Event().wait(0.01)
+    monkeypatch.setattr(rundir, "_EXEC_SETTLE_S", 60.0)   # would hang the test if waited on
+    try:
+        assert rundir.environ_of(child.pid) == []
+    finally:
+        child.wait(timeout=30)
+
+
 def test_a_process_the_workers_left_is_still_stopped_and_named(capsys):
     with reaper.ending_with_run(30.0):
         child = _marked_child("import time\ntime.sleep(120)\n")

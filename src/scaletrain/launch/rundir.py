@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -93,13 +94,41 @@ def read_rank_infos(run_dir: str | os.PathLike[str]) -> dict[int, RankInfo]:
     return out
 
 
-def environ_of(pid: int) -> list[bytes]:
-    """The environment ``pid`` was started with (``NAME=VALUE`` items; empty when unreadable)."""
+# A process caught inside execve() shows an empty environment: the kernel closes the
+# close-on-exec pipe that lets subprocess.Popen return *before* it lays out the new program's
+# environment, so a child seen the moment it starts has none yet. It is asked again, briefly.
+_EXEC_SETTLE_S = 1.0
+
+
+def _environ_bytes(pid: int) -> bytes | None:
     try:
         with open(f"/proc/{pid}/environ", "rb") as fh:
-            return fh.read(1 << 22).split(b"\0")   # 4 MiB: larger than any real environment
+            return fh.read(1 << 22)   # 4 MiB: larger than any real environment
     except OSError:
-        return []
+        return None
+
+
+_PF_KTHREAD = 0x00200000
+
+
+def _running(pid: int) -> bool:
+    """A live user process (a zombie's or a kernel thread's environment is empty for good)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return fields[0] not in ("Z", "X") and not int(fields[6]) & _PF_KTHREAD
+    except (OSError, IndexError, ValueError):
+        return False
+
+
+def environ_of(pid: int) -> list[bytes]:
+    """The environment ``pid`` was started with (``NAME=VALUE`` items; empty when unreadable)."""
+    data = _environ_bytes(pid)
+    deadline = time.monotonic() + _EXEC_SETTLE_S
+    while data == b"" and _running(pid) and time.monotonic() < deadline:
+        time.sleep(0.005)   # inside execve(): its environment appears within microseconds
+        data = _environ_bytes(pid)
+    return data.split(b"\0") if data else []
 
 
 def started_by(pid: int, agent_pid: int) -> bool:
