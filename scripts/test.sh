@@ -134,6 +134,21 @@ tiers23() {
 }
 status=0
 step "unit tier (tests/unit)" "$PY" -m pytest -q -p no:cacheprovider --durations=15 tests/unit || status=1
+# The supported torch range: the unit tier, the launch/strategy/checkpoint tests and the example
+# again on the releases the centres ship, each in its own venv. It starts once its venvs are
+# there, one release at a time beside the multi-process and Slurm tiers (which wait on processes
+# and on Slurm, and leave about half of 2 CPUs idle), then two at a time once they have ended.
+range_widen="$STEPS_LOG/range-widen"
+range_run() {
+  while ! ended venvs; do sleep 2; done
+  env SCALETRAIN_RANGE_LANES="${SCALETRAIN_RANGE_LANES:-2}" SCALETRAIN_RANGE_WIDEN_AT="$range_widen" \
+    bash -c 'cd "$1" && bash scripts/test_torch_range.sh' _ "$named"
+}
+if [ "${SCALETRAIN_TORCH_RANGE:-}" = skip ]; then
+  _say "the torch range skipped (SCALETRAIN_TORCH_RANGE=skip)"
+else
+  background range "the torch range (scripts/test_torch_range.sh; one release at a time beside the tiers, then two)" range_run
+fi
 step "multi-process and Slurm tiers: the tests that need no build (from $named)" \
   tiers23 pending -m "not built" || status=1
 await builds || true   # a failed build fails the tests that need it, with its cause
@@ -143,14 +158,8 @@ await venvs || true    # a venv that could not be built: the step that needs it 
 # How a user installs: a venv on a Python without torch, scaletrain pip-installed into it
 step "the install-dependent tests from a user's venv (scripts/test_venv.sh)" \
   bash -c 'cd "$1" && bash scripts/test_venv.sh' _ "$named" || status=1
-# The supported torch range: the unit tier, the launch/strategy/checkpoint tests and the example
-# again on the releases the centres ship, each in its own venv
-if [ "${SCALETRAIN_TORCH_RANGE:-}" = skip ]; then
-  _say "the torch range skipped (SCALETRAIN_TORCH_RANGE=skip)"
-else
-  # two releases side by side (a release's unit tier is one process)
-  step "the torch range (scripts/test_torch_range.sh, two releases at a time)" \
-    env SCALETRAIN_RANGE_LANES="${SCALETRAIN_RANGE_LANES:-2}" bash -c 'cd "$1" && bash scripts/test_torch_range.sh' _ "$named" \
-    || status=1
+touch "$range_widen"   # the tiers have ended: the range may take both CPUs
+if [ "${SCALETRAIN_TORCH_RANGE:-}" != skip ]; then
+  await range || status=1
 fi
 exit "$status"

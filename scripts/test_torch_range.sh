@@ -11,7 +11,9 @@
 # kept as scripts/cached_venv.sh does for every test venv (an interrupted build is never used).
 # Install and tier times go to the log. Exit status: non-zero when any step failed on any torch.
 # Releases run side by side in SCALETRAIN_RANGE_LANES lanes (default 1; scripts/test.sh uses 2),
-# each release's output shown whole when it ends.
+# each release's output shown whole when it ends. With SCALETRAIN_RANGE_WIDEN_AT=FILE, one lane
+# until FILE exists, then all of them (scripts/test.sh starts the range beside the multi-process
+# tier, which leaves about half of the CPUs idle, and widens it when that tier ends).
 # Usage: scripts/test_torch_range.sh [--venvs-only | --plan] [CONSTRAINTS_FILE ...]   (default: PINS)
 #   --venvs-only: build (or find) the venvs and print their paths; run no test.
 #   --plan: say for each pin whether its venv is reused or would be built (and its cost); build nothing.
@@ -22,6 +24,8 @@ PY=${PYTHON:-python3}
 CACHE=${SCALETRAIN_CI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/scaletrain-ci}
 TIER_TIMEOUT_S=${SCALETRAIN_RANGE_TIMEOUT_S:-2400}
 LANES=${SCALETRAIN_RANGE_LANES:-1}   # releases run side by side (scripts/test.sh: 2)
+WIDEN_AT=${SCALETRAIN_RANGE_WIDEN_AT:-}   # one lane until this file exists
+case $LANES in ''|*[!0-9]*|0) echo "SCALETRAIN_RANGE_LANES must be a whole number of at least 1, not '$LANES'" >&2; exit 2 ;; esac
 # What the selected tests import (mypy, accelerate, lightning, tensorboard are not installed:
 # the tests that need them skip with a reason, and they do not depend on the torch release).
 PACKAGES=(numpy crc32c pytest hypothesis)
@@ -169,19 +173,29 @@ fi
 logs=$(mktemp -d "${TMPDIR:-/tmp}/st-range-XXXXXX")
 trap 'rm -rf "$logs"' EXIT
 declare -A lane_pin=()
-finish_one() {   # wait for any running release; show its log; keep its summary
-  local pid rc
-  wait -n -p pid; rc=$?
-  cat "$logs/$pid.log" >&2
-  summary+=("$(cat "$logs/$pid.summary" 2>/dev/null || echo "${lane_pin[$pid]}: no summary")")
-  [ "$rc" -eq 0 ] || status=1
-  unset "lane_pin[$pid]"
+lanes_now() {   # one lane until WIDEN_AT exists, LANES after
+  if [ -n "$WIDEN_AT" ] && [ ! -e "$WIDEN_AT" ]; then echo 1; else echo "$LANES"; fi
+}
+finish_ended() {   # show and keep each release that has ended (its rc file written); 0 if any had
+  local pid rc any=1
+  for pid in "${!lane_pin[@]}"; do
+    # ended: its rc file written, or the lane itself gone (killed before it could write one)
+    [ -f "$logs/$pid.rc" ] || [[ "$(ps -o stat= -p "$pid" 2>/dev/null || echo Z)" == Z* ]] || continue
+    wait "$pid" 2>/dev/null
+    rc=$(cat "$logs/$pid.rc" 2>/dev/null || echo 1)
+    cat "$logs/$pid.log" >&2
+    summary+=("$(cat "$logs/$pid.summary" 2>/dev/null || echo "${lane_pin[$pid]}: no summary")")
+    [ "$rc" = 0 ] || status=1
+    unset "lane_pin[$pid]"
+    any=0
+  done
+  return $any
 }
 for pin in "${pins[@]}"; do
-  while [ ${#lane_pin[@]} -ge "$LANES" ]; do finish_one; done
-  ( run_pin "$pin" >"$logs/$BASHPID.summary" 2>"$logs/$BASHPID.log" ) &
+  while [ ${#lane_pin[@]} -ge "$(lanes_now)" ]; do finish_ended || sleep 2; done
+  ( run_pin "$pin" >"$logs/$BASHPID.summary" 2>"$logs/$BASHPID.log"; echo $? >"$logs/$BASHPID.rc" ) &
   lane_pin[$!]=$pin
 done
-while [ ${#lane_pin[@]} -gt 0 ]; do finish_one; done
+while [ ${#lane_pin[@]} -gt 0 ]; do finish_ended || sleep 2; done
 for line in "${summary[@]}"; do say "range: $line"; done
 exit "$status"
