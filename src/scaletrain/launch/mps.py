@@ -26,6 +26,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 from scaletrain.launch.reaper import stop_processes
+from scaletrain.launch.rundir import environ_of
 
 MPS_CONTROL = "nvidia-cuda-mps-control"
 DEFAULT_PIPE_DIR = "/tmp/nvidia-mps"  # MPS's own default
@@ -53,9 +54,8 @@ def daemon_processes(pipe_dir: str) -> set[int]:
             with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as fh:
                 if not fh.read().strip().startswith(_NAME):
                     continue
-            with open(f"/proc/{pid}/environ", "rb") as fh:
-                if marker in fh.read().split(b"\0"):
-                    found.add(pid)
+            if marker in environ_of(pid):   # bounded, and waits out an exec in progress
+                found.add(pid)
         except OSError:  # gone meanwhile, or another user's
             continue
     return found

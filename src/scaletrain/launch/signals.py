@@ -29,6 +29,7 @@ from typing import Any
 
 from scaletrain.contract.environ import EXIT_STOPPED, FORWARDED_SIGNALS
 from scaletrain.launch.reaper import children, send
+from scaletrain.launch.rundir import environ_of
 
 FORWARDED = tuple(signal.Signals["SIG" + name] for name in FORWARDED_SIGNALS)
 # Seconds the workers get after a forwarded SIGTERM to save and exit on their own, before the
@@ -58,12 +59,8 @@ def worker_pids(parent: int | None = None) -> list[int]:
     """The agent's worker processes: children of this process started with torch's contract."""
     found = []
     for pid in sorted(children(parent if parent is not None else os.getpid())):
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as fh:
-                environ = fh.read().split(b"\0")
-        except OSError:
-            continue
-        if any(item.startswith(b"TORCHELASTIC_RUN_ID=") for item in environ):
+        # environ_of: a worker caught inside its exec shows no environment for a moment
+        if any(item.startswith(b"TORCHELASTIC_RUN_ID=") for item in environ_of(pid)):
             found.append(pid)
     return found
 
