@@ -36,6 +36,12 @@ def test_the_readme_points_at_nothing_outside_the_clone() -> None:
     assert "../shared" not in _text(), "a clone has no ../shared: name what the reader has"
 
 
+def test_no_figure_is_left_to_fill_in() -> None:
+    # figures are written as @@NAME@@ until a measurement gives them; none may reach a reader
+    left = sorted(set(re.findall(r"@@[A-Z_]+@@", _text())))
+    assert not left, f"README figures never filled in: {left}"
+
+
 def test_every_verb_the_readme_runs_exists() -> None:
     from scaletrain.cli.main import VERBS
 
