@@ -18,7 +18,7 @@ _PATH = re.compile(r"`((?:scripts|examples|docs|constraints|tests|benchmarks|src
 # a command at the start of a line or after && ; | (comments are cut off first)
 _VERB = re.compile(r"(?:^|&&|;|\|)\s*(?:python3? -m )?scaletrain ([a-z]+)\b")
 # "about 2,700 unit tests": the figure the README gives for the unit tier
-_COUNT = re.compile(r"about ([\d,]+) unit tests")
+_COUNT = re.compile(r"about ([\d,]+)\s+unit\s+tests")   # a line may break inside it
 
 
 def _text() -> str:
