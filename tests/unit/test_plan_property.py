@@ -33,6 +33,9 @@ TEXT = st.text(st.characters(blacklist_categories=("Cc", "Cs")), max_size=12)
 # a value the request refuses when blank (spaces only: "must be one line of text, not blank")
 FILLED = TEXT.filter(str.strip)
 WORD = st.from_regex(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,10}", fullmatch=True)
+# a value that lands on a command line as a word of its own (a script, a container image): one that
+# starts with "-" is refused, since the command would read it as an option (settings.operand)
+OPERAND = FILLED.filter(lambda s: not s.lstrip().startswith("-"))
 
 
 @st.composite
@@ -44,7 +47,7 @@ def requests(draw):
     gpn = per if nodes > 1 else draw(st.integers(1, per))
     launcher = draw(st.sampled_from(LAUNCHERS))
     kw = dict(cluster=cluster, nodes=nodes, gpus_per_node=gpn, account=draw(WORD),
-              launcher=launcher, script=draw(FILLED.filter(lambda s: not s.lstrip().startswith("-"))),   # a script "-x" is refused: python would read it as an option
+              launcher=launcher, script=draw(OPERAND),
               script_args=tuple(draw(st.lists(TEXT, max_size=4))), job_name=draw(FILLED),
               requeue=draw(st.booleans()) and SPECS[launcher].requeue_ok, device=draw(st.sampled_from(("auto", "cpu"))),
               env=tuple((k, v) for k, v in draw(st.dictionaries(st.from_regex(r"[A-Z][A-Z0-9_]{0,8}",
@@ -57,7 +60,7 @@ def requests(draw):
     if draw(st.booleans()) and prof.scratch_var:
         kw["stage_data"] = "/" + draw(TEXT.filter(lambda t: "/" not in t and t.strip(".")))
     if draw(st.booleans()):
-        kw["container"] = draw(FILLED)
+        kw["container"] = draw(OPERAND)
     shape = draw(st.sampled_from(("gpu", "gpu", "cpu", "gpus_per_proc", "mps")))
     if shape == "cpu":   # a CPU-only job on the same nodes
         kw.pop("gpus_per_node"), kw.pop("cpus_per_gpu", None)
