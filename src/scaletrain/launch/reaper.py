@@ -29,7 +29,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 from scaletrain.contract.environ import AGENT_PID_VAR
-from scaletrain.launch.rundir import environ_of
+from scaletrain.launch.rundir import environ_of, running
 
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_GET_CHILD_SUBREAPER = 37
@@ -86,14 +86,6 @@ def descendants(pid: int, *, skip: Iterable[int] = ()) -> set[int]:
 
 def _marked(pid: int, marker: bytes) -> bool:
     return marker in environ_of(pid)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def run_processes(before: set[int], agent_pid: int | None = None) -> set[int]:
@@ -159,11 +151,11 @@ def _ends_by_itself(pid: int) -> bool:
 def _outlived(pids: set[int], grace_s: float) -> set[int]:
     """Those of ``pids`` still running after up to ``grace_s`` (reaped as they end)."""
     deadline = time.monotonic() + grace_s
-    left = {p for p in pids if _alive(p)}
+    left = {p for p in pids if running(p)}
     while left and time.monotonic() < deadline:
         _reap(left)
         time.sleep(_POLL_S)
-        left = {p for p in left if _alive(p)}
+        left = {p for p in left if running(p)}
     _reap(pids)
     return left
 

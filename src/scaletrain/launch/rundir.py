@@ -111,8 +111,9 @@ def _environ_bytes(pid: int) -> bytes | None:
 _PF_KTHREAD = 0x00200000
 
 
-def _running(pid: int) -> bool:
-    """A live user process (a zombie's or a kernel thread's environment is empty for good)."""
+def running(pid: int) -> bool:
+    """A live user process: not ended (a zombie) and not a kernel thread (whose environment, like
+    a zombie's, is empty for good)."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
             fields = fh.read().rsplit(")", 1)[1].split()
@@ -125,7 +126,7 @@ def environ_of(pid: int) -> list[bytes]:
     """The environment ``pid`` was started with (``NAME=VALUE`` items; empty when unreadable)."""
     data = _environ_bytes(pid)
     deadline = time.monotonic() + _EXEC_SETTLE_S
-    while data == b"" and _running(pid) and time.monotonic() < deadline:
+    while data == b"" and running(pid) and time.monotonic() < deadline:
         time.sleep(0.005)   # inside execve(): its environment appears within microseconds
         data = _environ_bytes(pid)
     return data.split(b"\0") if data else []

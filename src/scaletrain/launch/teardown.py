@@ -90,16 +90,6 @@ def _rank_of(pid: int) -> int | None:
     return int(value) if value.isdigit() else None
 
 
-def _alive(pid: int) -> bool:
-    """True while ``pid`` runs (a zombie the agent has not reaped yet has ended)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
-            fields = fh.read().rpartition(")")[2].split()
-    except OSError:
-        return False
-    return bool(fields) and fields[0] != "Z"
-
-
 @dataclass(frozen=True, kw_only=True)
 class _Look:
     """What one survivor did over the last wait."""
@@ -153,7 +143,7 @@ class TeardownWatch:
             return  # not every worker has started (or this is another node's folder)
         finished = rundir.read_finished(self.run_dir)
         torn = read_records(self.records).torn_down
-        alive = {r: info for r, info in infos.items() if _alive(info.pid)}
+        alive = {r: info for r, info in infos.items() if rundir.running(info.pid)}
         done = all(r in finished or info.pid in torn or r not in alive
                    for r, info in infos.items())
         if not done or not alive:
@@ -172,7 +162,7 @@ class TeardownWatch:
         if act:
             dumps = hang.stacks_of(self.run_dir, skip=set(infos) - act, infos=infos)
             for rank in sorted(act):
-                if rank in dumps or _alive(alive[rank].pid):  # else it ended meanwhile
+                if rank in dumps or rundir.running(alive[rank].pid):  # else it ended meanwhile
                     self._act(rank, looks[rank], dumps.get(rank, ""), after=now - self._since,
                               over=over)
         # sampled after the stacks were written: a dump's own CPU is not the program's work
